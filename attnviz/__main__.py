@@ -1,0 +1,3 @@
+from attnviz.cli.app import main
+
+main()

@@ -1,0 +1,247 @@
+"""Capturing full attention patterns, and the capture object that holds them.
+
+:class:`AttentionCapture` is one example's patterns. Axes of each pattern
+tensor: ``[head, query, key]``; ``capture.stacked(stack)`` gives
+``[layer, head, query, key]``. Padding is trimmed away, so row ``i`` / column
+``j`` are token ``i`` / ``j`` of the example.
+
+File format (``save``/``load``): a safetensors file with one float32 tensor per
+layer named ``{stack}.{layer}`` of shape ``[head, query, key]`` (``self.*``
+for encoder-only and decoder-only models; ``encoder.*``, ``decoder.*`` and
+``cross.*`` for encoder-decoder models) and string metadata: ``format``
+(``attnviz-capture``), ``version``, ``model``, ``tokens`` and
+``target_tokens`` (JSON lists of token strings), ``special`` /
+``target_special`` (JSON lists of booleans), ``word_ids`` /
+``target_word_ids`` (JSON lists of int or null), and ``causal`` (``true`` /
+``false``). No pickle is involved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from attnviz.core import AttentionSite
+from attnviz.errors import CaptureFileError, InputError
+from attnviz.io import atomic_path, check_output_path
+from attnviz.models.base import EncodedBatch, LoadedModel
+
+FORMAT_NAME = "attnviz-capture"
+FORMAT_VERSION = "1"
+
+
+@dataclass
+class AttentionCapture:
+    """Attention patterns of one example, per stack and layer: ``patterns[stack][layer]`` is ``[head, query, key]``."""
+
+    model: str
+    tokens: list[str]  # source / self-attention tokens (rows and columns of self, encoder)
+    causal: bool  # decoder-only causal model: cells above the diagonal are masked
+    patterns: dict[str, list[Tensor]]  # stack -> per-layer float32 [head, query, key]
+    special: list[bool] = field(default_factory=list)  # per token: is a special token
+    word_ids: list[int | None] = field(default_factory=list)  # per token: word index, None for specials
+    target_tokens: list[str] | None = None  # decoder tokens (rows of decoder and cross)
+    target_special: list[bool] | None = None
+    target_word_ids: list[int | None] | None = None
+
+    @property
+    def stacks(self) -> list[str]:
+        return list(self.patterns)
+
+    @property
+    def encoder_decoder(self) -> bool:
+        return self.target_tokens is not None
+
+    def num_layers(self, stack: str = "self") -> int:
+        return len(self._layers(stack))
+
+    def num_heads(self, stack: str = "self", layer: int = 0) -> int:
+        return self._layers(stack)[layer].shape[0]
+
+    def _layers(self, stack: str) -> list[Tensor]:
+        if stack not in self.patterns:
+            raise InputError(f"this capture has no {stack!r} attention; it has {', '.join(self.patterns)}")
+        return self.patterns[stack]
+
+    def layer(self, layer: int, stack: str = "self") -> Tensor:
+        """``[head, query, key]`` of one layer (negative indices count from the end)."""
+        layers = self._layers(stack)
+        if not -len(layers) <= layer < len(layers):
+            raise InputError(f"layer {layer} is out of range: the model has {len(layers)} layers (0–{len(layers) - 1})")
+        return layers[layer]
+
+    def stacked(self, stack: str = "self") -> Tensor:
+        """``[layer, head, query, key]``; needs the same head count in every layer."""
+        layers = self._layers(stack)
+        if len({t.shape for t in layers}) != 1:
+            raise InputError("layers have different head counts (a pruned model): index them one by one")
+        return torch.stack(layers)
+
+    def axis_tokens(self, stack: str = "self") -> tuple[list[str], list[str]]:
+        """(query tokens, key tokens) of ``stack``."""
+        if stack in ("self", "encoder"):
+            return self.tokens, self.tokens
+        assert self.target_tokens is not None
+        return (self.target_tokens, self.target_tokens) if stack == "decoder" else (self.target_tokens, self.tokens)
+
+    def axis_word_ids(self, stack: str = "self") -> tuple[list[int | None], list[int | None]]:
+        """(query word ids, key word ids) of ``stack``."""
+        if stack in ("self", "encoder"):
+            return self.word_ids, self.word_ids
+        assert self.target_word_ids is not None
+        if stack == "decoder":
+            return self.target_word_ids, self.target_word_ids
+        return self.target_word_ids, self.word_ids
+
+    def is_causal(self, stack: str = "self") -> bool:
+        """Whether queries of ``stack`` only see earlier keys."""
+        return (self.causal and stack == "self") or stack == "decoder"
+
+    # -- file format -----------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the capture as safetensors (atomically); see the module docstring for the format."""
+        from safetensors.torch import save_file
+
+        path = check_output_path(path, (".safetensors",))
+        tensors = {
+            f"{stack}.{layer}": pattern.detach().to("cpu", torch.float32).contiguous()
+            for stack, layers in self.patterns.items()
+            for layer, pattern in enumerate(layers)
+        }
+        metadata = {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "model": self.model,
+            "tokens": json.dumps(self.tokens),
+            "special": json.dumps(self.special),
+            "word_ids": json.dumps(self.word_ids),
+            "causal": json.dumps(self.causal),
+        }
+        if self.target_tokens is not None:
+            metadata["target_tokens"] = json.dumps(self.target_tokens)
+            metadata["target_special"] = json.dumps(self.target_special)
+            metadata["target_word_ids"] = json.dumps(self.target_word_ids)
+        with atomic_path(path) as tmp:
+            save_file(tensors, str(tmp), metadata=metadata)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> AttentionCapture:
+        """Read a capture written by :meth:`save` (or by ``attnviz capture``)."""
+        from safetensors import SafetensorError, safe_open
+
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise CaptureFileError(f"capture file {path} does not exist")
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+                tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise CaptureFileError(f"{path} is not a readable safetensors capture file: {exc}") from exc
+        if metadata.get("format") != FORMAT_NAME:
+            raise CaptureFileError(f"{path} is not an attnviz capture (write one with: attnviz capture TEXT --out FILE)")
+        try:
+            patterns: dict[str, dict[int, Tensor]] = defaultdict(dict)
+            for name, tensor in tensors.items():
+                site = AttentionSite.parse(name)
+                patterns[site.stack][site.layer] = tensor
+            ordered = {stack: [layers[i] for i in range(len(layers))] for stack, layers in patterns.items()}
+            target = metadata.get("target_tokens")
+            return cls(
+                model=metadata.get("model", "?"),
+                tokens=json.loads(metadata["tokens"]),
+                causal=json.loads(metadata.get("causal", "false")),
+                patterns=ordered,
+                special=json.loads(metadata.get("special", "[]")),
+                word_ids=json.loads(metadata.get("word_ids", "[]")),
+                target_tokens=json.loads(target) if target else None,
+                target_special=json.loads(metadata["target_special"]) if target else None,
+                target_word_ids=json.loads(metadata["target_word_ids"]) if target else None,
+            )
+        except (KeyError, ValueError, json.JSONDecodeError) as exc:
+            raise CaptureFileError(f"{path} is a damaged attnviz capture ({exc}): capture it again") from exc
+
+
+class PatternRecorder:
+    """Observer that keeps every pattern it sees: ``patterns[site]`` is ``[b, h, q, k]`` float32."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[AttentionSite, list[Tensor]] = defaultdict(list)
+
+    def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
+        if site is not None:
+            self._blocks[site].append(pattern.detach().float().cpu())
+
+    @property
+    def patterns(self) -> dict[AttentionSite, Tensor]:
+        return {
+            site: blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2) for site, blocks in self._blocks.items()
+        }
+
+
+def captures_from_patterns(
+    patterns: dict[AttentionSite, Tensor], batch: EncodedBatch, model_name: str, causal: bool
+) -> list[AttentionCapture]:
+    """Split batched ``[b, h, q, k]`` patterns into one trimmed :class:`AttentionCapture` per example."""
+    by_stack: dict[str, dict[int, Tensor]] = defaultdict(dict)
+    for site, tensor in patterns.items():
+        by_stack[site.stack][site.layer] = tensor
+    captures = []
+    for i in range(len(batch)):
+        per_stack = {}
+        for stack, layers in by_stack.items():
+            query_lengths, key_lengths = batch.query_key_lengths(stack)
+            q, k = query_lengths[i], key_lengths[i]
+            per_stack[stack] = [layers[layer][i, :, :q, :k].clone() for layer in sorted(layers)]
+        captures.append(
+            AttentionCapture(
+                model=model_name,
+                tokens=batch.tokens[i],
+                causal=causal,
+                patterns=per_stack,
+                special=batch.special[i],
+                word_ids=batch.word_ids[i],
+                target_tokens=batch.target_tokens[i] if batch.target_tokens else None,
+                target_special=batch.target_special[i] if batch.target_special else None,
+                target_word_ids=batch.target_word_ids[i] if batch.target_word_ids else None,
+            )
+        )
+    return captures
+
+
+def capture_batch(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    *,
+    targets: Sequence[str] | None = None,
+    max_length: int | None = None,
+    truncate: bool = True,
+) -> list[AttentionCapture]:
+    """Run ``texts`` through ``loaded`` and return one capture per text (padding trimmed)."""
+    batch = loaded.encode(texts, targets=targets, max_length=max_length, truncate=truncate)
+    recorder = PatternRecorder()
+    with torch.no_grad():
+        loaded.forward(batch, loaded.context([recorder]))
+    return captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
+
+
+def capture(
+    loaded: LoadedModel,
+    text: str,
+    *,
+    target: str | None = None,
+    max_length: int | None = None,
+    truncate: bool = True,
+) -> AttentionCapture:
+    """Capture every attention pattern of ``loaded`` on one text (and decoder ``target``)."""
+    return capture_batch(
+        loaded, [text], targets=None if target is None else [target], max_length=max_length, truncate=truncate
+    )[0]

@@ -1,0 +1,1 @@
+"""Command-line interface; ``attnviz.cli.app:main`` is the entry point."""

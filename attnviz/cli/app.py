@@ -1,0 +1,76 @@
+"""The ``attnviz`` command: a thin Typer layer over the library.
+
+Each command lives in its own module and adds itself with ``register(app)``.
+:func:`main` turns attnviz's typed errors into one line on stderr and a
+non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from attnviz import __version__
+
+app = typer.Typer(
+    name="attnviz",
+    help=(
+        "See what a transformer's attention heads do, and which of them matter.\n\n"
+        "Examples:\n\n"
+        "  attnviz heatmap \"The cat sat on the mat because it was tired.\"\n\n"
+        "  attnviz stats smollm2 --json stats.json\n\n"
+        "  attnviz prune minilm --ratio 0.3 --out pruned-minilm"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"attnviz {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """See what a transformer's attention heads do, and which of them matter."""
+
+
+def _register_commands() -> None:
+    from attnviz.cli import capture_cmd, heatmap_cmd, prune_cmd, stats_cmd, train_cmd
+
+    for module in (heatmap_cmd, capture_cmd, stats_cmd, prune_cmd, train_cmd):
+        module.register(app)
+
+
+_register_commands()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    from attnviz.console import console
+    from attnviz.errors import AttnvizError
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        app(standalone_mode=False)
+    except AttnvizError as exc:
+        console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        console.print("[bold red]interrupted[/bold red]")
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except __import__("click").exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)

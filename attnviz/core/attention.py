@@ -1,0 +1,213 @@
+"""The attention core: the one implementation of the attention math in attnviz.
+
+Hugging Face models reach it through :mod:`attnviz.core.hf`; attnviz's toy
+models call :func:`attend` directly. Because every pattern is computed here,
+capture, streaming statistics and head masks work the same for every model.
+
+Vocabulary (TransformerLens'): ``scores`` are pre-softmax logits, ``pattern``
+is the softmaxed weights. Shapes use
+
+    b  batch           h  query heads        kvh key/value heads (≤ h, GQA)
+    q  query positions k  key positions      d  head dimension
+
+The computation per (batch, head)::
+
+    scores  = Q Kᵀ · scale (+ bias) (+ additive mask)       [b, h, q, k]
+    pattern = softmax(scores) in float32                     [b, h, q, k]
+    pattern = dropout(pattern) · head_mask[h]
+    output  = pattern V                                      [b, h, q, d] -> [b, q, h, d]
+
+Long inputs are processed in blocks of queries so that the full ``[b, h, q, k]``
+tensor never has to exist. Whether to block depends only on the shapes, never
+on who observes the pattern, so a model's outputs are bit-for-bit the same with
+and without capture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+#: Above this many elements in one ``[b, h, q, k]`` score tensor, queries are processed in blocks.
+#: 2**22 float32 values are 16 MiB, small enough to stay in cache-friendly territory.
+BLOCK_ELEMENTS = 2**22
+
+
+@dataclass(frozen=True, order=True)
+class AttentionSite:
+    """Where an attention call happens.
+
+    ``stack`` is ``"self"`` for encoder-only and decoder-only models, and
+    ``"encoder"``, ``"decoder"`` (decoder self-attention) or ``"cross"``
+    (decoder queries over encoder keys) for encoder-decoder models.
+    """
+
+    stack: str
+    layer: int
+
+    @property
+    def name(self) -> str:
+        """``"{stack}.{layer}"``: the tensor name used in capture files."""
+        return f"{self.stack}.{self.layer}"
+
+    @classmethod
+    def parse(cls, name: str) -> AttentionSite:
+        stack, _, layer = name.rpartition(".")
+        return cls(stack, int(layer))
+
+
+class AttentionObserver(Protocol):
+    """Receives every pattern the core computes, block by block, as the model runs."""
+
+    def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
+        """``pattern``: float32 ``[b, h, block, k]``, rows ``query_start … query_start+block-1``.
+
+        It is the softmax output, before dropout and head masking. Observers
+        must not modify it.
+        """
+
+
+class HeadMask:
+    """Per-site multipliers on each head's pattern (1 keeps a head, 0 removes it).
+
+    Values between 0 and 1, or tensors that require grad, are allowed: that is
+    how gradient importance (Michel et al., 2019) differentiates the loss with
+    respect to a head-mask variable ξ at 1.
+    """
+
+    def __init__(self, masks: Mapping[AttentionSite, Tensor] | None = None):
+        self.masks: dict[AttentionSite, Tensor] = dict(masks or {})
+
+    @classmethod
+    def from_matrix(cls, matrix: Tensor, stack: str = "self") -> HeadMask:
+        """``matrix``: ``[layer, head]``; row ``l`` masks ``AttentionSite(stack, l)``."""
+        return cls({AttentionSite(stack, layer): matrix[layer] for layer in range(matrix.shape[0])})
+
+    def for_site(self, site: AttentionSite | None) -> Tensor | None:
+        """``[h]`` multipliers for ``site``, or ``None`` when the site is not masked."""
+        if site is None:
+            return None
+        return self.masks.get(site)
+
+
+@dataclass
+class AttentionContext:
+    """What travels with one forward pass: observers, a head mask, and how to name sites.
+
+    It is handed to the model as a forward keyword argument (``attnviz_context``),
+    so no global state is involved and two models can be captured at once.
+    """
+
+    observers: Sequence[AttentionObserver] = ()
+    head_mask: HeadMask | None = None
+    #: maps an attention module to its site; set by the loaded model (see ``attnviz.loading``).
+    site_of: Callable[[nn.Module], AttentionSite | None] = field(default=lambda module: None)
+
+
+#: ``(query_block [b,h,blk,d], key [b,h,k,d], mask_block [b,1|h,blk,k] or None, query_start) -> pattern [b,h,blk,k]``
+#: (float32, rows summing to 1 over visible keys). Toy attention variants supply their own.
+PatternFunction = Callable[[Tensor, Tensor, "Tensor | None", int], Tensor]
+
+
+def repeat_kv(states: Tensor, n_rep: int) -> Tensor:
+    """Repeat key/value heads for grouped-query attention: ``[b, kvh, k, d] -> [b, kvh·n_rep, k, d]``.
+
+    Query head ``i`` reads key/value head ``i // n_rep`` (same as ``repeat_interleave``).
+    """
+    if n_rep == 1:
+        return states
+    batch, kv_heads, length, head_dim = states.shape
+    states = states[:, :, None, :, :].expand(batch, kv_heads, n_rep, length, head_dim)  # [b, kvh, n_rep, k, d]
+    return states.reshape(batch, kv_heads * n_rep, length, head_dim)  # [b, h, k, d]
+
+
+def softmax_pattern(
+    scaling: float, bias: Tensor | None = None, softcap: float | None = None
+) -> PatternFunction:
+    """The standard pattern: ``softmax(Q Kᵀ·scaling (+ bias) (+ mask))`` in float32.
+
+    ``bias``: additive ``[1|b, h, q, k]`` scores bias (T5's relative position bias).
+    ``softcap``: ``tanh`` soft-capping of the scores (Gemma 2).
+    """
+
+    def pattern(query: Tensor, key: Tensor, mask: Tensor | None, query_start: int) -> Tensor:
+        block = query.shape[2]
+        scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # [b, h, blk, k]
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
+        if bias is not None:
+            scores = scores + bias[:, :, query_start : query_start + block]
+        if mask is not None:
+            scores = scores + mask
+        return torch.softmax(scores, dim=-1, dtype=torch.float32)
+
+    return pattern
+
+
+def query_block_size(batch: int, heads: int, query_len: int, key_len: int) -> int:
+    """How many queries to process at once: all of them unless that exceeds :data:`BLOCK_ELEMENTS`."""
+    per_query = max(1, batch * heads * key_len)
+    return max(1, min(query_len, BLOCK_ELEMENTS // per_query))
+
+
+def attend(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    mask: Tensor | None = None,
+    scaling: float | None = None,
+    pattern_fn: PatternFunction | None = None,
+    dropout: float = 0.0,
+    training: bool = False,
+    site: AttentionSite | None = None,
+    context: AttentionContext | None = None,
+) -> Tensor:
+    """Multi-head attention.
+
+    Args:
+        query: ``[b, h, q, d]``.
+        key, value: ``[b, kvh, k, d]``, ``h`` a multiple of ``kvh`` (grouped-query attention).
+        mask: additive ``[b|1, 1|h, q, k]`` mask, 0 where a query may look and a large
+            negative number where it may not (causal future, padding keys).
+        scaling: score scale, ``d ** -0.5`` by default. Ignored when ``pattern_fn`` is given.
+        pattern_fn: computes the pattern from a block of queries; default scaled dot-product.
+        dropout, training: attention dropout probability, applied only when training.
+        site, context: where this call is, and the observers / head mask of this pass.
+
+    Returns:
+        ``[b, q, h, d]`` (contiguous): each head's output, ready to be merged into ``[b, q, h·d]``.
+    """
+    batch, heads, query_len, head_dim = query.shape
+    key_len = key.shape[2]
+    n_rep = heads // key.shape[1]
+    key = repeat_kv(key, n_rep)  # [b, h, k, d]
+    value = repeat_kv(value, n_rep)  # [b, h, k, d]
+    if pattern_fn is None:
+        pattern_fn = softmax_pattern(head_dim**-0.5 if scaling is None else scaling)
+
+    observers = context.observers if context is not None else ()
+    head_mask = context.head_mask.for_site(site) if context is not None and context.head_mask is not None else None
+    if head_mask is not None:
+        head_mask = head_mask.to(dtype=value.dtype, device=value.device).view(1, heads, 1, 1)  # [1, h, 1, 1]
+
+    block = query_block_size(batch, heads, query_len, key_len)
+    outputs = []
+    for start in range(0, query_len, block):
+        stop = min(start + block, query_len)
+        mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
+        pattern = pattern_fn(query[:, :, start:stop], key, mask_block, start)  # [b, h, blk, k] float32
+        for observer in observers:
+            observer.observe(site, pattern, start)
+        weights = pattern.to(value.dtype)
+        if dropout and training:
+            weights = nn.functional.dropout(weights, p=dropout, training=True)
+        if head_mask is not None:
+            weights = weights * head_mask
+        outputs.append(torch.matmul(weights, value))  # [b, h, blk, d]
+    output = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)  # [b, h, q, d]
+    return output.transpose(1, 2).contiguous()  # [b, q, h, d]

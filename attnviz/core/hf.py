@@ -1,0 +1,82 @@
+"""Plugging the attention core into Hugging Face transformers (version 5).
+
+transformers looks attention functions up by name in ``AttentionInterface``
+and builds the attention mask with the function registered under the same name
+in ``AttentionMaskInterface``. Both entries are needed: with no mask entry the
+mask is skipped and a causal model silently attends to the future.
+
+Registration is explicit: call :func:`register_attention` (the loader does).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnviz.core.attention import AttentionContext, attend, softmax_pattern
+
+#: The name under which attnviz's core is registered. It must not contain
+#: "sdpa", "flash" or "flex_attention": transformers pattern-matches those.
+ATTENTION_NAME = "attnviz"
+
+#: The forward keyword argument that carries the :class:`AttentionContext`.
+CONTEXT_KWARG = "attnviz_context"
+
+_registered = False
+
+
+def hf_attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[Tensor, None]:
+    """transformers' attention-function signature, computed by :func:`attend`.
+
+    ``query``: ``[b, h, q, d]``; ``key``/``value``: ``[b, kvh, k, d]``; ``attention_mask``:
+    additive ``[b, 1, q, k]`` (from ``eager_mask``) or ``None``. Returns the output as
+    ``[b, q, h, d]`` and no weights (patterns go to the context's observers instead).
+    """
+    context: AttentionContext | None = kwargs.get(CONTEXT_KWARG)
+    head_dim = query.shape[-1]
+    scale = head_dim**-0.5 if scaling is None else scaling
+    # T5 adds a relative-position bias to the scores; Gemma 2 soft-caps them.
+    pattern_fn = softmax_pattern(scale, bias=kwargs.get("position_bias"), softcap=kwargs.get("softcap"))
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        # Some families hand over a boolean mask (True = may attend); make it additive.
+        attention_mask = (~attention_mask).to(query.dtype) * torch.finfo(query.dtype).min
+    if attention_mask is not None and attention_mask.shape[-1] != key.shape[-2]:
+        attention_mask = attention_mask[..., : key.shape[-2]]
+    site = context.site_of(module) if context is not None else None
+    output = attend(
+        query,
+        key,
+        value,
+        mask=attention_mask,
+        pattern_fn=pattern_fn,
+        dropout=dropout,
+        training=module.training,
+        site=site,
+        context=context,
+    )
+    return output, None
+
+
+def register_attention() -> str:
+    """Register the core with transformers under :data:`ATTENTION_NAME`; returns the name.
+
+    Safe to call more than once.
+    """
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface, AttentionMaskInterface
+        from transformers.masking_utils import eager_mask
+
+        AttentionInterface.register(ATTENTION_NAME, hf_attention_forward)
+        AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
+        _registered = True
+    return ATTENTION_NAME

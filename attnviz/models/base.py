@@ -1,0 +1,167 @@
+"""What every loaded model looks like to the rest of attnviz.
+
+Capture, statistics and pruning only talk to :class:`LoadedModel`: it encodes
+texts into an :class:`EncodedBatch` and runs a forward pass with an
+:class:`~attnviz.core.AttentionContext`. Hugging Face models
+(:mod:`attnviz.models.hf`) and attnviz's toy models implement it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnviz.core import AttentionContext, AttentionSite
+
+
+@dataclass
+class EncodedBatch:
+    """A padded batch of examples, and what is needed to read the patterns it produces.
+
+    Token lists are per example and unpadded; padding is always on the right, so
+    token ``i`` of an example sits at position ``i`` of the padded sequence.
+    For encoder-decoder models ``tokens`` is the source (encoder) side and
+    ``target_*`` the decoder side.
+    """
+
+    inputs: dict[str, Tensor]  # keyword arguments of the model's forward
+    tokens: list[list[str]]  # raw token strings (e.g. "Ġthe", "##ing")
+    special: list[list[bool]]  # True where a token is a special token ([CLS], <s>, …)
+    word_ids: list[list[int | None]]  # word index of each token; None for special tokens
+    truncated: list[bool] = field(default_factory=list)  # example was cut to the maximum length
+    target_tokens: list[list[str]] | None = None
+    target_special: list[list[bool]] | None = None
+    target_word_ids: list[list[int | None]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(t) for t in self.tokens]
+
+    @property
+    def target_lengths(self) -> list[int] | None:
+        return None if self.target_tokens is None else [len(t) for t in self.target_tokens]
+
+    def query_key_lengths(self, stack: str) -> tuple[list[int], list[int]]:
+        """Per-example (query length, key length) of the patterns of ``stack``."""
+        source, target = self.lengths, self.target_lengths
+        if stack in ("self", "encoder"):
+            return source, source
+        if target is None:
+            raise ValueError(f"stack {stack!r} needs a target side")
+        if stack == "decoder":
+            return target, target
+        return target, source  # cross: decoder queries over encoder keys
+
+    def query_key_tokens(self, stack: str) -> tuple[list[list[str]], list[list[str]]]:
+        """Per-example (query tokens, key tokens) of ``stack``."""
+        if stack in ("self", "encoder"):
+            return self.tokens, self.tokens
+        assert self.target_tokens is not None
+        if stack == "decoder":
+            return self.target_tokens, self.target_tokens
+        return self.target_tokens, self.tokens
+
+    def query_key_special(self, stack: str) -> tuple[list[list[bool]], list[list[bool]]]:
+        """Per-example (query special flags, key special flags) of ``stack``."""
+        if stack in ("self", "encoder"):
+            return self.special, self.special
+        assert self.target_special is not None
+        if stack == "decoder":
+            return self.target_special, self.target_special
+        return self.target_special, self.special
+
+    def key_padding_mask(self, stack: str) -> Tensor:
+        """``[b, k]`` bool, True at real (non-padding) keys of ``stack``."""
+        _, key_lengths = self.query_key_lengths(stack)
+        width = max(key_lengths)
+        return torch.arange(width)[None, :] < torch.tensor(key_lengths)[:, None]
+
+
+class LoadedModel(ABC):
+    """A model ready for attnviz: encodes text, runs through the attention core."""
+
+    #: what the user typed (or a short name), shown in titles and reports
+    name: str
+    #: the underlying torch module
+    model: nn.Module
+    #: decoder-only causal LM (queries see only earlier keys)
+    causal: bool = False
+    #: has encoder, decoder and cross-attention stacks
+    encoder_decoder: bool = False
+    #: longest input the model accepts (positions), or None when unbounded
+    max_length: int | None = None
+
+    _layout: dict[AttentionSite, int] | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @abstractmethod
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        targets: Sequence[str] | None = None,
+        max_length: int | None = None,
+        truncate: bool = True,
+    ) -> EncodedBatch:
+        """Tokenise ``texts`` (and decoder ``targets``) into a right-padded batch on the model's device."""
+
+    @abstractmethod
+    def forward(self, batch: EncodedBatch, context: AttentionContext | None = None) -> Any:
+        """Run the model on ``batch``; every attention call goes through the core with ``context``."""
+
+    def stacks(self) -> tuple[str, ...]:
+        """The attention stacks this model has, in the order they run."""
+        return ("encoder", "decoder", "cross") if self.encoder_decoder else ("self",)
+
+    def layout(self) -> dict[AttentionSite, int]:
+        """Number of query heads at every attention site, found by a tiny probe forward pass.
+
+        Probing (rather than reading the config) also gets pruned models with
+        different head counts per layer right.
+        """
+        if self._layout is None:
+            recorder = _HeadCounter()
+            batch = self.encode(["attention probe"], targets=["probe"] if self.encoder_decoder else None)
+            with torch.no_grad():
+                self.forward(batch, AttentionContext(observers=[recorder], site_of=self.site_of))
+            self._layout = dict(sorted(recorder.heads.items()))
+        return self._layout
+
+    def num_layers(self, stack: str | None = None) -> int:
+        stack = stack or self.stacks()[0]
+        return sum(1 for site in self.layout() if site.stack == stack)
+
+    def num_heads(self, stack: str | None = None) -> int:
+        """Heads per layer of ``stack`` (the largest, if pruning made them differ)."""
+        stack = stack or self.stacks()[0]
+        return max(h for site, h in self.layout().items() if site.stack == stack)
+
+    def site_of(self, module: nn.Module) -> AttentionSite | None:
+        """The site of an attention module (used by the core to name what it observes)."""
+        return None
+
+    def context(self, observers: Sequence = (), head_mask=None) -> AttentionContext:
+        """An :class:`AttentionContext` whose sites are named for this model."""
+        return AttentionContext(observers=list(observers), head_mask=head_mask, site_of=self.site_of)
+
+
+class _HeadCounter:
+    """Observer that records how many heads each site has."""
+
+    def __init__(self) -> None:
+        self.heads: dict[AttentionSite, int] = {}
+
+    def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
+        if site is not None:
+            self.heads[site] = pattern.shape[1]

@@ -1,0 +1,254 @@
+"""Hugging Face models running on attnviz's attention core."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnviz.console import warn
+from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
+from attnviz.errors import InputError, ModelSpecError, UnsupportedModelError
+from attnviz.models.base import EncodedBatch, LoadedModel
+
+# Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
+_CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")
+
+
+def _model_class(config):
+    """The transformers class named by the config's ``architectures`` (so LM heads load too)."""
+    import transformers
+
+    for arch in getattr(config, "architectures", None) or []:
+        cls = getattr(transformers, arch, None)
+        if cls is not None:
+            return cls
+    if getattr(config, "is_encoder_decoder", False):
+        return transformers.AutoModelForSeq2SeqLM
+    return transformers.AutoModel
+
+
+def load_hf_model(
+    source: str,
+    *,
+    name: str | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    gguf_file: str | None = None,
+) -> HFModel:
+    """Load a Hugging Face model (directory or hub id) onto attnviz's attention core.
+
+    Families that do not call transformers' attention interface (gpt_neo, bloom, …)
+    fall back to ``eager`` attention with ``output_attentions``, with a warning;
+    head masks are not available on them.
+    """
+    import transformers
+
+    register_attention()
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    try:
+        config = transformers.AutoConfig.from_pretrained(source, **extra)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelSpecError(
+            f"cannot load model {source!r}: {str(exc).splitlines()[0]} "
+            "(give a local model directory, a .gguf file, a hub id in the local cache, or 'minilm'/'smollm2')"
+        ) from exc
+    cls = _model_class(config)
+    fallback = False
+    try:
+        model = cls.from_pretrained(source, attn_implementation=ATTENTION_NAME, dtype=dtype, **extra)
+    except ValueError as exc:
+        if "attn_implementation" not in str(exc) and "attention" not in str(exc).lower():
+            raise ModelSpecError(f"cannot load model {source!r}: {str(exc).splitlines()[0]}") from exc
+        fallback = True
+        model = cls.from_pretrained(source, attn_implementation="eager", dtype=dtype, **extra)
+    except OSError as exc:
+        raise ModelSpecError(f"cannot load model {source!r}: {str(exc).splitlines()[0]}") from exc
+    if not fallback and model.config._attn_implementation != ATTENTION_NAME:
+        fallback = True
+        model.set_attn_implementation("eager")
+    if fallback:
+        warn(
+            f"{config.model_type} models do not route through transformers' attention interface: "
+            "using eager attention with output_attentions (slower; head masks unavailable)"
+        )
+    model.to(device)
+    model.eval()
+    return HFModel(model, tokenizer, name=name or source, fallback=fallback)
+
+
+class HFModel(LoadedModel):
+    """A transformers model whose attention runs through attnviz's core."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, *, name: str, fallback: bool = False):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.fallback = fallback
+        config = model.config
+        self.encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        self.causal = not self.encoder_decoder and _is_causal(model)
+        limit = getattr(config, "max_position_embeddings", None)
+        if not isinstance(limit, int) or limit <= 0:
+            limit = getattr(tokenizer, "model_max_length", None)
+        self.max_length = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None
+        if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert") and self.max_length:
+            self.max_length -= 2  # RoBERTa-style position ids start after the padding index
+        if tokenizer.pad_token is None:
+            # Decoder-only tokenizers often have no pad token; padding is masked out anyway.
+            tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+        tokenizer.padding_side = "right"
+        self._sites: dict[nn.Module, AttentionSite | None] = {}
+        self._module_names = {module: name for name, module in model.named_modules()}
+
+    # -- naming attention sites -------------------------------------------------------------
+
+    def site_of(self, module: nn.Module) -> AttentionSite | None:
+        if module not in self._sites:
+            self._sites[module] = self._site_from_name(self._module_names.get(module, ""), module)
+        return self._sites[module]
+
+    def _site_from_name(self, qualified_name: str, module: nn.Module) -> AttentionSite | None:
+        """``model.layers.12.self_attn`` -> self.12; ``decoder.block.3.layer.1.EncDecAttention`` -> cross.3."""
+        numbers = re.findall(r"(?:^|\.)(\d+)(?:\.|$)", qualified_name)
+        if not numbers:
+            return None
+        layer = int(numbers[0])
+        if not self.encoder_decoder:
+            return AttentionSite("self", layer)
+        lowered = qualified_name.lower()
+        if getattr(module, "is_cross_attention", False) or any(part in lowered for part in _CROSS_NAMES):
+            return AttentionSite("cross", layer)
+        parts = lowered.split(".")
+        return AttentionSite("decoder" if "decoder" in parts else "encoder", layer)
+
+    # -- encoding -----------------------------------------------------------------------------
+
+    def _tokenize(self, texts: Sequence[str], max_length: int | None, truncate: bool, what: str):
+        limit = min(x for x in (max_length, self.max_length) if x) if (max_length or self.max_length) else None
+        full = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+        truncated = [limit is not None and len(ids) > limit for ids in full]
+        if any(truncated):
+            longest = max(len(ids) for ids in full)
+            if not truncate:
+                raise InputError(
+                    f"{what} has {longest} tokens, more than the limit of {limit}: "
+                    "shorten it, raise --max-length, or allow truncation"
+                )
+            warn(f"{sum(truncated)} {what}(s) longer than {limit} tokens were truncated to {limit}")
+        enc = self.tokenizer(
+            list(texts),
+            padding=True,
+            truncation=limit is not None,
+            max_length=limit,
+            return_tensors="pt",
+            return_special_tokens_mask=True,
+        )
+        tokens, special, word_ids = [], [], []
+        for i in range(len(texts)):
+            length = int(enc["attention_mask"][i].sum())
+            ids = enc["input_ids"][i, :length].tolist()
+            tokens.append(self.tokenizer.convert_ids_to_tokens(ids))
+            special.append([bool(s) for s in enc["special_tokens_mask"][i, :length].tolist()])
+            try:
+                words = enc.word_ids(i)[:length]
+            except (ValueError, AttributeError):  # slow tokenizers have no word ids
+                words = list(range(length))
+            word_ids.append([None if s else w for w, s in zip(words, special[-1])])
+        return enc, tokens, special, word_ids, truncated
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        targets: Sequence[str] | None = None,
+        max_length: int | None = None,
+        truncate: bool = True,
+    ) -> EncodedBatch:
+        texts = list(texts)
+        if not texts:
+            raise InputError("no text given")
+        for text in texts:
+            if not text.strip():
+                raise InputError("the text is empty: give at least one word")
+        enc, tokens, special, word_ids, truncated = self._tokenize(texts, max_length, truncate, "text")
+        inputs = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+        batch = EncodedBatch(inputs=inputs, tokens=tokens, special=special, word_ids=word_ids, truncated=truncated)
+        if self.encoder_decoder:
+            if targets is None:
+                start = self.model.config.decoder_start_token_id
+                if start is None:
+                    start = self.tokenizer.pad_token_id
+                inputs["decoder_input_ids"] = torch.full((len(texts), 1), start, dtype=torch.long)
+                inputs["decoder_attention_mask"] = torch.ones((len(texts), 1), dtype=torch.long)
+                start_token = self.tokenizer.convert_ids_to_tokens([start])[0]
+                batch.target_tokens = [[start_token] for _ in texts]
+                batch.target_special = [[True] for _ in texts]
+                batch.target_word_ids = [[None] for _ in texts]
+            else:
+                targets = list(targets)
+                if len(targets) != len(texts) or any(not t.strip() for t in targets):
+                    raise InputError("give one non-empty target text per source text")
+                tenc, ttokens, tspecial, twords, _ = self._tokenize(targets, max_length, truncate, "target text")
+                inputs["decoder_input_ids"] = tenc["input_ids"]
+                inputs["decoder_attention_mask"] = tenc["attention_mask"]
+                batch.target_tokens, batch.target_special, batch.target_word_ids = ttokens, tspecial, twords
+        elif targets is not None:
+            raise InputError(f"{self.name} is not an encoder-decoder model: --target applies only to those")
+        device = self.device
+        batch.inputs = {k: v.to(device) for k, v in inputs.items()}
+        return batch
+
+    # -- running --------------------------------------------------------------------------------
+
+    def forward(self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = False):
+        """Run the model. Without ``logits`` the base model runs (no vocabulary projection)."""
+        module = self.model if logits else self.model.base_model
+        if self.encoder_decoder and not hasattr(module, "decoder") and not hasattr(module, "get_decoder"):
+            module = self.model
+        kwargs: dict[str, Any] = dict(batch.inputs)
+        if "use_cache" in _forward_parameters(module):
+            kwargs["use_cache"] = False
+        if not self.fallback:
+            if context is not None:
+                kwargs[CONTEXT_KWARG] = context
+            return module(**kwargs)
+        if context is not None and context.head_mask is not None:
+            raise UnsupportedModelError(
+                f"{self.model.config.model_type} models do not route through transformers' attention "
+                "interface, so attnviz cannot mask their heads"
+            )
+        outputs = module(**kwargs, output_attentions=context is not None)
+        if context is not None:
+            _replay_attentions(outputs, context, self.encoder_decoder)
+        return outputs
+
+
+def _forward_parameters(module: nn.Module) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(module.forward).parameters)
+
+
+def _replay_attentions(outputs: Any, context: AttentionContext, encoder_decoder: bool) -> None:
+    """Hand the patterns that eager attention returned to the observers (fallback path)."""
+    groups = (
+        [("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"), ("cross", "cross_attentions")]
+        if encoder_decoder
+        else [("self", "attentions")]
+    )
+    for stack, attribute in groups:
+        for layer, pattern in enumerate(getattr(outputs, attribute, None) or ()):
+            for observer in context.observers:
+                observer.observe(AttentionSite(stack, layer), pattern.float(), 0)
+
+
+def _is_causal(model: nn.Module) -> bool:
+    """Decoder-only models: the class is a causal LM, the config says decoder, or attention modules are causal."""
+    if type(model).__name__.endswith("ForCausalLM") or getattr(model.config, "is_decoder", False):
+        return True
+    return any(getattr(m, "is_causal", False) is True for m in model.modules())
