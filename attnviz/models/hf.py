@@ -48,6 +48,7 @@ def load_hf_model(
     import transformers
 
     register_attention()
+    _quiet_transformers()
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     try:
         config = transformers.AutoConfig.from_pretrained(source, **extra)
@@ -61,24 +62,35 @@ def load_hf_model(
     fallback = False
     try:
         model = cls.from_pretrained(source, attn_implementation=ATTENTION_NAME, dtype=dtype, **extra)
-    except ValueError as exc:
-        if "attn_implementation" not in str(exc) and "attention" not in str(exc).lower():
+    except (ValueError, KeyError) as exc:
+        # Families with their own attention classes (gpt_neo, bloom, falcon, …) reject the name.
+        if isinstance(exc, ValueError) and "attention" not in str(exc).lower():
             raise ModelSpecError(f"cannot load model {source!r}: {str(exc).splitlines()[0]}") from exc
         fallback = True
         model = cls.from_pretrained(source, attn_implementation="eager", dtype=dtype, **extra)
     except OSError as exc:
         raise ModelSpecError(f"cannot load model {source!r}: {str(exc).splitlines()[0]}") from exc
-    if not fallback and model.config._attn_implementation != ATTENTION_NAME:
-        fallback = True
+    model.to(device)
+    model.eval()
+    loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
+    if not fallback and (model.config._attn_implementation != ATTENTION_NAME or not loaded.layout()):
+        # The name was accepted but no attention call reached the core: the family does not use the interface.
         model.set_attn_implementation("eager")
-    if fallback:
+        loaded = HFModel(model, tokenizer, name=name or source, fallback=True)
+    if loaded.fallback:
         warn(
             f"{config.model_type} models do not route through transformers' attention interface: "
             "using eager attention with output_attentions (slower; head masks unavailable)"
         )
-    model.to(device)
-    model.eval()
-    return HFModel(model, tokenizer, name=name or source, fallback=fallback)
+    return loaded
+
+
+def _quiet_transformers() -> None:
+    """transformers' own progress bars and info logs would clutter attnviz's stderr."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
 
 
 class HFModel(LoadedModel):

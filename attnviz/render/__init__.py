@@ -1,0 +1,1 @@
+"""Rendering: figures from tensors and labels. Nothing here loads a model."""

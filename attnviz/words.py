@@ -1,0 +1,82 @@
+"""Tokens as people read them: display labels, and merging sub-word pieces into words.
+
+Merging a ``[..., query, key]`` pattern into words follows what attention means:
+attention *to* a word is the sum of the attention to its pieces (columns are
+added), attention *from* a word is the mean over its pieces (rows are
+averaged). Rows therefore still sum to 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+# Markers that tokenizers put on pieces: byte-level BPE (GPT-2, LLaMA-3, SmolLM2) marks a leading
+# space with "Ġ" and a newline with "Ċ"; SentencePiece (T5, LLaMA-2) marks a leading space with "▁";
+# WordPiece (BERT) marks a continuation with "##".
+_SPACE_MARKERS = ("Ġ", "▁")
+
+
+def display_token(token: str) -> str:
+    """A readable label for one raw token string (``Ġthe`` -> ``the``, ``Ċ`` -> ``\\n``)."""
+    label = token
+    for marker in _SPACE_MARKERS:
+        if label.startswith(marker) and len(label) > len(marker):
+            label = label[len(marker) :]
+        label = label.replace(marker, " ")
+    label = label.replace("Ċ", "\\n").replace("ĉ", "\\t")
+    return label if label.strip() else repr(label)[1:-1] or "␣"
+
+
+def word_groups(word_ids: Sequence[int | None]) -> list[list[int]]:
+    """Token indices of each word, in order. Special tokens (word id None) stay alone."""
+    groups: list[list[int]] = []
+    previous: int | None = None
+    for index, word in enumerate(word_ids):
+        if word is not None and word == previous and groups:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+        previous = word
+    return groups
+
+
+def word_label(tokens: Sequence[str], group: Sequence[int]) -> str:
+    """Join a word's pieces: ``["play", "##ing"]`` -> ``playing``."""
+    pieces = []
+    for position, index in enumerate(group):
+        piece = display_token(tokens[index])
+        if position > 0 and piece.startswith("##"):
+            piece = piece[2:]
+        pieces.append(piece)
+    return "".join(pieces)
+
+
+def _aggregation(groups: list[list[int]], length: int, average: bool) -> Tensor:
+    """``[words, tokens]`` matrix: 1 (or 1/len) where a token belongs to a word."""
+    matrix = torch.zeros(len(groups), length)
+    for row, group in enumerate(groups):
+        matrix[row, group] = 1.0 / len(group) if average else 1.0
+    return matrix
+
+
+def merge_words(
+    pattern: Tensor,
+    query_word_ids: Sequence[int | None],
+    key_word_ids: Sequence[int | None],
+) -> Tensor:
+    """Merge ``[..., query, key]`` token attention into ``[..., query_words, key_words]``."""
+    query_groups, key_groups = word_groups(query_word_ids), word_groups(key_word_ids)
+    rows = _aggregation(query_groups, pattern.shape[-2], average=True).to(pattern)  # [Wq, q]
+    columns = _aggregation(key_groups, pattern.shape[-1], average=False).to(pattern).T  # [k, Wk]
+    return rows @ pattern @ columns  # [..., Wq, Wk]
+
+
+def merge_visibility(
+    visible: Tensor, query_word_ids: Sequence[int | None], key_word_ids: Sequence[int | None]
+) -> Tensor:
+    """Word-level ``[Wq, Wk]`` visibility: a word may see a word if any of their pieces may."""
+    merged = merge_words(visible.float(), query_word_ids, key_word_ids)
+    return merged > 0
