@@ -135,8 +135,6 @@ def heatmap(
     if from_capture is not None:
         if text is not None:
             raise InputError("give either TEXT or --from-capture, not both")
-        if from_capture.expanduser().resolve() == out.resolve():
-            raise InputError("--out would overwrite the --from-capture input: choose another output path")
         result = AttentionCapture.load(from_capture)
     else:
         if text is None:
