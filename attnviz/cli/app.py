@@ -60,17 +60,8 @@ def main() -> None:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        app(standalone_mode=False)
+        # Standalone mode: Typer reports usage errors (unknown option, missing value) itself.
+        app()
     except AttnvizError as exc:
         console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        console.print("[bold red]interrupted[/bold red]")
-        sys.exit(130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        sys.exit(1)
-    except __import__("click").exceptions.ClickException as exc:
-        exc.show()
         sys.exit(exc.exit_code)
