@@ -162,3 +162,17 @@ def test_head_mask_reaches_hf_model(tiny_model_dirs):
         changed = loaded.forward(batch, loaded.context(head_mask=HeadMask.from_matrix(zero))).last_hidden_state
     assert torch.equal(base, same)
     assert (base - changed).abs().max() > 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_core_on_cuda_matches_cpu(minilm_dir):
+    cpu = load_hf_model(str(minilm_dir), name="minilm", device="cpu")
+    gpu = load_hf_model(str(minilm_dir), name="minilm", device="cuda")
+    batch_cpu, batch_gpu = cpu.encode(SENTENCES), gpu.encode(SENTENCES)
+    rec_cpu, rec_gpu = PatternRecorder(), PatternRecorder()
+    with torch.no_grad():
+        cpu.forward(batch_cpu, cpu.context([rec_cpu]))
+        gpu.forward(batch_gpu, gpu.context([rec_gpu]))
+    for site, pattern in rec_cpu.patterns.items():
+        assert (rec_gpu.patterns[site] - pattern).abs().max() <= 1e-4
