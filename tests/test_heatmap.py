@@ -91,3 +91,11 @@ def test_bad_selection_and_paths(minilm, tmp_path):
         save_figure(capture_heatmap(result, layer="0", head="0"), tmp_path / "x.jpg")
     with pytest.raises(OutputError, match="does not exist"):
         save_figure(capture_heatmap(result, layer="0", head="0"), tmp_path / "missing" / "x.png")
+
+
+def test_too_many_panels_is_refused():
+    pattern = torch.softmax(torch.randn(30, 9, 4, 4), dim=-1)
+    result = AttentionCapture(model="synthetic", tokens=list("abcd"), causal=True, patterns={"self": list(pattern)})
+    with pytest.raises(InputError, match="unreadable"):
+        capture_heatmap(result, layer="all", head="all")
+    capture_heatmap(result, layer="all", head="mean")  # 30 panels are fine

@@ -1,9 +1,217 @@
-"""`attnviz prune` (not yet implemented)."""
+"""``attnviz prune``: score attention heads, remove the least important, write a smaller checkpoint."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption
+
+HOW_MUCH_PANEL = "How much to prune"
+HOW_PANEL = "How to choose heads"
+MEASURE_PANEL = "Measuring"
+
+
+def prune(
+    checkpoint: Annotated[
+        str,
+        typer.Argument(
+            help="Model to prune: 'minilm', 'smollm2', a Hugging Face model directory, a .gguf file, or an "
+            "attnviz toy checkpoint directory. Example: minilm",
+        ),
+    ] = "minilm",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Directory for the pruned checkpoint (new or empty, or add --force). Example: --out pruned-minilm",
+            rich_help_panel=OUTPUT_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    ratio: Annotated[
+        float | None,
+        typer.Option(
+            "--ratio", help="Fraction of all heads to remove, between 0 and 1. Example: --ratio 0.3",
+            rich_help_panel=HOW_MUCH_PANEL, show_default=False,
+        ),
+    ] = None,
+    count: Annotated[
+        int | None,
+        typer.Option(
+            "--count", help="Number of heads to remove (instead of --ratio). Example: --count 20",
+            rich_help_panel=HOW_MUCH_PANEL, show_default=False,
+        ),
+    ] = None,
+    min_score: Annotated[
+        float | None,
+        typer.Option(
+            "--min-score",
+            help="Stop before quality falls below this fraction of the original (perplexity: 1/ppl; accuracy; "
+            "cosine similarity). Alone, prunes in steps of 10 percent of the heads until then. Example: --min-score 0.9",
+            rich_help_panel=HOW_MUCH_PANEL, show_default=False,
+        ),
+    ] = None,
+    importance: Annotated[
+        str,
+        typer.Option(
+            "--importance",
+            help="How heads are scored: gradient (Michel et al.), ablation, entropy, confidence or random. "
+            "Example: --importance ablation",
+            rich_help_panel=HOW_PANEL,
+        ),
+    ] = "gradient",
+    strategy: Annotated[
+        str,
+        typer.Option(
+            "--strategy",
+            help="global (least important heads of the whole model) or per-layer (the same share from every "
+            "layer). Example: --strategy per-layer",
+            rich_help_panel=HOW_PANEL,
+        ),
+    ] = "global",
+    iterative: Annotated[
+        bool,
+        typer.Option(
+            "--iterative/--one-shot",
+            help="Re-score the remaining heads after each of --steps steps (Michel et al.), or rank once. "
+            "Example: --iterative",
+            rich_help_panel=HOW_PANEL,
+        ),
+    ] = False,
+    steps: Annotated[
+        int,
+        typer.Option(
+            "--steps", min=1, help="Steps to reach the target (re-scoring / --min-score checks). Example: --steps 5",
+            rich_help_panel=HOW_PANEL,
+        ),
+    ] = 5,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed", help="Seed of random importance, encoder probes and toy task data. Example: --seed 1",
+            rich_help_panel=HOW_PANEL,
+        ),
+    ] = 0,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data", "-d",
+            help="Text to score heads on: one example per line, or .jsonl with a 'text' field (default: the "
+            "shipped corpus). Ignored for toy models, which use their task. Example: --data notes.txt",
+            rich_help_panel=INPUT_PANEL, show_default=False,
+        ),
+    ] = None,
+    text: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--text", "-t", help='Scoring text given inline (repeatable). Example: --text "The cat sat on the mat."',
+            rich_help_panel=INPUT_PANEL, show_default=False,
+        ),
+    ] = None,
+    eval_data: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-data",
+            help="Held-out text to measure quality on (default: the scoring text). Example: --eval-data heldout.txt",
+            rich_help_panel=INPUT_PANEL, show_default=False,
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int,
+        typer.Option("--batch-size", min=1, help="Examples per forward pass. Example: --batch-size 4",
+                     rich_help_panel=INPUT_PANEL),
+    ] = 8,
+    max_length: MaxLengthOption = 256,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace an existing non-empty --out directory. Example: --force",
+                     rich_help_panel=OUTPUT_PANEL),
+    ] = False,
+    json_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--json", help="Also write the report as JSON. Example: --json prune-report.json",
+            rich_help_panel=OUTPUT_PANEL, show_default=False,
+        ),
+    ] = None,
+    transformers_copy: Annotated[
+        bool,
+        typer.Option(
+            "--transformers-copy/--no-transformers-copy",
+            help="Also write OUT/transformers-masked: a full-size checkpoint with zeroed head weights that plain "
+            "transformers loads. Example: --no-transformers-copy",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
+    ] = True,
+    latency_tokens: Annotated[
+        int,
+        typer.Option("--latency-tokens", min=1, help="Input length for the latency measurement. Example: "
+                     "--latency-tokens 512", rich_help_panel=MEASURE_PANEL),
+    ] = 256,
+    latency_repeats: Annotated[
+        int,
+        typer.Option("--latency-repeats", min=1, help="Timed forward passes per model (median). Example: "
+                     "--latency-repeats 10", rich_help_panel=MEASURE_PANEL),
+    ] = 5,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
+) -> None:
+    """Remove the least important attention heads and write a physically smaller checkpoint.
+
+    Examples:
+
+      attnviz prune minilm --ratio 0.3 --out pruned-minilm
+
+      attnviz prune smollm2 --count 54 --iterative --data notes.txt --out pruned-smollm2 --json report.json
+
+      attnviz prune toy-induction --min-score 0.95 --importance ablation --out pruned-toy
+    """
+    from attnviz.data import load_texts
+    from attnviz.errors import InputError
+    from attnviz.io import check_output_path
+    from attnviz.models.specs import load_model
+    from attnviz.prune.checkpoint import check_output_dir, model_source_paths
+    from attnviz.prune.pipeline import PruneConfig, check_prunable, prune_model, save_outcome
+    from attnviz.prune.report import print_report, write_report_json
+    from attnviz.prune.strategy import PruneStrategy
+
+    if out is None:
+        raise InputError("say where to write the pruned checkpoint: --out DIR")
+    config = PruneConfig(
+        ratio=ratio,
+        count=count,
+        importance=importance,
+        strategy=PruneStrategy(scope=strategy, iterative=iterative, steps=steps, min_score=min_score),
+        seed=seed,
+        batch_size=batch_size,
+        max_length=max_length,
+        latency_tokens=latency_tokens,
+        latency_repeats=latency_repeats,
+    )
+    config.validate()
+    # Check every output before the (slow) work, so bad input writes nothing.
+    check_output_dir(out, force=force, inputs=model_source_paths(checkpoint))
+    if json_path is not None:
+        json_path = check_output_path(json_path, (".json",))
+        if json_path.resolve().is_relative_to(out.expanduser().resolve()):
+            raise InputError(f"--json {json_path} lies inside --out {out}: write the report elsewhere")
+    texts = load_texts(data, text)
+    eval_texts = load_texts(eval_data) if eval_data is not None else None
+
+    loaded = load_model(checkpoint, device=device, dtype=dtype)
+    check_prunable(loaded)
+    check_output_dir(out, force=force, inputs=model_source_paths(checkpoint, loaded))
+    outcome = prune_model(loaded, config, texts=texts, eval_texts=eval_texts)
+    save_outcome(outcome, out, source=checkpoint, transformers_copy=transformers_copy)
+    if json_path is not None:
+        write_report_json(outcome.report, json_path)
+    print_report(outcome.report)
 
 
 def register(app: typer.Typer) -> None:
     """Add this command to ``app``."""
+    app.command("prune", no_args_is_help=True)(prune)

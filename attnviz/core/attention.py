@@ -18,19 +18,24 @@ The computation per (batch, head)::
     output  = pattern V                                      [b, h, q, d] -> [b, q, h, d]
 
 Long inputs are processed in blocks of queries so that the full ``[b, h, q, k]``
-tensor never has to exist. Whether to block depends only on the shapes, never
-on who observes the pattern, so a model's outputs are bit-for-bit the same with
-and without capture.
+tensor never has to exist; without gradients the blocks are computed in reused
+buffers and skip keys the mask hides from the whole block (the causal future).
+Whether to block depends only on the shapes, and how to compute only on the
+inputs, never on who observes the pattern, so a model's outputs are bit-for-bit
+the same with and without capture.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 from torch import Tensor, nn
+from torch.utils.weak import WeakTensorKeyDictionary
 
 #: Above this many elements in one ``[b, h, q, k]`` score tensor, queries are processed in blocks.
 #: 2**22 float32 values are 16 MiB, small enough to stay in cache-friendly territory.
@@ -61,7 +66,14 @@ class AttentionSite:
 
 
 class AttentionObserver(Protocol):
-    """Receives every pattern the core computes, block by block, as the model runs."""
+    """Receives every pattern the core computes, block by block, as the model runs.
+
+    An observer may set the class attribute ``accepts_key_prefix = True`` to say that it
+    reads the pattern only during :meth:`observe` and copes with fewer key columns: it then
+    receives ``[b, h, block, c]`` with ``c ≤ k``, the leading keys (every later key has
+    weight exactly 0), in a buffer the core reuses as soon as ``observe`` returns. Other
+    observers receive a full-width ``[b, h, block, k]`` tensor of their own, which they may keep.
+    """
 
     def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
         """``pattern``: float32 ``[b, h, block, k]``, rows ``query_start … query_start+block-1``.
@@ -125,33 +137,120 @@ def repeat_kv(states: Tensor, n_rep: int) -> Tensor:
     return states.reshape(batch, kv_heads * n_rep, length, head_dim)  # [b, h, k, d]
 
 
-def softmax_pattern(
-    scaling: float, bias: Tensor | None = None, softcap: float | None = None
-) -> PatternFunction:
+class SoftmaxPattern:
+    """The standard pattern, ``softmax(Q Kᵀ·scaling (+ bias) (+ mask))`` in float32, as a :data:`PatternFunction`.
+
+    Calling it computes one block into fresh tensors (the differentiable path). :func:`attend`
+    recognises it and, when no gradient is needed, computes the same operations in place in
+    reused buffers, skipping keys the mask hides from the whole block (see :func:`attend`).
+    """
+
+    def __init__(self, scaling: float, bias: Tensor | None = None, softcap: float | None = None):
+        self.scaling = scaling
+        #: additive ``[1|b, h, q, k]`` scores bias (T5's relative position bias), or None
+        self.bias = bias
+        #: ``tanh`` soft-capping of the scores (Gemma 2), or None
+        self.softcap = softcap
+
+    def __call__(self, query: Tensor, key: Tensor, mask: Tensor | None, query_start: int) -> Tensor:
+        block = query.shape[2]
+        scores = torch.matmul(query, key.transpose(2, 3)) * self.scaling  # [b, h, blk, k]
+        if self.softcap is not None:
+            scores = torch.tanh(scores / self.softcap) * self.softcap
+        if self.bias is not None:
+            scores = scores + self.bias[:, :, query_start : query_start + block]
+        if mask is not None:
+            scores = scores + mask
+        return torch.softmax(scores, dim=-1, dtype=torch.float32)
+
+    def adjust_scores_(self, scores: Tensor, mask: Tensor | None, query_start: int) -> Tensor:
+        """The steps of :meth:`__call__` between ``Q Kᵀ`` and the softmax, in place on ``[b, h, blk, c]``.
+
+        ``c`` may be less than the full key length (keys the mask hides from the whole block
+        are left out); bias and mask are cut to match. Same operations in the same order, so
+        in float32 the numbers equal :meth:`__call__`'s.
+        """
+        block, width = scores.shape[2], scores.shape[3]
+        scores.mul_(self.scaling)
+        if self.softcap is not None:
+            scores.div_(self.softcap).tanh_().mul_(self.softcap)
+        if self.bias is not None:
+            scores.add_(self.bias[:, :, query_start : query_start + block, :width])
+        if mask is not None:
+            scores.add_(mask[..., :width])
+        return scores
+
+
+def softmax_pattern(scaling: float, bias: Tensor | None = None, softcap: float | None = None) -> SoftmaxPattern:
     """The standard pattern: ``softmax(Q Kᵀ·scaling (+ bias) (+ mask))`` in float32.
 
     ``bias``: additive ``[1|b, h, q, k]`` scores bias (T5's relative position bias).
     ``softcap``: ``tanh`` soft-capping of the scores (Gemma 2).
     """
-
-    def pattern(query: Tensor, key: Tensor, mask: Tensor | None, query_start: int) -> Tensor:
-        block = query.shape[2]
-        scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # [b, h, blk, k]
-        if softcap is not None:
-            scores = torch.tanh(scores / softcap) * softcap
-        if bias is not None:
-            scores = scores + bias[:, :, query_start : query_start + block]
-        if mask is not None:
-            scores = scores + mask
-        return torch.softmax(scores, dim=-1, dtype=torch.float32)
-
-    return pattern
+    return SoftmaxPattern(scaling, bias, softcap)
 
 
 def query_block_size(batch: int, heads: int, query_len: int, key_len: int) -> int:
     """How many queries to process at once: all of them unless that exceeds :data:`BLOCK_ELEMENTS`."""
     per_query = max(1, batch * heads * key_len)
     return max(1, min(query_len, BLOCK_ELEMENTS // per_query))
+
+
+def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> list[int]:
+    """For each block of ``block`` queries: how many leading keys can receive any weight.
+
+    A key receives exactly zero weight where the additive mask holds its dtype's lowest
+    value (or ``-inf``): ``exp`` of it underflows to 0. So a block of queries ``[s, e)``
+    under a causal mask needs only keys ``< e``, about half the work of the full square.
+    A block holding a query that may see no key at all keeps every key, because softmax
+    makes such a row uniform over all of them.
+
+    Transformers builds one mask per forward pass and hands it to every layer, so the
+    result is cached per mask tensor (and dropped with it).
+    """
+    num_blocks = -(-query_len // block)
+    if mask is None or not mask.is_floating_point() or mask.shape[-1] != key_len:
+        return [key_len] * num_blocks
+    signature = (block, query_len, key_len, mask._version)
+    cached = _key_stop_cache.get(mask)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    visible = mask > torch.finfo(mask.dtype).min  # [b|1, 1|h, q|1, k]
+    positions = torch.arange(1, key_len + 1, dtype=torch.int32, device=mask.device)  # [k]
+    last = torch.where(visible, positions, 0).amax(-1)  # [b|1, 1|h, q|1]: 1 + last visible key; 0: none
+    last = torch.where(last == 0, key_len, last).amax(dim=(0, 1))  # [q|1]
+    last = last.expand(query_len)  # [q]
+    padded = torch.nn.functional.pad(last, (0, num_blocks * block - query_len))  # [blocks·block]
+    stops = padded.view(num_blocks, block).amax(-1).tolist()  # [blocks]
+    _key_stop_cache[mask] = (signature, stops)
+    return stops
+
+
+#: mask tensor -> (signature, key stops); see :func:`key_stops`
+_key_stop_cache = WeakTensorKeyDictionary()
+
+
+class _Workspace(threading.local):
+    """Flat buffers reused across blocks and layers, one set per thread.
+
+    Writing freshly allocated memory costs a page fault per page (about 4× slower than
+    writing memory already in use), and an n×n score tensor is written four times per
+    layer; reusing the same buffers removes that cost. They keep the largest size asked for.
+    """
+
+    def __init__(self) -> None:
+        self.buffers: dict[tuple[str, torch.device, torch.dtype], Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+        numel = math.prod(shape)
+        buffer = self.buffers.get((name, device, dtype))
+        if buffer is None or buffer.numel() < numel:
+            buffer = torch.empty(numel, dtype=dtype, device=device)
+            self.buffers[(name, device, dtype)] = buffer
+        return buffer[:numel].view(shape)
+
+
+_workspace = _Workspace()
 
 
 def attend(
@@ -181,12 +280,15 @@ def attend(
 
     Returns:
         ``[b, q, h, d]`` (contiguous): each head's output, ready to be merged into ``[b, q, h·d]``.
+
+    Two paths compute the same numbers. The standard softmax pattern, when no gradient is
+    needed, runs in reused buffers, shares key/value heads without repeating them, and skips
+    keys the mask hides from a whole block (:func:`key_stops`). Anything else (a custom
+    ``pattern_fn``, or tensors that need gradients) runs on fresh tensors. The choice depends
+    on the inputs only, never on the observers.
     """
     batch, heads, query_len, head_dim = query.shape
     key_len = key.shape[2]
-    n_rep = heads // key.shape[1]
-    key = repeat_kv(key, n_rep)  # [b, h, k, d]
-    value = repeat_kv(value, n_rep)  # [b, h, k, d]
     if pattern_fn is None:
         pattern_fn = softmax_pattern(head_dim**-0.5 if scaling is None else scaling)
 
@@ -196,6 +298,15 @@ def attend(
         head_mask = head_mask.to(dtype=value.dtype, device=value.device).view(1, heads, 1, 1)  # [1, h, 1, 1]
 
     block = query_block_size(batch, heads, query_len, key_len)
+    bias = pattern_fn.bias if isinstance(pattern_fn, SoftmaxPattern) else None
+    if isinstance(pattern_fn, SoftmaxPattern) and not _needs_grad(query, key, value, mask, bias, head_mask):
+        return _attend_in_buffers(
+            query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training
+        )
+
+    n_rep = heads // key.shape[1]
+    key = repeat_kv(key, n_rep)  # [b, h, k, d]
+    value = repeat_kv(value, n_rep)  # [b, h, k, d]
     outputs = []
     for start in range(0, query_len, block):
         stop = min(start + block, query_len)
@@ -211,3 +322,66 @@ def attend(
         outputs.append(torch.matmul(weights, value))  # [b, h, blk, d]
     output = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)  # [b, h, q, d]
     return output.transpose(1, 2).contiguous()  # [b, q, h, d]
+
+
+def _needs_grad(*tensors: Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _attend_in_buffers(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    pattern_fn: SoftmaxPattern,
+    block: int,
+    observers: Sequence[AttentionObserver],
+    site: AttentionSite | None,
+    head_mask: Tensor | None,
+    dropout: float,
+    training: bool,
+) -> Tensor:
+    """The softmax path of :func:`attend` without gradients: in place, in reused buffers."""
+    batch, heads, query_len, head_dim = query.shape
+    kv_heads, key_len = key.shape[1], key.shape[2]
+    n_rep = heads // kv_heads
+    key = key.contiguous()  # [b, kvh, k, d]
+    value = value.contiguous()  # [b, kvh, k, d]
+    output = value.new_empty(batch, query_len, heads, head_dim)  # [b, q, h, d]
+    output_groups = output.view(batch, query_len, kv_heads, n_rep, head_dim)  # [b, q, kvh, n_rep, d]
+    stops = key_stops(mask, block, query_len, key_len)
+    for start, width in zip(range(0, query_len, block), stops):
+        stop = min(start + block, query_len)
+        rows = stop - start
+        # Grouped-query attention without repeating keys: the n_rep query heads that share a
+        # key/value head become extra rows of one matmul against it (head h = g·n_rep + r).
+        query_block = query[:, :, start:stop].reshape(batch, kv_heads, n_rep * rows, head_dim)  # [b, kvh, n_rep·blk, d]
+        scores = _workspace.get("scores", (batch, kv_heads, n_rep * rows, width), query.dtype, query.device)
+        torch.matmul(query_block, key[:, :, :width].transpose(2, 3), out=scores)  # [b, kvh, n_rep·blk, c]
+        scores = scores.view(batch, heads, rows, width)  # [b, h, blk, c]
+        mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
+        pattern_fn.adjust_scores_(scores, mask_block, start)
+        pattern = _workspace.get("pattern", (batch, heads, rows, width), torch.float32, query.device)
+        # softmax into the reused buffer (torch.softmax has no out=); equals torch.softmax bit for bit
+        torch.ops.aten._softmax.out(scores if scores.dtype == torch.float32 else scores.float(), -1, False, out=pattern)
+
+        full_width = None  # [b, h, blk, k] copy for observers that need every key and may keep it
+        for observer in observers:
+            if getattr(observer, "accepts_key_prefix", False):
+                observer.observe(site, pattern, start)
+                continue
+            if full_width is None:
+                full_width = pattern.new_zeros(batch, heads, rows, key_len)
+                full_width[..., :width] = pattern
+            observer.observe(site, full_width, start)
+
+        weights = pattern if value.dtype == torch.float32 else pattern.to(value.dtype)
+        if dropout and training:
+            weights = nn.functional.dropout(weights, p=dropout, training=True)
+        if head_mask is not None:
+            weights.mul_(head_mask)  # observers are done with the pattern
+        weights = weights.view(batch, kv_heads, n_rep * rows, width)  # [b, kvh, n_rep·blk, c]
+        block_output = torch.matmul(weights, value[:, :, :width])  # [b, kvh, n_rep·blk, d]
+        block_output = block_output.view(batch, kv_heads, n_rep, rows, head_dim)  # [b, kvh, n_rep, blk, d]
+        output_groups[:, start:stop] = block_output.permute(0, 3, 1, 2, 4)  # [b, blk, kvh, n_rep, d]
+    return output

@@ -8,6 +8,9 @@ from attnviz.render.heatmap import HeatmapPanel, causal_visibility, render_heatm
 from attnviz.selection import MEAN, parse_heads, parse_layers
 from attnviz.words import display_token, merge_visibility, merge_words, word_groups, word_label
 
+#: More heatmaps than this in one figure would be unreadable.
+MAX_PANELS = 144
+
 STACK_TITLES = {"self": "", "encoder": "encoder ", "decoder": "decoder ", "cross": "cross-attention "}
 
 
@@ -30,6 +33,13 @@ def capture_heatmap(
     if stack not in capture.patterns:
         raise InputError(f"this capture has no {stack} attention (it has {', '.join(capture.stacks)})")
     layers = parse_layers(layer, capture.num_layers(stack))
+    heads_per_layer = [1 if head.strip().lower() == "mean" else len(parse_heads(head, capture.num_heads(stack, i)))
+                       for i in layers]
+    if sum(heads_per_layer) > MAX_PANELS:
+        raise InputError(
+            f"{sum(heads_per_layer)} heatmaps in one figure would be unreadable (at most {MAX_PANELS}): "
+            "pick fewer layers or heads, or use --head mean"
+        )
     query_tokens, key_tokens = capture.axis_tokens(stack)
     query_words, key_words = capture.axis_word_ids(stack)
     if words and (not query_words or not key_words):
