@@ -143,7 +143,7 @@ class AttentionCapture:
         try:
             with safe_open(str(path), framework="pt") as handle:
                 metadata = handle.metadata() or {}
-                tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+                tensors = {name: handle.get_tensor(name) for name in handle}
         except (SafetensorError, OSError, ValueError) as exc:
             raise CaptureFileError(f"{path} is not a readable safetensors capture file: {exc}") from exc
         if metadata.get("format") != FORMAT_NAME:

