@@ -1,3 +1,103 @@
-"""attnviz: see what a transformer's attention heads do, and which of them matter."""
+"""attnviz: see what a transformer's attention heads do, and which of them matter.
+
+The main entry points, in the order data flows through them::
+
+    import attnviz
+
+    model = attnviz.load_model("minilm")                      # load
+    result = attnviz.capture(model, "The cat sat.")             # capture: AttentionCapture
+    stats = attnviz.compute_statistics(model, texts)           # statistics, streamed
+    detection = attnviz.detect_heads(stats)                    # collapsed / unfocused / labels
+    outcome = attnviz.prune_model(model, attnviz.PruneConfig(ratio=0.3), texts=texts)
+
+Names are imported lazily, so ``import attnviz`` does not import torch or transformers
+until one of them is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: public name -> module that defines it
+_EXPORTS = {
+    "load_model": "attnviz.models.specs",
+    "LoadedModel": "attnviz.models.base",
+    "capture": "attnviz.captures",
+    "AttentionCapture": "attnviz.captures",
+    "PatternRecorder": "attnviz.captures",
+    "attend": "attnviz.core",
+    "AttentionContext": "attnviz.core",
+    "AttentionSite": "attnviz.core",
+    "HeadMask": "attnviz.core",
+    "compute_statistics": "attnviz.stats",
+    "detect_heads": "attnviz.stats",
+    "PRESETS": "attnviz.stats",
+    "StatisticsAccumulator": "attnviz.stats",
+    "prune_model": "attnviz.prune",
+    "save_outcome": "attnviz.prune",
+    "PruneConfig": "attnviz.prune",
+    "PruneStrategy": "attnviz.prune",
+    "render_heatmaps": "attnviz.render.heatmap",
+    "capture_heatmap": "attnviz.render.capture_view",
+    "save_figure": "attnviz.render.heatmap",
+    "build_toy_model": "attnviz.toy",
+    "train_toy_model": "attnviz.toy",
+    "load_toy_model": "attnviz.toy",
+    "AttnvizError": "attnviz.errors",
+}
+
+__all__ = [
+    "PRESETS",
+    "AttentionCapture",
+    "AttentionContext",
+    "AttentionSite",
+    "AttnvizError",
+    "HeadMask",
+    "LoadedModel",
+    "PatternRecorder",
+    "PruneConfig",
+    "PruneStrategy",
+    "StatisticsAccumulator",
+    "__version__",
+    "attend",
+    "build_toy_model",
+    "capture",
+    "capture_heatmap",
+    "compute_statistics",
+    "detect_heads",
+    "load_model",
+    "load_toy_model",
+    "prune_model",
+    "render_heatmaps",
+    "save_figure",
+    "save_outcome",
+    "train_toy_model",
+]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from attnviz.captures import AttentionCapture, PatternRecorder, capture
+    from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
+    from attnviz.errors import AttnvizError
+    from attnviz.models.base import LoadedModel
+    from attnviz.models.specs import load_model
+    from attnviz.prune import PruneConfig, PruneStrategy, prune_model, save_outcome
+    from attnviz.render.capture_view import capture_heatmap
+    from attnviz.render.heatmap import render_heatmaps, save_figure
+    from attnviz.stats import PRESETS, StatisticsAccumulator, compute_statistics, detect_heads
+    from attnviz.toy import build_toy_model, load_toy_model, train_toy_model
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

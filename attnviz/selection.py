@@ -13,7 +13,9 @@ def _parse_index(item: str, count: int, what: str) -> int:
     except ValueError:
         raise InputError(f"{what} {item!r} is not a number: give an index like 0, -1 or a list like 0,3") from None
     if not -count <= index < count:
-        raise InputError(f"{what} {index} is out of range: the model has {count} {what}s (0–{count - 1}, or -1 for the last)")
+        raise InputError(
+            f"{what} {index} is out of range: the model has {count} {what}s (0–{count - 1}, or -1 for the last)"
+        )
     return index % count
 
 
@@ -22,7 +24,9 @@ def parse_layers(spec: str, num_layers: int) -> list[int]:
     spec = spec.strip().lower()
     if spec == "all":
         return list(range(num_layers))
-    return [_parse_index(item.strip(), num_layers, "layer") for item in spec.split(",") if item.strip()] or _empty("layer")
+    return [_parse_index(item.strip(), num_layers, "layer") for item in spec.split(",") if item.strip()] or _empty(
+        "layer"
+    )
 
 
 def parse_heads(spec: str, num_heads: int) -> list[int] | str:

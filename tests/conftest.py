@@ -23,28 +23,84 @@ def tiny_configs():
 
     small = {"vocab_size": VOCAB}
     return {
-        "bert": (transformers.BertModel, transformers.BertConfig(**small, hidden_size=32, intermediate_size=64,
-                                                                 num_hidden_layers=2, num_attention_heads=4,
-                                                                 max_position_embeddings=64)),
-        "gpt2": (transformers.GPT2LMHeadModel, transformers.GPT2Config(**small, n_embd=32, n_layer=2, n_head=4,
-                                                                       n_positions=64, bos_token_id=101,
-                                                                       eos_token_id=102)),
-        "llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig(**small, hidden_size=48, intermediate_size=64,
-                                                                          num_hidden_layers=2, num_attention_heads=6, head_dim=8,
-                                                                          num_key_value_heads=2,
-                                                                          max_position_embeddings=64,
-                                                                          bos_token_id=101, eos_token_id=102,
-                                                                          pad_token_id=0)),
-        "bart": (transformers.BartForConditionalGeneration, transformers.BartConfig(
-            **small, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-            pad_token_id=0, bos_token_id=101, eos_token_id=102, decoder_start_token_id=101)),
-        "t5": (transformers.T5ForConditionalGeneration, transformers.T5Config(
-            **small, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
-            pad_token_id=0, eos_token_id=102, decoder_start_token_id=0)),
-        "gpt_neo": (transformers.GPTNeoModel, transformers.GPTNeoConfig(
-            **small, hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
-            max_position_embeddings=64, window_size=4)),
+        "bert": (
+            transformers.BertModel,
+            transformers.BertConfig(
+                **small,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                max_position_embeddings=64,
+            ),
+        ),
+        "gpt2": (
+            transformers.GPT2LMHeadModel,
+            transformers.GPT2Config(
+                **small, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=101, eos_token_id=102
+            ),
+        ),
+        "llama": (
+            transformers.LlamaForCausalLM,
+            transformers.LlamaConfig(
+                **small,
+                hidden_size=48,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=6,
+                head_dim=8,
+                num_key_value_heads=2,
+                max_position_embeddings=64,
+                bos_token_id=101,
+                eos_token_id=102,
+                pad_token_id=0,
+            ),
+        ),
+        "bart": (
+            transformers.BartForConditionalGeneration,
+            transformers.BartConfig(
+                **small,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=4,
+                decoder_attention_heads=4,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_position_embeddings=64,
+                pad_token_id=0,
+                bos_token_id=101,
+                eos_token_id=102,
+                decoder_start_token_id=101,
+            ),
+        ),
+        "t5": (
+            transformers.T5ForConditionalGeneration,
+            transformers.T5Config(
+                **small,
+                d_model=32,
+                d_kv=8,
+                d_ff=64,
+                num_layers=2,
+                num_decoder_layers=2,
+                num_heads=4,
+                pad_token_id=0,
+                eos_token_id=102,
+                decoder_start_token_id=0,
+            ),
+        ),
+        "gpt_neo": (
+            transformers.GPTNeoModel,
+            transformers.GPTNeoConfig(
+                **small,
+                hidden_size=32,
+                num_layers=2,
+                num_heads=4,
+                attention_types=[[["global", "local"], 1]],
+                max_position_embeddings=64,
+                window_size=4,
+            ),
+        ),
     }
 
 
@@ -78,3 +134,12 @@ def minilm(minilm_dir):
     from attnviz.models.specs import load_model
 
     return load_model("minilm", device="cpu")
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Toy-sized tensors run several times faster on one thread, especially on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

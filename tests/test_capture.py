@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from attnviz.capture import AttentionCapture, capture, capture_batch
+from attnviz.captures import AttentionCapture, capture, capture_batch
 from attnviz.errors import CaptureFileError, InputError
 from attnviz.models.hf import load_hf_model
 

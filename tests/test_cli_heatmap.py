@@ -9,7 +9,7 @@ import sys
 import pytest
 from cli_helpers import assert_clean_error, run_cli
 
-from attnviz.capture import AttentionCapture
+from attnviz.captures import AttentionCapture
 
 SENTENCE = "The cat sat on the mat because it was tired."
 
@@ -18,8 +18,13 @@ def test_readme_command_end_to_end(tmp_path):
     """The README's first command, in a fresh process, offline, with no other flag."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     done = subprocess.run(
-        [sys.executable, "-m", "attnviz", "heatmap", SENTENCE], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=300, check=False,
+        [sys.executable, "-m", "attnviz", "heatmap", SENTENCE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     path = tmp_path / "heatmap.png"
@@ -34,8 +39,21 @@ def test_help_explains_every_option_with_examples(capsys):
     result = run_cli(capsys, "heatmap", "--help")
     assert result.exit_code == 0
     text = result.stdout
-    for option in ("--model", "--layer", "--head", "--out", "--annotate", "--words", "--cross", "--target",
-                   "--from-capture", "--device", "--dtype", "--max-length", "--no-truncate"):
+    for option in (
+        "--model",
+        "--layer",
+        "--head",
+        "--out",
+        "--annotate",
+        "--words",
+        "--cross",
+        "--target",
+        "--from-capture",
+        "--device",
+        "--dtype",
+        "--max-length",
+        "--no-truncate",
+    ):
         assert option in text, option
     assert text.count("Example") >= 10
 
@@ -54,16 +72,27 @@ def test_capture_then_render_without_model(capsys, tmp_path):
 
 def test_words_option_and_single_head(capsys, tmp_path):
     out = tmp_path / "words.png"
-    result = run_cli(capsys, "heatmap", "Unbelievably tokenized sentence.", "--words", "--layer", "1", "--head", "2",
-                     "--out", out)
+    result = run_cli(
+        capsys, "heatmap", "Unbelievably tokenized sentence.", "--words", "--layer", "1", "--head", "2", "--out", out
+    )
     assert result.exit_code == 0, result.stderr
     assert out.stat().st_size > 10_000
 
 
 def test_cross_attention_heatmap(capsys, tmp_path, tiny_model_dirs):
     out = tmp_path / "cross.png"
-    result = run_cli(capsys, "heatmap", "The cat sat.", "--model", tiny_model_dirs["t5"], "--cross",
-                     "--target", "Le chat.", "--out", out)
+    result = run_cli(
+        capsys,
+        "heatmap",
+        "The cat sat.",
+        "--model",
+        tiny_model_dirs["t5"],
+        "--cross",
+        "--target",
+        "Le chat.",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.stderr
     assert out.is_file()
     result = run_cli(capsys, "heatmap", "The cat sat.", "--model", tiny_model_dirs["t5"], "--cross", "--out", out)

@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers
 
-from attnviz.capture import PatternRecorder
+from attnviz.captures import PatternRecorder
 from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
 from attnviz.core import attention as core_attention
 from attnviz.models.hf import load_hf_model
@@ -46,8 +46,10 @@ def test_patterns_and_outputs_match_eager(family, tiny_model_dirs):
         captured_out = loaded.forward(batch, loaded.context([recorder]), logits=True)
         plain_out = loaded.forward(batch, None, logits=True)
     # capture does not change the model's outputs at all
-    assert torch.equal(captured_out.logits if hasattr(captured_out, "logits") else captured_out.last_hidden_state,
-                       plain_out.logits if hasattr(plain_out, "logits") else plain_out.last_hidden_state)
+    assert torch.equal(
+        captured_out.logits if hasattr(captured_out, "logits") else captured_out.last_hidden_state,
+        plain_out.logits if hasattr(plain_out, "logits") else plain_out.last_hidden_state,
+    )
     ref = ref_out.logits if hasattr(ref_out, "logits") else ref_out.last_hidden_state
     mine = captured_out.logits if hasattr(captured_out, "logits") else captured_out.last_hidden_state
     assert (ref - mine).abs().max() <= 1e-5
@@ -135,6 +137,20 @@ def test_attend_matches_hand_computation_with_gqa_mask_and_blocks(monkeypatch):
     torch.testing.assert_close(out_blocked, out, atol=1e-6, rtol=0)
     assert len(blocked._blocks[site]) == 3
     torch.testing.assert_close(blocked.patterns[site], expected_pattern, atol=1e-6, rtol=0)
+
+
+def test_attend_under_inference_mode_with_causal_mask():
+    # Inference-mode tensors track no version counter; the core must not depend on one.
+    torch.manual_seed(2)
+    q, k, v = torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)
+    causal = torch.full((6, 6), torch.finfo(torch.float32).min).triu(1).view(1, 1, 6, 6)
+    _, expected_out = hand_attention(q, k, v, causal)
+    with torch.inference_mode():
+        mask = causal.clone()
+        out = attend(q, k, v, mask=mask)
+        again = attend(q, k, v, mask=mask)
+    torch.testing.assert_close(out, expected_out.transpose(1, 2), atol=1e-6, rtol=0)
+    torch.testing.assert_close(again, out, atol=0, rtol=0)
 
 
 def test_head_mask_equals_zeroing_head_contribution_by_hand():

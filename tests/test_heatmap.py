@@ -7,7 +7,7 @@ import struct
 import pytest
 import torch
 
-from attnviz.capture import AttentionCapture, capture
+from attnviz.captures import AttentionCapture, capture
 from attnviz.errors import InputError, OutputError
 from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.heatmap import causal_visibility, save_figure
@@ -74,8 +74,12 @@ def test_grid_and_long_inputs_stay_bounded(tmp_path):
     n = 300
     pattern = torch.softmax(torch.randn(2, 4, n, n), dim=-1)
     result = AttentionCapture(
-        model="synthetic", tokens=[f"t{i}" for i in range(n)], causal=True,
-        patterns={"self": list(pattern)}, special=[False] * n, word_ids=list(range(n)),
+        model="synthetic",
+        tokens=[f"t{i}" for i in range(n)],
+        causal=True,
+        patterns={"self": list(pattern)},
+        special=[False] * n,
+        word_ids=list(range(n)),
     )
     width, height = png_size(save_figure(capture_heatmap(result, layer="all", head="mean"), tmp_path / "grid.png"))
     assert width <= 30 * 150 and height <= 30 * 150

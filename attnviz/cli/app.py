@@ -19,7 +19,7 @@ app = typer.Typer(
     help=(
         "See what a transformer's attention heads do, and which of them matter.\n\n"
         "Examples:\n\n"
-        "  attnviz heatmap \"The cat sat on the mat because it was tired.\"\n\n"
+        '  attnviz heatmap "The cat sat on the mat because it was tired."\n\n'
         "  attnviz stats smollm2 --json stats.json\n\n"
         "  attnviz prune minilm --ratio 0.3 --out pruned-minilm"
     ),

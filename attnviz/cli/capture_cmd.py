@@ -23,7 +23,9 @@ def capture(
     out: Annotated[
         Path,
         typer.Option(
-            "--out", "-o", help="Output .safetensors file (format in the README). Example: --out cat.safetensors",
+            "--out",
+            "-o",
+            help="Output .safetensors file (format in the README). Example: --out cat.safetensors",
             rich_help_panel=OUTPUT_PANEL,
         ),
     ],

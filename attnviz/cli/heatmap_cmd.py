@@ -33,21 +33,26 @@ def heatmap(
     layer: Annotated[
         str,
         typer.Option(
-            "--layer", "-l", help="Layer index, negative index, comma list, or 'all'. Example: --layer 0,-1",
+            "--layer",
+            "-l",
+            help="Layer index, negative index, comma list, or 'all'. Example: --layer 0,-1",
             rich_help_panel=VIEW_PANEL,
         ),
     ] = "-1",
     head: Annotated[
         str,
         typer.Option(
-            "--head", help="Head index, comma list, 'all', or 'mean' (average over heads). Example: --head 3",
+            "--head",
+            help="Head index, comma list, 'all', or 'mean' (average over heads). Example: --head 3",
             rich_help_panel=VIEW_PANEL,
         ),
     ] = "all",
     out: Annotated[
         Path,
         typer.Option(
-            "--out", "-o", help="Output file; .png, .svg or .pdf by suffix. Example: --out attention.svg",
+            "--out",
+            "-o",
+            help="Output file; .png, .svg or .pdf by suffix. Example: --out attention.svg",
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = Path("heatmap.png"),
@@ -114,7 +119,7 @@ def heatmap(
 
       attnviz heatmap --from-capture cat.safetensors --layer 0
     """
-    from attnviz.capture import AttentionCapture
+    from attnviz.captures import AttentionCapture
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
     from attnviz.render.capture_view import capture_heatmap
@@ -148,7 +153,7 @@ def heatmap(
 
 
 def _capture(text, target, model, max_length, no_truncate, device, dtype):
-    from attnviz.capture import capture
+    from attnviz.captures import capture
     from attnviz.console import console
     from attnviz.models.specs import load_model
 

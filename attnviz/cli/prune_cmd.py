@@ -35,15 +35,19 @@ def prune(
     ratio: Annotated[
         float | None,
         typer.Option(
-            "--ratio", help="Fraction of all heads to remove, between 0 and 1. Example: --ratio 0.3",
-            rich_help_panel=HOW_MUCH_PANEL, show_default=False,
+            "--ratio",
+            help="Fraction of all heads to remove, between 0 and 1. Example: --ratio 0.3",
+            rich_help_panel=HOW_MUCH_PANEL,
+            show_default=False,
         ),
     ] = None,
     count: Annotated[
         int | None,
         typer.Option(
-            "--count", help="Number of heads to remove (instead of --ratio). Example: --count 20",
-            rich_help_panel=HOW_MUCH_PANEL, show_default=False,
+            "--count",
+            help="Number of heads to remove (instead of --ratio). Example: --count 20",
+            rich_help_panel=HOW_MUCH_PANEL,
+            show_default=False,
         ),
     ] = None,
     min_score: Annotated[
@@ -51,8 +55,9 @@ def prune(
         typer.Option(
             "--min-score",
             help="Stop before quality falls below this fraction of the original (perplexity: 1/ppl; accuracy; "
-            "cosine similarity). Alone, prunes in steps of 10 percent of the heads until then. Example: --min-score 0.9",
-            rich_help_panel=HOW_MUCH_PANEL, show_default=False,
+            "cosine similarity), checked after each step. Example: --min-score 0.9",
+            rich_help_panel=HOW_MUCH_PANEL,
+            show_default=False,
         ),
     ] = None,
     importance: Annotated[
@@ -83,33 +88,43 @@ def prune(
         ),
     ] = False,
     steps: Annotated[
-        int,
+        int | None,
         typer.Option(
-            "--steps", min=1, help="Steps to reach the target (re-scoring / --min-score checks). Example: --steps 5",
+            "--steps",
+            min=1,
+            help="Steps to reach the target (re-scoring with --iterative, checks with --min-score); default: "
+            "steps of 10 percent of the heads, as Michel et al. Example: --steps 4",
             rich_help_panel=HOW_PANEL,
+            show_default=False,
         ),
-    ] = 5,
+    ] = None,
     seed: Annotated[
         int,
         typer.Option(
-            "--seed", help="Seed of random importance, encoder probes and toy task data. Example: --seed 1",
+            "--seed",
+            help="Seed of random importance, encoder probes and toy task data. Example: --seed 1",
             rich_help_panel=HOW_PANEL,
         ),
     ] = 0,
     data: Annotated[
         Path | None,
         typer.Option(
-            "--data", "-d",
+            "--data",
+            "-d",
             help="Text to score heads on: one example per line, or .jsonl with a 'text' field (default: the "
             "shipped corpus). Ignored for toy models, which use their task. Example: --data notes.txt",
-            rich_help_panel=INPUT_PANEL, show_default=False,
+            rich_help_panel=INPUT_PANEL,
+            show_default=False,
         ),
     ] = None,
     text: Annotated[
         list[str] | None,
         typer.Option(
-            "--text", "-t", help='Scoring text given inline (repeatable). Example: --text "The cat sat on the mat."',
-            rich_help_panel=INPUT_PANEL, show_default=False,
+            "--text",
+            "-t",
+            help='Scoring text given inline (repeatable). Example: --text "The cat sat on the mat."',
+            rich_help_panel=INPUT_PANEL,
+            show_default=False,
         ),
     ] = None,
     eval_data: Annotated[
@@ -117,25 +132,46 @@ def prune(
         typer.Option(
             "--eval-data",
             help="Held-out text to measure quality on (default: the scoring text). Example: --eval-data heldout.txt",
-            rich_help_panel=INPUT_PANEL, show_default=False,
+            rich_help_panel=INPUT_PANEL,
+            show_default=False,
         ),
     ] = None,
     batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size",
+            min=1,
+            help="Examples per forward pass (default: 8 texts, 64 toy examples). Example: --batch-size 4",
+            rich_help_panel=INPUT_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    toy_examples: Annotated[
         int,
-        typer.Option("--batch-size", min=1, help="Examples per forward pass. Example: --batch-size 4",
-                     rich_help_panel=INPUT_PANEL),
-    ] = 8,
+        typer.Option(
+            "--toy-examples",
+            min=1,
+            help="Toy models: task examples drawn for scoring, and as many "
+            "(another seed) for evaluation. Example: --toy-examples 512",
+            rich_help_panel=INPUT_PANEL,
+        ),
+    ] = 256,
     max_length: MaxLengthOption = 256,
     force: Annotated[
         bool,
-        typer.Option("--force", help="Replace an existing non-empty --out directory. Example: --force",
-                     rich_help_panel=OUTPUT_PANEL),
+        typer.Option(
+            "--force",
+            help="Replace an existing non-empty --out directory. Example: --force",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
     ] = False,
     json_path: Annotated[
         Path | None,
         typer.Option(
-            "--json", help="Also write the report as JSON. Example: --json prune-report.json",
-            rich_help_panel=OUTPUT_PANEL, show_default=False,
+            "--json",
+            help="Also write the report as JSON. Example: --json prune-report.json",
+            rich_help_panel=OUTPUT_PANEL,
+            show_default=False,
         ),
     ] = None,
     transformers_copy: Annotated[
@@ -149,13 +185,21 @@ def prune(
     ] = True,
     latency_tokens: Annotated[
         int,
-        typer.Option("--latency-tokens", min=1, help="Input length for the latency measurement. Example: "
-                     "--latency-tokens 512", rich_help_panel=MEASURE_PANEL),
+        typer.Option(
+            "--latency-tokens",
+            min=1,
+            help="Input length for the latency measurement. Example: --latency-tokens 512",
+            rich_help_panel=MEASURE_PANEL,
+        ),
     ] = 256,
     latency_repeats: Annotated[
         int,
-        typer.Option("--latency-repeats", min=1, help="Timed forward passes per model (median). Example: "
-                     "--latency-repeats 10", rich_help_panel=MEASURE_PANEL),
+        typer.Option(
+            "--latency-repeats",
+            min=1,
+            help="Timed forward passes per model (median). Example: --latency-repeats 10",
+            rich_help_panel=MEASURE_PANEL,
+        ),
     ] = 5,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -189,6 +233,7 @@ def prune(
         seed=seed,
         batch_size=batch_size,
         max_length=max_length,
+        toy_examples=toy_examples,
         latency_tokens=latency_tokens,
         latency_repeats=latency_repeats,
     )

@@ -1,9 +1,318 @@
-"""`attnviz train` (not yet implemented)."""
+"""`attnviz train TASK`: train a toy transformer on a synthetic task and save it as a checkpoint directory."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from attnviz.cli.options import OUTPUT_PANEL, DeviceOption
+
+TASK_PANEL = "Task"
+SIZE_PANEL = "Model size"
+VARIANT_PANEL = "Attention variant"
+TRAINING_PANEL = "Training"
+
+
+def train(
+    task: Annotated[
+        str,
+        typer.Argument(
+            help="Task: copy, reverse, sort, previous-token or induction. Example: attnviz train reverse",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Checkpoint directory to write (default: toy-TASK). Example: --out toy-reverse",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
+    ] = None,
+    checkpoint_every: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-every",
+            min=1,
+            help="Also save a checkpoint every N steps, under OUT/steps/ (a series for attnviz stats). "
+            "Example: --checkpoint-every 100",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
+    ] = None,
+    architecture: Annotated[
+        str | None,
+        typer.Option(
+            "--architecture",
+            help="encoder, decoder or encoder-decoder (default: the task's; reverse is encoder-decoder). "
+            "Example: --architecture decoder",
+            rich_help_panel=TASK_PANEL,
+        ),
+    ] = None,
+    lengths: Annotated[
+        str | None,
+        typer.Option(
+            "--lengths",
+            help="Shortest and longest item count of the random examples, MIN:MAX (induction: of the half that "
+            "repeats). Example: --lengths 3:8",
+            rich_help_panel=TASK_PANEL,
+        ),
+    ] = None,
+    symbols: Annotated[
+        int | None,
+        typer.Option(
+            "--symbols",
+            help="Distinct symbols the items are drawn from. Example: --symbols 10",
+            rich_help_panel=TASK_PANEL,
+        ),
+    ] = None,
+    width: Annotated[
+        int | None,
+        typer.Option(
+            "--width",
+            help="Residual stream width d_model (default 64). Example: --width 64",
+            rich_help_panel=SIZE_PANEL,
+        ),
+    ] = None,
+    heads: Annotated[
+        int | None,
+        typer.Option(
+            "--heads",
+            help="Heads per attention layer; must divide the width (default 4). Example: --heads 4",
+            rich_help_panel=SIZE_PANEL,
+        ),
+    ] = None,
+    layers: Annotated[
+        int | None,
+        typer.Option(
+            "--layers",
+            help="Layers of the encoder and of the decoder (default 2; induction needs 2). Example: --layers 2",
+            rich_help_panel=SIZE_PANEL,
+        ),
+    ] = None,
+    mlp_width: Annotated[
+        int | None,
+        typer.Option(
+            "--mlp-width",
+            help="MLP hidden width; 0 for an attention-only model (default 4 × width; induction 0). "
+            "Example: --mlp-width 128",
+            rich_help_panel=SIZE_PANEL,
+        ),
+    ] = None,
+    absolute_positions: Annotated[
+        bool | None,
+        typer.Option(
+            "--absolute-positions/--no-absolute-positions",
+            help="Add learned absolute position embeddings (default on; induction off). "
+            "Example: --no-absolute-positions",
+            rich_help_panel=SIZE_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    attention: Annotated[
+        str | None,
+        typer.Option(
+            "--attention",
+            help="Attention variant: scaled-dot (default; induction: relative), dot, general, additive, relative, "
+            "local, strided, longformer, bigbird, linear or performer. Example: --attention performer",
+            rich_help_panel=VARIANT_PANEL,
+        ),
+    ] = None,
+    window: Annotated[
+        int | None,
+        typer.Option(
+            "--window",
+            help="local/strided/longformer/bigbird: keys with |i−j| ≤ window are visible (default 2). "
+            "Example: --window 2",
+            rich_help_panel=VARIANT_PANEL,
+        ),
+    ] = None,
+    stride: Annotated[
+        int | None,
+        typer.Option(
+            "--stride",
+            help="strided: every stride-th key is visible too (default 4). Example: --stride 4",
+            rich_help_panel=VARIANT_PANEL,
+        ),
+    ] = None,
+    global_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--global-tokens",
+            help="longformer/bigbird: leading positions that see and are seen by all (default 1). "
+            "Example: --global-tokens 1",
+            rich_help_panel=VARIANT_PANEL,
+        ),
+    ] = None,
+    block_size: Annotated[
+        int | None,
+        typer.Option(
+            "--block-size",
+            help="bigbird: tokens per random block (default 4). Example: --block-size 4",
+            rich_help_panel=VARIANT_PANEL,
+        ),
+    ] = None,
+    random_blocks: Annotated[
+        int | None,
+        typer.Option(
+            "--random-blocks",
+            help="bigbird: random key blocks per query block (default 1). Example: --random-blocks 1",
+            rich_help_panel=VARIANT_PANEL,
+        ),
+    ] = None,
+    max_relative_position: Annotated[
+        int | None,
+        typer.Option(
+            "--max-relative-position",
+            help="relative: offsets j−i are clipped to ±this (default 8; induction 2). "
+            "Example: --max-relative-position 8",
+            rich_help_panel=VARIANT_PANEL,
+        ),
+    ] = None,
+    features: Annotated[
+        int | None,
+        typer.Option(
+            "--features",
+            help="performer: random features per head (default 32). Example: --features 64",
+            rich_help_panel=VARIANT_PANEL,
+        ),
+    ] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            "--steps",
+            help="Optimisation steps (default: the task's, 600). Example: --steps 1500",
+            rich_help_panel=TRAINING_PANEL,
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size", help="Random examples per step. Example: --batch-size 64", rich_help_panel=TRAINING_PANEL
+        ),
+    ] = 64,
+    learning_rate: Annotated[
+        float,
+        typer.Option("--lr", help="Peak AdamW learning rate. Example: --lr 0.003", rich_help_panel=TRAINING_PANEL),
+    ] = 3e-3,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed",
+            help="Seeds weights and examples: the same seed gives the same model. Example: --seed 1",
+            rich_help_panel=TRAINING_PANEL,
+        ),
+    ] = 0,
+    eval_examples: Annotated[
+        int,
+        typer.Option(
+            "--eval-examples",
+            help="Held-out examples for the final accuracy. Example: --eval-examples 1000",
+            rich_help_panel=TRAINING_PANEL,
+        ),
+    ] = 1000,
+    device: DeviceOption = "cpu",
+) -> None:
+    """Train a toy transformer on a synthetic task with a known attention solution, and save it.
+
+    The checkpoint directory works as a model spec everywhere, e.g.
+    attnviz heatmap "3 1 4 1 5" --model toy-reverse.
+    """
+    from attnviz.console import console
+    from attnviz.models.specs import resolve_device
+    from attnviz.toy.checkpoint import check_checkpoint_output, staged_directory, write_checkpoint_files
+    from attnviz.toy.solutions import solution_scores
+    from attnviz.toy.tasks import get_task
+    from attnviz.toy.training import TrainingSettings, build_toy_model, train_toy_model
+
+    min_length, max_length = _parse_lengths(lengths)
+    loaded = build_toy_model(
+        task,
+        architecture=architecture,
+        min_length=min_length,
+        max_length=max_length,
+        num_symbols=symbols,
+        width=width,
+        num_heads=heads,
+        num_layers=layers,
+        mlp_width=mlp_width,
+        absolute_positions=absolute_positions,
+        attention=attention,
+        window=window,
+        stride=stride,
+        global_tokens=global_tokens,
+        block_size=block_size,
+        random_blocks=random_blocks,
+        max_relative_position=max_relative_position,
+        num_features=features,
+        seed=seed,
+    )
+    steps = steps if steps is not None else get_task(task).default_steps
+    settings = TrainingSettings(
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=seed,
+        eval_examples=eval_examples,
+        checkpoint_every=checkpoint_every,
+    ).validate()
+    out = check_checkpoint_output(out if out is not None else Path(f"toy-{task}"))
+    loaded.model.to(resolve_device(device))
+    loaded.name = str(out)
+    config = loaded.config
+    console.print(
+        f"training [bold]{task}[/bold]: {config.architecture}, {config.num_layers} layer(s) × {config.num_heads} "
+        f"heads, width {config.width}, {config.attention} attention, "
+        f"{sum(p.numel() for p in loaded.model.parameters()):,} parameters, {steps} steps",
+        highlight=False,
+    )
+    series: list[dict] = []
+    with staged_directory(out) as stage:
+
+        def save_step(step: int, model) -> None:
+            relative = Path("steps") / f"step-{step:06d}"
+            (stage / relative).mkdir(parents=True)
+            write_checkpoint_files(model, stage / relative, step=step)
+            series.append({"step": step, "path": relative.as_posix()})
+
+        result = train_toy_model(loaded, settings, on_checkpoint=save_step, description=f"training {task}")
+        write_checkpoint_files(loaded, stage, step=steps, series=series)
+
+    held_out = result.held_out
+    console.print(
+        f"held-out accuracy [bold]{held_out['accuracy']:.2%}[/bold] of {held_out['tokens']} labelled tokens, "
+        f"{held_out['sequence_accuracy']:.2%} of {held_out['examples']} examples entirely right "
+        f"(loss {held_out['loss']:.4f}; trained in {result.seconds:.0f} s)",
+        highlight=False,
+    )
+    scores = solution_scores(loaded, num_examples=100)
+    if scores:
+        site, head, value = max(
+            ((s, h, float(v)) for s, row in scores.items() for h, v in enumerate(row)), key=lambda x: x[2]
+        )
+        console.print(
+            f"head {head} of {site.name} puts {value:.0%} of its weight where the task's known solution looks",
+            highlight=False,
+        )
+    extra = f" and {len(series)} step checkpoint(s) under {out / 'steps'}" if series else ""
+    console.print(f"saved {out}{extra}", highlight=False)
+
+
+def _parse_lengths(text: str | None) -> tuple[int | None, int | None]:
+    """``"3:8"`` -> (3, 8); ``"5"`` -> (5, 5); None -> the task's defaults."""
+    from attnviz.errors import InputError
+
+    if text is None:
+        return None, None
+    low, _, high = text.partition(":")
+    try:
+        return int(low), int(high or low)
+    except ValueError:
+        raise InputError(f"--lengths {text!r} is not MIN:MAX: give two whole numbers, e.g. --lengths 3:8") from None
 
 
 def register(app: typer.Typer) -> None:
     """Add this command to ``app``."""
+    app.command("train")(train)

@@ -38,8 +38,10 @@ from torch import Tensor, nn
 from torch.utils.weak import WeakTensorKeyDictionary
 
 #: Above this many elements in one ``[b, h, q, k]`` score tensor, queries are processed in blocks.
-#: 2**22 float32 values are 16 MiB, small enough to stay in cache-friendly territory.
-BLOCK_ELEMENTS = 2**22
+#: 2**21 float32 values are 8 MiB: a block stays in the last-level cache through the several
+#: passes made over it (scale, mask, softmax, observers, pattern·V), and the buffers stay
+#: small next to a layer's full pattern at long lengths (SmolLM2 at 2048 tokens: 151 MB).
+BLOCK_ELEMENTS = 2**21
 
 
 @dataclass(frozen=True, order=True)
@@ -211,8 +213,12 @@ def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> 
     num_blocks = -(-query_len // block)
     if mask is None or not mask.is_floating_point() or mask.shape[-1] != key_len:
         return [key_len] * num_blocks
-    signature = (block, query_len, key_len, mask._version)
-    cached = _key_stop_cache.get(mask)
+    try:
+        version = mask._version
+    except RuntimeError:  # an inference-mode tensor tracks no version: do not cache
+        version = None
+    signature = (block, query_len, key_len, version)
+    cached = _key_stop_cache.get(mask) if version is not None else None
     if cached is not None and cached[0] == signature:
         return cached[1]
     visible = mask > torch.finfo(mask.dtype).min  # [b|1, 1|h, q|1, k]
@@ -222,7 +228,8 @@ def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> 
     last = last.expand(query_len)  # [q]
     padded = torch.nn.functional.pad(last, (0, num_blocks * block - query_len))  # [blocks·block]
     stops = padded.view(num_blocks, block).amax(-1).tolist()  # [blocks]
-    _key_stop_cache[mask] = (signature, stops)
+    if version is not None:
+        _key_stop_cache[mask] = (signature, stops)
     return stops
 
 
@@ -361,9 +368,15 @@ def _attend_in_buffers(
         scores = scores.view(batch, heads, rows, width)  # [b, h, blk, c]
         mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
         pattern_fn.adjust_scores_(scores, mask_block, start)
-        pattern = _workspace.get("pattern", (batch, heads, rows, width), torch.float32, query.device)
-        # softmax into the reused buffer (torch.softmax has no out=); equals torch.softmax bit for bit
-        torch.ops.aten._softmax.out(scores if scores.dtype == torch.float32 else scores.float(), -1, False, out=pattern)
+        # Softmax into a reused float32 buffer (torch.softmax has no out=; aten's _softmax.out equals
+        # it bit for bit). On the CPU, float32 scores are overwritten in place: the CPU kernel reads
+        # each row before writing it, and one buffer instead of two halves the memory of a block.
+        if scores.dtype == torch.float32 and scores.device.type == "cpu":
+            pattern = scores
+        else:
+            pattern = _workspace.get("pattern", (batch, heads, rows, width), torch.float32, query.device)
+            scores = scores.float()
+        torch.ops.aten._softmax.out(scores, -1, False, out=pattern)  # [b, h, blk, c]
 
         full_width = None  # [b, h, blk, k] copy for observers that need every key and may keep it
         for observer in observers:

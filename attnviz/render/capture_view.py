@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnviz.capture import AttentionCapture
+from attnviz.captures import AttentionCapture
 from attnviz.errors import InputError
 from attnviz.render.heatmap import HeatmapPanel, causal_visibility, render_heatmaps
 from attnviz.selection import MEAN, parse_heads, parse_layers
@@ -33,8 +33,9 @@ def capture_heatmap(
     if stack not in capture.patterns:
         raise InputError(f"this capture has no {stack} attention (it has {', '.join(capture.stacks)})")
     layers = parse_layers(layer, capture.num_layers(stack))
-    heads_per_layer = [1 if head.strip().lower() == "mean" else len(parse_heads(head, capture.num_heads(stack, i)))
-                       for i in layers]
+    heads_per_layer = [
+        1 if head.strip().lower() == "mean" else len(parse_heads(head, capture.num_heads(stack, i))) for i in layers
+    ]
     if sum(heads_per_layer) > MAX_PANELS:
         raise InputError(
             f"{sum(heads_per_layer)} heatmaps in one figure would be unreadable (at most {MAX_PANELS}): "

@@ -28,6 +28,7 @@ _MAX_LABELS = 60
 ANNOTATE_MAX_TOKENS = 20
 
 _MASKED_COLOR = "#d9d9d9"
+_CMAP = "viridis"
 
 
 @dataclass
@@ -63,23 +64,42 @@ def _side(tokens: int) -> float:
 
 def _draw(ax, panel: HeatmapPanel, query_labels, key_labels, *, vmax, annotate, colorbar, cbar_ax=None, small=False):
     import numpy as np
+
+    data = panel.pattern.detach().float().cpu().numpy()  # [query, key]
+    mask = None if panel.visible is None else ~panel.visible.cpu().numpy().astype(bool)  # [query, key]
+    ax.set_facecolor(_MASKED_COLOR)  # masked cells show the background
+    if small:
+        _draw_grid_cell(ax, data, mask, vmax=vmax, annotate=annotate)
+    else:
+        _draw_seaborn(ax, data, mask, vmax=vmax, annotate=annotate, colorbar=colorbar, cbar_ax=cbar_ax)
+    q_step, k_step = _tick_step(len(query_labels)), _tick_step(len(key_labels))
+    fontsize = 5 if small else (7 if max(len(query_labels), len(key_labels)) > 30 else 9)
+    ax.set_xticks(np.arange(0, len(key_labels), k_step) + 0.5)
+    ax.set_xticklabels(
+        [_short(key_labels[i]) for i in range(0, len(key_labels), k_step)], rotation=90, fontsize=fontsize
+    )
+    ax.set_yticks(np.arange(0, len(query_labels), q_step) + 0.5)
+    ax.set_yticklabels(
+        [_short(query_labels[i]) for i in range(0, len(query_labels), q_step)], rotation=0, fontsize=fontsize
+    )
+    if small:  # a single heatmap's title is the figure's
+        ax.set_title(panel.title, fontsize=8)
+
+
+def _draw_seaborn(ax, data, mask, *, vmax, annotate, colorbar, cbar_ax):
     import seaborn as sns
 
-    data = panel.pattern.detach().float().cpu().numpy()
-    mask = None if panel.visible is None else ~panel.visible.cpu().numpy().astype(bool)
-    ax.set_facecolor(_MASKED_COLOR)  # masked cells show the background
-    q_step, k_step = _tick_step(len(query_labels)), _tick_step(len(key_labels))
     sns.heatmap(
         data,
         mask=mask,
         ax=ax,
         vmin=0.0,
         vmax=vmax,
-        cmap="viridis",
+        cmap=_CMAP,
         square=False,
         annot=annotate,
         fmt=".2f",
-        annot_kws={"fontsize": 6 if small else 7},
+        annot_kws={"fontsize": 7},
         cbar=colorbar,
         cbar_ax=cbar_ax,
         cbar_kws={"label": "attention weight"} if colorbar else None,
@@ -87,13 +107,39 @@ def _draw(ax, panel: HeatmapPanel, query_labels, key_labels, *, vmax, annotate, 
         yticklabels=False,
         linewidths=0.0,
     )
-    fontsize = 5 if small else (7 if max(len(query_labels), len(key_labels)) > 30 else 9)
-    ax.set_xticks(np.arange(0, len(key_labels), k_step) + 0.5)
-    ax.set_xticklabels([_short(key_labels[i]) for i in range(0, len(key_labels), k_step)], rotation=90, fontsize=fontsize)
-    ax.set_yticks(np.arange(0, len(query_labels), q_step) + 0.5)
-    ax.set_yticklabels([_short(query_labels[i]) for i in range(0, len(query_labels), q_step)], rotation=0, fontsize=fontsize)
-    if small:  # a single heatmap's title is the figure's
-        ax.set_title(panel.title, fontsize=8)
+
+
+def _draw_grid_cell(ax, data, mask, *, vmax, annotate):
+    """One small heatmap of a grid, drawn like seaborn's but with matplotlib alone.
+
+    ``seaborn.heatmap`` renders the whole figure once per call (to check tick-label
+    overlap), so a grid of n of them costs O(n²) renders: 30 panels took 19 s.
+    """
+    import numpy as np
+
+    values = np.ma.masked_array(data, mask=mask) if mask is not None else data
+    mesh = ax.pcolormesh(values, cmap=_CMAP, vmin=0.0, vmax=vmax)  # masked cells stay transparent
+    ax.set_xlim(0, data.shape[1])
+    ax.set_ylim(0, data.shape[0])
+    ax.invert_yaxis()  # row 0 at the top, as in a matrix
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    if annotate:
+        colors = mesh.cmap(mesh.norm(data))  # [query, key, rgba]
+        luminance = 0.2126 * colors[..., 0] + 0.7152 * colors[..., 1] + 0.0722 * colors[..., 2]
+        for (row, column), value in np.ndenumerate(data):
+            if mask is not None and mask[row, column]:
+                continue
+            ax.text(
+                column + 0.5,
+                row + 0.5,
+                f"{value:.2f}",
+                ha="center",
+                va="center",
+                fontsize=5,
+                color="black" if luminance[row, column] > 0.408 else "white",
+            )
+    return mesh
 
 
 def render_heatmaps(
@@ -146,10 +192,12 @@ def render_heatmaps(
             key_labels,
             vmax=vmax,
             annotate=bool(annotate),
-            colorbar=index == 0,
-            cbar_ax=cbar_ax if index == 0 else None,
+            colorbar=False,
             small=True,
         )
+    shared_scale = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0.0, vmax), cmap=_CMAP)
+    colorbar = fig.colorbar(shared_scale, cax=cbar_ax)
+    colorbar.outline.set_linewidth(0)
     cbar_ax.set_ylabel("attention weight")
     fig.suptitle(f"{title}\nrows: attending from (queries) · columns: attended to (keys)", fontsize=11)
     fig.subplots_adjust(left=0.06, right=0.91, bottom=0.08, top=0.9, wspace=0.45, hspace=0.55)

@@ -143,11 +143,13 @@ class AttentionCapture:
         try:
             with safe_open(str(path), framework="pt") as handle:
                 metadata = handle.metadata() or {}
-                tensors = {name: handle.get_tensor(name) for name in handle}
+                tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (safe_open is not iterable)
         except (SafetensorError, OSError, ValueError) as exc:
             raise CaptureFileError(f"{path} is not a readable safetensors capture file: {exc}") from exc
         if metadata.get("format") != FORMAT_NAME:
-            raise CaptureFileError(f"{path} is not an attnviz capture (write one with: attnviz capture TEXT --out FILE)")
+            raise CaptureFileError(
+                f"{path} is not an attnviz capture (write one with: attnviz capture TEXT --out FILE)"
+            )
         try:
             patterns: dict[str, dict[int, Tensor]] = defaultdict(dict)
             for name, tensor in tensors.items():

@@ -1,0 +1,263 @@
+"""The whole pruning workflow, as the ``attnviz prune`` command runs it.
+
+    load model -> score heads (objective, importance) -> choose heads (strategy)
+    -> remove them physically (physical / toy) -> measure before and after -> report
+    -> write the checkpoint (checkpoint)
+
+:func:`prune_model` does everything but writing, so it is usable from Python
+and testable without touching the disk; :func:`save_outcome` writes the result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from attnviz.console import console
+from attnviz.core import AttentionSite
+from attnviz.errors import InputError
+from attnviz.models.base import LoadedModel
+from attnviz.prune.heads import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
+from attnviz.prune.importance import METHODS
+from attnviz.prune.measure import (
+    forward_output,
+    measure_latency,
+    parameter_count,
+    text_latency_batch,
+    toy_latency_batch,
+)
+from attnviz.prune.objective import (
+    Objective,
+    Quality,
+    build_objective,
+    is_toy,
+    objective_kind,
+    task_batches,
+    text_batches,
+)
+from attnviz.prune.physical import SitePlan, find_attention_blocks, prune_heads_physically
+from attnviz.prune.report import PruneReport, build_report
+from attnviz.prune.strategy import PruneRun, PruneStrategy, default_steps, run_pruning
+
+
+@dataclass
+class PruneConfig:
+    """Everything ``attnviz prune`` can be told, with its defaults."""
+
+    ratio: float | None = None  # fraction of all heads to remove, in (0, 1)
+    count: int | None = None  # number of heads to remove (instead of ratio)
+    importance: str = "gradient"  # importance method: gradient, ablation, entropy, confidence or random
+    strategy: PruneStrategy = field(default_factory=PruneStrategy)  # scope, iterative, steps, min_score
+    seed: int = 0  # seeds random importance, the encoder objective's probes and toy task data
+    normalize: bool | None = None  # per-layer ℓ2 normalisation of scores; None: the method's default
+    batch_size: int | None = None  # examples per scoring / evaluation batch (None: 8 texts, 64 toy examples)
+    max_length: int | None = None  # truncate scoring and evaluation texts to this many tokens
+    latency_tokens: int = 256  # length of the input the latency is measured on
+    latency_repeats: int = 5  # timed forward passes per model (the median is reported)
+    probes: int = 8  # random output probes per batch (gradient importance of encoders)
+    toy_examples: int = 256  # task examples drawn for toy models, for scoring and again for evaluation
+
+    def validate(self) -> None:
+        """Check the options on their own (before any model is loaded); raises :class:`InputError`."""
+        if self.ratio is not None and self.count is not None:
+            raise InputError("give either --ratio or --count, not both")
+        if self.ratio is None and self.count is None and self.strategy.min_score is None:
+            raise InputError("say how much to prune: --ratio 0.3, --count 20, or --min-score 0.9")
+        if self.ratio is not None and not 0 < self.ratio < 1:
+            raise InputError(f"--ratio must be a fraction between 0 and 1 (exclusive), not {self.ratio}: e.g. 0.3")
+        if self.count is not None and self.count < 1:
+            raise InputError(f"--count must be at least 1, not {self.count}")
+        if self.importance not in METHODS:
+            raise InputError(f"unknown --importance {self.importance!r}: use one of {', '.join(METHODS)}")
+        for name in ("batch_size", "latency_tokens", "latency_repeats", "probes", "toy_examples"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise InputError(f"{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
+        self.strategy.validate()
+
+    def target_count(self, layout: dict[AttentionSite, int]) -> int:
+        """How many heads to remove from a model with ``layout``; raises when impossible."""
+        heads = total_heads(layout)
+        limit = max_removable(layout)
+        if self.count is not None:
+            if self.count >= heads:
+                raise InputError(
+                    f"--count {self.count} is not less than the model's {heads} heads: give a smaller count"
+                )
+            if self.count > limit:
+                raise InputError(
+                    f"--count {self.count} would empty a layer: at most {limit} of {heads} heads can be removed "
+                    "while every layer keeps one"
+                )
+            return self.count
+        if self.ratio is not None:
+            count = round(self.ratio * heads)
+            if count < 1:
+                raise InputError(f"--ratio {self.ratio} of {heads} heads removes no head: give a larger ratio")
+            if count > limit:
+                raise InputError(
+                    f"--ratio {self.ratio} means {count} of {heads} heads, but at most {limit} can be removed "
+                    "while every layer keeps one"
+                )
+            return count
+        return limit  # only --min-score: go as far as quality allows
+
+
+@dataclass
+class PruneOutcome:
+    """What :func:`prune_model` produced."""
+
+    report: PruneReport  # numbers for the terminal table and --json
+    original: LoadedModel  # the model as loaded (unchanged)
+    pruned: LoadedModel  # the physically pruned copy
+    removed: RemovedHeads  # heads removed, in the original model's numbering
+    plans: dict[AttentionSite, SitePlan] | None  # per-site slicing plan (Hugging Face models)
+    run: PruneRun  # the strategy's decisions step by step
+
+
+def effective_strategy(config: PruneConfig, layout: dict[AttentionSite, int], count: int) -> PruneStrategy:
+    """The strategy as run: the default step count filled in (steps of 10% of the heads)."""
+    if config.strategy.steps is None:
+        return replace(config.strategy, steps=default_steps(layout, count))
+    return config.strategy
+
+
+def build_objectives(
+    loaded: LoadedModel, config: PruneConfig, texts: Sequence[str] | None, eval_texts: Sequence[str] | None
+) -> tuple[Objective, Objective]:
+    """(scoring objective, evaluation objective); the evaluation data defaults to the scoring data."""
+    if is_toy(loaded):
+        size = config.batch_size or 64
+        scoring = task_batches(loaded, examples=config.toy_examples, batch_size=size, seed=config.seed)
+        evaluation = task_batches(loaded, examples=config.toy_examples, batch_size=size, seed=config.seed + 1)
+    else:
+        if not texts:
+            raise InputError("no text to score heads on: give text with --data")
+        size = config.batch_size or 8
+        scoring = text_batches(loaded, texts, batch_size=size, max_length=config.max_length)
+        evaluation = (
+            scoring
+            if not eval_texts
+            else text_batches(loaded, eval_texts, batch_size=size, max_length=config.max_length)
+        )
+    scoring_objective = build_objective(loaded, scoring, probes=config.probes, seed=config.seed)
+    scoring_objective.check_enough_data("scoring data")
+    if evaluation is scoring:
+        return scoring_objective, scoring_objective
+    evaluation_objective = build_objective(loaded, evaluation, probes=config.probes, seed=config.seed)
+    evaluation_objective.check_enough_data("evaluation data")
+    return scoring_objective, evaluation_objective
+
+
+def check_prunable(loaded: LoadedModel) -> None:
+    """Raise :class:`~attnviz.errors.UnsupportedModelError` unless ``loaded`` can be scored and pruned."""
+    objective_kind(loaded)
+    if not is_toy(loaded):
+        find_attention_blocks(loaded)
+
+
+def physically_prune(loaded: LoadedModel, removed: RemovedHeads) -> tuple[LoadedModel, dict | None]:
+    """The physically pruned copy of ``loaded`` (toy models through ``attnviz.toy.prune_toy_heads``)."""
+    if is_toy(loaded):
+        from attnviz.toy import prune_toy_heads
+
+        return prune_toy_heads(loaded, removed), None
+    return prune_heads_physically(loaded, removed)
+
+
+def prune_model(
+    loaded: LoadedModel,
+    config: PruneConfig,
+    *,
+    texts: Sequence[str] | None = None,
+    eval_texts: Sequence[str] | None = None,
+) -> PruneOutcome:
+    """Score, choose and physically remove heads of ``loaded``; measure before and after.
+
+    ``texts``: scoring data (ignored for toy models, which draw task examples);
+    ``eval_texts``: held-out evaluation data (default: the scoring data).
+    """
+    config.validate()
+    check_prunable(loaded)
+    layout = loaded.layout()
+    count = config.target_count(layout)
+    strategy = effective_strategy(config, layout, count)
+    scoring, evaluation = build_objectives(loaded, config, texts, eval_texts)
+
+    with console.status("evaluating the unpruned model"):
+        quality_before = evaluation.evaluate()
+    run = run_pruning(
+        scoring,
+        layout,
+        config.importance,
+        count,
+        strategy,
+        seed=config.seed,
+        normalize=config.normalize,
+        evaluation=evaluation,
+        quality_before=quality_before,
+    )
+    removed = run.removed
+    with console.status("removing heads and measuring"):
+        pruned, plans = physically_prune(loaded, removed)
+        mask = removal_mask(layout, removed)
+        quality_masked = evaluation.evaluate(mask)
+        quality_after = evaluation.for_model(pruned).evaluate()
+        if is_toy(loaded):
+            latency_batch = toy_latency_batch(loaded, config.latency_tokens, seed=config.seed)
+        else:
+            latency_batch = text_latency_batch(
+                loaded, list(texts or []) + list(eval_texts or []), config.latency_tokens
+            )
+        masked_output = forward_output(loaded, latency_batch, loaded.context(head_mask=mask))
+        pruned_output = forward_output(pruned, latency_batch)
+        max_abs_diff = float((masked_output - pruned_output).abs().max())
+        latency_before, latency_after = measure_latency([loaded, pruned], latency_batch, repeats=config.latency_repeats)
+    report = build_report(
+        model=loaded.name,
+        config=config,
+        strategy=strategy,
+        objective=scoring,
+        evaluation=evaluation,
+        run=run,
+        layout=layout,
+        layout_pruned=layout_after(layout, removed),
+        plans=plans,
+        quality_before=quality_before,
+        quality_masked=quality_masked,
+        quality_after=quality_after,
+        params_before=parameter_count(loaded.model),
+        params_after=parameter_count(pruned.model),
+        latency_before_ms=latency_before,
+        latency_after_ms=latency_after,
+        latency_tokens=int(latency_batch.lengths[0]) if latency_batch.tokens else 0,
+        max_abs_diff=max_abs_diff,
+    )
+    return PruneOutcome(report=report, original=loaded, pruned=pruned, removed=removed, plans=plans, run=run)
+
+
+def save_outcome(outcome: PruneOutcome, out: str | os.PathLike, *, source: str, transformers_copy: bool = True) -> Path:
+    """Write the pruned checkpoint of ``outcome`` to ``out`` (already checked by ``check_output_dir``)."""
+    from attnviz.prune.checkpoint import TRANSFORMERS_COPY, save_pruned_checkpoint, save_toy_checkpoint
+
+    if is_toy(outcome.original):
+        path = save_toy_checkpoint(out, outcome.pruned)
+        outcome.report.transformers_copy = None
+    else:
+        assert outcome.plans is not None
+        path = save_pruned_checkpoint(
+            out,
+            source=source,
+            original=outcome.original,
+            pruned=outcome.pruned,
+            plans=outcome.plans,
+            removed=outcome.removed,
+            transformers_copy=transformers_copy,
+        )
+        outcome.report.transformers_copy = str(path / TRANSFORMERS_COPY) if transformers_copy else None
+    outcome.report.output = str(path)
+    return path
+
+
+__all__ = ["PruneConfig", "PruneOutcome", "Quality", "check_prunable", "prune_model", "save_outcome"]

@@ -1,0 +1,101 @@
+"""Machine-readable results: one JSON object per model (the documented contract) and CSV rows.
+
+JSON object (one model; several models give a JSON list of these objects)::
+
+    {"format": "attnviz-stats", "version": 1,
+     "model": str, "causal": bool,
+     "num_layers": int, "num_heads": int,        # of the first stack
+     "num_examples": int, "num_tokens": int,     # tokens = real query positions per layer
+     "local_window": int,
+     "stacks": {stack: {"num_layers": int, "num_heads": int}},
+     "thresholds": {name: float | null, ..., "preset": str},
+     "heads": [{"stack": str, "layer": int, "head": int,
+                "entropy": float, "entropy_std": float,
+                "normalized_entropy": float, "normalized_entropy_std": float,
+                "max_weight": ..., "mean_distance": ..., "normalized_distance": ...,
+                "diagonal": ..., "previous_token": ..., "local_ratio": ...,
+                "first_token": ..., "special_tokens": ...,   (each with its _std)
+                "flags": [str]}]}
+
+A statistic no query counted for (e.g. normalized_entropy when every example is one
+token long) is ``null``. CSV: one row per head with the same fields, plus ``model``;
+flags joined by ``;``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from attnviz.io import write_text_atomic
+from attnviz.stats.definitions import STATISTIC_NAMES
+from attnviz.stats.detect import Detection
+from attnviz.stats.result import HeadStatistics
+
+FORMAT_NAME = "attnviz-stats"
+FORMAT_VERSION = 1
+
+#: Per-head fields in JSON and CSV order (after "stack", "layer", "head").
+HEAD_FIELDS: tuple[str, ...] = tuple(field for name in STATISTIC_NAMES for field in (name, f"{name}_std"))
+
+
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 7)
+
+
+def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None = None) -> dict:
+    """The documented JSON object of one model's statistics and flags."""
+    first = stats.stacks[0]
+    heads = []
+    for site, head, values in stats.heads():
+        row: dict = {"stack": site.stack, "layer": site.layer, "head": head}
+        row.update({field: _number(values[field]) for field in HEAD_FIELDS})
+        row["flags"] = list(detection.flags[site][head])
+        heads.append(row)
+    thresholds: dict = detection.thresholds.to_dict()
+    if preset is not None:
+        thresholds["preset"] = preset
+    return {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "model": stats.model,
+        "causal": stats.causal,
+        "num_layers": stats.num_layers(first),
+        "num_heads": stats.num_heads(first),
+        "num_examples": stats.num_examples,
+        "num_tokens": stats.num_tokens,
+        "local_window": stats.local_window,
+        "stacks": {
+            stack: {"num_layers": stats.num_layers(stack), "num_heads": stats.num_heads(stack)}
+            for stack in stats.stacks
+        },
+        "thresholds": thresholds,
+        "heads": heads,
+    }
+
+
+def write_json(path: str | Path, records: dict | Sequence[dict]) -> Path:
+    """Write one record (an object) or several (a list), atomically."""
+    payload = records if isinstance(records, dict) else list(records)
+    if isinstance(payload, list) and len(payload) == 1:
+        payload = payload[0]
+    return write_text_atomic(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+
+
+def write_csv(path: str | Path, records: dict | Sequence[dict]) -> Path:
+    """Write one row per head of every record, atomically."""
+    records = [records] if isinstance(records, dict) else list(records)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["model", "stack", "layer", "head", *HEAD_FIELDS, "flags"])
+    for record in records:
+        for row in record["heads"]:
+            numbers = ["" if row[field] is None else repr(row[field]) for field in HEAD_FIELDS]
+            writer.writerow(
+                [record["model"], row["stack"], row["layer"], row["head"], *numbers, ";".join(row["flags"])]
+            )
+    return write_text_atomic(path, buffer.getvalue())

@@ -1,0 +1,117 @@
+"""The result of ``attnviz stats``: per-head means and standard deviations of every statistic."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnviz.core import AttentionSite
+from attnviz.errors import InputError
+from attnviz.stats.definitions import STATISTIC_NAMES, statistic_index
+
+
+@dataclass
+class SiteStatistics:
+    """Statistics of the heads of one attention site (one layer of one stack)."""
+
+    mean: Tensor  # [S, h] float64, statistics in STATISTIC_NAMES order; NaN where no query counted
+    std: Tensor  # [S, h] float64 population standard deviation over the counted queries
+    count: Tensor  # [S] float64 number of query positions each statistic averages over
+
+    @property
+    def num_heads(self) -> int:
+        return self.mean.shape[1]
+
+
+@dataclass
+class HeadStatistics:
+    """Per-head statistics of one model over a corpus.
+
+    ``sites[AttentionSite(stack, layer)]`` holds the numbers; :meth:`matrix` gives
+    one statistic as a ``[layer, head]`` tensor.
+    """
+
+    model: str  # name of the model (what the user typed)
+    causal: bool  # decoder-only causal model
+    sites: dict[AttentionSite, SiteStatistics]  # in (stack, layer) order
+    num_examples: int  # examples (texts) read
+    num_tokens: int  # real (non-padding) tokens of the first stack, i.e. query positions per layer
+    local_window: int  # w of local_ratio
+
+    names = STATISTIC_NAMES
+
+    @classmethod
+    def from_accumulator(cls, accumulator, model: str) -> HeadStatistics:
+        """Means and standard deviations from a :class:`~attnviz.stats.accumulator.StatisticsAccumulator`."""
+        sites = {}
+        for site in sorted(accumulator.totals):
+            count = accumulator.counts[site].cpu()  # [S]
+            divisor = count.clamp(min=1)[:, None]  # [S, 1]
+            sums, squares = accumulator.totals[site].cpu()  # each [S, h]
+            mean = sums / divisor  # [S, h]
+            variance = (squares / divisor - mean * mean).clamp(min=0)  # [S, h]
+            empty = (count == 0)[:, None]  # [S, 1]
+            sites[site] = SiteStatistics(
+                mean=mean.masked_fill(empty, math.nan), std=variance.sqrt().masked_fill(empty, math.nan), count=count
+            )
+        return cls(
+            model=model,
+            causal=accumulator.causal,
+            sites=sites,
+            num_examples=accumulator.num_examples,
+            num_tokens=accumulator.num_tokens,
+            local_window=accumulator.local_window,
+        )
+
+    # -- shape ---------------------------------------------------------------------------------
+
+    @property
+    def stacks(self) -> list[str]:
+        """Attention stacks present, in order ("self", or "encoder", "decoder", "cross")."""
+        return list(dict.fromkeys(site.stack for site in self.sites))
+
+    def layers(self, stack: str = "self") -> list[AttentionSite]:
+        """The sites of ``stack`` in layer order."""
+        if stack not in self.stacks:
+            raise InputError(f"{self.model} has no {stack!r} attention; it has {', '.join(self.stacks)}")
+        return sorted(site for site in self.sites if site.stack == stack)
+
+    def num_layers(self, stack: str = "self") -> int:
+        return len(self.layers(stack))
+
+    def num_heads(self, stack: str = "self") -> int:
+        """Heads per layer (the largest, if pruning made layers differ)."""
+        return max(self.sites[site].num_heads for site in self.layers(stack))
+
+    # -- values --------------------------------------------------------------------------------
+
+    def matrix(self, name: str, stack: str = "self") -> Tensor:
+        """``[layer, head]`` float32 means of statistic ``name``; NaN where a layer has fewer heads."""
+        return self._matrix(name, stack, "mean")
+
+    def std_matrix(self, name: str, stack: str = "self") -> Tensor:
+        """``[layer, head]`` float32 standard deviations of statistic ``name``; NaN where a layer has fewer heads."""
+        return self._matrix(name, stack, "std")
+
+    def _matrix(self, name: str, stack: str, field: str) -> Tensor:
+        index = statistic_index(name)
+        layers = self.layers(stack)
+        out = torch.full((len(layers), self.num_heads(stack)), math.nan, dtype=torch.float32)  # [layer, head]
+        for row, site in enumerate(layers):
+            values = getattr(self.sites[site], field)[index]  # [h]
+            out[row, : values.shape[0]] = values.float()
+        return out
+
+    def heads(self) -> Iterator[tuple[AttentionSite, int, dict[str, float]]]:
+        """Every head as ``(site, head, {statistic: mean, statistic_std: std, ...})``."""
+        for site, numbers in self.sites.items():
+            for head in range(numbers.num_heads):
+                row: dict[str, float] = {}
+                for index, name in enumerate(STATISTIC_NAMES):
+                    row[name] = float(numbers.mean[index, head])
+                    row[f"{name}_std"] = float(numbers.std[index, head])
+                yield site, head, row

@@ -1,0 +1,188 @@
+"""Terminal views of per-head statistics: the per-head table, the layer × head overview, summaries.
+
+Each function returns a rich renderable (or lines); printing is the caller's business.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from rich.table import Table
+from rich.text import Text
+
+from attnviz.stats.definitions import STATISTIC_NAMES, statistic_index
+from attnviz.stats.detect import FLAGS, PROBLEM_FLAGS, Detection
+from attnviz.stats.result import HeadStatistics
+
+#: Short column headers of the per-head table (explained in the table's caption).
+HEADERS: dict[str, str] = {
+    "entropy": "ent",
+    "normalized_entropy": "nent",
+    "max_weight": "maxw",
+    "mean_distance": "dist",
+    "normalized_distance": "ndist",
+    "diagonal": "diag",
+    "previous_token": "prev",
+    "local_ratio": "local",
+    "first_token": "first",
+    "special_tokens": "spec",
+}
+
+#: What each column header means, printed under the table.
+LEGEND: dict[str, str] = {
+    "entropy": "ent entropy (nats)",
+    "normalized_entropy": "nent normalized entropy",
+    "max_weight": "maxw max weight",
+    "mean_distance": "dist mean distance (tokens)",
+    "normalized_distance": "ndist normalized distance",
+    "diagonal": "diag mass on own position",
+    "previous_token": "prev on previous token",
+    "local_ratio": "local on ±w window",
+    "first_token": "first on first token",
+    "special_tokens": "spec on special tokens",
+}
+FLAG_LEGEND = "flags: sink first-token sink, spec special-token, prev previous-token, diag diagonal"
+
+#: Columns kept when the terminal is too narrow for all of them (the rest are in --json/--csv).
+COMPACT_STATISTICS = (
+    "normalized_entropy",
+    "max_weight",
+    "normalized_distance",
+    "diagonal",
+    "previous_token",
+    "first_token",
+    "special_tokens",
+)
+#: Terminal width below which :data:`COMPACT_STATISTICS` are shown instead of all statistics.
+FULL_TABLE_WIDTH = 100
+
+#: Flags as the table writes them (to keep the row on one line of a narrow terminal).
+_FLAG_LABELS = {"first-token-sink": "sink", "special-token": "spec", "previous-token": "prev", "diagonal": "diag"}
+
+_FLAG_STYLES = {"collapsed": "bold red", "unfocused": "bold blue"}
+#: Overview cell markers for the problem flags.
+_PROBLEM_MARKS = {"collapsed": "×", "unfocused": "○"}
+
+
+def _format(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def head_rows(
+    stats: HeadStatistics,
+    detection: Detection,
+    *,
+    stack: str = "self",
+    flagged_only: bool = False,
+    sort: str | None = None,
+    descending: bool = True,
+    limit: int | None = None,
+) -> list[tuple[int, int, dict[str, float], tuple[str, ...]]]:
+    """``(layer, head, means, flags)`` rows of ``stack``, filtered and sorted as asked.
+
+    ``flagged_only`` keeps heads with any flag; ``sort`` orders by a statistic (NaN last).
+    """
+    rows = []
+    for site, head, values in stats.heads():
+        if site.stack != stack:
+            continue
+        flags = detection.flags[site][head]
+        if flagged_only and not flags:
+            continue
+        rows.append((site.layer, head, values, flags))
+    if sort is not None:
+        name = STATISTIC_NAMES[statistic_index(sort)]
+        sign = -1.0 if descending else 1.0
+        rows.sort(
+            key=lambda row: (math.isnan(row[2][name]), sign * row[2][name] if not math.isnan(row[2][name]) else 0)
+        )
+    return rows[:limit] if limit is not None else rows
+
+
+def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: tuple[str, ...] | None = None) -> Table:
+    """The per-head table: one row per head, the mean of each statistic (all by default), and the flags."""
+    statistics = STATISTIC_NAMES if statistics is None else statistics
+    title = f"{stats.model} · {stack} attention · {stats.num_examples} examples, {stats.num_tokens} tokens"
+    caption = " · ".join(LEGEND[name] for name in statistics) + " · " + FLAG_LEGEND
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        header_style="bold",
+        pad_edge=False,
+        show_edge=False,
+        box=None,
+    )
+    table.add_column("layer", justify="right", no_wrap=True)
+    table.add_column("head", justify="right", no_wrap=True)
+    for name in statistics:
+        table.add_column(HEADERS[name], justify="right", no_wrap=True)
+    table.add_column("flags", overflow="fold", min_width=15)
+    for layer, head, values, flags in rows:
+        flag_text = Text()
+        for index, flag in enumerate(flags):
+            if index:
+                flag_text.append(", ")
+            flag_text.append(_FLAG_LABELS.get(flag, flag), style=_FLAG_STYLES.get(flag, ""))
+        table.add_row(str(layer), str(head), *(_format(values[name]) for name in statistics), flag_text)
+    return table
+
+
+def table_statistics(width: int) -> tuple[str, ...]:
+    """The statistics a per-head table shows on a terminal ``width`` characters wide."""
+    return STATISTIC_NAMES if width >= FULL_TABLE_WIDTH else COMPACT_STATISTICS
+
+
+def _colour(fraction: float) -> str:
+    """A dark-blue → teal → yellow ramp (viridis-like) for ``fraction`` in [0, 1]."""
+    stops = [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)]
+    fraction = min(1.0, max(0.0, fraction)) * (len(stops) - 1)
+    low = int(fraction)
+    high = min(low + 1, len(stops) - 1)
+    t = fraction - low
+    r, g, b = (round(a + (c - a) * t) for a, c in zip(stops[low], stops[high]))
+    return f"rgb({r},{g},{b})"
+
+
+def overview(stats: HeadStatistics, detection: Detection, statistic: str, *, stack: str = "self") -> Text:
+    """A compact layer × head grid of one statistic, coloured by value; × collapsed, ○ unfocused."""
+    name = STATISTIC_NAMES[statistic_index(statistic)]
+    matrix = stats.matrix(name, stack)  # [layer, head]
+    finite = matrix[~matrix.isnan()]
+    top = float(finite.max()) if name in ("entropy", "mean_distance") and finite.numel() else 1.0
+    text = Text(f"{name} by layer (rows) and head (columns); × collapsed, ○ unfocused\n", style="bold")
+    text.append("      " + "".join(f"{head:>5}" for head in range(matrix.shape[1])) + "\n", style="dim")
+    for row, site in enumerate(stats.layers(stack)):
+        text.append(f"{site.layer:>5} ", style="dim")
+        for head in range(matrix.shape[1]):
+            value = float(matrix[row, head])
+            if math.isnan(value):
+                text.append("     ")
+                continue
+            flags = detection.flags[site][head] if head < len(detection.flags[site]) else ()
+            mark = next((_PROBLEM_MARKS[f] for f in PROBLEM_FLAGS if f in flags), " ")
+            fraction = value / top if top > 0 else 0.0
+            foreground = "black" if fraction > 0.55 else "white"
+            text.append(f"{value:4.2f}{mark}", style=f"{foreground} on {_colour(fraction)}")
+        text.append("\n")
+    return text
+
+
+def layer_summary(stats: HeadStatistics, detection: Detection, *, stack: str = "self") -> list[str]:
+    """One line per layer with flagged heads (counts per flag), then a total line."""
+    lines = []
+    total: Counter = Counter()
+    heads = 0
+    for site in stats.layers(stack):
+        counts = detection.counts(site)
+        heads += len(detection.flags[site])
+        total.update(counts)
+        if counts:
+            parts = ", ".join(f"{counts[flag]} {flag}" for flag in FLAGS if counts[flag])
+            lines.append(f"layer {site.layer:>2}: {parts}")
+    problems = ", ".join(f"{total[flag]} {flag}" for flag in PROBLEM_FLAGS)
+    labels = ", ".join(f"{total[flag]} {flag}" for flag in FLAGS if flag not in PROBLEM_FLAGS and total[flag])
+    lines.append(f"{stack} attention, {heads} heads: {problems}" + (f"; {labels}" if labels else ""))
+    return lines

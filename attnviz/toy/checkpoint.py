@@ -1,0 +1,206 @@
+"""Toy checkpoints: a directory with ``model.safetensors`` and the JSON file ``attnviz-toy.json``.
+
+The JSON file marks the directory as a toy checkpoint (``attnviz.models.specs.load_model``
+recognises it) and holds everything but the weights::
+
+    {
+      "format": "attnviz-toy", "version": 1,
+      "config":    {...ToyConfig fields...},
+      "tokenizer": {"symbols": ["0", "1", ...]},
+      "task":      {"task": "reverse", "min_length": 3, "max_length": 8, "num_symbols": 10},
+      "weights_sha256": "…",          # of model.safetensors: a damaged file is detected on load
+      "step": 3000,                   # training step of these weights (null when unknown)
+      "metadata": {"training": {...}, "held_out": {...}, "pruned": {...}},
+      "series": [{"step": 500, "path": "steps/step-000500"}, ...]   # attnviz train --checkpoint-every
+    }
+
+Each entry of ``series`` is itself a complete toy checkpoint directory.
+Directories are written next to their destination and renamed into place, so
+a half-written checkpoint never replaces a good one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnviz import io
+from attnviz.errors import AttnvizError, ModelSpecError, OutputError
+from attnviz.toy.config import ToyConfig
+from attnviz.toy.loaded import ToyModel
+from attnviz.toy.model import ToyTransformer
+from attnviz.toy.tasks import TaskSettings
+from attnviz.toy.tokenizer import ToyTokenizer
+
+MARKER = "attnviz-toy.json"  # same as attnviz.models.specs.TOY_MARKER
+WEIGHTS = "model.safetensors"
+FORMAT_NAME = "attnviz-toy"
+FORMAT_VERSION = 1
+
+
+# -- writing ---------------------------------------------------------------------------------------
+
+
+def check_checkpoint_output(path: str | os.PathLike) -> Path:
+    """Validate a checkpoint destination before any expensive work.
+
+    It may be new, an empty directory, or an existing toy checkpoint (replaced);
+    anything else raises :class:`OutputError`.
+    """
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{path} is a file: give a directory name for the checkpoint")
+    if path.is_dir() and any(path.iterdir()) and not (path / MARKER).is_file():
+        raise OutputError(f"{path} exists and is not an attnviz toy checkpoint: choose a new or empty directory")
+    io.check_output_parent(path)
+    return path
+
+
+@contextlib.contextmanager
+def staged_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a fresh directory that replaces the checked checkpoint destination ``path`` on success."""
+    with io.staged_directory(check_checkpoint_output(path)) as stage:
+        yield stage
+
+
+def write_checkpoint_files(
+    loaded: ToyModel, directory: Path, *, step: int | None = None, series: list[dict] | None = None
+) -> None:
+    """Write weights and JSON of ``loaded`` into an existing ``directory``.
+
+    Not atomic by itself: :func:`save_toy_model` and ``attnviz train`` call it on a staged directory.
+    """
+    from safetensors.torch import save_file
+
+    state = {name: tensor.detach().to("cpu").contiguous() for name, tensor in loaded.model.state_dict().items()}
+    weights = directory / WEIGHTS
+    save_file(state, str(weights), metadata={"format": FORMAT_NAME})
+    document = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "config": loaded.config.to_dict(),
+        "tokenizer": loaded.tokenizer.to_dict(),
+        "task": loaded.task_settings.to_dict(),
+        "weights_sha256": _sha256(weights),
+        "step": step if step is not None else loaded.metadata.get("step"),
+        "metadata": {k: v for k, v in loaded.metadata.items() if k != "step"},
+        "series": series or [],
+    }
+    (directory / MARKER).write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def save_toy_model(loaded: ToyModel, path: str | os.PathLike, *, step: int | None = None) -> Path:
+    """Save ``loaded`` as a toy checkpoint directory that ``attnviz.models.specs.load_model(path)`` reads back.
+
+    Refuses to overwrite the checkpoint ``loaded`` was read from (inputs are never overwritten).
+    """
+    path = Path(path).expanduser()
+    if loaded.source_path is not None and path.resolve() == Path(loaded.source_path).resolve():
+        raise OutputError(f"{path} is the checkpoint this model was loaded from: save to another directory")
+    with staged_directory(path) as stage:
+        write_checkpoint_files(loaded, stage, step=step)
+    return path
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- reading ---------------------------------------------------------------------------------------------
+
+
+def read_checkpoint_document(path: str | os.PathLike) -> dict[str, Any]:
+    """The parsed ``attnviz-toy.json`` of a checkpoint directory (damage raises :class:`ModelSpecError`)."""
+    path = Path(path).expanduser()
+    marker = path / MARKER
+    if not marker.is_file():
+        raise ModelSpecError(
+            f"{path} is not an attnviz toy checkpoint: it has no {MARKER} (write one with attnviz train)"
+        )
+    try:
+        document = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _damaged(path, f"{MARKER} is not readable JSON ({exc})") from exc
+    if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
+        raise _damaged(path, f'{MARKER} does not say "format": "{FORMAT_NAME}"')
+    if document.get("version") != FORMAT_VERSION:
+        raise ModelSpecError(
+            f"{path} is a toy checkpoint of format version {document.get('version')!r}; this attnviz reads "
+            f"version {FORMAT_VERSION}: retrain it with attnviz train"
+        )
+    return document
+
+
+def load_toy_model(
+    path: str | os.PathLike,
+    *,
+    name: str | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> ToyModel:
+    """Load a toy checkpoint directory; a missing, damaged or inconsistent one raises :class:`ModelSpecError`."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path).expanduser()
+    document = read_checkpoint_document(path)
+    try:
+        config = ToyConfig.from_dict(document["config"])
+        tokenizer = ToyTokenizer.from_dict(document["tokenizer"])
+        settings = TaskSettings.from_dict(document["task"])
+    except KeyError as exc:
+        raise _damaged(path, f"{MARKER} lacks the field {exc}") from exc
+    except (AttnvizError, TypeError) as exc:
+        raise _damaged(path, f"{MARKER} is inconsistent ({exc})") from exc
+    if config.vocab_size != len(tokenizer):
+        raise _damaged(path, f"the config's vocab_size {config.vocab_size} does not match the {len(tokenizer)} tokens")
+    weights = path / WEIGHTS
+    if not weights.is_file():
+        raise _damaged(path, f"{WEIGHTS} is missing")
+    expected = document.get("weights_sha256")
+    if expected is not None and _sha256(weights) != expected:
+        raise _damaged(path, f"{WEIGHTS} does not match its checksum (the file was changed or cut short)")
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise _damaged(path, f"{WEIGHTS} is not a readable safetensors file ({exc})") from exc
+    model = ToyTransformer(config)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        summary = str(exc).splitlines()[0] + " " + " ".join(str(exc).split()[-12:])
+        raise _damaged(path, f"the weights do not fit the config ({summary.strip()})") from exc
+    model.to(device=device, dtype=dtype)
+    model.eval()
+    metadata = dict(document.get("metadata") or {})
+    metadata["step"] = document.get("step")
+    loaded = ToyModel(model, tokenizer, settings, name=name or str(path), metadata=metadata)
+    loaded.source_path = path
+    return loaded
+
+
+def checkpoint_series(path: str | os.PathLike) -> list[tuple[int, Path]]:
+    """The ``(step, directory)`` checkpoints saved during training by ``--checkpoint-every``, by step.
+
+    The final checkpoint itself is not in the list (its step is in ``metadata["step"]`` once loaded).
+    """
+    path = Path(path).expanduser()
+    document = read_checkpoint_document(path)
+    series = []
+    for entry in document.get("series") or []:
+        try:
+            series.append((int(entry["step"]), path / entry["path"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _damaged(path, f"a series entry is malformed ({entry!r})") from exc
+    return sorted(series)
+
+
+def _damaged(path: Path, what: str) -> ModelSpecError:
+    return ModelSpecError(f"{path} is a damaged attnviz toy checkpoint: {what}; train it again with attnviz train")

@@ -1,0 +1,226 @@
+"""The one configuration dataclass of attnviz's toy transformers.
+
+A :class:`ToyConfig` fully describes the architecture (not the weights): it is
+stored as JSON inside every toy checkpoint. :meth:`ToyConfig.validate` turns a
+configuration that cannot work into an :class:`~attnviz.errors.InputError`
+whose message says what to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from attnviz.errors import InputError
+
+#: encoder: bidirectional self-attention; decoder: causal LM; encoder-decoder: both plus cross-attention
+ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
+
+#: every attention variant a toy model can use (see :mod:`attnviz.toy.variants` for the formulas)
+VARIANT_NAMES = (
+    "scaled-dot",
+    "dot",
+    "general",
+    "additive",
+    "relative",
+    "local",
+    "strided",
+    "longformer",
+    "bigbird",
+    "linear",
+    "performer",
+)
+
+
+@dataclass
+class ToyConfig:
+    """Architecture of a toy transformer (pre-LayerNorm blocks, learned embeddings, untied output head)."""
+
+    # "encoder" (bidirectional), "decoder" (causal language model) or "encoder-decoder"
+    architecture: str = "decoder"
+    # number of token ids, special tokens included (taken from the tokenizer)
+    vocab_size: int = 16
+    # longest sequence, per side, the learned position table covers
+    max_positions: int = 32
+    # d_model: width of the residual stream
+    width: int = 64
+    # heads per attention layer as built; head_dim = width // num_heads
+    num_heads: int = 4
+    # layers of the encoder (encoder-only, encoder-decoder) or of the decoder (decoder-only)
+    num_layers: int = 2
+    # decoder layers of an encoder-decoder model (None: same as num_layers)
+    num_decoder_layers: int | None = None
+    # heads left at each site after pruning, per stack ({"cross": [4, 2], ...}); None: num_heads everywhere
+    heads_per_layer: dict[str, list[int]] | None = None
+    # hidden width of each MLP (None: 4 × width; 0: no MLP, an attention-only transformer)
+    mlp_width: int | None = None
+    # attention variant, one of VARIANT_NAMES
+    attention: str = "scaled-dot"
+    # local / strided / longformer / bigbird: self-attention keys with |i − j| ≤ window are visible
+    window: int = 2
+    # strided: keys with (i − j) a multiple of stride are visible too (Sparse Transformer)
+    stride: int = 4
+    # longformer / bigbird: the first global_tokens positions see, and are seen by, every position
+    global_tokens: int = 1
+    # bigbird: tokens per block of the random block pattern
+    block_size: int = 4
+    # bigbird: random key blocks each query block sees (drawn once from `seed`)
+    random_blocks: int = 1
+    # relative: key offsets j − i are clipped to [−max_relative_position, +max_relative_position]
+    max_relative_position: int = 8
+    # additive: hidden width of vᵀ·tanh(W·q + U·k) per head (None: head_dim)
+    additive_width: int | None = None
+    # performer: positive random features per head
+    num_features: int = 32
+    # seeds the random parts of a variant (bigbird's random blocks, performer's features)
+    seed: int = 0
+    # dropout on attention weights and residual branches, while training only
+    dropout: float = 0.0
+    # add learned absolute position embeddings (turn off to let the relative variant stand alone)
+    absolute_positions: bool = True
+
+    # -- derived sizes ------------------------------------------------------------------------
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.num_heads
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
+
+    @property
+    def hidden_width(self) -> int:
+        return 4 * self.width if self.mlp_width is None else self.mlp_width
+
+    @property
+    def causal(self) -> bool:
+        return self.architecture == "decoder"
+
+    def stacks(self) -> tuple[str, ...]:
+        """Attention stacks in the order they run (site names of :class:`attnviz.core.AttentionSite`)."""
+        return ("encoder", "decoder", "cross") if self.architecture == "encoder-decoder" else ("self",)
+
+    def layers_of(self, stack: str) -> int:
+        if stack in ("self", "encoder"):
+            return self.decoder_layers if self.architecture == "decoder" else self.num_layers
+        return self.decoder_layers
+
+    def heads_at(self, stack: str, layer: int) -> int:
+        """Heads at one site: ``num_heads`` unless pruning left fewer."""
+        if self.heads_per_layer and stack in self.heads_per_layer:
+            return self.heads_per_layer[stack][layer]
+        return self.num_heads
+
+    # -- validation and (de)serialisation -------------------------------------------------------
+
+    def validate(self) -> ToyConfig:
+        """Raise :class:`InputError` for a configuration that cannot be built; return ``self``."""
+        if self.architecture not in ARCHITECTURES:
+            raise InputError(f"unknown architecture {self.architecture!r}: use one of {', '.join(ARCHITECTURES)}")
+        if self.attention not in VARIANT_NAMES:
+            raise InputError(f"unknown attention variant {self.attention!r}: use one of {', '.join(VARIANT_NAMES)}")
+        for name in ("vocab_size", "max_positions", "width", "num_heads", "num_layers", "stride", "block_size"):
+            _require(getattr(self, name) >= 1, f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.width % self.num_heads:
+            divisors = [h for h in range(1, self.width + 1) if self.width % h == 0 and h <= 16]
+            raise InputError(
+                f"{self.num_heads} heads do not divide the width {self.width}: choose a head count that "
+                f"divides it (e.g. {', '.join(map(str, divisors[-4:]))}) or change the width"
+            )
+        _require(
+            self.window >= 0, f"window must be 0 or more (got {self.window}): it is the largest |i − j| a query sees"
+        )
+        for name in ("global_tokens", "random_blocks", "max_relative_position"):
+            _require(getattr(self, name) >= 0, f"{name} must be 0 or more (got {getattr(self, name)})")
+        _require(self.num_features >= 1, f"num_features must be at least 1 (got {self.num_features})")
+        if self.num_decoder_layers is not None:
+            _require(
+                self.num_decoder_layers >= 1, f"num_decoder_layers must be at least 1 (got {self.num_decoder_layers})"
+            )
+        if self.mlp_width is not None:
+            _require(self.mlp_width >= 0, f"mlp_width must be 0 (no MLP) or more (got {self.mlp_width})")
+        if self.additive_width is not None:
+            _require(self.additive_width >= 1, f"additive_width must be at least 1 (got {self.additive_width})")
+        _require(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1) (got {self.dropout})")
+        if self.heads_per_layer is not None:
+            for stack, heads in self.heads_per_layer.items():
+                _require(
+                    stack in self.stacks(),
+                    f"heads_per_layer names stack {stack!r}; this model has {', '.join(self.stacks())}",
+                )
+                _require(
+                    isinstance(heads, list) and len(heads) == self.layers_of(stack),
+                    f"heads_per_layer[{stack!r}] needs one head count per layer ({self.layers_of(stack)})",
+                )
+                _require(
+                    all(isinstance(h, int) and 0 <= h <= self.num_heads for h in heads),
+                    f"heads_per_layer[{stack!r}] = {heads}: each count must be between 0 and "
+                    f"num_heads ({self.num_heads})",
+                )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ToyConfig:
+        """Build and validate a config from JSON values; unknown or mistyped fields raise :class:`InputError`."""
+        if not isinstance(values, dict):
+            raise InputError("a toy config must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InputError(f"unknown toy config field(s): {', '.join(unknown)}")
+        config = cls(**values)
+        for f in fields(cls):
+            value = getattr(config, f.name)
+            expected = _FIELD_TYPES.get(f.name)
+            if expected is not None and not (value is None and f.name in _OPTIONAL) and not _is_type(value, expected):
+                raise InputError(f"toy config field {f.name} has the wrong type ({value!r})")
+        return config.validate()
+
+
+_OPTIONAL = {"num_decoder_layers", "heads_per_layer", "mlp_width", "additive_width"}
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "architecture": str,
+    "attention": str,
+    "dropout": (int, float),
+    "absolute_positions": bool,
+    "heads_per_layer": dict,
+    **{
+        name: int
+        for name in [
+            "vocab_size",
+            "max_positions",
+            "width",
+            "num_heads",
+            "num_layers",
+            "num_decoder_layers",
+            "mlp_width",
+            "window",
+            "stride",
+            "global_tokens",
+            "block_size",
+            "random_blocks",
+            "max_relative_position",
+            "additive_width",
+            "num_features",
+            "seed",
+        ]
+    },
+}
+
+
+def _is_type(value: Any, expected: type | tuple[type, ...]) -> bool:
+    if expected is int or expected == (int, float):
+        return isinstance(value, expected) and not isinstance(value, bool)
+    return isinstance(value, expected)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise InputError(message)
+
+
+__all__ = ["ARCHITECTURES", "VARIANT_NAMES", "ToyConfig"]

@@ -1,0 +1,306 @@
+"""A toy model as attnviz's :class:`~attnviz.models.base.LoadedModel`, plus what only toy models have: a task.
+
+Texts are written in the toy vocabulary: symbols separated by spaces
+(``"3 1 4 1 5"``, ``"a b c a b c"``) or, when every symbol is one character,
+run together (``"31415"``). attnviz lays them out as the task was trained
+(see :mod:`attnviz.toy.tasks`): ``<bos>``, ``<sep>`` and ``<eos>`` are added,
+never typed. For sequence-to-sequence tasks the text is the input items and a
+target is the answer the decoder reads; without one, the model's own greedy
+answer is used, so a heatmap shows the model doing the task. Decoder-only
+sequence-to-sequence models also accept ``"3 1 4 <sep> 4 1 3"``.
+
+Every batch carries ``inputs["labels"]``: ``[b, q]`` token ids the output side
+should predict, ``-100`` where nothing is scored.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnviz.console import warn
+from attnviz.core import AttentionContext, AttentionSite
+from attnviz.errors import InputError
+from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.toy.config import ToyConfig
+from attnviz.toy.model import ToyOutput, ToyTransformer
+from attnviz.toy.tasks import Task, TaskSettings, ToyExample, get_task
+from attnviz.toy.tokenizer import EOS, SEP, SPECIAL_TOKENS, ToyTokenizer
+
+#: label id that is not scored (PyTorch's cross-entropy default)
+IGNORE = -100
+
+
+class ToyModel(LoadedModel):
+    """A :class:`ToyTransformer` with its tokenizer and task."""
+
+    def __init__(
+        self,
+        model: ToyTransformer,
+        tokenizer: ToyTokenizer,
+        task_settings: TaskSettings,
+        *,
+        name: str = "toy",
+        metadata: dict[str, Any] | None = None,
+    ):
+        self.model = model
+        self.config: ToyConfig = model.config
+        self.tokenizer = tokenizer
+        self.task_settings = task_settings
+        self.toy_task: Task = get_task(task_settings.task)
+        #: the task's name (copy, reverse, sort, previous-token, induction)
+        self.task = task_settings.task
+        self.name = name
+        self.causal = self.config.architecture == "decoder"
+        self.encoder_decoder = self.config.architecture == "encoder-decoder"
+        self.max_length = self.config.max_positions
+        #: what the checkpoint recorded: training settings, held-out metrics, pruning history, …
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        #: the checkpoint directory this model was loaded from (None when built in memory)
+        self.source_path = None
+        self._refresh_sites()
+
+    def _refresh_sites(self) -> None:
+        self._sites: dict[nn.Module, AttentionSite] = {m: site for site, m in self.model.attention_modules().items()}
+
+    # -- LoadedModel --------------------------------------------------------------------------------
+
+    def site_of(self, module: nn.Module) -> AttentionSite | None:
+        return self._sites.get(module)
+
+    def stacks(self) -> tuple[str, ...]:
+        return self.config.stacks()
+
+    def layout(self) -> dict[AttentionSite, int]:
+        """Heads at every site, from the module sizes (pruned layers included)."""
+        return dict(sorted((site, module.heads) for site, module in self.model.attention_modules().items()))
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        targets: Sequence[str] | None = None,
+        max_length: int | None = None,
+        truncate: bool = True,
+    ) -> EncodedBatch:
+        """Tokenise texts of the toy vocabulary into a right-padded batch with labels (see the module docstring)."""
+        texts = list(texts)
+        if not texts:
+            raise InputError("no text given")
+        if targets is not None:
+            targets = list(targets)
+            if self.toy_task.kind != "seq2seq" or self.config.architecture == "encoder":
+                raise InputError(
+                    f"this toy {self.config.architecture} model ({self.task}) reads one sequence: a target applies "
+                    "only to sequence-to-sequence tasks on decoder or encoder-decoder models"
+                )
+            if len(targets) != len(texts):
+                raise InputError("give one target per text")
+        limit = min(self.config.max_positions, max_length or self.config.max_positions)
+        items_limit = self.toy_task.max_items(self.config.architecture, limit)
+        if items_limit < 1:
+            raise InputError(f"--max-length {limit} leaves no room for a single symbol with this toy model")
+        parsed: list[tuple[list[str], list[str] | None]] = []
+        truncated: list[bool] = []
+        for index, text in enumerate(texts):
+            items, answer = self._parse(text)
+            if targets is not None:
+                if answer is not None:
+                    raise InputError("give the answer either after <sep> in the text or as a target, not both")
+                answer = self.tokenizer.split(targets[index])
+            cut = len(items) > items_limit
+            if cut and not truncate:
+                raise InputError(
+                    f"the text has {len(items)} symbols, more than the {items_limit} this toy model reads "
+                    f"(max length {limit}): shorten it or allow truncation"
+                )
+            items = items[:items_limit]
+            if answer is not None:
+                room = self._answer_room(len(items), limit)
+                if len(answer) > room and not truncate:
+                    raise InputError(
+                        f"the target has {len(answer)} symbols; only {room} fit next to the text within "
+                        f"max length {limit}: shorten it or allow truncation"
+                    )
+                cut = cut or len(answer) > room
+                answer = answer[:room]
+            truncated.append(cut)
+            parsed.append((items, answer))
+        if any(truncated):
+            warn(f"{sum(truncated)} toy text(s) longer than {limit} positions were truncated")
+        if self.toy_task.kind == "seq2seq" and self.config.architecture != "encoder":
+            missing = [i for i, (_, answer) in enumerate(parsed) if answer is None]
+            if missing:
+                answers = self.generate([parsed[i][0] for i in missing], max_length=limit)
+                for i, answer in zip(missing, answers):
+                    parsed[i] = (parsed[i][0], answer)
+        examples = [self.toy_task.example(self.config.architecture, items, answer) for items, answer in parsed]
+        return self.batch_examples(examples, truncated)
+
+    def forward(
+        self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = True
+    ) -> ToyOutput:
+        """Run the model; returns :class:`ToyOutput` (``logits`` ``[b, q, vocab]`` of the output side).
+
+        ``logits`` is accepted for symmetry with ``HFModel.forward``; toy models always compute them.
+        """
+        inputs = batch.inputs
+        return self.model(
+            input_ids=inputs["input_ids"],
+            attention_mask=inputs.get("attention_mask"),
+            decoder_input_ids=inputs.get("decoder_input_ids"),
+            decoder_attention_mask=inputs.get("decoder_attention_mask"),
+            context=context,
+        )
+
+    # -- the task ---------------------------------------------------------------------------------------
+
+    def task_examples(self, num_examples: int, rng: random.Random) -> list[ToyExample]:
+        items = [self.toy_task.sample(rng, self.task_settings) for _ in range(num_examples)]
+        return [self.toy_task.example(self.config.architecture, x) for x in items]
+
+    def task_batch(self, num_examples: int, seed: int) -> EncodedBatch:
+        """``num_examples`` fresh random examples of the task (the same for the same seed), labels included."""
+        if num_examples < 1:
+            raise InputError(f"need at least one example (got {num_examples})")
+        return self.batch_examples(self.task_examples(num_examples, random.Random(seed)))
+
+    def task_loss(self, batch: EncodedBatch, context: AttentionContext | None = None) -> Tensor:
+        """Mean cross-entropy over the labelled positions: a differentiable scalar."""
+        logits = self.forward(batch, context).logits  # [b, q, vocab]
+        labels = batch.inputs["labels"]  # [b, q]
+        return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
+
+    def task_metrics(self, batch: EncodedBatch, context: AttentionContext | None = None) -> dict[str, float]:
+        """``loss``, ``accuracy`` (labelled tokens predicted right), ``sequence_accuracy`` (examples all right)."""
+        with torch.no_grad():
+            logits = self.forward(batch, context).logits
+        return label_metrics(logits, batch.inputs["labels"])
+
+    def generate(self, items: Sequence[list[str]], *, max_length: int | None = None) -> list[list[str]]:
+        """The model's greedy answer to each item list (sequence-to-sequence tasks), ``<eos>`` left out.
+
+        At most ``len(items) + 1`` tokens are generated per example (every task's answer has ``len(items)``).
+        """
+        limit = min(self.config.max_positions, max_length or self.config.max_positions)
+        answers: list[list[str]] = [[] for _ in items]
+        done = [False] * len(items)
+        # only symbols and <eos> may be emitted
+        allowed = torch.zeros(len(self.tokenizer), dtype=torch.bool)
+        allowed[self.tokenizer.ids([EOS, *self.tokenizer.symbols])] = True
+        eos_id = self.tokenizer.ids([EOS])[0]
+        with torch.no_grad():
+            while not all(done):
+                examples = [self.toy_task.example(self.config.architecture, x, a) for x, a in zip(items, answers)]
+                batch = self.batch_examples(examples)
+                logits = self.forward(batch).logits.float()  # [b, q, vocab]
+                for i, example in enumerate(examples):
+                    if done[i]:
+                        continue
+                    last = len(example.target if example.target is not None else example.source) - 1
+                    scores = logits[i, last].cpu().masked_fill(~allowed, -math.inf)
+                    token = int(scores.argmax())
+                    if token == eos_id:
+                        done[i] = True
+                    else:
+                        answers[i].append(self.tokenizer.vocab[token])
+                        room = self._answer_room(len(items[i]), limit)
+                        done[i] = len(answers[i]) >= min(room, len(items[i]) + 1)
+        return answers
+
+    # -- batching ---------------------------------------------------------------------------------------
+
+    def batch_examples(self, examples: Sequence[ToyExample], truncated: list[bool] | None = None) -> EncodedBatch:
+        """Pad examples on the right into an :class:`EncodedBatch` on the model's device."""
+        source_ids, source_valid = self._pad([e.source for e in examples])
+        labels, _ = self._pad([e.labels for e in examples], pad=IGNORE)
+        inputs = {"input_ids": source_ids, "attention_mask": source_valid}
+        tokens, special, word_ids = _annotate([e.source for e in examples])
+        batch = EncodedBatch(
+            inputs=inputs,
+            tokens=tokens,
+            special=special,
+            word_ids=word_ids,
+            truncated=truncated or [False] * len(examples),
+        )
+        if self.encoder_decoder:
+            target_ids, target_valid = self._pad([e.target for e in examples])
+            inputs["decoder_input_ids"] = target_ids
+            inputs["decoder_attention_mask"] = target_valid
+            batch.target_tokens, batch.target_special, batch.target_word_ids = _annotate([e.target for e in examples])
+        inputs["labels"] = labels
+        device = self.device
+        batch.inputs = {key: value.to(device) for key, value in inputs.items()}
+        return batch
+
+    def _pad(self, sequences: Sequence[Sequence[str | None]], pad: int | None = None) -> tuple[Tensor, Tensor]:
+        """``[b, n]`` ids (right-padded) and ``[b, n]`` 1/0 validity; ``pad`` given: None entries become ``pad``."""
+        width = max(len(s) for s in sequences)
+        fill = self.tokenizer.pad_id if pad is None else pad
+        ids = torch.full((len(sequences), width), fill, dtype=torch.long)
+        valid = torch.zeros((len(sequences), width), dtype=torch.long)
+        lookup = self.tokenizer.index
+        for row, sequence in enumerate(sequences):
+            values = [fill if t is None else lookup[t] for t in sequence]
+            ids[row, : len(values)] = torch.tensor(values, dtype=torch.long)
+            valid[row, : len(values)] = 1
+        return ids, valid
+
+    # -- parsing --------------------------------------------------------------------------------------------
+
+    def _parse(self, text: str) -> tuple[list[str], list[str] | None]:
+        """Items of ``text``, and the answer after ``<sep>`` (decoder-only sequence-to-sequence models)."""
+        takes_sep = self.toy_task.kind == "seq2seq" and self.config.architecture == "decoder"
+        pieces = self.tokenizer.split(text, allow=(SEP,) if takes_sep else ())
+        if SEP not in pieces:
+            return pieces, None
+        cut = pieces.index(SEP)
+        items, answer = pieces[:cut], pieces[cut + 1 :]
+        if not items or SEP in answer:
+            raise InputError(f"write the items, then at most one {SEP} and the answer, e.g. '3 1 4 {SEP} 4 1 3'")
+        return items, answer
+
+    def _answer_room(self, num_items: int, limit: int) -> int:
+        """Most answer tokens that fit next to ``num_items`` items within ``limit`` positions."""
+        if self.config.architecture == "decoder":
+            return max(0, limit - num_items - 2)
+        return max(0, limit - 1)
+
+
+def _annotate(sequences: Sequence[list[str]]) -> tuple[list[list[str]], list[list[bool]], list[list[int | None]]]:
+    """Tokens, special flags, and word ids (each symbol is its own word; specials have None)."""
+    tokens, special, word_ids = [], [], []
+    for sequence in sequences:
+        flags = [t in SPECIAL_TOKENS for t in sequence]
+        words: list[int | None] = []
+        count = 0
+        for flag in flags:
+            words.append(None if flag else count)
+            count += 0 if flag else 1
+        tokens.append(list(sequence))
+        special.append(flags)
+        word_ids.append(words)
+    return tokens, special, word_ids
+
+
+def label_metrics(logits: Tensor, labels: Tensor) -> dict[str, float]:
+    """Loss and accuracies of ``logits`` ``[b, q, vocab]`` against ``labels`` ``[b, q]`` (``-100`` unscored)."""
+    scored = labels != IGNORE  # [b, q]
+    loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
+    right = (logits.argmax(-1) == labels) & scored  # [b, q]
+    has_labels = scored.any(dim=1)  # [b]
+    all_right = (right | ~scored).all(dim=1) & has_labels  # [b]
+    tokens = int(scored.sum())
+    examples = int(has_labels.sum())
+    return {
+        "loss": float(loss),
+        "accuracy": float(right.sum()) / max(tokens, 1),
+        "sequence_accuracy": float(all_right.sum()) / max(examples, 1),
+        "examples": examples,
+        "tokens": tokens,
+    }

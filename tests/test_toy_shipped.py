@@ -1,0 +1,115 @@
+"""The trained toy checkpoints shipped in sample_data/toy: loaded (never retrained) and held to the issue's numbers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from attnviz.captures import PatternRecorder, capture
+from attnviz.core import AttentionSite
+from attnviz.models.specs import load_model
+from attnviz.toy import checkpoint_series, solution_scores
+
+TOY = Path(__file__).resolve().parent.parent / "sample_data" / "toy"
+SHIPPED = ("reverse", "induction", "previous-token", "copy", "sort")
+HELD_OUT_SEED = 20_261_122  # not a training stream: training uses random.Random(f"train:{seed}:{step}")
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _load(name: str):
+    return load_model(str(TOY / name), device="cpu")
+
+
+def _patterns(loaded, batch) -> dict[AttentionSite, torch.Tensor]:
+    recorder = PatternRecorder()
+    with torch.no_grad():
+        loaded.forward(batch, loaded.context([recorder]))
+    return recorder.patterns
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_checkpoint_is_small_and_accurate(name):
+    files = [p for p in (TOY / name).rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) < 1.5 * 2**20  # well under 2 MB, step series included
+    loaded = _load(name)
+    assert loaded.task == name
+    metrics = loaded.task_metrics(loaded.task_batch(500, seed=HELD_OUT_SEED))
+    assert metrics["accuracy"] >= 0.99, metrics
+
+
+def test_shipped_reverse_has_an_anti_diagonal_cross_attention_head():
+    loaded = _load("reverse")
+    assert loaded.encoder_decoder
+    batch = loaded.task_batch(300, seed=HELD_OUT_SEED)
+    assert loaded.task_metrics(batch)["accuracy"] >= 0.99
+    patterns = _patterns(loaded, batch)
+    best = 0.0
+    for site, pattern in patterns.items():  # [b, h, target, source]
+        if site.stack != "cross":
+            continue
+        totals, count = torch.zeros(pattern.shape[1]), 0
+        for example, target in enumerate(batch.target_tokens):
+            n = len(target) - 1  # decoder input: <bos> y₁ … yₙ; position t emits yₜ₊₁ = source item n−1−t
+            for t in range(n):
+                totals += pattern[example, :, t, n - 1 - t]
+                count += 1
+        best = max(best, float((totals / count).max()))
+    assert best >= 0.8
+    # the library's own measure agrees (on other examples)
+    assert max(float(s.max()) for s in solution_scores(loaded, 200).values()) >= 0.8
+
+
+def test_shipped_induction_has_a_prefix_matching_head():
+    loaded = _load("induction")
+    assert loaded.causal and loaded.num_layers() == 2
+    batch = loaded.task_batch(300, seed=HELD_OUT_SEED)
+    labels = batch.inputs["labels"]
+    # every labelled position is in the repeated half: its token occurred once before
+    for example, tokens in enumerate(batch.tokens):
+        for position in (labels[example] != -100).nonzero().flatten().tolist():
+            assert tokens[position] in tokens[1:position]
+    assert loaded.task_metrics(batch)["accuracy"] >= 0.95
+    patterns = _patterns(loaded, batch)
+    scores = {}
+    for site, pattern in patterns.items():  # [b, h, q, k]
+        totals, count = torch.zeros(pattern.shape[1]), 0
+        for example, tokens in enumerate(batch.tokens):
+            first: dict[str, int] = {}
+            for position, token in enumerate(tokens):
+                if token in first:  # second occurrence: weight on the token after the first one
+                    totals += pattern[example, :, position, first[token] + 1]
+                    count += 1
+                first.setdefault(token, position)
+        scores[site] = totals / count
+    assert float(scores[AttentionSite("self", 1)].max()) >= 0.5
+    # the training series shows the head forming
+    series = checkpoint_series(TOY / "induction")
+    assert [step for step, _ in series] == [100, 200, 300, 400, 500]
+    early = load_model(str(series[0][1]), device="cpu")
+    assert early.metadata["step"] == 100
+    assert early.task_metrics(early.task_batch(200, seed=HELD_OUT_SEED))["accuracy"] < 0.5
+
+
+def test_capture_of_the_shipped_reverse_model():
+    result = capture(_load("reverse"), "3 1 4 1 5", target="5 1 4 1 3")
+    assert result.tokens == ["3", "1", "4", "1", "5", "<eos>"]
+    assert result.target_tokens == ["<bos>", "5", "1", "4", "1", "3"]
+    cross = result.layer(-1, "cross")  # [head, target, source]
+    anti_diagonal = torch.tensor([cross[:, t, 4 - t].max() for t in range(5)])
+    assert float(anti_diagonal.min()) > 0.8
+    # without a target, the decoder reads the model's own answer, which is right
+    generated = capture(_load("reverse"), "2 7 1 8")
+    assert generated.target_tokens == ["<bos>", "8", "1", "7", "2"]
+
+
+def test_sample_readme_lists_the_checkpoints():
+    readme = (TOY / "README.md").read_text(encoding="utf-8")
+    for name in SHIPPED:
+        assert f"attnviz train {name}" in readme
