@@ -113,3 +113,44 @@ def test_sample_readme_lists_the_checkpoints():
     readme = (TOY / "README.md").read_text(encoding="utf-8")
     for name in SHIPPED:
         assert f"attnviz train {name}" in readme
+
+
+# -- the commands on the shipped checkpoints --------------------------------------------------------
+
+
+def test_heatmap_command_on_the_shipped_reverse_model(capsys, tmp_path):
+    from cli_helpers import run_cli
+
+    out = tmp_path / "reverse-cross.png"
+    args = ("heatmap", "3 1 4 1 5", "--model", TOY / "reverse", "--cross", "--target", "5 1 4 1 3")
+    result = run_cli(capsys, *args, "--layer", "1", "--head", "2", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    # the same head, saved as a capture, holds the anti-diagonal the figure shows
+    saved = tmp_path / "reverse.safetensors"
+    result = run_cli(capsys, "capture", "3 1 4 1 5", "--model", TOY / "reverse", "--target", "5 1 4 1 3", "--out", saved)
+    assert result.exit_code == 0, result.stderr
+    from attnviz.captures import AttentionCapture
+
+    cross = AttentionCapture.load(saved).layer(1, "cross")[2]  # [target, source]
+    assert min(float(cross[t, 4 - t]) for t in range(5)) > 0.8
+
+
+def test_prune_command_on_the_shipped_reverse_model(capsys, tmp_path):
+    import json
+
+    from cli_helpers import run_cli
+
+    out, report_path = tmp_path / "pruned-reverse", tmp_path / "report.json"
+    args = ("prune", TOY / "reverse", "--ratio", "0.25", "--out", out, "--json", report_path)
+    result = run_cli(capsys, *args, "--toy-examples", "128", "--latency-repeats", "1")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(report_path.read_text())
+    assert report["metric"] == "accuracy" and report["metric_before"] == pytest.approx(1.0)
+    assert report["heads_after"] == report["heads_before"] - 6  # 25% of 24 heads
+    assert report["params_after"] < report["params_before"] and report["max_abs_diff"] <= 1e-5
+    pruned = load_model(str(out), device="cpu")
+    assert sum(pruned.layout().values()) == report["heads_after"]
+    assert pruned.task_metrics(pruned.task_batch(200, seed=HELD_OUT_SEED))["accuracy"] == pytest.approx(
+        report["metric_after"], abs=0.05
+    )

@@ -36,7 +36,7 @@ def capture(
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
 ) -> None:
-    """Save all attention patterns of TEXT as a safetensors file (one [head, query, key] tensor per layer).
+    """Save all attention patterns of TEXT as a safetensors file (one \\[head, query, key] tensor per layer).
 
     Examples:
 

@@ -60,7 +60,8 @@ def heatmap(
         bool | None,
         typer.Option(
             "--annotate/--no-annotate",
-            help="Print weights in the cells (default: on for a single heatmap of at most 20 tokens).",
+            help="Print weights in the cells (default: on for a single heatmap of at most 20 tokens). "
+            "Example: --no-annotate",
             show_default=False,
             rich_help_panel=VIEW_PANEL,
         ),

@@ -56,7 +56,8 @@ NoTruncateOption = Annotated[
     bool,
     typer.Option(
         "--no-truncate",
-        help="Refuse inputs longer than the maximum length instead of truncating them with a warning.",
+        help="Refuse inputs longer than the maximum length instead of truncating them with a warning. "
+        "Example: --no-truncate",
         rich_help_panel=INPUT_PANEL,
     ),
 ]

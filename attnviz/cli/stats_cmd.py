@@ -149,7 +149,12 @@ def stats(
         "--local-ratio-min", "local if mean weight within ±w positions ≥ this (0.8). Example: --local-ratio-min 0.9"
     ) = None,
     flagged_only: Annotated[
-        bool, typer.Option("--flagged-only", help="List only heads with a flag.", rich_help_panel=VIEW_PANEL)
+        bool,
+        typer.Option(
+            "--flagged-only",
+            help="List only heads with a flag. Example: --flagged-only --sort max_weight",
+            rich_help_panel=VIEW_PANEL,
+        ),
     ] = False,
     sort: Annotated[
         str | None,
@@ -162,7 +167,12 @@ def stats(
         ),
     ] = None,
     ascending: Annotated[
-        bool, typer.Option("--ascending", help="With --sort: smallest first.", rich_help_panel=VIEW_PANEL)
+        bool,
+        typer.Option(
+            "--ascending",
+            help="With --sort: smallest first. Example: --sort entropy --ascending",
+            rich_help_panel=VIEW_PANEL,
+        ),
     ] = False,
     limit: Annotated[
         int | None,
@@ -181,7 +191,9 @@ def stats(
     no_table: Annotated[
         bool,
         typer.Option(
-            "--no-table", help="Skip the per-head table (overview and summary only).", rich_help_panel=VIEW_PANEL
+            "--no-table",
+            help="Skip the per-head table (overview and summary only). Example: --no-table",
+            rich_help_panel=VIEW_PANEL,
         ),
     ] = False,
     json_path: Annotated[
@@ -211,10 +223,7 @@ def stats(
 ) -> None:
     """Per-head attention statistics over a corpus, and the heads that look collapsed or unfocused.
 
-    Entropy, normalized entropy, max weight, mean distance, diagonal, previous-token, local,
-    first-token (sink) and special-token mass, per head, averaged over every real token of the
-    corpus. Statistics are computed inside the attention core while each layer runs, so no
-    attention pattern is ever stored.
+    Entropy, normalized entropy, max weight, mean distance, diagonal, previous-token, local, first-token (sink) and special-token mass, per head, averaged over every real token of the corpus. Statistics are computed inside the attention core while each layer runs, so no attention pattern is ever stored.
 
     Examples:
 
