@@ -186,9 +186,9 @@ class ObserveTimer:
     def __enter__(self) -> ObserveTimer:  # noqa: PYI034 (never subclassed)
         timer, observe = self, self._observe
 
-        def timed(accumulator, site, pattern, query_start):
+        def timed(accumulator, site, pattern, query_start, scores=None):
             start = time.perf_counter()
-            observe(accumulator, site, pattern, query_start)
+            observe(accumulator, site, pattern, query_start, scores)
             timer.seconds += time.perf_counter() - start
 
         StatisticsAccumulator.observe = timed

@@ -23,6 +23,7 @@ from attnviz.stats import (
 )
 from attnviz.stats.definitions import STATISTIC_INDEX
 
+MIN = torch.finfo(torch.float32).min
 SITE = AttentionSite("self", 0)
 
 
@@ -411,3 +412,36 @@ def test_json_and_csv_follow_the_contract(tmp_path):
     assert len(rows) == 2
     assert float(rows[0]["max_weight"]) == pytest.approx(head["max_weight"])
     assert rows[1]["flags"] == ";".join(detection.flags[SITE][1])
+
+
+class LogEntropyAccumulator(StatisticsAccumulator):
+    """The same accumulator, refusing the scores: entropy from −Σ A log A."""
+
+    accepts_scores = False
+
+
+@pytest.mark.parametrize("masked_value", [MIN, -math.inf])
+@pytest.mark.parametrize("sharpness", [1.0, 40.0])
+def test_entropy_from_scores_equals_entropy_from_logarithms(masked_value, sharpness):
+    # The core hands StatisticsAccumulator the softmax input; H = lse − Σ A s must equal −Σ A ln A,
+    # with padding, a causal mask (MIN or −inf), and near one-hot rows (large scores).
+    torch.manual_seed(3)
+    lengths = [7, 4]
+    q, k, v = torch.randn(2, 3, 7, 8) * sharpness, torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
+    mask = torch.zeros(2, 1, 7, 7).masked_fill(torch.ones(7, 7, dtype=torch.bool).triu(1), masked_value)
+    mask[1, :, :, 4:] = masked_value
+    results = {}
+    for cls in (StatisticsAccumulator, LogEntropyAccumulator):
+        accumulator = cls(causal=True)
+        accumulator.begin_batch(fake_batch(lengths))
+        attend(q, k, v, mask=mask, site=SITE, context=AttentionContext(observers=[accumulator]))
+        results[cls] = HeadStatistics.from_accumulator(accumulator, "hand")
+    from_scores, from_logs = results.values()
+    for name in STATISTIC_NAMES:
+        assert not from_scores.matrix(name).isnan().any() or name == "normalized_entropy", name
+        torch.testing.assert_close(from_scores.matrix(name), from_logs.matrix(name), atol=1e-5, rtol=0, equal_nan=True)
+        torch.testing.assert_close(
+            from_scores.std_matrix(name), from_logs.std_matrix(name), atol=2e-5, rtol=0, equal_nan=True
+        )
+    if sharpness > 1:  # the sharp case really is near one-hot
+        assert float(from_logs.matrix("max_weight").mean()) > 0.8

@@ -128,7 +128,9 @@ def test_heatmap_command_on_the_shipped_reverse_model(capsys, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     # the same head, saved as a capture, holds the anti-diagonal the figure shows
     saved = tmp_path / "reverse.safetensors"
-    result = run_cli(capsys, "capture", "3 1 4 1 5", "--model", TOY / "reverse", "--target", "5 1 4 1 3", "--out", saved)
+    result = run_cli(
+        capsys, "capture", "3 1 4 1 5", "--model", TOY / "reverse", "--target", "5 1 4 1 3", "--out", saved
+    )
     assert result.exit_code == 0, result.stderr
     from attnviz.captures import AttentionCapture
 

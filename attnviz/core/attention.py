@@ -75,6 +75,11 @@ class AttentionObserver(Protocol):
     receives ``[b, h, block, c]`` with ``c ≤ k``, the leading keys (every later key has
     weight exactly 0), in a buffer the core reuses as soon as ``observe`` returns. Other
     observers receive a full-width ``[b, h, block, k]`` tensor of their own, which they may keep.
+
+    An observer with ``accepts_key_prefix`` may also set ``accepts_scores = True``: it is then
+    called as ``observe(site, pattern, query_start, scores=scores)``, where ``scores`` is the
+    float32 ``[b, h, block, c]`` input of the softmax (scaled, biased, masked) when the core
+    has it, else None. ``ln pattern = scores − logsumexp(scores)`` saves a log pass.
     """
 
     def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
@@ -357,6 +362,10 @@ def _attend_in_buffers(
     output = value.new_empty(batch, query_len, heads, head_dim)  # [b, q, h, d]
     output_groups = output.view(batch, query_len, kv_heads, n_rep, head_dim)  # [b, q, kvh, n_rep, d]
     stops = key_stops(mask, block, query_len, key_len)
+    keep_scores = any(
+        getattr(observer, "accepts_key_prefix", False) and getattr(observer, "accepts_scores", False)
+        for observer in observers
+    )
     for start, width in zip(range(0, query_len, block), stops):
         stop = min(start + block, query_len)
         rows = stop - start
@@ -371,7 +380,9 @@ def _attend_in_buffers(
         # Softmax into a reused float32 buffer (torch.softmax has no out=; aten's _softmax.out equals
         # it bit for bit). On the CPU, float32 scores are overwritten in place: the CPU kernel reads
         # each row before writing it, and one buffer instead of two halves the memory of a block.
-        if scores.dtype == torch.float32 and scores.device.type == "cpu":
+        # Observers that want the scores keep them: the softmax then writes a second buffer,
+        # which gives the same numbers.
+        if scores.dtype == torch.float32 and scores.device.type == "cpu" and not keep_scores:
             pattern = scores
         else:
             pattern = _workspace.get("pattern", (batch, heads, rows, width), torch.float32, query.device)
@@ -381,7 +392,10 @@ def _attend_in_buffers(
         full_width = None  # [b, h, blk, k] copy for observers that need every key and may keep it
         for observer in observers:
             if getattr(observer, "accepts_key_prefix", False):
-                observer.observe(site, pattern, start)
+                if getattr(observer, "accepts_scores", False):
+                    observer.observe(site, pattern, start, scores=scores)
+                else:
+                    observer.observe(site, pattern, start)
                 continue
             if full_width is None:
                 full_width = pattern.new_zeros(batch, heads, rows, key_len)

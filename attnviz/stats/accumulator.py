@@ -130,7 +130,11 @@ class BlockLayout:
 
 
 def block_statistics(
-    pattern: Tensor, layout: BlockLayout, geometry: StackGeometry, scratch: Tensor | None = None
+    pattern: Tensor,
+    layout: BlockLayout,
+    geometry: StackGeometry,
+    scratch: Tensor | None = None,
+    scores: Tensor | None = None,
 ) -> Tensor:
     """Per-query statistics of one block of patterns.
 
@@ -141,6 +145,8 @@ def block_statistics(
         geometry: lengths, key positions and special tokens of the batch on this stack.
         scratch: optional float32 buffer of at least ``b·h·blk·c`` elements for the one
             elementwise temporary (reusing it avoids writing fresh memory every block).
+        scores: optional float32 ``[b, h, blk, k']``, the softmax input ``pattern`` came from;
+            with it the entropy needs no logarithm over the block.
 
     Returns:
         ``[S, b, h, blk]`` float32 in :data:`STATISTIC_NAMES` order; meaningful where
@@ -149,11 +155,22 @@ def block_statistics(
     pattern = pattern[..., : layout.width]  # [b, h, blk, c]
     batch, heads, rows, width = pattern.shape
 
-    # Entropy: −Σ A log A with A log A = 0 at A = 0 (log of A + tiny), via log2, the fastest log.
     temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
-    log_pattern = torch.add(pattern, torch.finfo(torch.float32).tiny, out=temporary).log2_()  # [b, h, blk, c]
-    entropy = log_pattern.mul_(pattern).sum(-1).mul_(-math.log(2))  # [b, h, blk] nats
     max_weight = pattern.amax(-1)  # [b, h, blk]
+    if scores is not None:
+        # A = softmax(s), so ln Aᵢⱼ = sᵢⱼ − lseᵢ and the entropy is lseᵢ − Σⱼ Aᵢⱼ sᵢⱼ, where
+        # lseᵢ = maxⱼ sᵢⱼ − ln maxⱼ Aᵢⱼ (the largest score gives the largest weight). Two cheap
+        # passes instead of a logarithm over the block, the costliest step of the statistics.
+        scores = scores[..., :width]  # [b, h, blk, c]
+        weighted = torch.mul(pattern, scores, out=temporary).sum(-1)  # [b, h, blk]
+        if weighted.isnan().any():  # a −inf mask: 0·(−inf) = NaN, where the term is 0 (rare: redo)
+            weighted = torch.mul(pattern, scores, out=temporary).nan_to_num_(nan=0.0).sum(-1)
+        entropy = (scores.amax(-1) - max_weight.log()) - weighted  # [b, h, blk] nats
+        entropy.clamp_(min=0.0)  # rounding can give −1e-7 for a one-hot row
+    else:
+        # −Σ A log A with A log A = 0 at A = 0 (log of A + tiny), via log2, the fastest log.
+        log_pattern = torch.add(pattern, torch.finfo(torch.float32).tiny, out=temporary).log2_()  # [b, h, blk, c]
+        entropy = log_pattern.mul_(pattern).sum(-1).mul_(-math.log(2))  # [b, h, blk] nats
     mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
 
     # Σⱼ Aᵢⱼ·j as a matrix-vector product: one read of the block.
@@ -204,6 +221,8 @@ class StatisticsAccumulator:
     #: reads each block only during ``observe`` and accepts the keys that can carry weight
     #: (see :class:`attnviz.core.AttentionObserver`): causal blocks arrive without their future.
     accepts_key_prefix = True
+    #: takes the softmax input as well, to compute the entropy without a logarithm pass
+    accepts_scores = True
 
     def __init__(self, *, causal: bool, local_window: int = 2):
         self.causal = causal  # the model is decoder-only causal (its "self" stack is causal)
@@ -227,7 +246,9 @@ class StatisticsAccumulator:
         self.num_examples += len(batch)
         self.num_tokens += sum(batch.lengths)
 
-    def observe(self, site: AttentionSite | None, pattern: Tensor, query_start: int) -> None:
+    def observe(
+        self, site: AttentionSite | None, pattern: Tensor, query_start: int, scores: Tensor | None = None
+    ) -> None:
         if site is None:
             return
         if self._batch is None:
@@ -244,7 +265,7 @@ class StatisticsAccumulator:
             self._layouts[key] = layout
         if self._scratch is None or self._scratch.numel() < pattern.numel() or self._scratch.device != pattern.device:
             self._scratch = torch.empty(pattern.numel(), dtype=torch.float32, device=pattern.device)
-        values = block_statistics(pattern, layout, self._geometry[site.stack], self._scratch)  # [S, b, h, blk]
+        values = block_statistics(pattern, layout, self._geometry[site.stack], self._scratch, scores)  # [S, b, h, blk]
         # float64 sums: the variance is E[x²] − E[x]², which float32 would round away
         values = torch.where(layout.counted, values, 0.0).double()  # padding rows may hold anything, even NaN
         totals = torch.stack((values, values * values)).sum(dim=(2, 4))  # [2, S, h]
