@@ -350,7 +350,7 @@ def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_
             for line in layer_summary(stats, detection, stack=name):
                 console.print(line, highlight=False)
     if len(results) > 1:
-        console.print(_evolution_table(results, stack))
+        console.print(_evolution_table(results, stack, console.width))
 
 
 def _stacks(stats, stack) -> list[str]:
@@ -363,12 +363,13 @@ def _stacks(stats, stack) -> list[str]:
     return [stack]
 
 
-def _evolution_table(results, stack):
+def _evolution_table(results, stack, width: int):
     """Across checkpoints: mean of each statistic over all heads, and problem-head counts."""
     from rich.table import Table
 
-    from attnviz.stats.definitions import STATISTIC_NAMES
-    from attnviz.stats.tables import HEADERS
+    from attnviz.stats.tables import HEADERS, table_statistics
+
+    statistics = table_statistics(width)
 
     table = Table(
         title="across checkpoints (mean over heads)",
@@ -378,15 +379,15 @@ def _evolution_table(results, stack):
         pad_edge=False,
         box=None,
     )
-    table.add_column("checkpoint", overflow="fold", min_width=10)
-    for name in STATISTIC_NAMES:
+    table.add_column("checkpoint", no_wrap=True)
+    for name in statistics:
         table.add_column(HEADERS[name], justify="right", no_wrap=True)
     table.add_column("coll.", justify="right", no_wrap=True)  # collapsed heads
     table.add_column("unf.", justify="right", no_wrap=True)  # unfocused heads
     for stats, detection in results:
         name_of_stack = stack or stats.stacks[0]
         means = []
-        for name in STATISTIC_NAMES:
+        for name in statistics:
             matrix = stats.matrix(name, name_of_stack)
             finite = matrix[~matrix.isnan()]
             means.append(f"{float(finite.mean()):.2f}" if finite.numel() else "–")

@@ -206,27 +206,40 @@ def _change(before: float, after: float) -> str:
 
 
 def importance_table(report: PruneReport) -> Table:
-    """Layers as rows, heads as columns; removed heads struck through in red."""
+    """Layers as rows, heads as columns; removed heads marked ``*`` (and struck through in red)."""
     removed = {(item["stack"], item["layer"], item["head"]) for item in report.pruned}
     rows: dict[tuple[str, int], dict[int, float | None]] = {}
     for item in report.importance:
         rows.setdefault((item["stack"], item["layer"]), {})[item["head"]] = item["score"]
     width = max((max(heads) + 1 for heads in rows.values()), default=0)
-    title = f"head importance ({report.importance_method}{', normalised per layer' if report.normalized else ''})"
-    table = Table(title=title, title_justify="left", header_style="bold")
-    table.add_column("layer", justify="right")
+    title = (
+        f"head importance ({report.importance_method}{', normalised per layer' if report.normalized else ''}); "
+        "* removed"
+    )
+    # No box and no wrapping: 12+ heads of 4-character scores fit an 80-column terminal.
+    table = Table(
+        title=title, title_justify="left", header_style="bold", box=None, pad_edge=False, collapse_padding=True
+    )
+    table.add_column("layer", justify="right", no_wrap=True)
     for head in range(width):
-        table.add_column(str(head), justify="right")
+        table.add_column(str(head), justify="right", no_wrap=True)
     for (stack, layer), heads in sorted(rows.items()):
         cells = []
         for head in range(width):
             score = heads.get(head)
-            text = "" if head not in heads else "–" if score is None else f"{score:.3g}"
+            text = "" if head not in heads else "–" if score is None else _score(score)
             if (stack, layer, head) in removed:
-                text = f"[red strike]{text}[/red strike]"
+                text = f"[red strike]{text}[/red strike]*"
+            else:
+                text += " "  # keeps the digits aligned with the marked cells
             cells.append(text)
         table.add_row(str(layer) if stack == "self" else f"{stack}.{layer}", *cells)
     return table
+
+
+def _score(score: float) -> str:
+    """Four characters or so: 0.42, 3.1, 1e+03."""
+    return f"{score:.2f}" if abs(score) < 10 else f"{score:.2g}"
 
 
 def summary_table(report: PruneReport) -> Table:

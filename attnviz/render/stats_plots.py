@@ -156,7 +156,10 @@ def evolution_figure(
     names = list(matrices[0])
     panels = len(names) + (1 if flag_counts else 0)
     rows = math.ceil(panels / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.0 * rows + 0.6), squeeze=False)
+    # constrained layout keeps rotated checkpoint names clear of the next row's titles
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(4.2 * columns, 3.2 * rows + 0.6), squeeze=False, layout="constrained"
+    )
     x = list(range(len(checkpoints)))
     labels = [_short_name(name) for name in checkpoints]
     colormap = plt.get_cmap("viridis")
@@ -186,7 +189,11 @@ def evolution_figure(
     for ax in list(axes.flat)[panels:]:
         ax.set_visible(False)
     scalar = plt.cm.ScalarMappable(cmap=colormap, norm=plt.Normalize(0, max(1, num_layers - 1)))
-    fig.colorbar(scalar, ax=axes.ravel().tolist(), fraction=0.015, pad=0.01, label="layer (black: all heads)")
+    colorbar = fig.colorbar(
+        scalar, ax=axes.ravel().tolist(), fraction=0.015, pad=0.01, label="layer (black: all heads)"
+    )
+    if num_layers <= 12:  # one tick per layer
+        colorbar.set_ticks(list(range(num_layers)))
     if title:
         fig.suptitle(title, fontsize=12)
     return fig
