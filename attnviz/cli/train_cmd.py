@@ -221,6 +221,7 @@ def train(
     attnviz heatmap "3 1 4 1 5" --model toy-reverse.
     """
     from attnviz.console import console
+    from attnviz.models.base import parameter_count
     from attnviz.models.specs import resolve_device
     from attnviz.toy.checkpoint import check_checkpoint_output, staged_directory, write_checkpoint_files
     from attnviz.toy.solutions import solution_scores
@@ -265,7 +266,7 @@ def train(
     console.print(
         f"training [bold]{task}[/bold]: {config.architecture}, {config.num_layers} layer(s) × {config.num_heads} "
         f"heads, width {config.width}, {config.attention} attention, "
-        f"{sum(p.numel() for p in loaded.model.parameters()):,} parameters, {steps} steps",
+        f"{parameter_count(loaded.model):,} parameters, {steps} steps",
         highlight=False,
     )
     series: list[dict] = []

@@ -165,3 +165,8 @@ class _HeadCounter:
     def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
         if site is not None:
             self.heads[site] = pattern.shape[1]
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Number of parameters (tied weights counted once: ``parameters()`` yields a shared tensor once)."""
+    return sum(parameter.numel() for parameter in model.parameters())

@@ -14,15 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from attnviz.errors import InputError
-from attnviz.models.base import EncodedBatch, LoadedModel
-
-
-def parameter_count(model: nn.Module) -> int:
-    """Number of parameters (tied weights counted once)."""
-    return sum(parameter.numel() for parameter in model.parameters())
+from attnviz.models.base import EncodedBatch, LoadedModel, parameter_count  # noqa: F401 (re-exported)
 
 
 def text_latency_batch(loaded: LoadedModel, texts: Sequence[str], tokens: int) -> EncodedBatch:

@@ -172,9 +172,7 @@ class ToyModel(LoadedModel):
 
     def task_loss(self, batch: EncodedBatch, context: AttentionContext | None = None) -> Tensor:
         """Mean cross-entropy over the labelled positions: a differentiable scalar."""
-        logits = self.forward(batch, context).logits  # [b, q, vocab]
-        labels = batch.inputs["labels"]  # [b, q]
-        return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
+        return label_loss(self.forward(batch, context).logits, batch.inputs["labels"])
 
     def task_metrics(self, batch: EncodedBatch, context: AttentionContext | None = None) -> dict[str, float]:
         """``loss``, ``accuracy`` (labelled tokens predicted right), ``sequence_accuracy`` (examples all right)."""
@@ -288,10 +286,15 @@ def _annotate(sequences: Sequence[list[str]]) -> tuple[list[list[str]], list[lis
     return tokens, special, word_ids
 
 
+def label_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Mean cross-entropy of ``logits`` ``[b, q, vocab]`` over the labelled positions of ``labels`` ``[b, q]``."""
+    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
+
+
 def label_metrics(logits: Tensor, labels: Tensor) -> dict[str, float]:
     """Loss and accuracies of ``logits`` ``[b, q, vocab]`` against ``labels`` ``[b, q]`` (``-100`` unscored)."""
     scored = labels != IGNORE  # [b, q]
-    loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
+    loss = label_loss(logits, labels)
     right = (logits.argmax(-1) == labels) & scored  # [b, q]
     has_labels = scored.any(dim=1)  # [b]
     all_right = (right | ~scored).all(dim=1) & has_labels  # [b]

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from attnviz.core import AttentionSite
 from attnviz.errors import InputError
+from attnviz.models.base import parameter_count
 from attnviz.toy.loaded import ToyModel
 
 
@@ -58,7 +59,7 @@ def prune_toy_heads(loaded: ToyModel, remove: Mapping[AttentionSite, Sequence[in
         "from": loaded.name,
         "removed": history,
         "parameters_before": _count(loaded),
-        "parameters_after": sum(p.numel() for p in model.parameters()),
+        "parameters_after": parameter_count(model),
     }
     pruned = ToyModel(model, loaded.tokenizer, loaded.task_settings, name=f"{loaded.name} (pruned)", metadata=metadata)
     return pruned
@@ -66,4 +67,4 @@ def prune_toy_heads(loaded: ToyModel, remove: Mapping[AttentionSite, Sequence[in
 
 def _count(loaded: ToyModel) -> int:
     previous = loaded.metadata.get("pruned", {}).get("parameters_before")
-    return previous if previous is not None else sum(p.numel() for p in loaded.model.parameters())
+    return previous if previous is not None else parameter_count(loaded.model)

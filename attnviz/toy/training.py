@@ -19,7 +19,7 @@ import torch
 from attnviz.console import progress_bar
 from attnviz.errors import InputError
 from attnviz.toy.config import ToyConfig
-from attnviz.toy.loaded import ToyModel, label_metrics
+from attnviz.toy.loaded import ToyModel, label_loss, label_metrics
 from attnviz.toy.model import ToyTransformer
 from attnviz.toy.tasks import TaskSettings, get_task
 from attnviz.toy.tokenizer import ToyTokenizer
@@ -202,9 +202,7 @@ def _train_steps(
                 batch = loaded.batch_examples(loaded.task_examples(settings.batch_size, rng))
                 logits = loaded.forward(batch).logits  # [b, q, vocab]
                 labels = batch.inputs["labels"]
-                loss = torch.nn.functional.cross_entropy(
-                    logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100
-                )
+                loss = label_loss(logits, labels)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
