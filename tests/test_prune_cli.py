@@ -71,6 +71,9 @@ def test_prune_llama_writes_checkpoint_and_report(capsys, tiny_dirs, tiny_models
     masked = main_output(original, batch, original.context(head_mask=removal_mask(original.layout(), removed)))
     assert (masked[valid] - main_output(reloaded, batch)[valid]).abs().max() <= 1e-5
     assert "head importance" in result.stderr and "latency" in result.stderr
+    # the importance table marks exactly the removed heads with "*" (visible without colour)
+    importance_rows = result.stderr.split("head importance", 1)[1].split("* removed", 1)[0]
+    assert importance_rows.count("*") == len(report["pruned"])
 
 
 def test_pruned_checkpoint_works_with_heatmap_and_stats(capsys, tiny_dirs, data_file, tmp_path):

@@ -216,3 +216,24 @@ def test_statistics_figure_marks_flagged_heads():
     assert markers["diagonal"] == 0
     evolution = evolution_figure(["a", "b"], [matrices, matrices], [{"collapsed": 2}, {"collapsed": 1}])
     assert "flagged heads" in [ax.get_title() for ax in evolution.axes]
+
+
+def test_terminal_tables_fit_narrow_terminals_and_show_the_library_numbers(tiny_model_dirs):
+    from rich.console import Console
+
+    from attnviz.stats import detect_heads
+    from attnviz.stats.tables import COMPACT_STATISTICS, evolution_table, head_rows, head_table, table_statistics
+
+    assert table_statistics(80) == COMPACT_STATISTICS and table_statistics(140) == STATISTIC_NAMES
+    loaded = load_hf_model(str(tiny_model_dirs["gpt2"]), device="cpu")
+    stats = compute_statistics(loaded, ["The cat sat on the mat.", "A dog barked."], progress=False)
+    detection = detect_heads(stats)
+    console = Console(width=80, record=True, color_system=None)
+    console.print(head_table(stats, head_rows(stats, detection), statistics=table_statistics(80)))
+    console.print(evolution_table([(stats, detection)], statistics=table_statistics(80)))
+    lines = console.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    # the evolution row holds each statistic's mean over all heads
+    row = next(line for line in lines if line.startswith(stats.model.rsplit("/", 1)[-1]))
+    means = [f"{float(stats.matrix(name).nanmean()):.2f}" for name in COMPACT_STATISTICS]
+    assert row.split()[1 : 1 + len(means)] == means

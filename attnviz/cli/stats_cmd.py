@@ -331,7 +331,7 @@ def _run_one(
 
 def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_table) -> None:
     from attnviz.console import console
-    from attnviz.stats.tables import head_rows, head_table, layer_summary, overview, table_statistics
+    from attnviz.stats.tables import evolution_table, head_rows, head_table, layer_summary, overview, table_statistics
 
     for stats, detection in results:
         for name in _stacks(stats, stack):
@@ -350,7 +350,7 @@ def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_
             for line in layer_summary(stats, detection, stack=name):
                 console.print(line, highlight=False)
     if len(results) > 1:
-        console.print(_evolution_table(results, stack, console.width))
+        console.print(evolution_table(results, stack, statistics=table_statistics(console.width)))
 
 
 def _stacks(stats, stack) -> list[str]:
@@ -361,42 +361,6 @@ def _stacks(stats, stack) -> list[str]:
     if stack not in stats.stacks:
         raise InputError(f"{stats.model} has no {stack} attention; it has {', '.join(stats.stacks)}")
     return [stack]
-
-
-def _evolution_table(results, stack, width: int):
-    """Across checkpoints: mean of each statistic over all heads, and problem-head counts."""
-    from rich.table import Table
-
-    from attnviz.stats.tables import HEADERS, table_statistics
-
-    statistics = table_statistics(width)
-
-    table = Table(
-        title="across checkpoints (mean over heads)",
-        title_justify="left",
-        header_style="bold",
-        show_edge=False,
-        pad_edge=False,
-        box=None,
-    )
-    table.add_column("checkpoint", no_wrap=True)
-    for name in statistics:
-        table.add_column(HEADERS[name], justify="right", no_wrap=True)
-    table.add_column("coll.", justify="right", no_wrap=True)  # collapsed heads
-    table.add_column("unf.", justify="right", no_wrap=True)  # unfocused heads
-    for stats, detection in results:
-        name_of_stack = stack or stats.stacks[0]
-        means = []
-        for name in statistics:
-            matrix = stats.matrix(name, name_of_stack)
-            finite = matrix[~matrix.isnan()]
-            means.append(f"{float(finite.mean()):.2f}" if finite.numel() else "–")
-        sites = stats.layers(name_of_stack)
-        collapsed = sum(detection.counts(site)["collapsed"] for site in sites)
-        unfocused = sum(detection.counts(site)["unfocused"] for site in sites)
-        label = stats.model.rstrip("/").rsplit("/", 1)[-1] or stats.model
-        table.add_row(label, *means, str(collapsed), str(unfocused))
-    return table
 
 
 def _write(results, preset, json_path, csv_path, plot, stack) -> None:

@@ -212,13 +212,17 @@ def importance_table(report: PruneReport) -> Table:
     for item in report.importance:
         rows.setdefault((item["stack"], item["layer"]), {})[item["head"]] = item["score"]
     width = max((max(heads) + 1 for heads in rows.values()), default=0)
-    title = (
-        f"head importance ({report.importance_method}{', normalised per layer' if report.normalized else ''}); "
-        "* removed"
-    )
+    title = f"head importance ({report.importance_method}{', normalised per layer' if report.normalized else ''})"
     # No box and no wrapping: 12+ heads of 4-character scores fit an 80-column terminal.
     table = Table(
-        title=title, title_justify="left", header_style="bold", box=None, pad_edge=False, collapse_padding=True
+        title=title,
+        title_justify="left",
+        caption="* removed",
+        caption_justify="left",
+        header_style="bold",
+        box=None,
+        pad_edge=False,
+        collapse_padding=True,
     )
     table.add_column("layer", justify="right", no_wrap=True)
     for head in range(width):

@@ -186,3 +186,39 @@ def layer_summary(stats: HeadStatistics, detection: Detection, *, stack: str = "
     labels = ", ".join(f"{total[flag]} {flag}" for flag in FLAGS if flag not in PROBLEM_FLAGS and total[flag])
     lines.append(f"{stack} attention, {heads} heads: {problems}" + (f"; {labels}" if labels else ""))
     return lines
+
+
+def evolution_table(
+    results: list[tuple[HeadStatistics, Detection]],
+    stack: str | None = None,
+    *,
+    statistics: tuple[str, ...] | None = None,
+) -> Table:
+    """Across checkpoints: mean of each statistic over all heads of ``stack``, and problem-head counts."""
+    statistics = STATISTIC_NAMES if statistics is None else statistics
+    table = Table(
+        title="across checkpoints (mean over heads)",
+        title_justify="left",
+        header_style="bold",
+        show_edge=False,
+        pad_edge=False,
+        box=None,
+    )
+    table.add_column("checkpoint", no_wrap=True)
+    for name in statistics:
+        table.add_column(HEADERS[name], justify="right", no_wrap=True)
+    table.add_column("coll.", justify="right", no_wrap=True)  # collapsed heads
+    table.add_column("unf.", justify="right", no_wrap=True)  # unfocused heads
+    for stats, detection in results:
+        name_of_stack = stack or stats.stacks[0]
+        means = []
+        for name in statistics:
+            matrix = stats.matrix(name, name_of_stack)
+            finite = matrix[~matrix.isnan()]
+            means.append(f"{float(finite.mean()):.2f}" if finite.numel() else "–")
+        sites = stats.layers(name_of_stack)
+        collapsed = sum(detection.counts(site)["collapsed"] for site in sites)
+        unfocused = sum(detection.counts(site)["unfocused"] for site in sites)
+        label = stats.model.rstrip("/").rsplit("/", 1)[-1] or stats.model
+        table.add_row(label, *means, str(collapsed), str(unfocused))
+    return table
