@@ -24,7 +24,7 @@ app = typer.Typer(
         "  attnviz prune minilm --ratio 0.3 --out pruned-minilm"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

