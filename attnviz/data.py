@@ -7,11 +7,11 @@ JSON Lines (``.jsonl``) with a ``text`` field on every line.
 from __future__ import annotations
 
 import json
-from importlib import resources
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
-from attnviz.errors import InputError
+from attnviz.errors import InputError, ParameterError
 from attnviz.io import read_text_file
 
 #: Folder of the data shipped inside the package (read with importlib.resources, so it works installed).
@@ -66,7 +66,7 @@ def load_texts(data: str | Path | None = None, texts: Sequence[str] | None = Non
         examples.extend(read_examples(data))
     for text in texts or ():
         if not text.strip():
-            raise InputError("a --text value is empty: give at least one word")
+            raise ParameterError("text", "a {text} value is empty: give at least one word")
         examples.append(text)
     if data is None and not texts:
         examples = read_examples(default_corpus_path())
