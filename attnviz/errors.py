@@ -31,3 +31,18 @@ class OutputError(AttnvizError):
 
 class CaptureFileError(AttnvizError):
     """A saved capture file that is missing, corrupted or of another format."""
+
+
+class Interrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt: not an error of the input)
+    """A signal (SIGINT, SIGTERM, SIGHUP) stopped the run; outputs were rolled back.
+
+    A ``BaseException`` like :class:`KeyboardInterrupt`, so ``except Exception`` in the
+    library never swallows it and every ``finally`` still removes its temporaries.
+    """
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}: unfinished outputs were discarded")

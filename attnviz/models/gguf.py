@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from attnviz import staging
 from attnviz.console import console
-from attnviz.errors import ModelSpecError
+from attnviz.errors import AttnvizError, ModelSpecError, OutputError
+from attnviz.io import cache_root
 
-
-def cache_root() -> Path:
-    """``$ATTNVIZ_CACHE`` or ``$XDG_CACHE_HOME/attnviz`` (default ``~/.cache/attnviz``)."""
-    if os.environ.get("ATTNVIZ_CACHE"):
-        return Path(os.environ["ATTNVIZ_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "attnviz"
+__all__ = ["cache_root", "converted_gguf_dir"]
+#: conversion directories of attnviz versions before the shared temporary prefix (no owner recorded)
+_LEGACY_TEMP_PREFIX = ".convert-"
 
 
 def _cache_key(path: Path) -> str:
@@ -38,18 +34,37 @@ def converted_gguf_dir(path: Path) -> Path:
     target = cache_root() / "gguf" / _cache_key(path)
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create attnviz's cache {target.parent}: {exc.strerror or exc}") from exc
+    # A conversion killed half-way (SIGKILL, power loss) left its temporary directory behind.
+    staging.remove_stale_temporaries(target.parent)
+    for legacy in target.parent.glob(f"{_LEGACY_TEMP_PREFIX}*"):
+        staging.remove_path(legacy)
+    if target.exists():  # incomplete: a directory without its weights is never used
+        staging.remove_path(target)
     with console.status(f"converting {path.name} from GGUF (once; cached in {target.parent})"):
-        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+        try:
+            tmp = staging.new_temp_dir(target.parent, target.name)
+        except OSError as exc:
+            raise staging.output_error(exc, target) from exc
         try:
             _convert(path, tmp)
-            if target.exists():  # another process finished first
-                shutil.rmtree(tmp)
-            else:
+            staging.ordinary_permissions(tmp)
+            if not target.exists():  # else another process finished first
                 os.replace(tmp, target)
+        except OSError as exc:
+            raise staging.output_error(exc, target) from exc
+        except AttnvizError:
+            raise
+        except Exception as exc:
+            error = staging.output_error(exc, target)
+            if error is None:
+                raise
+            raise error from exc
         finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            staging.remove_path(tmp)
     return target
 
 
@@ -63,8 +78,8 @@ def _convert(path: Path, out_dir: Path) -> None:
         quantised = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except ImportError as exc:
         raise ModelSpecError(f"loading GGUF files needs extra packages: pip install gguf accelerate ({exc})") from exc
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise ModelSpecError(f"cannot read GGUF file {path}: {str(exc).splitlines()[0]}") from exc
+    except Exception as exc:  # gguf, tokenizers and transformers raise many types on a damaged file
+        raise ModelSpecError(f"cannot read GGUF file {path}: {_first_line(exc)}") from exc
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -73,3 +88,8 @@ def _convert(path: Path, out_dir: Path) -> None:
     plain.tie_weights()
     plain.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -84,9 +84,39 @@ def smollm2_path() -> Path:
     return path
 
 
+def model_input_paths(spec: str = DEFAULT_MODEL) -> list[Path]:
+    """Files and directories loading ``spec`` reads, found without loading it (outputs must not touch them).
+
+    A .gguf file also reads attnviz's cache (always protected by :func:`attnviz.io.output_session`);
+    a hub id reads the Hugging Face cache.
+    """
+    spec = (spec or DEFAULT_MODEL).strip()
+    try:
+        if spec.lower() == "minilm":
+            return [minilm_path()]
+        if spec.lower() == "smollm2":
+            return [smollm2_path()]
+    except ModelSpecError:
+        return []
+    path = Path(spec).expanduser()
+    if path.exists():
+        return [path]
+    if _looks_like_hub_id(spec):
+        try:
+            from huggingface_hub.constants import HF_HUB_CACHE
+
+            return [Path(HF_HUB_CACHE)]
+        except ImportError:
+            return []
+    return []
+
+
 def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto") -> LoadedModel:
     """Load the model named by ``spec`` (see the module docstring) onto attnviz's attention core."""
+    from attnviz.io import protect_inputs
+
     spec = (spec or DEFAULT_MODEL).strip()
+    protect_inputs(model_input_paths(spec), "the model")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
     from attnviz.models.hf import load_hf_model

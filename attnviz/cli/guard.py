@@ -1,0 +1,179 @@
+"""What every ``attnviz`` command gets without asking: checked arguments, protected inputs,
+all-or-nothing outputs, signals handled like Ctrl-C, and one ``error:`` line for every failure.
+
+:func:`guard_commands` wraps each registered command: before the command body runs it
+refuses NaN/infinite numbers and text that is not valid UTF-8, records the paths the
+command reads (Path arguments outside the "Output" help panel, and the files behind model
+specs) and refuses outputs (Path options in the "Output" panel) that are, lie inside or
+contain one of them; the body then runs inside :func:`attnviz.io.output_session`, so all its
+outputs are renamed into place together at its end, or none. :func:`run` is the entry point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import typer
+
+from attnviz.cli.options import OUTPUT_PANEL
+
+#: parameters whose string value is a model spec (its files are inputs)
+MODEL_PARAMETERS = ("model", "models", "checkpoint", "checkpoints")
+#: signals handled like Ctrl-C: temporaries removed, exit 128 + signal number
+HANDLED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def guard_commands(app: typer.Typer) -> None:
+    """Wrap the callback of every command registered on ``app`` (call once, after registering)."""
+    for info in app.registered_commands:
+        if info.callback is not None and not getattr(info.callback, "_attnviz_guarded", False):
+            info.callback = guarded(info.callback)
+
+
+def guarded(callback: Callable) -> Callable:
+    """``callback`` with its arguments checked and its outputs written all or nothing (see the module docstring)."""
+
+    @functools.wraps(callback)
+    def run_command(*args: Any, **kwargs: Any) -> Any:
+        from attnviz import io
+
+        parameters = _parameters()
+        _check_values(kwargs, parameters)
+        with io.output_session():
+            inputs, outputs = _paths(kwargs, parameters)
+            io.protect_inputs(inputs, "the input")
+            io.check_outputs(outputs)
+            return callback(*args, **kwargs)
+
+    run_command._attnviz_guarded = True  # type: ignore[attr-defined]
+    return run_command
+
+
+def _parameters() -> dict[str, click.Parameter]:
+    context = click.get_current_context(silent=True)
+    return {p.name: p for p in context.command.params if p.name} if context is not None else {}
+
+
+def _flag(name: str, parameters: dict[str, click.Parameter]) -> str:
+    parameter = parameters.get(name)
+    if isinstance(parameter, click.Option) and parameter.opts:
+        return max(parameter.opts, key=len)
+    return name.upper()
+
+
+def _values(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _check_values(kwargs: dict[str, Any], parameters: dict[str, click.Parameter]) -> None:
+    """Refuse NaN/infinite numbers and undecodable text (argv bytes that were not UTF-8)."""
+    from attnviz.errors import InputError
+
+    for name, value in kwargs.items():
+        for item in _values(value):
+            if isinstance(item, float) and not math.isfinite(item):
+                raise InputError(f"{_flag(name, parameters)} must be a finite number, got {item}")
+            if isinstance(item, str):  # Path arguments may hold any bytes the file system allows
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InputError(
+                        f"{_flag(name, parameters)} is not valid UTF-8 text: check the terminal's encoding"
+                    ) from None
+
+
+def _paths(kwargs: dict[str, Any], parameters: dict[str, click.Parameter]) -> tuple[list[Path], list[Path]]:
+    """(paths the command reads, paths it writes), from its arguments."""
+    from attnviz.models.specs import model_input_paths
+
+    inputs: list[Path] = []
+    outputs: list[Path] = []
+    for name, value in kwargs.items():
+        is_output = getattr(parameters.get(name), "rich_help_panel", None) == OUTPUT_PANEL
+        for item in _values(value):
+            if isinstance(item, Path):
+                (outputs if is_output else inputs).append(item)
+            elif isinstance(item, str) and name in MODEL_PARAMETERS:
+                inputs.extend(model_input_paths(item))
+    return inputs, outputs
+
+
+# -- the entry point -----------------------------------------------------------------------------------
+
+
+def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
+    """Run the command line in ``sys.argv``; return the exit code. Every failure prints one ``error:`` line."""
+    from attnviz.errors import AttnvizError, Interrupted
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with _signals_raise():
+        try:
+            command = typer.main.get_command(app)
+            result = command.main(args=sys.argv[1:], prog_name="attnviz", standalone_mode=False)
+            return result if isinstance(result, int) else 0
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+            return 2
+        except click.UsageError as exc:
+            hint = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+            return error_line(exc.format_message() + hint, 2)
+        except click.ClickException as exc:
+            return error_line(exc.format_message(), exc.exit_code or 1)
+        except click.Abort:
+            return error_line("aborted", 1)
+        except AttnvizError as exc:
+            return error_line(str(exc), exc.exit_code)
+        except Interrupted as exc:
+            return error_line(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            return error_line("interrupted by SIGINT: unfinished outputs were discarded", 128 + signal.SIGINT)
+        except MemoryError:
+            return error_line("out of memory: use a smaller input, --batch-size or --max-length", 1)
+        except Exception as exc:
+            if debug():
+                traceback.print_exc()
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+            return error_line(f"unexpected internal error ({detail}); rerun with --debug to see the traceback", 1)
+
+
+def error_line(message: str, code: int) -> int:
+    """Print ``error: MESSAGE`` as exactly one line on stderr; return ``code``."""
+    from rich.text import Text
+
+    from attnviz.console import console
+
+    text = Text("error: ", style="bold red") + Text(" ".join(message.split()))
+    console.print(text, soft_wrap=True, highlight=False)
+    return code
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`~attnviz.errors.Interrupted`, so ``finally`` blocks clean up."""
+    from attnviz.errors import Interrupted
+
+    def interrupt(signum, frame):
+        for number in HANDLED_SIGNALS:  # a second signal must not cut the clean-up short
+            signal.signal(number, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    try:
+        previous = {number: signal.signal(number, interrupt) for number in HANDLED_SIGNALS}
+    except ValueError:  # not the main thread: leave signals alone
+        previous = {}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
