@@ -22,8 +22,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import click
 import typer
+
+# typer ≥ 0.25 vendors Click: the exceptions and contexts its commands use live in typer._click.
+from typer._click import exceptions as click_errors
+from typer._click.globals import get_current_context
+from typer._click.utils import echo
 
 from attnviz.cli.options import OUTPUT_PANEL
 
@@ -51,7 +55,8 @@ def guarded(callback: Callable) -> Callable:
         _check_values(kwargs, parameters)
         with io.output_session():
             inputs, outputs = _paths(kwargs, parameters)
-            io.protect_inputs(inputs, "the input")
+            for path, what in inputs:
+                io.protect_inputs([path], what)
             io.check_outputs(outputs)
             return callback(*args, **kwargs)
 
@@ -59,15 +64,16 @@ def guarded(callback: Callable) -> Callable:
     return run_command
 
 
-def _parameters() -> dict[str, click.Parameter]:
-    context = click.get_current_context(silent=True)
+def _parameters() -> dict[str, Any]:
+    context = get_current_context(silent=True)
     return {p.name: p for p in context.command.params if p.name} if context is not None else {}
 
 
-def _flag(name: str, parameters: dict[str, click.Parameter]) -> str:
+def _flag(name: str, parameters: dict[str, Any]) -> str:
     parameter = parameters.get(name)
-    if isinstance(parameter, click.Option) and parameter.opts:
-        return max(parameter.opts, key=len)
+    options = [opt for opt in getattr(parameter, "opts", ()) if opt.startswith("-")]
+    if options:
+        return max(options, key=len)
     return name.upper()
 
 
@@ -75,7 +81,7 @@ def _values(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def _check_values(kwargs: dict[str, Any], parameters: dict[str, click.Parameter]) -> None:
+def _check_values(kwargs: dict[str, Any], parameters: dict[str, Any]) -> None:
     """Refuse NaN/infinite numbers and undecodable text (argv bytes that were not UTF-8)."""
     from attnviz.errors import InputError
 
@@ -92,19 +98,22 @@ def _check_values(kwargs: dict[str, Any], parameters: dict[str, click.Parameter]
                     ) from None
 
 
-def _paths(kwargs: dict[str, Any], parameters: dict[str, click.Parameter]) -> tuple[list[Path], list[Path]]:
-    """(paths the command reads, paths it writes), from its arguments."""
+def _paths(kwargs: dict[str, Any], parameters: dict[str, Any]) -> tuple[list[tuple[Path, str]], list[Path]]:
+    """([(path the command reads, what it is)], [paths it writes]), from its arguments."""
     from attnviz.models.specs import model_input_paths
 
-    inputs: list[Path] = []
+    inputs: list[tuple[Path, str]] = []
     outputs: list[Path] = []
     for name, value in kwargs.items():
         is_output = getattr(parameters.get(name), "rich_help_panel", None) == OUTPUT_PANEL
         for item in _values(value):
             if isinstance(item, Path):
-                (outputs if is_output else inputs).append(item)
+                if is_output:
+                    outputs.append(item)
+                else:
+                    inputs.append((item, f"the {_flag(name, parameters)} input"))
             elif isinstance(item, str) and name in MODEL_PARAMETERS:
-                inputs.extend(model_input_paths(item))
+                inputs.extend((path, "the model") for path in model_input_paths(item))
     return inputs, outputs
 
 
@@ -121,15 +130,16 @@ def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
             command = typer.main.get_command(app)
             result = command.main(args=sys.argv[1:], prog_name="attnviz", standalone_mode=False)
             return result if isinstance(result, int) else 0
-        except click.exceptions.NoArgsIsHelpError as exc:
-            click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
-            return 2
-        except click.UsageError as exc:
+        except click_errors.NoArgsIsHelpError as exc:
+            echo(exc.ctx.get_help() if exc.ctx else str(exc))
+            path = exc.ctx.command_path if exc.ctx else "attnviz"
+            return error_line(f"{path} needs arguments: see the help above", 2)
+        except click_errors.UsageError as exc:
             hint = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
             return error_line(exc.format_message() + hint, 2)
-        except click.ClickException as exc:
+        except click_errors.ClickException as exc:
             return error_line(exc.format_message(), exc.exit_code or 1)
-        except click.Abort:
+        except typer.Abort:
             return error_line("aborted", 1)
         except AttnvizError as exc:
             return error_line(str(exc), exc.exit_code)

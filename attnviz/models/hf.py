@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,21 +65,23 @@ def load_hf_model(
         ) from exc
     cls = _model_class(config)
     fallback = False
-    try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns on foreign pickles; the error below says what matters
         try:
-            model, info = cls.from_pretrained(
-                source, attn_implementation=ATTENTION_NAME, dtype=dtype, output_loading_info=True, **extra
-            )
-        except (ValueError, KeyError) as exc:
-            # Families with their own attention classes (gpt_neo, bloom, falcon, …) reject the name.
-            if isinstance(exc, ValueError) and "attention" not in str(exc).lower():
-                raise
-            fallback = True
-            model, info = cls.from_pretrained(
-                source, attn_implementation="eager", dtype=dtype, output_loading_info=True, **extra
-            )
-    except Exception as exc:  # safetensors header damage, a refused pickle, a truncated file, …
-        raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
+            try:
+                model, info = cls.from_pretrained(
+                    source, attn_implementation=ATTENTION_NAME, dtype=dtype, output_loading_info=True, **extra
+                )
+            except (ValueError, KeyError) as exc:
+                # Families with their own attention classes (gpt_neo, bloom, falcon, …) reject the name.
+                if isinstance(exc, ValueError) and "attention" not in str(exc).lower():
+                    raise
+                fallback = True
+                model, info = cls.from_pretrained(
+                    source, attn_implementation="eager", dtype=dtype, output_loading_info=True, **extra
+                )
+        except Exception as exc:  # safetensors header damage, a refused pickle, a truncated file, …
+            raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
     check_loading_info(info, source)
     model.to(device)
     model.eval()
@@ -128,9 +131,9 @@ def check_loading_info(info: dict, source: str) -> None:
     tied weights it fills itself are not listed as missing.
     """
     for key, what, advice in (
-        ("missing_keys", "lacks {n} weight tensor(s) the model needs", "they would be random"),
-        ("unexpected_keys", "holds {n} weight tensor(s) the model does not have", "it is not this model's checkpoint"),
-        ("mismatched_keys", "has {n} weight tensor(s) of the wrong shape", "it does not fit its config"),
+        ("missing_keys", "lack {n} tensor(s) the model needs", "those would be random"),
+        ("unexpected_keys", "hold {n} tensor(s) the model does not have", "they are not this model's weights"),
+        ("mismatched_keys", "have {n} tensor(s) of the wrong shape", "they do not fit its config"),
     ):
         names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(key) or ())
         if names:
