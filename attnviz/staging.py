@@ -86,8 +86,19 @@ def remove_stale_temporaries(directory: Path) -> None:
             remove_path(Path(entry.path))
 
 
+#: temporaries this process created and has not yet renamed or removed (for a last-resort clean-up)
+live_temporaries: set[Path] = set()
+
+
+def remove_live_temporaries() -> None:
+    """Remove every temporary this process still holds (used when it must exit at once)."""
+    for path in list(live_temporaries):
+        remove_path(path)
+
+
 def remove_path(path: Path) -> None:
     """Remove a file, link or directory tree; missing is fine."""
+    live_temporaries.discard(path)
     try:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
@@ -101,12 +112,15 @@ def new_temp_file(directory: Path, name: str) -> Path:
     """A fresh empty temporary file in ``directory`` for the output ``name`` (keeps its suffix)."""
     fd, tmp = tempfile.mkstemp(prefix=temp_prefix(), suffix=f"-{name[-80:]}", dir=directory)
     os.close(fd)
+    live_temporaries.add(Path(tmp))
     return Path(tmp)
 
 
 def new_temp_dir(directory: Path, name: str) -> Path:
     """A fresh empty temporary directory in ``directory`` for the output ``name``."""
-    return Path(tempfile.mkdtemp(prefix=temp_prefix(), suffix=f"-{name[-80:]}", dir=directory))
+    path = Path(tempfile.mkdtemp(prefix=temp_prefix(), suffix=f"-{name[-80:]}", dir=directory))
+    live_temporaries.add(path)
+    return path
 
 
 def _backup_name(path: Path) -> Path:
@@ -242,11 +256,14 @@ def commit(items: list[Staged]) -> None:
             if item.destination.exists() or item.destination.is_symlink():
                 backup = _backup_name(item.destination)
                 os.replace(item.destination, backup)
+                live_temporaries.add(backup)
             try:
                 os.replace(item.tmp, item.destination)
+                live_temporaries.discard(item.tmp)
             except BaseException:
                 if backup is not None:
                     os.replace(backup, item.destination)
+                    live_temporaries.discard(backup)
                 raise
             done.append((item, backup))
     except BaseException as exc:
@@ -254,6 +271,7 @@ def commit(items: list[Staged]) -> None:
             remove_path(finished.destination)
             if backup is not None:
                 os.replace(backup, finished.destination)
+                live_temporaries.discard(backup)
         if item is not None and isinstance(exc, OSError):
             raise output_error(exc, item.destination) from exc
         raise

@@ -168,14 +168,36 @@ def error_line(message: str, code: int) -> int:
     return code
 
 
+#: seconds a signalled run may take to unwind before it removes its temporaries and exits regardless
+UNWIND_SECONDS = 20.0
+
+
+def _exit_later(signum: int) -> None:
+    """Last resort: if the raised Interrupted is swallowed or the unwinding hangs, still clean up and exit."""
+    import threading
+
+    from attnviz import staging
+
+    def watchdog() -> None:
+        staging.remove_live_temporaries()
+        os._exit(128 + signum)
+
+    timer = threading.Timer(UNWIND_SECONDS, watchdog)
+    timer.daemon = True
+    timer.start()
+    _watchdogs.append(timer)
+
+
+_watchdogs: list = []
+
+
 @contextlib.contextmanager
 def _signals_raise() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise :class:`~attnviz.errors.Interrupted`, so ``finally`` blocks clean up."""
     from attnviz.errors import Interrupted
 
     def interrupt(signum, frame):
-        for number in HANDLED_SIGNALS:  # a second signal must not cut the clean-up short
-            signal.signal(number, signal.SIG_IGN)
+        _exit_later(signum)
         raise Interrupted(signum)
 
     try:
@@ -187,3 +209,5 @@ def _signals_raise() -> Iterator[None]:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+        while _watchdogs:  # unwound in time: no forced exit
+            _watchdogs.pop().cancel()

@@ -81,6 +81,11 @@ def load_hf_model(
                     source, attn_implementation="eager", dtype=dtype, output_loading_info=True, **extra
                 )
         except Exception as exc:  # safetensors header damage, a refused pickle, a truncated file, …
+            if "Weights only load failed" in str(exc):
+                raise ModelSpecError(
+                    f"the pickled weights of model {source!r} hold objects other than tensors, which attnviz refuses "
+                    "to unpickle (they could run code): convert the checkpoint to safetensors"
+                ) from exc
             raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
     check_loading_info(info, source)
     model.to(device)
