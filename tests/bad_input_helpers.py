@@ -71,6 +71,7 @@ def build_workspace(root: Path, minilm_dir: Path) -> None:
     (root / "bad.jsonl").write_text('{"txt": "no text field"}\n')
     (root / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
     (root / "adir").mkdir()
+    (root / "dir.png").mkdir()
     (root / "adir" / "keep.txt").write_text("keep")
     (root / "old.json").write_text('{"earlier": "output"}\n')
     (root / "cache").mkdir()
@@ -135,7 +136,7 @@ def _damaged_captures(root: Path) -> None:
     from attnviz.captures import capture
     from attnviz.models.specs import load_model
 
-    good = capture(load_model(str(TOY), device="cpu"), "1 2 3 4")
+    good = capture(load_model(str(TOY), device="cpu"), "a b c d")
     good.save(root / "good.safetensors")
     with safe_open(str(root / "good.safetensors"), "pt") as handle:
         metadata = handle.metadata()
@@ -152,7 +153,7 @@ def _damaged_captures(root: Path) -> None:
     variant("c_tokstr", tokens=json.dumps("abc"))
     variant("c_1d", {**tensors, first: torch.rand(5)})
     variant("c_nan", {**tensors, first: tensors[first] * float("nan")})
-    variant("c_gap", {k: v for k, v in tensors.items() if k != first})
+    variant("c_gap", {**tensors, first.replace(".0", ".5"): tensors[first]})
     variant("c_name", {**tensors, "bogus": torch.zeros(1)})
     variant("c_causal", causal='"yes"')
     variant("c_words", word_ids=json.dumps(["x"]))

@@ -23,7 +23,7 @@ HEATMAP = [
     ("blank-text", ["heatmap", "   "], ["empty"]),
     ("bad-suffix", ["heatmap", "x", "--out", "h.txt"], [".png"]),
     ("missing-dir", ["heatmap", "x", "--out", "nowhere/h.png"], ["does not exist"]),
-    ("out-is-dir", ["heatmap", "x", "--out", "adir"], ["directory"]),
+    ("out-is-dir", ["heatmap", "x", "--out", "dir.png"], ["directory"]),
     ("model-missing", ["heatmap", "x", "--model", "no/such/model"], ["does not exist"]),
     ("truncated-weights", ["heatmap", "The cat", "--model", "m_trunc"], ["m_trunc"]),
     ("damaged-header", ["heatmap", "The cat", "--model", "m_header"], ["m_header"]),
@@ -53,8 +53,8 @@ HEATMAP = [
     ("capture-bad-layer", ["heatmap", "--from-capture", "good.safetensors", "--layer", "7"], ["layer"]),
     ("capture-bad-head", ["heatmap", "--from-capture", "good.safetensors", "--head", "x"], ["head"]),
     ("text-not-utf8", ["heatmap", NOT_UTF8], ["UTF-8"]),
-    ("out-inside-model", ["heatmap", "1 2 3", "--model", "toy", "--out", "toy/h.png"], ["toy"]),
-    ("out-through-symlink", ["heatmap", "1 2 3", "--model", "toy", "--out", "toylink/h.png"], ["toy"]),
+    ("out-inside-model", ["heatmap", "a b c", "--model", "toy", "--out", "toy/h.png"], ["toy"]),
+    ("out-through-symlink", ["heatmap", "a b c", "--model", "toy", "--out", "toylink/h.png"], ["toy"]),
     ("out-in-cache", ["heatmap", "x", "--out", "cache/h.png"], ["cache"]),
     ("bad-stack", ["heatmap", "x", "--stack", "sideways"], ["stack"]),
     ("bad-device", ["heatmap", "x", "--device", "tpu"], ["device"]),
@@ -62,7 +62,7 @@ HEATMAP = [
 ]
 CAPTURE = [
     ("over-model-weights", ["capture", "The cat", "--model", "mini", "--out", "mini/model.safetensors"], ["mini"]),
-    ("over-toy-weights", ["capture", "1 2", "--model", "toy", "--out", "toy/model.safetensors"], ["toy"]),
+    ("over-toy-weights", ["capture", "a b", "--model", "toy", "--out", "toy/model.safetensors"], ["toy"]),
     ("suffix", ["capture", "x", "--out", "c.png"], [".safetensors"]),
     ("no-out", ["capture", "x"], ["--out"]),
     ("negative-length", ["capture", "x", "--out", "c.safetensors", "--max-length", "-1"], ["--max-length"]),
@@ -98,7 +98,7 @@ PRUNE = [
     ("ratio-too-big", ["prune", "toy", "--ratio", "1.5", "--out", "p"], ["ratio"]),
     ("batch-size-0", ["prune", "toy", "--batch-size", "0", "--out", "p"], ["--batch-size"]),
     ("no-out", ["prune", "toy", "--ratio", "0.5"], ["--out"]),
-    ("out-contains-model", ["prune", "toy", "--out", ".", "--force", "--count", "1"], ["toy"]),
+    ("out-contains-model", ["prune", "toy", "--out", ".", "--force", "--count", "1"], ["would overwrite"]),
     ("out-is-model", ["prune", "toy", "--out", "toy", "--force", "--count", "1"], ["toy"]),
     ("out-not-empty", ["prune", "toy", "--out", "adir", "--count", "1"], ["--force"]),
     ("bad-importance", ["prune", "toy", "--importance", "bogus", "--out", "p", "--count", "1"], ["bogus"]),
@@ -178,9 +178,9 @@ def test_usage_errors_exit_2_and_keep_suggestions(in_workspace, capsys):
 # -- faults: a full disk --------------------------------------------------------------------------------
 
 FULL_DISK = [
-    pytest.param(["heatmap", "1 2 3", "--model", "toy", "--out", "h.png"], id="heatmap-png"),
-    pytest.param(["heatmap", "1 2 3", "--model", "toy", "--out", "h.svg"], id="heatmap-svg"),
-    pytest.param(["capture", "1 2 3", "--model", "toy", "--out", "c.safetensors"], id="capture"),
+    pytest.param(["heatmap", "a b c", "--model", "toy", "--out", "h.png"], id="heatmap-png"),
+    pytest.param(["heatmap", "a b c", "--model", "toy", "--out", "h.svg"], id="heatmap-svg"),
+    pytest.param(["capture", "a b c", "--model", "toy", "--out", "c.safetensors"], id="capture"),
     pytest.param(["stats", "toy", "--json", "s.json", "--plot", "s.png", "--toy-examples", "8"], id="stats-json-plot"),
     pytest.param(["stats", "toy", "--json", "old.json", "--toy-examples", "8"], id="stats-replacing-old"),
     pytest.param(["stats", "toy", "--csv", "s.csv", "--toy-examples", "8"], id="stats-csv"),
