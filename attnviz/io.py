@@ -70,6 +70,7 @@ def check_outputs(outputs: Iterable[str | os.PathLike | None], inputs: Iterable[
     for output in outputs:
         if output is None:
             continue
+        refuse_special_file(Path(output))
         current.refuse_if_input(output, extra)
         target = staging.resolved(output)
         for other, name in seen.items():
@@ -99,9 +100,18 @@ def check_output_path(path: str | os.PathLike, allowed_suffixes: tuple[str, ...]
         )
     if path.is_dir():
         raise OutputError(f"{path} is a directory: give a file name")
+    refuse_special_file(path)
     _refuse_if_input(path)
     check_output_parent(path)
     return path
+
+
+def refuse_special_file(path: Path) -> None:
+    """Refuse an output path that exists as something other than a file or directory (a device, a pipe):
+    attnviz replaces outputs by renaming, which would remove the device node itself."""
+    target = staging.resolved(path)
+    if target.exists() and not target.is_file() and not target.is_dir():
+        raise OutputError(f"{path} is a device, pipe or socket, not a file: give an ordinary file path")
 
 
 def check_output_parent(path: Path) -> None:

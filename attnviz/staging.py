@@ -251,6 +251,9 @@ def commit(items: list[Staged]) -> None:
         for item in items:
             if _session is not None:
                 _session.refuse_if_input(item.destination)
+            target = resolved(item.destination)
+            if target.exists() and not target.is_file() and not target.is_dir():
+                raise OutputError(f"{item.destination} is a device, pipe or socket, not a file: give an ordinary path")
             ordinary_permissions(item.tmp, keep_mode_of=item.destination)
             backup = None
             if item.destination.exists() or item.destination.is_symlink():

@@ -116,7 +116,8 @@ def test_gguf_conversion_cache_loses_stale_temporaries(tmp_path, monkeypatch):
     gguf_cache = tmp_path / "cache" / "gguf"
     gguf_cache.mkdir(parents=True)
     (gguf_cache / f"{staging.TEMP_PREFIX}999999999_1-abc-model").mkdir()
-    (gguf_cache / ".convert-legacy").mkdir()
+    (gguf_cache / ".convert-legacy").mkdir()  # an older attnviz's, abandoned two hours ago
+    os.utime(gguf_cache / ".convert-legacy", (time.time() - 7200, time.time() - 7200))
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"GGUF but not really")
     with pytest.raises(ModelSpecError, match="cannot read GGUF file"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 from attnviz import staging
@@ -20,6 +21,7 @@ from attnviz.io import cache_root
 __all__ = ["cache_root", "converted_gguf_dir"]
 #: conversion directories of attnviz versions before the shared temporary prefix (no owner recorded)
 _LEGACY_TEMP_PREFIX = ".convert-"
+_LEGACY_ABANDONED_SECONDS = 3600
 
 
 def _cache_key(path: Path) -> str:
@@ -32,16 +34,13 @@ def _cache_key(path: Path) -> str:
 def converted_gguf_dir(path: Path) -> Path:
     """A Hugging Face directory holding ``path``'s weights de-quantised to float32 (cached)."""
     target = cache_root() / "gguf" / _cache_key(path)
+    _remove_stale_conversions(target.parent)
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         return target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"cannot create attnviz's cache {target.parent}: {exc.strerror or exc}") from exc
-    # A conversion killed half-way (SIGKILL, power loss) left its temporary directory behind.
-    staging.remove_stale_temporaries(target.parent)
-    for legacy in target.parent.glob(f"{_LEGACY_TEMP_PREFIX}*"):
-        staging.remove_path(legacy)
     if target.exists():  # incomplete: a directory without its weights is never used
         staging.remove_path(target)
     with console.status(f"converting {path.name} from GGUF (once; cached in {target.parent})"):
@@ -66,6 +65,21 @@ def converted_gguf_dir(path: Path) -> Path:
         finally:
             staging.remove_path(tmp)
     return target
+
+
+def _remove_stale_conversions(directory: Path) -> None:
+    """Remove conversions a killed process left half-done (SIGKILL, power loss) in the cache."""
+    if not directory.is_dir():
+        return
+    staging.remove_stale_temporaries(directory)
+    # Older attnviz versions named them .convert-*, without their owner: removed once clearly abandoned.
+    for legacy in directory.glob(f"{_LEGACY_TEMP_PREFIX}*"):
+        try:
+            abandoned = time.time() - legacy.stat().st_mtime > _LEGACY_ABANDONED_SECONDS
+        except OSError:
+            continue
+        if abandoned:
+            staging.remove_path(legacy)
 
 
 def _convert(path: Path, out_dir: Path) -> None:
