@@ -135,7 +135,7 @@ class AttentionCapture:
     @classmethod
     def load(cls, path: str | Path) -> AttentionCapture:
         """Read a capture written by :meth:`save` (or by ``attnviz capture``)."""
-        from safetensors import SafetensorError, safe_open
+        from safetensors import safe_open
 
         from attnviz.capture_checks import capture_fields
         from attnviz.io import protect_inputs

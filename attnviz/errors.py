@@ -33,7 +33,7 @@ class CaptureFileError(AttnvizError):
     """A saved capture file that is missing, corrupted or of another format."""
 
 
-class Interrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt: not an error of the input)
+class Interrupted(BaseException):
     """A signal (SIGINT, SIGTERM, SIGHUP) stopped the run; outputs were rolled back.
 
     A ``BaseException`` like :class:`KeyboardInterrupt`, so ``except Exception`` in the

@@ -85,7 +85,11 @@ def build_workspace(root: Path, minilm_dir: Path) -> None:
     weights = minilm_dir / "model.safetensors"
     model_copy("mini")
     raw = weights.read_bytes()
-    for name, content in (("m_trunc", raw[: len(raw) // 2]), ("m_header", b"\x10\x00" + b"\xff" * 64), ("m_empty", b"")):
+    for name, content in (
+        ("m_trunc", raw[: len(raw) // 2]),
+        ("m_header", b"\x10\x00" + b"\xff" * 64),
+        ("m_empty", b""),
+    ):
         path = model_copy(name) / "model.safetensors"
         path.unlink()
         path.write_bytes(content)
@@ -148,7 +152,7 @@ def _damaged_captures(root: Path) -> None:
             meta.pop(key, None)
         save_file(new_tensors if new_tensors is not None else tensors, str(root / f"{name}.safetensors"), metadata=meta)
 
-    first = sorted(tensors)[0]
+    first = min(tensors)
     variant("c_tokens3", tokens=json.dumps(["a", "b", "c"]))
     variant("c_tokstr", tokens=json.dumps("abc"))
     variant("c_1d", {**tensors, first: torch.rand(5)})

@@ -8,6 +8,7 @@ inputs (see ``bad_input_helpers.build_workspace``), which is snapshotted before 
 from __future__ import annotations
 
 import os
+import shlex
 
 import pytest
 from bad_input_helpers import MARKER_NAME, build_workspace, changes, fill_disk, snapshot
@@ -185,15 +186,19 @@ FULL_DISK = [
     pytest.param(["stats", "toy", "--json", "old.json", "--toy-examples", "8"], id="stats-replacing-old"),
     pytest.param(["stats", "toy", "--csv", "s.csv", "--toy-examples", "8"], id="stats-csv"),
     pytest.param(
-        ["train", "copy", "--out", "t", "--steps", "2", "--width", "8", "--heads", "2", "--layers", "1",
-         "--batch-size", "4", "--eval-examples", "4", "--checkpoint-every", "1"],
+        shlex.split(
+            "train copy --out t --steps 2 --width 8 --heads 2 --layers 1 --batch-size 4 --eval-examples 4 "
+            "--checkpoint-every 1"
+        ),
         id="train",
-    ),  # fmt: skip
+    ),
     pytest.param(
-        ["prune", "toy", "--count", "1", "--out", "p", "--json", "p.json", "--toy-examples", "8",
-         "--latency-tokens", "8", "--latency-repeats", "1", "--importance", "entropy"],
+        shlex.split(
+            "prune toy --count 1 --out p --json p.json --toy-examples 8 --latency-tokens 8 --latency-repeats 1 "
+            "--importance entropy"
+        ),
         id="prune",
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -211,8 +216,19 @@ def test_stdin_is_never_asked(workspace, tmp_path):
 
     before = snapshot(workspace)
     process = subprocess.run(
-        [sys.executable, "-m", "attnviz", "heatmap", "The cat", "--model", "m_remote", "--out", str(tmp_path / "h.png")],
+        [
+            sys.executable,
+            "-m",
+            "attnviz",
+            "heatmap",
+            "The cat",
+            "--model",
+            "m_remote",
+            "--out",
+            str(tmp_path / "h.png"),
+        ],
         input="y\ny\n",
+        check=False,
         capture_output=True,
         text=True,
         cwd=workspace,

@@ -45,14 +45,17 @@ def toy_capture(tmp_path_factory):
 
 
 def test_new_outputs_follow_the_umask_and_replaced_ones_keep_their_mode(tmp_path, capsys, umask, toy_capture):
+    def render(name: str) -> int:
+        return run_cli(capsys, "heatmap", "--from-capture", str(toy_capture), "--out", str(tmp_path / name)).exit_code
+
     umask(0o027)
-    assert run_cli(capsys, "heatmap", "--from-capture", str(toy_capture), "--out", str(tmp_path / "a.png")).exit_code == 0
+    assert render("a.png") == 0
     assert mode(tmp_path / "a.png") == 0o640
     umask(0o077)
-    assert run_cli(capsys, "heatmap", "--from-capture", str(toy_capture), "--out", str(tmp_path / "b.png")).exit_code == 0
+    assert render("b.png") == 0
     assert mode(tmp_path / "b.png") == 0o600
     (tmp_path / "a.png").chmod(0o644)  # an earlier output, replaced under a stricter umask: keeps 0644
-    assert run_cli(capsys, "heatmap", "--from-capture", str(toy_capture), "--out", str(tmp_path / "a.png")).exit_code == 0
+    assert render("a.png") == 0
     assert mode(tmp_path / "a.png") == 0o644
     umask(0o022)
     with io.staged_directory(tmp_path / "d") as stage:
@@ -63,12 +66,11 @@ def test_new_outputs_follow_the_umask_and_replaced_ones_keep_their_mode(tmp_path
 
 def test_a_session_writes_all_outputs_or_none(tmp_path):
     (tmp_path / "a.json").write_text("old")
-    with pytest.raises(OutputError, match="no space left on device writing .*b.txt"):
-        with io.output_session():
-            io.write_text_atomic(tmp_path / "a.json", "new")
-            with io.atomic_path(tmp_path / "b.txt") as tmp:
-                tmp.write_text("partial")
-                raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(OutputError, match="no space left on device writing .*b.txt"), io.output_session():
+        io.write_text_atomic(tmp_path / "a.json", "new")
+        with io.atomic_path(tmp_path / "b.txt") as tmp:
+            tmp.write_text("partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"] and (tmp_path / "a.json").read_text() == "old"
     with io.output_session():
         io.write_text_atomic(tmp_path / "a.json", "new")
@@ -89,10 +91,9 @@ def test_a_failed_rename_rolls_back_the_earlier_ones(tmp_path, monkeypatch):
         return real_replace(source, destination)
 
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(OutputError, match="input/output error writing .*z.json"):
-        with io.output_session():
-            io.write_text_atomic(tmp_path / "a.json", "new a")
-            io.write_text_atomic(tmp_path / "z.json", "new z")
+    with pytest.raises(OutputError, match="input/output error writing .*z.json"), io.output_session():
+        io.write_text_atomic(tmp_path / "a.json", "new a")
+        io.write_text_atomic(tmp_path / "z.json", "new z")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "z.json"]
     assert (tmp_path / "a.json").read_text() == "old a" and (tmp_path / "z.json").read_text() == "old z"
 
@@ -170,7 +171,7 @@ def test_checkpoint_series_stays_inside_the_checkpoint(tmp_path):
 
 
 def test_internal_errors_are_one_line_unless_debug(tmp_path, capsys, monkeypatch, toy_capture):
-    import attnviz.render.capture_view as capture_view
+    from attnviz.render import capture_view
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom\nsecond line")

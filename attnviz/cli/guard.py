@@ -33,6 +33,8 @@ from attnviz.cli.options import OUTPUT_PANEL
 
 #: parameters whose string value is a model spec (its files are inputs)
 MODEL_PARAMETERS = ("model", "models", "checkpoint", "checkpoints")
+#: whole numbers beyond this overflow torch (seeds, sizes); nothing sensible needs more
+_LARGEST_INT = 2**62
 #: signals handled like Ctrl-C: temporaries removed, exit 128 + signal number
 HANDLED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
@@ -50,15 +52,20 @@ def guarded(callback: Callable) -> Callable:
     @functools.wraps(callback)
     def run_command(*args: Any, **kwargs: Any) -> Any:
         from attnviz import io
+        from attnviz.errors import OutputError
 
         parameters = _parameters()
         _check_values(kwargs, parameters)
-        with io.output_session():
-            inputs, outputs = _paths(kwargs, parameters)
-            for path, what in inputs:
-                io.protect_inputs([path], what)
-            io.check_outputs(outputs)
-            return callback(*args, **kwargs)
+        try:
+            with io.output_session():
+                inputs, outputs = _paths(kwargs, parameters)
+                for path, what in inputs:
+                    io.protect_inputs([path], what)
+                io.check_outputs(outputs)
+                return callback(*args, **kwargs)
+        except BrokenPipeError:  # stdout closed early (attnviz … | head -0): say so once, not at every flush
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python flushes stdout at exit)
+            raise OutputError("standard output was closed before the run finished: nothing was written") from None
 
     run_command._attnviz_guarded = True  # type: ignore[attr-defined]
     return run_command
@@ -89,6 +96,8 @@ def _check_values(kwargs: dict[str, Any], parameters: dict[str, Any]) -> None:
         for item in _values(value):
             if isinstance(item, float) and not math.isfinite(item):
                 raise InputError(f"{_flag(name, parameters)} must be a finite number, got {item}")
+            if isinstance(item, int) and not isinstance(item, bool) and abs(item) > _LARGEST_INT:
+                raise InputError(f"{_flag(name, parameters)} is too large: give a number below {_LARGEST_INT:,}")
             if isinstance(item, str):  # Path arguments may hold any bytes the file system allows
                 try:
                     item.encode("utf-8")
@@ -149,7 +158,7 @@ def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
             return error_line("interrupted by SIGINT: unfinished outputs were discarded", 128 + signal.SIGINT)
         except MemoryError:
             return error_line("out of memory: use a smaller input, --batch-size or --max-length", 1)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the last resort: one line instead of a traceback)
             if debug():
                 traceback.print_exc()
             lines = [line for line in str(exc).splitlines() if line.strip()]

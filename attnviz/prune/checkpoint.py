@@ -266,7 +266,9 @@ def load_pruned_model(
             for site in metadata.get("sites", [])
         }
     except (KeyError, TypeError, ValueError) as exc:
-        raise ModelSpecError(f"{path / PRUNED_MARKER} has a malformed site entry ({exc}): prune the model again") from exc
+        raise ModelSpecError(
+            f"{path / PRUNED_MARKER} has a malformed site entry ({exc}): prune the model again"
+        ) from exc
     shrink_to_counts(HFModel(model, tokenizer, name=str(path)), counts)
     state = _state_dict(path)
     try:
