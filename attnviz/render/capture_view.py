@@ -76,7 +76,8 @@ def capture_panels(
     elif len(layers) == 1:
         title = f"{name} · {STACK_TITLES[stack]}layer {layers[0]}"
     else:
-        title = f"{name} · {STACK_TITLES[stack]}layers {_ranges(layers)} (one row per layer)"
+        per_row = " (one row per layer)" if any(len(row) > 1 for row in rows) else ""
+        title = f"{name} · {STACK_TITLES[stack]}layers {_ranges(layers)}{per_row}"
     return rows, query_labels, key_labels, title
 
 

@@ -77,9 +77,8 @@ class FigureStyle:
     def colour_map(self):
         import matplotlib
 
-        cmap = matplotlib.colormaps[self.cmap].copy()
-        cmap.set_bad((0, 0, 0, 0))  # masked cells stay transparent: the grey background shows
-        return cmap
+        # masked cells stay transparent: the grey background shows
+        return matplotlib.colormaps[self.cmap].with_extremes(bad=(0, 0, 0, 0))
 
 
 def causal_visibility(query_len: int, key_len: int) -> Tensor:
@@ -121,7 +120,8 @@ def _side(tokens: int) -> float:
     return min(_MAX_SIDE, max(_MIN_SIDE, tokens * _INCHES_PER_TOKEN + 2.0))
 
 
-def _draw(ax, panel: HeatmapPanel, query_labels, key_labels, *, style, norm, annotate, side, small):
+def _draw(ax, panel: HeatmapPanel, query_labels, key_labels, *, style, norm, annotate, side, small,
+          key_ticks=True, query_ticks=True):
     """Draw one heatmap with matplotlib alone (seaborn re-renders the whole figure per call: O(n²) in a grid)."""
     import numpy as np
 
@@ -130,10 +130,11 @@ def _draw(ax, panel: HeatmapPanel, query_labels, key_labels, *, style, norm, ann
     ax.set_facecolor(_MASKED_COLOR)  # masked cells show the background
     shown = np.maximum(data, norm.vmin) if style.scale == "log" else data  # zeros sit at the bottom of a log scale
     values = np.ma.masked_array(shown, mask=mask) if mask is not None else shown
-    mesh = ax.pcolormesh(values, cmap=style.colour_map(), norm=norm, rasterized=True)
-    ax.set_xlim(0, data.shape[1])
-    ax.set_ylim(0, data.shape[0])
-    ax.invert_yaxis()  # row 0 at the top, as in a matrix
+    # one image rather than a mesh of n² quads: ten times faster at 350 tokens, and a single image in SVG/PDF
+    mesh = ax.imshow(
+        values, cmap=style.colour_map(), norm=norm, interpolation="nearest", aspect="auto",
+        extent=(0, data.shape[1], data.shape[0], 0),  # row 0 at the top, as in a matrix
+    )
     for spine in ax.spines.values():
         spine.set_visible(False)
     if annotate:
@@ -151,10 +152,13 @@ def _draw(ax, panel: HeatmapPanel, query_labels, key_labels, *, style, norm, ann
                 fontsize=5 if small else 7,
                 color="black" if luminance[row, column] > 0.408 else "white",
             )
-    for labels, set_ticks, set_labels, rotation in (
-        (key_labels, ax.set_xticks, ax.set_xticklabels, 90),
-        (query_labels, ax.set_yticks, ax.set_yticklabels, 0),
+    for labels, set_ticks, set_labels, rotation, wanted in (
+        (key_labels, ax.set_xticks, ax.set_xticklabels, 90, key_ticks),
+        (query_labels, ax.set_yticks, ax.set_yticklabels, 0, query_ticks),
     ):
+        if not wanted:  # inner panels of a grid: the outer panels carry the labels
+            set_ticks([])
+            continue
         font, room = _font_and_room(side, len(labels), small)
         positions = label_positions(len(labels), room)
         set_ticks([p + 0.5 for p in positions])
@@ -191,6 +195,10 @@ def render_heatmaps(
     rows = [list(row) for row in panels] if panels and not isinstance(panels[0], HeatmapPanel) else [list(panels)]
     rows = [row for row in rows if row]
     flat = [panel for row in rows for panel in row]
+    if len(flat) > 1 and (len(rows) == 1 or all(len(row) == 1 for row in rows)):
+        # one layer's heads, or one panel per layer: wrap into a near-square grid instead of a long strip
+        columns = min(len(flat), math.ceil(math.sqrt(len(flat) * 1.3)))
+        rows = [flat[i : i + columns] for i in range(0, len(flat), columns)]
     if not flat:
         raise ValueError("no heatmap panels to render")
     vmax = style.vmax or _largest_visible(flat) or 1.0
@@ -220,12 +228,13 @@ def render_heatmaps(
                 if column >= len(row):
                     ax.axis("off")
                     continue
+                below = row_index + 1 < len(rows) and column < len(rows[row_index + 1])
                 mesh = _draw(ax, row[column], query_labels, key_labels, style=style, norm=norm,
-                             annotate=bool(annotate), side=cell * 0.8, small=True)
+                             annotate=bool(annotate), side=cell * 0.8, small=True,
+                             key_ticks=not below, query_ticks=column == 0)
         axes_for_bar = axes
     extend = "max" if style.vmax is not None and _largest_visible(flat) > style.vmax else "neither"
-    colorbar = fig.colorbar(mesh, ax=axes_for_bar, shrink=0.6 if len(flat) > 1 else 0.9, extend=extend,
-                            aspect=30)
+    colorbar = fig.colorbar(mesh, ax=axes_for_bar, shrink=0.5, extend=extend, aspect=40, fraction=0.04)
     colorbar.outline.set_linewidth(0)
     colorbar.set_label(f"attention weight ({style.scale} scale)")
     subtitle = "" if len(flat) == 1 else "\nrows of each panel: attending from (queries) · columns: attended to (keys)"

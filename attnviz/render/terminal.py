@@ -51,7 +51,7 @@ def terminal_heatmap(
     vmax = style.vmax or float(data[visible].max() if visible is not None else data.max()) or 1.0
     norm, cmap = style.norm(vmax), style.colour_map()
 
-    lines: list[Text] = [Text(title, style="bold")]
+    lines: list[Text] = [Text(title, style="bold"), Text("rows: attending from · columns: attended to", style="dim")]
     for character in range(_HEADER_CHARS):  # key labels, vertical
         line = Text(" " * label_width)
         for key in range(shown_keys):
@@ -71,12 +71,13 @@ def terminal_heatmap(
     legend = Text("  0 " if style.scale != "log" else f"  {vmax / 1000:.4f} ")
     for step in np.linspace(0, 1, 24):
         legend.append(" ", style=f"on {_colour(norm.inverse(step), norm, cmap)}")
-    legend.append(f" {vmax:.3f}  ({style.scale} scale; rows: from, columns: to)")
-    if visible is not None and not visible.all():
-        legend.append("   ")
-        legend.append("  ", style=f"on {_MASKED}")
-        legend.append(f" {MASKED_LABEL}")
+    legend.append(f" {vmax:.3f} ({style.scale} scale)")
     lines.append(legend)
+    if visible is not None and not visible.all():
+        masked_line = Text("  ")
+        masked_line.append("  ", style=f"on {_MASKED}")
+        masked_line.append(f" {MASKED_LABEL}")
+        lines.append(masked_line)
     left_out = []
     if shown_keys < n_keys:
         left_out.append(f"keys {shown_keys}–{n_keys - 1} ({n_keys - shown_keys} of {n_keys})")
