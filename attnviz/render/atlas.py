@@ -32,6 +32,12 @@ def _clean(value):
     return value
 
 
+def _stack_order(stack: str) -> int:
+    """Stacks in the order they run: self / encoder, decoder, cross."""
+    order = list(STACK_NAMES)
+    return order.index(stack) if stack in order else len(order)
+
+
 def atlas_payload(
     stats: HeadStatistics,
     detection: Detection,
@@ -68,7 +74,7 @@ def atlas_payload(
     stacks = [
         {"name": stack, "label": STACK_NAMES.get(stack, stack), "numLayers": stats.num_layers(stack),
          "numHeads": stats.num_heads(stack)}
-        for stack in stats.stacks
+        for stack in sorted(stats.stacks, key=_stack_order)
     ]
     return {
         "format": "attnviz-atlas",
