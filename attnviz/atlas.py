@@ -110,26 +110,4 @@ def build_head_atlas(
     columns = dict(extra_columns or {})
     if importance is not None:
         columns = {"importance": importance, **columns}
-    identity = pruned_identity(loaded)
-    return write_atlas(out, stats, detection, captured, extra_columns=columns, identity=identity)
-
-
-def pruned_identity(loaded: LoadedModel):
-    """Original head numbers of a pruned checkpoint (from its pruning record), or None for other models."""
-    from attnviz.prune.checkpoint import PRUNED_MARKER, read_pruned_metadata
-    from attnviz.render.html_view import HeadIdentity
-
-    path = getattr(loaded, "checkpoint_path", None)
-    if path is None or not (Path(path) / PRUNED_MARKER).is_file():
-        return None
-    identity = HeadIdentity()
-    for site in read_pruned_metadata(path).get("sites", []):
-        stack, layer = site["stack"], int(site["layer"])
-        heads = identity.heads.setdefault(stack, [])
-        masked = identity.masked.setdefault(stack, [])
-        while len(heads) <= layer:
-            heads.append([])
-            masked.append([])
-        heads[layer] = [int(h) for h in site["kept_heads"]]
-        masked[layer] = [int(h) for h in site.get("masked_heads", [])]
-    return identity
+    return write_atlas(out, stats, detection, captured, extra_columns=columns, identity=stats.identity)

@@ -31,6 +31,7 @@ from attnviz.core import AttentionSite
 from attnviz.errors import CaptureFileError, InputError
 from attnviz.io import atomic_path, check_output_path
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.identity import HeadIdentity, model_identity
 
 FORMAT_NAME = "attnviz-capture"
 FORMAT_VERSION = "1"
@@ -49,6 +50,7 @@ class AttentionCapture:
     target_tokens: list[str] | None = None  # decoder tokens (rows of decoder and cross)
     target_special: list[bool] | None = None
     target_word_ids: list[int | None] | None = None
+    identity: HeadIdentity | None = None  # original head numbers of a pruned model
 
     @property
     def stacks(self) -> list[str]:
@@ -128,6 +130,8 @@ class AttentionCapture:
             metadata["target_tokens"] = json.dumps(self.target_tokens)
             metadata["target_special"] = json.dumps(self.target_special)
             metadata["target_word_ids"] = json.dumps(self.target_word_ids)
+        if self.identity is not None:
+            metadata["head_identity"] = json.dumps(self.identity.to_dict())
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
         return path
@@ -167,6 +171,9 @@ class AttentionCapture:
                 target_tokens=json.loads(target) if target else None,
                 target_special=json.loads(metadata["target_special"]) if target else None,
                 target_word_ids=json.loads(metadata["target_word_ids"]) if target else None,
+                identity=HeadIdentity.from_dict(json.loads(metadata["head_identity"]))
+                if "head_identity" in metadata
+                else None,
             )
         except (KeyError, ValueError, json.JSONDecodeError) as exc:
             raise CaptureFileError(f"{path} is a damaged attnviz capture ({exc}): capture it again") from exc
@@ -232,7 +239,11 @@ def capture_batch(
     recorder = PatternRecorder()
     with torch.no_grad():
         loaded.forward(batch, loaded.context([recorder]))
-    return captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
+    captures = captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
+    identity = model_identity(loaded)
+    for result in captures:
+        result.identity = identity
+    return captures
 
 
 def capture(

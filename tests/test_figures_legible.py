@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -21,16 +22,21 @@ def _synthetic(n=12, causal=True, layers=2, heads=3, model="smollm2"):
     scores = torch.randn(layers, heads, n, n)
     if causal:
         scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
-    return AttentionCapture(model=model, tokens=[f"t{i}" for i in range(n)], causal=causal,
-                            patterns={"self": list(torch.softmax(scores, dim=-1))}, special=[False] * n,
-                            word_ids=list(range(n)))
+    return AttentionCapture(
+        model=model,
+        tokens=[f"t{i}" for i in range(n)],
+        causal=causal,
+        patterns={"self": list(torch.softmax(scores, dim=-1))},
+        special=[False] * n,
+        word_ids=list(range(n)),
+    )
 
 
 def test_thinned_labels_keep_first_and_last():
     assert label_positions(10, 20) == list(range(10))
     positions = label_positions(353, 60)
     assert positions[0] == 0 and positions[-1] == 352 and len(positions) <= 61
-    gaps = {b - a for a, b in zip(positions[:-2], positions[1:-1], strict=True)}
+    gaps = {b - a for a, b in itertools.pairwise(positions[:-1])}
     assert gaps == {6}  # evenly spaced apart from the final label
 
 

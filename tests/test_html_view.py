@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 
+import browser as browser_support
 import pytest
 import torch
-from browser import browser, open_page  # noqa: F401  (fixtures)
 from cli_helpers import assert_clean_error, run_cli
 
 from attnviz.captures import AttentionCapture, capture
@@ -18,10 +18,16 @@ from attnviz.words import merge_words
 SENTENCE = "The cat sat on the mat because it was tired."
 TOLERANCE = 1 / 255
 
+# headless chromium fixtures (skip without a browser, fail under CI=true)
+browser = browser_support.browser
+open_page = browser_support.open_page
+
 
 def _payload(path):
     text = path.read_text(encoding="utf-8")
-    return json.loads(re.search(r'<script type="application/json" id="attnviz-data">(.*?)</script>', text, re.S)[1])
+    return json.loads(
+        re.search(r'<script type="application/json" id="attnviz-data">(.*?)</script>', text, re.DOTALL)[1]
+    )
 
 
 def test_row_quantisation_is_within_half_a_step():
@@ -37,8 +43,14 @@ def test_smollm2_sized_page_stays_under_5_mb(tmp_path):
     """30 layers x 9 heads on 100 tokens of a causal model (SmolLM2's shape)."""
     n = 100
     layers = [torch.softmax(torch.randn(9, n, n), dim=-1).tril() for _ in range(30)]
-    result = AttentionCapture(model="smollm2", tokens=[f"tok{i}" for i in range(n)], causal=True,
-                              patterns={"self": layers}, special=[False] * n, word_ids=list(range(n)))
+    result = AttentionCapture(
+        model="smollm2",
+        tokens=[f"tok{i}" for i in range(n)],
+        causal=True,
+        patterns={"self": layers},
+        special=[False] * n,
+        word_ids=list(range(n)),
+    )
     path = write_attention_view(tmp_path / "view.html", result)
     assert path.stat().st_size < 5_000_000
     payload = _payload(path)
@@ -120,8 +132,14 @@ def _causal_capture(n=9):
     torch.manual_seed(0)
     scores = torch.randn(2, 3, n, n).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
     layers = list(torch.softmax(scores, dim=-1))  # per layer [head, query, key]
-    return AttentionCapture(model="causal-test", tokens=[f"w{i}" for i in range(n)], causal=True,
-                            patterns={"self": layers}, special=[False] * n, word_ids=list(range(n)))
+    return AttentionCapture(
+        model="causal-test",
+        tokens=[f"w{i}" for i in range(n)],
+        causal=True,
+        patterns={"self": layers},
+        special=[False] * n,
+        word_ids=list(range(n)),
+    )
 
 
 def test_causal_page_masks_the_future(tmp_path, open_page):

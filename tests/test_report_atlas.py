@@ -5,34 +5,50 @@ from __future__ import annotations
 import json
 import re
 
+import browser as browser_support
 import pytest
-from browser import browser, open_page  # noqa: F401  (fixtures)
 from cli_helpers import assert_clean_error, run_cli
 
 from attnviz.atlas import build_head_atlas, example_captures
-from attnviz.models.specs import load_model
 from attnviz.stats import compute_statistics, detect_heads
 from attnviz.stats.definitions import STATISTIC_NAMES
 
 TEXTS = ["The cat sat on the mat.", "Bees can dance.", "The capital of France is Paris.", "It rained all day."]
 TOLERANCE = 1 / 255
 
+# headless chromium fixtures (skip without a browser, fail under CI=true)
+browser = browser_support.browser
+open_page = browser_support.open_page
+
 
 def _payload(path):
     text = path.read_text(encoding="utf-8")
-    return json.loads(re.search(r'<script type="application/json" id="attnviz-data">(.*?)</script>', text, re.S)[1])
+    return json.loads(
+        re.search(r'<script type="application/json" id="attnviz-data">(.*?)</script>', text, re.DOTALL)[1]
+    )
 
 
 @pytest.fixture(scope="module")
 def atlas(tmp_path_factory):
     root = tmp_path_factory.mktemp("atlas")
     prune = root / "prune.json"
-    importance = [{"stack": "self", "layer": layer, "head": head, "score": layer + head / 100}
-                  for layer in range(6) for head in range(12)]
+    importance = [
+        {"stack": "self", "layer": layer, "head": head, "score": layer + head / 100}
+        for layer in range(6)
+        for head in range(12)
+    ]
     prune.write_text(json.dumps({"format": "attnviz-prune-report", "version": 1, "importance": importance}))
     extra = {"function": {("self", 0, 2): "previous-token"}}
-    path = build_head_atlas("minilm", root / "atlas.html", texts=TEXTS, prune_report=prune, extra_columns=extra,
-                            examples=2, device="cpu", progress=False)
+    path = build_head_atlas(
+        "minilm",
+        root / "atlas.html",
+        texts=TEXTS,
+        prune_report=prune,
+        extra_columns=extra,
+        examples=2,
+        device="cpu",
+        progress=False,
+    )
     return path
 
 
@@ -86,8 +102,9 @@ def test_atlas_in_browser_sorts_filters_and_shows_patterns(atlas, open_page, min
 
 
 def test_toy_encoder_decoder_atlas_has_every_stack(tmp_path, open_page):
-    path = build_head_atlas("sample_data/toy/reverse", tmp_path / "toy.html", toy_examples=16, examples=2,
-                            device="cpu", progress=False)
+    path = build_head_atlas(
+        "sample_data/toy/reverse", tmp_path / "toy.html", toy_examples=16, examples=2, device="cpu", progress=False
+    )
     payload = _payload(path)
     assert [s["name"] for s in payload["stacks"]] == ["encoder", "decoder", "cross"]
     assert {row["stack"] for row in payload["heads"]} == {"encoder", "decoder", "cross"}
@@ -106,6 +123,9 @@ def test_report_cli(tmp_path, capsys):
     assert_clean_error(run_cli(capsys, "report", "--out", str(tmp_path / "r.png")), "unsupported output file type")
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    assert_clean_error(run_cli(capsys, "report", "--prune-report", str(bad), "--out", str(out)), "not an attnviz prune report")
-    assert_clean_error(run_cli(capsys, "report", "--prune-report", str(tmp_path / "none.json"), "--out", str(out)),
-                       "does not exist")
+    assert_clean_error(
+        run_cli(capsys, "report", "--prune-report", str(bad), "--out", str(out)), "not an attnviz prune report"
+    )
+    assert_clean_error(
+        run_cli(capsys, "report", "--prune-report", str(tmp_path / "none.json"), "--out", str(out)), "does not exist"
+    )

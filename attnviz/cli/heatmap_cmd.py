@@ -233,9 +233,7 @@ def heatmap(
     if html:
         from attnviz.render.html_view import write_attention_view
 
-        path = write_attention_view(
-            out, result, words=words, layer=layer or "all", stacks=[stack] if stack else None
-        )
+        path = write_attention_view(out, result, words=words, layer=layer or "all", stacks=[stack] if stack else None)
     else:
         figure = capture_heatmap(
             result, layer=layer or "-1", head=head, stack=stack, words=words, annotate=annotate, style=style

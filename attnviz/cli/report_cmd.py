@@ -67,7 +67,10 @@ def report(
     batch_size: Annotated[
         int,
         typer.Option(
-            "--batch-size", "-b", min=1, help="Examples per forward pass. Example: --batch-size 16",
+            "--batch-size",
+            "-b",
+            min=1,
+            help="Examples per forward pass. Example: --batch-size 16",
             rich_help_panel=INPUT_PANEL,
         ),
     ] = 8,

@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from attnviz.captures import AttentionCapture
+from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title
 from attnviz.render.html_page import build_page, write_page
-from attnviz.render.html_view import STACK_NAMES, HeadIdentity, stack_payload
+from attnviz.render.html_view import STACK_NAMES, stack_payload
 from attnviz.stats.definitions import STATISTICS
 from attnviz.stats.detect import Detection
 from attnviz.stats.result import HeadStatistics
@@ -53,10 +54,10 @@ def atlas_payload(
     for name, values in extra_columns.items():
         numeric = all(isinstance(v, (int, float)) or v is None for v in values.values())
         columns.append({"name": name, "kind": "number" if numeric else "text", "help": "extra column"})
-    identity = identity or HeadIdentity()
+    identity = identity or stats.identity or HeadIdentity()
     rows = []
     for site, head, values in stats.heads():
-        original = identity.ids(site.stack, site.layer, stats.sites[site].num_heads)[head]
+        original = identity.ids(site.stack, site.layer, stats.sites[site].num_heads)[head]  # number before pruning
         key = (site.stack, site.layer, original)
         row = {
             "stack": site.stack,
@@ -72,8 +73,12 @@ def atlas_payload(
             row["flags"].append("masked-by-pruning")
         rows.append(row)
     stacks = [
-        {"name": stack, "label": STACK_NAMES.get(stack, stack), "numLayers": stats.num_layers(stack),
-         "numHeads": stats.num_heads(stack)}
+        {
+            "name": stack,
+            "label": STACK_NAMES.get(stack, stack),
+            "numLayers": stats.num_layers(stack),
+            "numHeads": stats.num_heads(stack),
+        }
         for stack in sorted(stats.stacks, key=_stack_order)
     ]
     return {
@@ -93,7 +98,9 @@ def atlas_payload(
     }
 
 
-def atlas_html(stats: HeadStatistics, detection: Detection, examples: Sequence[AttentionCapture] = (), **options) -> str:
+def atlas_html(
+    stats: HeadStatistics, detection: Detection, examples: Sequence[AttentionCapture] = (), **options
+) -> str:
     """The self-contained atlas page; options as :func:`atlas_payload`."""
     payload = atlas_payload(stats, detection, examples, **options)
     return build_page(f"attnviz head atlas · {payload['title']}", payload, ["common.js", "atlas.js"], ["style.css"])

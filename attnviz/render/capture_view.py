@@ -50,7 +50,15 @@ def capture_panels(
             heads = patterns.shape[0]
             chosen = [(f"L{layer_index} mean", f"layer {layer_index}, mean of {heads} heads", patterns.mean(dim=0))]
         else:
-            chosen = [(f"L{layer_index} H{h}", f"layer {layer_index}, head {h}", patterns[h]) for h in selection]
+            ids = capture.identity.ids(stack, layer_index, patterns.shape[0]) if capture.identity else None
+            masked = set(capture.identity.masked_ids(stack, layer_index)) if capture.identity else set()
+            chosen = []
+            for h in selection:
+                original = ids[h] if ids else h  # heads keep their numbers from before pruning
+                note = " (masked)" if original in masked else ""
+                chosen.append(
+                    (f"L{layer_index} H{original}{note}", f"layer {layer_index}, head {original}{note}", patterns[h])
+                )
         row = []
         for title, long_title, pattern in chosen:
             visible = None

@@ -66,7 +66,7 @@ class FigureStyle:
             raise InputError(f"unknown colour map {self.cmap!r}: use a matplotlib colour map such as viridis or magma")
 
     def norm(self, vmax: float):
-        import matplotlib.colors as colors
+        from matplotlib import colors
 
         if self.scale == "sqrt":
             return colors.PowerNorm(0.5, vmin=0.0, vmax=vmax, clip=True)
@@ -120,8 +120,20 @@ def _side(tokens: int) -> float:
     return min(_MAX_SIDE, max(_MIN_SIDE, tokens * _INCHES_PER_TOKEN + 2.0))
 
 
-def _draw(ax, panel: HeatmapPanel, query_labels, key_labels, *, style, norm, annotate, side, small,
-          key_ticks=True, query_ticks=True):
+def _draw(
+    ax,
+    panel: HeatmapPanel,
+    query_labels,
+    key_labels,
+    *,
+    style,
+    norm,
+    annotate,
+    side,
+    small,
+    key_ticks=True,
+    query_ticks=True,
+):
     """Draw one heatmap with matplotlib alone (seaborn re-renders the whole figure per call: O(n²) in a grid)."""
     import numpy as np
 
@@ -132,7 +144,11 @@ def _draw(ax, panel: HeatmapPanel, query_labels, key_labels, *, style, norm, ann
     values = np.ma.masked_array(shown, mask=mask) if mask is not None else shown
     # one image rather than a mesh of n² quads: ten times faster at 350 tokens, and a single image in SVG/PDF
     mesh = ax.imshow(
-        values, cmap=style.colour_map(), norm=norm, interpolation="nearest", aspect="auto",
+        values,
+        cmap=style.colour_map(),
+        norm=norm,
+        interpolation="nearest",
+        aspect="auto",
         extent=(0, data.shape[1], data.shape[0], 0),  # row 0 at the top, as in a matrix
     )
     for spine in ax.spines.values():
@@ -210,8 +226,9 @@ def render_heatmaps(
             annotate = tokens <= ANNOTATE_MAX_TOKENS
         side = _side(tokens)
         fig, ax = plt.subplots(figsize=(side * 1.18, side + 0.6), layout="constrained")
-        mesh = _draw(ax, flat[0], query_labels, key_labels, style=style, norm=norm, annotate=annotate, side=side,
-                     small=False)
+        mesh = _draw(
+            ax, flat[0], query_labels, key_labels, style=style, norm=norm, annotate=annotate, side=side, small=False
+        )
         ax.set_xlabel("attended to (keys)")
         ax.set_ylabel("attending from (queries)")
         axes_for_bar = ax
@@ -219,7 +236,10 @@ def render_heatmaps(
         columns = max(len(row) for row in rows)
         cell = min(3.2, max(1.2, _side(tokens) / 2.5), _GRID_MAX_WIDTH / columns, _GRID_MAX_HEIGHT / len(rows))
         fig, axes = plt.subplots(
-            len(rows), columns, figsize=(cell * columns + 1.4, cell * len(rows) + 1.2), squeeze=False,
+            len(rows),
+            columns,
+            figsize=(cell * columns + 1.4, cell * len(rows) + 1.2),
+            squeeze=False,
             layout="constrained",
         )
         for row_index, row in enumerate(rows):
@@ -229,9 +249,19 @@ def render_heatmaps(
                     ax.axis("off")
                     continue
                 below = row_index + 1 < len(rows) and column < len(rows[row_index + 1])
-                mesh = _draw(ax, row[column], query_labels, key_labels, style=style, norm=norm,
-                             annotate=bool(annotate), side=cell * 0.8, small=True,
-                             key_ticks=not below, query_ticks=column == 0)
+                mesh = _draw(
+                    ax,
+                    row[column],
+                    query_labels,
+                    key_labels,
+                    style=style,
+                    norm=norm,
+                    annotate=bool(annotate),
+                    side=cell * 0.8,
+                    small=True,
+                    key_ticks=not below,
+                    query_ticks=column == 0,
+                )
         axes_for_bar = axes
     extend = "max" if style.vmax is not None and _largest_visible(flat) > style.vmax else "neither"
     colorbar = fig.colorbar(mesh, ax=axes_for_bar, shrink=0.5, extend=extend, aspect=40, fraction=0.04)
@@ -240,8 +270,12 @@ def render_heatmaps(
     subtitle = "" if len(flat) == 1 else "\nrows of each panel: attending from (queries) · columns: attended to (keys)"
     fig.suptitle(title + subtitle, fontsize=11)
     if masked:
-        fig.legend(handles=[Patch(facecolor=_MASKED_COLOR, edgecolor="#999999", label=MASKED_LABEL)],
-                   loc="outside lower center", fontsize=8, frameon=False)
+        fig.legend(
+            handles=[Patch(facecolor=_MASKED_COLOR, edgecolor="#999999", label=MASKED_LABEL)],
+            loc="outside lower center",
+            fontsize=8,
+            frameon=False,
+        )
     return fig
 
 
@@ -265,9 +299,9 @@ def save_figure(fig, path: str | Path, *, dpi: int = 150) -> Path:
 
     path = check_output_path(path, FIGURE_SUFFIXES)
     try:
-        with matplotlib.rc_context({"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}):
-            with atomic_path(path) as tmp:
-                fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=dpi)
+        fonts = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
+        with matplotlib.rc_context(fonts), atomic_path(path) as tmp:
+            fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=dpi)
     finally:
         plt.close(fig)
     return path

@@ -67,14 +67,14 @@ def build_page(title: str, payload: object, scripts: list[str], styles: list[str
     css = "\n".join(_asset(name) for name in styles)
     js = "\n".join(_asset(name) for name in scripts)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         # No resource may come from anywhere but this file (a second guard after writing no URLs at all).
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"
         f"<title>{_escape(title)}</title>\n<style>\n{css}\n</style>\n</head>\n<body>\n"
-        f"<div id=\"app\"></div>\n"
-        f"<script type=\"application/json\" id=\"attnviz-data\">{_script_json(payload)}</script>\n"
+        f'<div id="app"></div>\n'
+        f'<script type="application/json" id="attnviz-data">{_script_json(payload)}</script>\n'
         f"<script>\n{js}\n</script>\n</body>\n</html>\n"
     )
 

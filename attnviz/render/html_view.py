@@ -8,11 +8,11 @@ query row, how many keys it may see, so the page draws the rest as masked.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnviz.captures import AttentionCapture
 from attnviz.errors import InputError
+from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title
 from attnviz.render.heatmap import causal_visibility
 from attnviz.render.html_page import build_page, quantize_rows, write_page
@@ -25,25 +25,6 @@ STACK_NAMES = {
     "decoder": "decoder self-attention",
     "cross": "cross-attention (decoder → encoder)",
 }
-
-
-@dataclass
-class HeadIdentity:
-    """Original head numbers of a pruned model: ``heads[stack][layer]`` lists the original id of each kept head,
-    ``masked[stack][layer]`` the original ids of heads kept with zeroed output."""
-
-    heads: dict[str, list[list[int]]] = field(default_factory=dict)
-    masked: dict[str, list[list[int]]] = field(default_factory=dict)
-
-    def ids(self, stack: str, layer: int, count: int) -> list[int]:
-        layers = self.heads.get(stack)
-        if layers is None or layer >= len(layers) or len(layers[layer]) != count:
-            return list(range(count))
-        return list(layers[layer])
-
-    def masked_ids(self, stack: str, layer: int) -> list[int]:
-        layers = self.masked.get(stack)
-        return list(layers[layer]) if layers is not None and layer < len(layers) else []
 
 
 def axis_labels(capture: AttentionCapture, stack: str, words: bool) -> tuple[list[str], list[str]]:
@@ -72,6 +53,7 @@ def stack_payload(
         raise InputError("this capture has no word boundaries, so words cannot be merged")
     queries, keys = axis_labels(capture, stack, words)
     layer_indices = list(range(capture.num_layers(stack))) if layers is None else list(layers)
+    identity = identity or capture.identity or HeadIdentity()
     encoded_layers = []
     visible_counts = None
     for layer in layer_indices:
@@ -84,12 +66,12 @@ def stack_payload(
         if words:
             pattern = merge_words(pattern, query_words, key_words)  # [head, Wq, Wk]
         count = pattern.shape[0]
-        ids = (identity or HeadIdentity()).ids(stack, layer, count)
+        ids = identity.ids(stack, layer, count)
         encoded_layers.append(
             {
                 "layer": layer,
                 "heads": ids,
-                "maskedHeads": (identity or HeadIdentity()).masked_ids(stack, layer),
+                "maskedHeads": identity.masked_ids(stack, layer),
                 **quantize_rows(pattern),
             }
         )

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from attnviz.captures import AttentionCapture
 from attnviz.render.capture_view import capture_panels
-from attnviz.render.heatmap import FigureStyle, MASKED_LABEL
+from attnviz.render.heatmap import MASKED_LABEL, FigureStyle
 
 _LABEL_CHARS = 12
 _CELL = 2  # characters per cell

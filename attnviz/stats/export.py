@@ -52,9 +52,12 @@ def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None
     first = stats.stacks[0]
     heads = []
     for site, head, values in stats.heads():
-        row: dict = {"stack": site.stack, "layer": site.layer, "head": head}
+        # heads keep their numbers from before pruning; masked ones say so
+        row: dict = {"stack": site.stack, "layer": site.layer, "head": stats.original_head(site, head)}
         row.update({field: _number(values[field]) for field in HEAD_FIELDS})
-        row["flags"] = list(detection.flags[site][head])
+        row["flags"] = list(detection.flags[site][head]) + (
+            ["masked-by-pruning"] if stats.is_masked(site, head) else []
+        )
         heads.append(row)
     thresholds: dict = detection.thresholds.to_dict()
     if preset is not None:
