@@ -2,7 +2,7 @@
 
     python docs/screenshot.py view.html docs/images/head-view.png --click "#tab-model" --click "td.cell"
 
-Each ``--click SELECTOR`` clicks the first match, ``--hover SELECTOR`` points at it, in order.
+Each ``--select SELECTOR=VALUE`` picks an option first; each ``--click SELECTOR`` clicks the first match, ``--hover SELECTOR`` points at it, in order.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--click", action="append", default=[])
     parser.add_argument("--hover", action="append", default=[])
+    parser.add_argument("--select", action="append", default=[], help="SELECTOR=VALUE, chosen before the clicks")
     parser.add_argument("--width", type=int, default=1200)
     parser.add_argument("--height", type=int, default=800)
     parser.add_argument("--full", action="store_true")
@@ -30,6 +31,9 @@ def main() -> None:
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(args.page.resolve().as_uri())
+        for choice in args.select:
+            selector, value = choice.rsplit("=", 1)
+            page.select_option(selector, value)
         for kind, selector in [("click", s) for s in args.click] + [("hover", s) for s in args.hover]:
             getattr(page.locator(selector).first, kind)()
         page.screenshot(path=str(args.out), full_page=args.full)
