@@ -19,8 +19,13 @@
   function matches(row) {
     if (state.flag && row.flags.indexOf(state.flag) < 0) return false;
     if (!state.filter) return true;
-    var text = ("L" + row.layer + " H" + row.head + " layer " + row.layer + " head " + row.head + " " + row.flags.join(" ")).toLowerCase();
-    return state.filter.toLowerCase().split(/\s+/).every(function (term) { return !term || text.indexOf(term) >= 0; });
+    var words = ("L" + row.layer + " H" + row.head + " " + row.flags.join(" ")).toLowerCase().split(" ");
+    var text = words.join(" ");
+    /* "L3" / "H7" name one layer or head exactly (not L30); any other term matches part of a flag */
+    return state.filter.toLowerCase().split(/\s+/).every(function (term) {
+      if (!term) return true;
+      return /^[lh]\d+$/.test(term) ? words.indexOf(term) >= 0 : text.indexOf(term) >= 0;
+    });
   }
 
   app.appendChild(AV.el("header", {}, [
