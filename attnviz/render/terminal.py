@@ -86,8 +86,10 @@ def terminal_heatmap(
     if left_out:
         lines.append(
             Text(
-                "left out to fit: " + "; ".join(left_out) + ". Widen the terminal, merge pieces into words, "
-                "or write a figure or an .html page to see all of it.",
+                "left out to fit: "
+                + "; ".join(left_out)
+                + (". Widen the terminal, " if words else ". Widen the terminal, merge pieces into words, ")
+                + "or write a figure or an .html page to see all of it.",
                 style="yellow",
             )
         )
