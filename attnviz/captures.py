@@ -33,6 +33,7 @@ from attnviz.core.stacks import stack_of
 from attnviz.errors import CaptureFileError, InputError
 from attnviz.io import atomic_path, check_output_path
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.identity import HeadIdentity, model_identity
 
 FORMAT_NAME = "attnviz-capture"
 FORMAT_VERSION = "1"
@@ -51,6 +52,7 @@ class AttentionCapture:
     target_tokens: list[str] | None = None  # decoder tokens (rows of decoder and cross)
     target_special: list[bool] | None = None
     target_word_ids: list[int | None] | None = None
+    identity: HeadIdentity | None = None  # original head numbers of a pruned model
 
     @property
     def stacks(self) -> list[str]:
@@ -122,6 +124,8 @@ class AttentionCapture:
             metadata["target_tokens"] = json.dumps(self.target_tokens)
             metadata["target_special"] = json.dumps(self.target_special)
             metadata["target_word_ids"] = json.dumps(self.target_word_ids)
+        if self.identity is not None:
+            metadata["head_identity"] = json.dumps(self.identity.to_dict())
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
         return path
@@ -146,7 +150,13 @@ class AttentionCapture:
             raise CaptureFileError(f"{path} is not a readable safetensors capture file: {exc}") from exc
         if metadata.get("format") != FORMAT_NAME:
             raise CaptureFileError(f"{path} is not an attnviz capture (attnviz capture writes those)")
-        return cls(**capture_fields(path, metadata, tensors, FORMAT_VERSION))
+        fields = capture_fields(path, metadata, tensors, FORMAT_VERSION)
+        if "head_identity" in metadata:  # a pruned model's original head numbers
+            try:
+                fields["identity"] = HeadIdentity.from_dict(json.loads(metadata["head_identity"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CaptureFileError(f"{path} has a damaged head_identity field ({exc}): capture it again") from exc
+        return cls(**fields)
 
 
 def captures_from_patterns(
@@ -192,7 +202,11 @@ def capture_batch(
     recorder = PatternRecorder()
     with torch.no_grad():
         loaded.forward(batch, loaded.context([recorder]))
-    return captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
+    captures = captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
+    identity = model_identity(loaded)
+    for result in captures:
+        result.identity = identity
+    return captures
 
 
 def capture(
