@@ -68,7 +68,7 @@ def check_outputs(outputs: Iterable[str | os.PathLike | None], inputs: Iterable[
     current = staging.current_session() or staging.Session()
     seen: dict[Path, str] = {}
     for output in outputs:
-        if output is None:
+        if output is None or str(output) == "-":  # "-" is standard output, not a file
             continue
         refuse_special_file(Path(output))
         current.refuse_if_input(output, extra)

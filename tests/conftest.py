@@ -104,6 +104,10 @@ def tiny_configs():
     }
 
 
+# headless chromium (one browser for the whole session: two sync Playwright instances cannot coexist)
+from browser import browser, open_page  # noqa: F401
+
+
 @pytest.fixture(scope="session")
 def minilm_dir():
     from attnviz.models.specs import minilm_path

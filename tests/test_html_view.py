@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-import browser as browser_support
 import pytest
 import torch
 from cli_helpers import assert_clean_error, run_cli
@@ -18,9 +17,6 @@ from attnviz.words import merge_words
 SENTENCE = "The cat sat on the mat because it was tired."
 TOLERANCE = 1 / 255
 
-# headless chromium fixtures (skip without a browser, fail under CI=true)
-browser = browser_support.browser
-open_page = browser_support.open_page
 
 
 def _payload(path):

@@ -6,11 +6,11 @@ import json
 
 import pytest
 import test_prune_fixtures
-from attnviz.prune.physical import prune_heads_physically
 from test_prune_fixtures import TEXTS
 
 from attnviz.captures import AttentionCapture, capture
 from attnviz.core import AttentionSite
+from attnviz.models.physical import prune_heads_physically
 from attnviz.models.specs import load_model
 from attnviz.prune.checkpoint import save_pruned_checkpoint
 from attnviz.render.capture_view import capture_heatmap

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-import browser as browser_support
 import pytest
 from cli_helpers import assert_clean_error, run_cli
 
@@ -16,9 +15,6 @@ from attnviz.stats.definitions import STATISTIC_NAMES
 TEXTS = ["The cat sat on the mat.", "Bees can dance.", "The capital of France is Paris.", "It rained all day."]
 TOLERANCE = 1 / 255
 
-# headless chromium fixtures (skip without a browser, fail under CI=true)
-browser = browser_support.browser
-open_page = browser_support.open_page
 
 
 def _payload(path):
