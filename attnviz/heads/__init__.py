@@ -1,0 +1,31 @@
+"""What each head does: probe scores and function labels, head similarity, attention rollout.
+
+Typical use::
+
+    import attnviz
+
+    model = attnviz.load_model("smollm2")
+    functions = attnviz.head_functions(model)              # probe scores + labels
+    functions.ranking("induction")[:5]                      # the strongest induction heads
+    capture = attnviz.capture(model, "The cat sat on the mat.")
+    attnviz.rollout(capture)                                # [query, key] attention rollout
+"""
+
+from attnviz.heads.compute import head_functions, probe_scores
+from attnviz.heads.labels import LABELS, FunctionThresholds
+from attnviz.heads.probes import ProbeSettings, probe_batches
+from attnviz.heads.result import HeadFunctions, HeadSimilarity
+from attnviz.heads.scores import SCORE_NAMES, ProbeScoreAccumulator
+
+__all__ = [
+    "LABELS",
+    "SCORE_NAMES",
+    "FunctionThresholds",
+    "HeadFunctions",
+    "HeadSimilarity",
+    "ProbeScoreAccumulator",
+    "ProbeSettings",
+    "head_functions",
+    "probe_batches",
+    "probe_scores",
+]
