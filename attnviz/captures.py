@@ -49,6 +49,8 @@ class AttentionCapture:
     target_tokens: list[str] | None = None  # decoder tokens (rows of decoder and cross)
     target_special: list[bool] | None = None
     target_word_ids: list[int | None] | None = None
+    #: named tensors stored next to the patterns (e.g. ``rollout``, float32 ``[query, key]``)
+    extras: dict[str, Tensor] = field(default_factory=dict)
 
     @property
     def stacks(self) -> list[str]:
@@ -115,6 +117,7 @@ class AttentionCapture:
             for stack, layers in self.patterns.items()
             for layer, pattern in enumerate(layers)
         }
+        tensors.update({name: tensor.detach().to("cpu", torch.float32).contiguous() for name, tensor in self.extras.items()})
         metadata = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
@@ -152,7 +155,10 @@ class AttentionCapture:
             )
         try:
             patterns: dict[str, dict[int, Tensor]] = defaultdict(dict)
+            extras = {name: tensor for name, tensor in tensors.items() if "." not in name}  # e.g. "rollout"
             for name, tensor in tensors.items():
+                if name in extras:
+                    continue
                 site = AttentionSite.parse(name)
                 patterns[site.stack][site.layer] = tensor
             ordered = {stack: [layers[i] for i in range(len(layers))] for stack, layers in patterns.items()}
@@ -167,6 +173,7 @@ class AttentionCapture:
                 target_tokens=json.loads(target) if target else None,
                 target_special=json.loads(metadata["target_special"]) if target else None,
                 target_word_ids=json.loads(metadata["target_word_ids"]) if target else None,
+                extras=extras,
             )
         except (KeyError, ValueError, json.JSONDecodeError) as exc:
             raise CaptureFileError(f"{path} is a damaged attnviz capture ({exc}): capture it again") from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,11 @@ from attnviz.cli.options import (
 )
 
 VIEW_PANEL = "What to show"
+
+
+class HeatmapView(str, Enum):
+    heads = "heads"  # the chosen layers' and heads' patterns
+    rollout = "rollout"  # attention rollout (Abnar & Zuidema 2020) through all layers
 
 
 def heatmap(
@@ -93,6 +99,15 @@ def heatmap(
             rich_help_panel=VIEW_PANEL,
         ),
     ] = None,
+    view: Annotated[
+        HeatmapView,
+        typer.Option(
+            "--view",
+            help="heads: the patterns of --layer/--head; rollout: attention rollout through every layer "
+            "(Abnar & Zuidema 2020; the encoder's for encoder-decoder models). Example: --view rollout",
+            rich_help_panel=VIEW_PANEL,
+        ),
+    ] = HeatmapView.heads,
     target: TargetOption = None,
     from_capture: Annotated[
         Path | None,
@@ -147,7 +162,12 @@ def heatmap(
         result = _capture(text, target, model, max_length, no_truncate, device, dtype)
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
-    figure = capture_heatmap(result, layer=layer, head=head, stack=stack, words=words, annotate=annotate)
+    if view == HeatmapView.rollout:
+        from attnviz.render.heads_plots import capture_rollout_figure
+
+        figure = capture_rollout_figure(result, stack=stack, annotate=annotate)
+    else:
+        figure = capture_heatmap(result, layer=layer, head=head, stack=stack, words=words, annotate=annotate)
     path = save_figure(figure, out)
     _summary(result, stack)
     print(path)

@@ -140,3 +140,25 @@ __all__ = [
     "save_figure",
     "similarity_figure",
 ]
+
+
+def capture_rollout_figure(capture, *, stack: str | None = None, annotate: bool | None = None):
+    """The rollout heatmap of an :class:`~attnviz.captures.AttentionCapture` (stored ``rollout`` if it has one)."""
+    from attnviz.heads.rollout import rollout, rollout_stack
+    from attnviz.words import display_token
+
+    stack = stack or rollout_stack(capture)
+    stored = capture.extras.get("rollout") if stack == rollout_stack(capture) else None
+    matrix = stored if stored is not None else rollout(capture, stack)  # [query, key]
+    query_tokens, key_tokens = capture.axis_tokens(stack)
+    title = f"{capture.model} · attention rollout over {capture.num_layers(stack)} layers" + (
+        f" ({stack})" if stack != "self" else ""
+    )
+    return rollout_figure(
+        matrix,
+        [display_token(t) for t in query_tokens],
+        [display_token(t) for t in key_tokens],
+        causal=capture.is_causal(stack),
+        title=title,
+        annotate=annotate,
+    )
