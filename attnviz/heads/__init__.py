@@ -15,7 +15,9 @@ from attnviz.heads.compute import head_functions, probe_scores
 from attnviz.heads.labels import LABELS, FunctionThresholds
 from attnviz.heads.probes import ProbeSettings, probe_batches
 from attnviz.heads.result import HeadFunctions, HeadSimilarity
+from attnviz.heads.rollout import rollout
 from attnviz.heads.scores import SCORE_NAMES, ProbeScoreAccumulator
+from attnviz.heads.similarity import head_similarity
 
 __all__ = [
     "LABELS",
@@ -26,6 +28,8 @@ __all__ = [
     "ProbeScoreAccumulator",
     "ProbeSettings",
     "head_functions",
+    "head_similarity",
     "probe_batches",
     "probe_scores",
+    "rollout",
 ]
