@@ -62,8 +62,10 @@ def main() -> None:
             start = time.perf_counter()
             run()
             best[name] = min(best[name], time.perf_counter() - start)
-    print(f"SmolLM2-135M, {settings.sequences} probes × {tokens // settings.sequences} tokens ({tokens} tokens), "
-          f"{torch.get_num_threads()} threads, fastest of {args.rounds} rounds, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"SmolLM2-135M, {settings.sequences} probes × {tokens // settings.sequences} tokens ({tokens} tokens), "
+        f"{torch.get_num_threads()} threads, fastest of {args.rounds} rounds, load average {os.getloadavg()[0]:.1f}"
+    )
     print(f"  model load              {load_seconds:6.2f} s")
     print(f"  sdpa forward            {best['sdpa']:6.2f} s")
     print(f"  attnviz probe scores    {best['attnviz']:6.2f} s   ({best['attnviz'] / best['sdpa']:.2f}× sdpa)")

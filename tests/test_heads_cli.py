@@ -16,8 +16,23 @@ def test_json_contract_csv_and_figures_on_the_toy_model(capsys, tmp_path):
     out_json, out_csv = tmp_path / "heads.json", tmp_path / "heads.csv"
     plot, similarity = tmp_path / "heads.png", tmp_path / "similarity.png"
     result = run_cli(
-        capsys, "heads", TOY, "--sequences", "8", "--json", out_json, "--csv", out_csv, "--plot", plot,
-        "--similarity", similarity, "--similarity-examples", "4", "--sort", "induction",
+        capsys,
+        "heads",
+        TOY,
+        "--sequences",
+        "8",
+        "--json",
+        out_json,
+        "--csv",
+        out_csv,
+        "--plot",
+        plot,
+        "--similarity",
+        similarity,
+        "--similarity-examples",
+        "4",
+        "--sort",
+        "induction",
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout.split() == [str(out_json), str(out_csv), str(plot), str(similarity)]
@@ -45,8 +60,20 @@ def test_json_contract_csv_and_figures_on_the_toy_model(capsys, tmp_path):
 def test_corpus_adds_statistics_and_flags(capsys, tmp_path, tiny_model_dirs):
     out_json = tmp_path / "h.json"
     result = run_cli(
-        capsys, "heads", tiny_model_dirs["bert"], "--length", "6", "--sequences", "2",
-        "--text", "The cat sat on the mat.", "--text", "Bees dance.", "--json", out_json, "--labelled-only",
+        capsys,
+        "heads",
+        tiny_model_dirs["bert"],
+        "--length",
+        "6",
+        "--sequences",
+        "2",
+        "--text",
+        "The cat sat on the mat.",
+        "--text",
+        "Bees dance.",
+        "--json",
+        out_json,
+        "--labelled-only",
     )
     assert result.exit_code == 0, result.stderr
     record = json.loads(out_json.read_text())
@@ -63,7 +90,9 @@ def test_corpus_adds_statistics_and_flags(capsys, tmp_path, tiny_model_dirs):
     for row in record["heads"]:
         flags = detection.head_flags(row["layer"], row["head"])
         assert set(flags) <= set(row["labels"])
-        assert row["statistics"]["max_weight"] == pytest.approx(float(stats.matrix("max_weight")[row["layer"], row["head"]]), abs=1e-6)
+        assert row["statistics"]["max_weight"] == pytest.approx(
+            float(stats.matrix("max_weight")[row["layer"], row["head"]]), abs=1e-6
+        )
 
 
 def test_rollout_view_and_capture(capsys, tmp_path, tiny_model_dirs):

@@ -65,8 +65,14 @@ def run_planted(layers: int = 2, batch: int = 3) -> dict[AttentionSite, torch.Te
     core.BLOCK_ELEMENTS = batch * 4 * N * 3  # 3 queries per block: the observer sees blocks
     try:
         for layer in range(layers):
-            attend(query, key, value, pattern_fn=PlantedPattern(patterns, batch),
-                   site=AttentionSite("self", layer), context=context)
+            attend(
+                query,
+                key,
+                value,
+                pattern_fn=PlantedPattern(patterns, batch),
+                site=AttentionSite("self", layer),
+                context=context,
+            )
     finally:
         core.BLOCK_ELEMENTS = old
     return accumulator.means()
@@ -88,10 +94,16 @@ def test_planted_heads_score_one_and_get_their_labels():
     )
     site = AttentionSite("self", 1)
     assert [result.labels(site, head) for head in range(4)] == [
-        ("induction",), ("duplicate-token",), ("previous-token",), ()
+        ("induction",),
+        ("duplicate-token",),
+        ("previous-token",),
+        (),
     ]
     assert [result.main_label(site, head) for head in range(4)] == [
-        "induction", "duplicate-token", "previous-token", None
+        "induction",
+        "duplicate-token",
+        "previous-token",
+        None,
     ]
     assert result.ranking("induction")[0][1] == 0
     stricter = FunctionThresholds(previous_token_min=None)  # label turned off
@@ -136,9 +148,11 @@ def test_observer_scores_equal_scores_from_captured_patterns(family, tiny_model_
                 "induction": [(q0 + 5 + k - 1, k0 + k) for k in range(1, 6)],
                 "duplicate_token": [(q0 + 5 + k - 1, k0 + k - 1) for k in range(1, 6)],
                 "previous_token": [(q0 + i, k0 + i - 1) for i in range(1, 10)],
-                "next_token": [] if causal else [(q0 + i, k0 + i + 1) for i in range(0, 9)],
+                "next_token": [] if causal else [(q0 + i, k0 + i + 1) for i in range(9)],
             }
-            total = sums.setdefault(site, {name: [torch.zeros(pattern.shape[1], dtype=torch.float64), 0] for name in rows})
+            total = sums.setdefault(
+                site, {name: [torch.zeros(pattern.shape[1], dtype=torch.float64), 0] for name in rows}
+            )
             for name, pairs in rows.items():
                 for q, k in pairs:
                     total[name][0] += pattern[:, :, q, k].double().sum(0)

@@ -59,7 +59,9 @@ def heads(
     ] = None,
     sequences: Annotated[
         int,
-        typer.Option("--sequences", min=1, help="Probe sequences. Example: --sequences 32", rich_help_panel=PROBE_PANEL),
+        typer.Option(
+            "--sequences", min=1, help="Probe sequences. Example: --sequences 32", rich_help_panel=PROBE_PANEL
+        ),
     ] = 16,
     seed: Annotated[
         int, typer.Option("--seed", help="Seed of the probe tokens. Example: --seed 1", rich_help_panel=PROBE_PANEL)
@@ -111,24 +113,34 @@ def heads(
     sort: Annotated[
         ScoreName | None,
         typer.Option(
-            "--sort", help="Sort the table by a probe score, largest first. Example: --sort induction",
+            "--sort",
+            help="Sort the table by a probe score, largest first. Example: --sort induction",
             rich_help_panel=VIEW_PANEL,
         ),
     ] = None,
     ascending: Annotated[
         bool,
-        typer.Option("--ascending", help="With --sort: smallest first. Example: --sort previous_token --ascending",
-                     rich_help_panel=VIEW_PANEL),
+        typer.Option(
+            "--ascending",
+            help="With --sort: smallest first. Example: --sort previous_token --ascending",
+            rich_help_panel=VIEW_PANEL,
+        ),
     ] = False,
     labelled_only: Annotated[
         bool,
-        typer.Option("--labelled-only", help="List only heads with a label. Example: --labelled-only",
-                     rich_help_panel=VIEW_PANEL),
+        typer.Option(
+            "--labelled-only", help="List only heads with a label. Example: --labelled-only", rich_help_panel=VIEW_PANEL
+        ),
     ] = False,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", "-n", min=0, help="Show at most this many table rows. Example: --limit 20",
-                     rich_help_panel=VIEW_PANEL),
+        typer.Option(
+            "--limit",
+            "-n",
+            min=0,
+            help="Show at most this many table rows. Example: --limit 20",
+            rich_help_panel=VIEW_PANEL,
+        ),
     ] = None,
     no_table: Annotated[
         bool,
@@ -136,23 +148,34 @@ def heads(
     ] = False,
     stack: Annotated[
         StackName | None,
-        typer.Option("--stack", help="Encoder-decoder models: the stack to show (default: all). Example: --stack decoder",
-                     rich_help_panel=VIEW_PANEL),
+        typer.Option(
+            "--stack",
+            help="Encoder-decoder models: the stack to show (default: all). Example: --stack decoder",
+            rich_help_panel=VIEW_PANEL,
+        ),
     ] = None,
     json_path: Annotated[
         Path | None,
-        typer.Option("--json", help="Write the results as JSON (schema in the README). Example: --json heads.json",
-                     rich_help_panel=OUTPUT_PANEL),
+        typer.Option(
+            "--json",
+            help="Write the results as JSON (schema in the README). Example: --json heads.json",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
     ] = None,
     csv_path: Annotated[
         Path | None,
-        typer.Option("--csv", help="Write one row per head as CSV. Example: --csv heads.csv",
-                     rich_help_panel=OUTPUT_PANEL),
+        typer.Option(
+            "--csv", help="Write one row per head as CSV. Example: --csv heads.csv", rich_help_panel=OUTPUT_PANEL
+        ),
     ] = None,
     plot: Annotated[
         Path | None,
-        typer.Option("--plot", "-p", help="Figure (.png, .svg, .pdf): a layer × head panel per probe score. "
-                     "Example: --plot heads.png", rich_help_panel=OUTPUT_PANEL),
+        typer.Option(
+            "--plot",
+            "-p",
+            help="Figure (.png, .svg, .pdf): a layer × head panel per probe score. Example: --plot heads.png",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
     ] = None,
     similarity: Annotated[
         Path | None,
@@ -166,13 +189,21 @@ def heads(
     ] = None,
     similarity_examples: Annotated[
         int,
-        typer.Option("--similarity-examples", min=1, help="Examples the divergence is averaged over. "
-                     "Example: --similarity-examples 16", rich_help_panel=SIMILARITY_PANEL),
+        typer.Option(
+            "--similarity-examples",
+            min=1,
+            help="Examples the divergence is averaged over. Example: --similarity-examples 16",
+            rich_help_panel=SIMILARITY_PANEL,
+        ),
     ] = 8,
     similarity_tokens: Annotated[
         int,
-        typer.Option("--similarity-tokens", min=2, help="Examples are cut to this many tokens for the divergence. "
-                     "Example: --similarity-tokens 32", rich_help_panel=SIMILARITY_PANEL),
+        typer.Option(
+            "--similarity-tokens",
+            min=2,
+            help="Examples are cut to this many tokens for the divergence. Example: --similarity-tokens 32",
+            rich_help_panel=SIMILARITY_PANEL,
+        ),
     ] = 64,
 ) -> None:
     """What each head does: induction, duplicate-token, previous-token (and next-token) heads, from probes.

@@ -86,7 +86,14 @@ def write_heads_csv(path: str | Path, record: dict) -> Path:
     for row in record["heads"]:
         numbers = ["" if row[name] is None else repr(row[name]) for name in SCORE_NAMES]
         writer.writerow(
-            [record["model"], row["stack"], row["layer"], row["head"], *numbers, row["main_label"] or "",
-             ";".join(row["labels"])]
+            [
+                record["model"],
+                row["stack"],
+                row["layer"],
+                row["head"],
+                *numbers,
+                row["main_label"] or "",
+                ";".join(row["labels"]),
+            ]
         )
     return write_text_atomic(path, buffer.getvalue())

@@ -212,7 +212,8 @@ def _hf_batch(loaded, sources: list[list[int]], targets: list[list[int]] | None)
     ids, tokens, special, words = side(sources)
     device = loaded.device
     inputs = {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
-    batch = EncodedBatch(inputs=inputs, tokens=tokens, special=special, word_ids=words, truncated=[False] * len(sources)
+    batch = EncodedBatch(
+        inputs=inputs, tokens=tokens, special=special, word_ids=words, truncated=[False] * len(sources)
     )
     if targets is not None:
         target_ids, batch.target_tokens, batch.target_special, batch.target_word_ids = side(targets)

@@ -166,5 +166,3 @@ def embedding_2d(divergence: Tensor) -> Tensor:
     if coordinates.shape[1] < 2:
         coordinates = torch.nn.functional.pad(coordinates, (0, 2 - coordinates.shape[1]))
     return coordinates.float()
-
-

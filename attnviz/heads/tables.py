@@ -53,7 +53,9 @@ def head_rows(
     if sort is not None:
         name = SCORE_NAMES[SCORE_INDEX[sort]]
         sign = -1.0 if descending else 1.0
-        rows.sort(key=lambda row: (math.isnan(row[2][name]), sign * row[2][name] if not math.isnan(row[2][name]) else 0))
+        rows.sort(
+            key=lambda row: (math.isnan(row[2][name]), sign * row[2][name] if not math.isnan(row[2][name]) else 0)
+        )
     return rows[:limit] if limit is not None else rows
 
 
@@ -70,8 +72,14 @@ def head_table(result: HeadFunctions, rows, *, stack: str) -> Table:
         "prev / next: on position i − 1 / i + 1 (random tokens)"
     )
     table = Table(
-        title=title, title_justify="left", caption=caption, caption_justify="left", header_style="bold",
-        pad_edge=False, show_edge=False, box=None,
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        header_style="bold",
+        pad_edge=False,
+        show_edge=False,
+        box=None,
     )
     table.add_column("layer", justify="right", no_wrap=True)
     table.add_column("head", justify="right", no_wrap=True)

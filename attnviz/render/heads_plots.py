@@ -37,9 +37,7 @@ def probe_scores_figure(result, *, stack: str = "self"):
     return statistics_figure(matrices, flags, title=title, columns=len(matrices))
 
 
-def similarity_figure(
-    divergence: Tensor, heads: Sequence[tuple[str, int, int]], embedding: Tensor, *, title: str = ""
-):
+def similarity_figure(divergence: Tensor, heads: Sequence[tuple[str, int, int]], embedding: Tensor, *, title: str = ""):
     """Clustered heatmap of the mean JS divergence between heads (coloured by layer), and its 2-D MDS map.
 
     Args:
@@ -90,7 +88,9 @@ def similarity_figure(
         ax.tick_params(labelsize=6 if len(heads) > 40 else 8)
     mds = figure.add_axes([0.63, 0.12, 0.34, 0.34 * 1.75 * 0.9])
     points = embedding.float().cpu().numpy()
-    scatter = mds.scatter(points[:, 0], points[:, 1], c=layers, cmap=colormap, vmin=0, vmax=top, s=22, edgecolors="k", linewidths=0.3)
+    scatter = mds.scatter(
+        points[:, 0], points[:, 1], c=layers, cmap=colormap, vmin=0, vmax=top, s=22, edgecolors="k", linewidths=0.3
+    )
     if len(heads) <= 60:
         for (x, y), name in zip(points, names):
             mds.annotate(name, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
