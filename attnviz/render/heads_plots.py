@@ -7,11 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 from torch import Tensor
 
 from attnviz.render.heatmap import FIGURE_SUFFIXES, HeatmapPanel, causal_visibility, render_heatmaps, save_figure  # noqa: F401
 from attnviz.render.stats_plots import _pyplot, statistics_figure
+
+#: How each probe label is marked on its score's panel: (marker, colour).
+LABEL_MARKERS: dict[str, tuple[str, str]] = {
+    "induction": ("*", "#1f77b4"),
+    "duplicate_token": ("D", "#2ca02c"),
+    "previous_token": ("<", "#ff7f0e"),
+    "next_token": (">", "#d62728"),
+}
 
 
 def probe_scores_figure(result, *, stack: str = "self"):
@@ -19,22 +26,43 @@ def probe_scores_figure(result, *, stack: str = "self"):
 
     ``next_token`` is left out on causal stacks (no query can see its next token).
     """
+    from matplotlib import patheffects
+
+    from attnviz.heads.labels import LABELS
     from attnviz.heads.scores import SCORE_NAMES
 
+    plt = _pyplot()
     matrices = {}
     for name in SCORE_NAMES:
         matrix = result.matrix(name, stack)  # [layer, head]
         if not bool(matrix.isnan().all()):
             matrices[name] = matrix
-    layers = result.layers(stack)
-    flags = {"previous-token": torch.zeros(len(layers), result.num_heads(stack), dtype=torch.bool)}
-    for row, site in enumerate(layers):
-        for head in range(result.scores[site].shape[1]):
-            if "previous-token" in result.labels(site, head):
-                flags["previous-token"][row, head] = True
     probe = result.probe
     title = f"{result.model} · {stack} attention · probe scores ({probe.sequences} × 2 × {probe.length} random tokens)"
-    return statistics_figure(matrices, flags, title=title, columns=len(matrices))
+    figure = statistics_figure(matrices, None, title=title, columns=len(matrices))
+    halo = [patheffects.withStroke(linewidth=3.2, foreground="white")]
+    handles = []
+    for ax, name in zip(figure.axes, matrices):  # the panels come first, their colour bars after
+        where = [
+            (head, row)
+            for row, site in enumerate(result.layers(stack))
+            for head in range(result.scores[site].shape[1])
+            if LABELS[name] in result.labels(site, head)
+        ]
+        if not where:
+            continue
+        marker, colour = LABEL_MARKERS[name]
+        xs, ys = zip(*where)
+        ax.scatter(xs, ys, marker=marker, s=40, linewidths=1.4, facecolors="none", edgecolors=colour, path_effects=halo)
+        handles.append(
+            plt.Line2D(
+                [], [], linestyle="none", marker=marker, color=colour, markerfacecolor="none", label=LABELS[name]
+            )
+        )
+    if handles:
+        figure.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=9)
+        figure.tight_layout(rect=(0, 0.05, 1, 0.97))
+    return figure
 
 
 def similarity_figure(divergence: Tensor, heads: Sequence[tuple[str, int, int]], embedding: Tensor, *, title: str = ""):
