@@ -16,6 +16,14 @@ from attnviz.heads.probes import ProbeSettings
 from attnviz.heads.scores import SCORE_INDEX, SCORE_NAMES
 
 
+#: the order stacks are listed in (they run in this order)
+STACK_ORDER = {"self": 0, "encoder": 1, "decoder": 2, "cross": 3}
+
+
+def site_order(site: AttentionSite) -> tuple[int, int]:
+    return STACK_ORDER.get(site.stack, len(STACK_ORDER)), site.layer
+
+
 @dataclass
 class HeadSimilarity:
     """Mean Jensen–Shannon divergence between every pair of heads (see :mod:`attnviz.heads.similarity`)."""
@@ -46,7 +54,7 @@ class HeadFunctions:
 
     @property
     def stacks(self) -> list[str]:
-        return list(dict.fromkeys(site.stack for site in sorted(self.scores)))
+        return list(dict.fromkeys(site.stack for site in sorted(self.scores, key=site_order)))
 
     def layers(self, stack: str = "self") -> list[AttentionSite]:
         if stack not in self.stacks:
@@ -86,7 +94,7 @@ class HeadFunctions:
         return main_label(self.head_scores(site, head), self.labels(site, head), PROBLEM_FLAGS)
 
     def heads(self, stack: str | None = None) -> Iterator[tuple[AttentionSite, int]]:
-        for site in sorted(self.scores):
+        for site in sorted(self.scores, key=site_order):
             if stack is None or site.stack == stack:
                 for head in range(self.scores[site].shape[1]):
                     yield site, head
