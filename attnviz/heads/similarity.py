@@ -29,6 +29,8 @@ from attnviz.models.base import LoadedModel
 
 #: Examples are cut to this many tokens (queries and keys).
 DEFAULT_MAX_TOKENS = 64
+#: Pairs of heads are processed in steps of about this many ``[pair, cell]`` elements (16 MiB per buffer).
+PAIR_CHUNK_ELEMENTS = 2**22
 #: At most this many corpus examples (or probe sequences) are averaged over.
 DEFAULT_MAX_EXAMPLES = 8
 
@@ -78,19 +80,25 @@ def pairwise_js(patterns: Tensor, causal: bool = False) -> Tensor:
     # Σ p ln p per head; ln(p + tiny) keeps 0·ln 0 = 0 (torch.special.entr is ~10× slower on the CPU)
     negentropy = (flat * (flat + tiny).log()).sum(-1).double()  # [H]
     total_mass = flat.sum(-1).double()  # [H] Σ p = number of queries
-    result = torch.zeros(heads, heads, dtype=torch.float64)
-    sums_buffer = torch.empty_like(flat)  # [H, cells] reused for every pair batch
-    logs_buffer = torch.empty_like(flat)
-    for first in range(heads - 1):
-        count = heads - first - 1
+    pairs = torch.triu_indices(heads, heads, offset=1)  # [2, P]: every pair i < j once
+    cells = flat.shape[1]
+    chunk = max(1, PAIR_CHUNK_ELEMENTS // max(1, cells))  # pairs per step: few large kernels, not H small ones
+    pair_sums = torch.empty(min(chunk, pairs.shape[1]), cells, dtype=flat.dtype)  # [chunk, cells] reused
+    pair_logs = torch.empty_like(pair_sums)
+    values = torch.empty(pairs.shape[1], dtype=torch.float64)  # [P]
+    for start in range(0, pairs.shape[1], chunk):
+        first, second = pairs[0, start : start + chunk], pairs[1, start : start + chunk]  # [c], [c]
+        count = first.shape[0]
         # With s = p + q: Σ m ln m = ½ (Σ s ln s − ln 2 · Σ s), so one sum, one log and one dot per pair.
-        pair_sum = torch.add(flat[first + 1 :], flat[first], out=sums_buffer[:count])  # [H−i−1, cells]
-        pair_log = torch.add(pair_sum, tiny, out=logs_buffer[:count]).log_()  # [H−i−1, cells]
-        s_log_s = torch.matmul(pair_sum.unsqueeze(1), pair_log.unsqueeze(2)).view(count).double()  # [H−i−1]
-        mixture_term = 0.5 * (s_log_s - math.log(2.0) * (total_mass[first] + total_mass[first + 1 :]))
-        sums = (0.5 * (negentropy[first] + negentropy[first + 1 :]) - mixture_term).clamp_min_(0.0)  # [H−i−1]
-        result[first, first + 1 :] = sums
-        result[first + 1 :, first] = sums
+        s = torch.index_select(flat, 0, first, out=pair_sums[:count])  # [c, cells]
+        s.add_(torch.index_select(flat, 0, second, out=pair_logs[:count]))
+        log_s = torch.add(s, tiny, out=pair_logs[:count]).log_()  # [c, cells]
+        s_log_s = log_s.mul_(s).sum(-1).double()  # [c]
+        mixture_term = 0.5 * (s_log_s - math.log(2.0) * (total_mass[first] + total_mass[second]))
+        values[start : start + count] = 0.5 * (negentropy[first] + negentropy[second]) - mixture_term
+    result = torch.zeros(heads, heads, dtype=torch.float64)
+    result[pairs[0], pairs[1]] = values.clamp_min(0.0)
+    result[pairs[1], pairs[0]] = values.clamp_min(0.0)
     return result
 
 
@@ -112,7 +120,7 @@ def head_similarity(
     totals: Tensor | None = None
     queries = 0
     heads: list[tuple[str, int, int]] = []
-    for batch in _batches(loaded, texts, probe, max_examples):
+    for batch in _batches(loaded, texts, probe, max_examples, max_tokens):
         recorder = LeadingPatternRecorder(stack, max_tokens)
         with torch.no_grad():
             loaded.forward(batch, loaded.context([recorder]))
@@ -138,14 +146,19 @@ def head_similarity(
     )
 
 
-def _batches(loaded: LoadedModel, texts, probe, max_examples):
-    """One text at a time (no padding), or the probe sequences in their batches, up to ``max_examples``."""
+def _batches(loaded: LoadedModel, texts, probe, max_examples, max_tokens):
+    """One text at a time (no padding), or the probe sequences in their batches, up to ``max_examples``.
+
+    Probes are shortened so that both copies fit in ``max_tokens`` (T = 31 at the default 64).
+    """
     if texts is not None:
         for text in list(texts)[:max_examples]:
             yield loaded.encode([text])
         return
     settings = resolve_settings(loaded, probe or ProbeSettings())
-    settings = ProbeSettings(settings.length, max_examples, settings.seed, min(settings.batch_size, max_examples))
+    # a probe short enough that both copies fit in the kept tokens (BOS + 2T + a closing [SEP] at most)
+    length = max(2, min(settings.length, (max_tokens - 2) // 2))
+    settings = ProbeSettings(length, max_examples, settings.seed, min(settings.batch_size, max_examples))
     for probe_batch in probe_batches(loaded, settings):
         yield probe_batch.batch
 
