@@ -138,3 +138,13 @@ def test_help_lists_choices_and_examples(capsys, monkeypatch):
     text = " ".join(result.stdout.split())
     for fragment in ("induction", "duplicate_token", "--similarity", "--labelled-only", "Example: --length 30"):
         assert fragment in text
+
+
+def test_flow_view_draws_short_inputs_and_refuses_long_ones(capsys, tmp_path, tiny_model_dirs):
+    model = str(tiny_model_dirs["bert"])
+    png = tmp_path / "flow.png"
+    result = run_cli(capsys, "heatmap", "The cat sat on the mat.", "--model", model, "--view", "flow", "--out", png)
+    assert result.exit_code == 0 and png.stat().st_size > 10_000, result.stderr
+    long_text = " ".join(["word"] * 40)
+    result = run_cli(capsys, "heatmap", long_text, "--model", model, "--view", "flow", "--out", png)
+    assert_clean_error(result, "at most 32 tokens", "rollout")

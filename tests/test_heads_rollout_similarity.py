@@ -93,3 +93,25 @@ def test_capture_file_keeps_the_rollout(tmp_path):
     loaded = AttentionCapture.load(path)
     torch.testing.assert_close(loaded.extras["rollout"], rollout(capture))
     assert loaded.num_layers() == 3
+
+
+def test_attention_flow_by_hand_and_refusal_of_long_inputs():
+    from attnviz.errors import InputError
+    from attnviz.heads.rollout import MAX_FLOW_TOKENS, attention_flow
+
+    torch.manual_seed(3)
+    one = [torch.rand(2, 3, 3).softmax(-1)]
+    hat = 0.5 * one[0].double().mean(0) + 0.5 * torch.eye(3, dtype=torch.float64)
+    hat = hat / hat.sum(-1, keepdim=True)
+    # one layer: one edge per pair, so the flow is its capacity Â[i, j]
+    torch.testing.assert_close(attention_flow(capture_of(one, causal=False)), hat.float(), atol=2e-6, rtol=0)
+    # two layers, two tokens: the paths i → k → j (k = 0, 1) share no edge, so flow = Σₖ min(Â₂[i, k], Â₁[k, j])
+    two = [torch.tensor([[[0.9, 0.1], [0.3, 0.7]]]), torch.tensor([[[0.2, 0.8], [0.6, 0.4]]])]
+    hats = [0.5 * layer[0].double() + 0.5 * torch.eye(2, dtype=torch.float64) for layer in two]  # rows sum to 1
+    expected = torch.tensor(
+        [[sum(min(hats[1][i, k], hats[0][k, j]) for k in range(2)) for j in range(2)] for i in range(2)]
+    )
+    torch.testing.assert_close(attention_flow(capture_of(two, causal=False)), expected.float(), atol=2e-6, rtol=0)
+    long = [torch.rand(1, MAX_FLOW_TOKENS + 1, MAX_FLOW_TOKENS + 1).softmax(-1)]
+    with pytest.raises(InputError, match="at most 32 tokens"):
+        attention_flow(capture_of(long, causal=False))

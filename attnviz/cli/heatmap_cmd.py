@@ -25,6 +25,7 @@ VIEW_PANEL = "What to show"
 class HeatmapView(str, Enum):
     heads = "heads"  # the chosen layers' and heads' patterns
     rollout = "rollout"  # attention rollout (Abnar & Zuidema 2020) through all layers
+    flow = "flow"  # attention flow (max-flow through the layers; short inputs only)
 
 
 def heatmap(
@@ -104,7 +105,8 @@ def heatmap(
         typer.Option(
             "--view",
             help="heads: the patterns of --layer/--head; rollout: attention rollout through every layer "
-            "(Abnar & Zuidema 2020; the encoder's for encoder-decoder models). Example: --view rollout",
+            "(Abnar & Zuidema 2020; the encoder's for encoder-decoder models); flow: attention flow, the max-flow "
+            "variant (at most 32 tokens). Example: --view rollout",
             rich_help_panel=VIEW_PANEL,
         ),
     ] = HeatmapView.heads,
@@ -162,10 +164,10 @@ def heatmap(
         result = _capture(text, target, model, max_length, no_truncate, device, dtype)
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
-    if view == HeatmapView.rollout:
+    if view != HeatmapView.heads:
         from attnviz.render.heads_plots import capture_rollout_figure
 
-        figure = capture_rollout_figure(result, stack=stack, annotate=annotate)
+        figure = capture_rollout_figure(result, stack=stack, annotate=annotate, flow=view == HeatmapView.flow)
     else:
         figure = capture_heatmap(result, layer=layer, head=head, stack=stack, words=words, annotate=annotate)
     path = save_figure(figure, out)

@@ -15,7 +15,7 @@ from attnviz.heads.compute import head_functions, probe_scores
 from attnviz.heads.labels import LABELS, FunctionThresholds
 from attnviz.heads.probes import ProbeSettings, probe_batches
 from attnviz.heads.result import HeadFunctions, HeadSimilarity
-from attnviz.heads.rollout import rollout
+from attnviz.heads.rollout import attention_flow, rollout
 from attnviz.heads.scores import SCORE_NAMES, ProbeScoreAccumulator
 from attnviz.heads.similarity import head_similarity
 
@@ -27,6 +27,7 @@ __all__ = [
     "HeadSimilarity",
     "ProbeScoreAccumulator",
     "ProbeSettings",
+    "attention_flow",
     "head_functions",
     "head_similarity",
     "probe_batches",

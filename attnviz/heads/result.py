@@ -15,7 +15,6 @@ from attnviz.heads.labels import FunctionThresholds, main_label, merge_labels, p
 from attnviz.heads.probes import ProbeSettings
 from attnviz.heads.scores import SCORE_INDEX, SCORE_NAMES
 
-
 #: the order stacks are listed in (they run in this order)
 STACK_ORDER = {"self": 0, "encoder": 1, "decoder": 2, "cross": 3}
 

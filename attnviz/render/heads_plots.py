@@ -162,6 +162,7 @@ def rollout_figure(
 
 
 __all__ = [
+    "capture_rollout_figure",
     "head_similarity_figure",
     "probe_scores_figure",
     "rollout_figure",
@@ -170,16 +171,23 @@ __all__ = [
 ]
 
 
-def capture_rollout_figure(capture, *, stack: str | None = None, annotate: bool | None = None):
-    """The rollout heatmap of an :class:`~attnviz.captures.AttentionCapture` (stored ``rollout`` if it has one)."""
-    from attnviz.heads.rollout import rollout, rollout_stack
+def capture_rollout_figure(capture, *, stack: str | None = None, annotate: bool | None = None, flow: bool = False):
+    """The rollout (or, with ``flow``, attention-flow) heatmap of an :class:`~attnviz.captures.AttentionCapture`.
+
+    A stored ``rollout`` tensor is used when the capture has one.
+    """
+    from attnviz.heads.rollout import attention_flow, rollout, rollout_stack
     from attnviz.words import display_token
 
     stack = stack or rollout_stack(capture)
-    stored = capture.extras.get("rollout") if stack == rollout_stack(capture) else None
-    matrix = stored if stored is not None else rollout(capture, stack)  # [query, key]
+    if flow:
+        matrix = attention_flow(capture, stack)  # [query, key]
+    else:
+        stored = capture.extras.get("rollout") if stack == rollout_stack(capture) else None
+        matrix = stored if stored is not None else rollout(capture, stack)  # [query, key]
     query_tokens, key_tokens = capture.axis_tokens(stack)
-    title = f"{capture.model} · attention rollout over {capture.num_layers(stack)} layers" + (
+    what = "attention flow" if flow else "attention rollout"
+    title = f"{capture.model} · {what} over {capture.num_layers(stack)} layers" + (
         f" ({stack})" if stack != "self" else ""
     )
     return rollout_figure(
