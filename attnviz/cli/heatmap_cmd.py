@@ -144,6 +144,8 @@ def heatmap(
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
 
     out = check_output_path(out, FIGURE_SUFFIXES)
+    if view != HeatmapView.heads and words:
+        raise InputError(f"--words applies to --view heads only: --view {view.value} draws sub-word tokens")
     if cross:
         if stack not in (None, "cross"):
             raise InputError("--cross and --stack disagree: give one of them")
