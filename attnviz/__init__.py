@@ -8,6 +8,8 @@ The main entry points, in the order data flows through them::
     result = attnviz.capture(model, "The cat sat.")             # capture: AttentionCapture
     stats = attnviz.compute_statistics(model, texts)           # statistics, streamed
     detection = attnviz.detect_heads(stats)                    # collapsed / unfocused / labels
+    functions = attnviz.head_functions(model)                  # induction / duplicate / previous-token heads
+    matrix = attnviz.rollout(result)                           # attention rollout [query, key]
     outcome = attnviz.prune_model(model, attnviz.PruneConfig(ratio=0.3), texts=texts)
 
 Names are imported lazily, so ``import attnviz`` does not import torch or transformers
@@ -47,6 +49,12 @@ _EXPORTS = {
     "train_toy_model": "attnviz.toy",
     "load_toy_model": "attnviz.toy",
     "AttnvizError": "attnviz.errors",
+    "head_functions": "attnviz.heads",
+    "head_similarity": "attnviz.heads",
+    "rollout": "attnviz.heads",
+    "HeadFunctions": "attnviz.heads",
+    "ProbeSettings": "attnviz.heads",
+    "FunctionThresholds": "attnviz.heads",
 }
 
 __all__ = [
@@ -55,9 +63,12 @@ __all__ = [
     "AttentionContext",
     "AttentionSite",
     "AttnvizError",
+    "FunctionThresholds",
+    "HeadFunctions",
     "HeadMask",
     "LoadedModel",
     "PatternRecorder",
+    "ProbeSettings",
     "PruneConfig",
     "PruneStrategy",
     "StatisticsAccumulator",
@@ -68,10 +79,13 @@ __all__ = [
     "capture_heatmap",
     "compute_statistics",
     "detect_heads",
+    "head_functions",
+    "head_similarity",
     "load_model",
     "load_toy_model",
     "prune_model",
     "render_heatmaps",
+    "rollout",
     "save_figure",
     "save_outcome",
     "train_toy_model",
@@ -81,6 +95,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.captures import AttentionCapture, PatternRecorder, capture
     from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
     from attnviz.errors import AttnvizError
+    from attnviz.heads import FunctionThresholds, HeadFunctions, ProbeSettings, head_functions, head_similarity, rollout
     from attnviz.models.base import LoadedModel
     from attnviz.models.specs import load_model
     from attnviz.prune import PruneConfig, PruneStrategy, prune_model, save_outcome

@@ -64,7 +64,13 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
     # (query length, key length) of each stack, from the one stack table
     lengths = {stack: stack_of(stack).pick(len(tokens), len(target_tokens or [])) for stack in allowed}
     by_stack: dict[str, dict[int, Tensor]] = {}
+    extras: dict[str, Tensor] = {}
     for name, tensor in tensors.items():
+        if "." not in name:  # a named extra next to the patterns, e.g. "rollout" [query, key]
+            if not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
+                raise damaged(f"the extra tensor {name!r} is not finite floating-point data")
+            extras[name] = tensor.float()
+            continue
         match = _NAME.fullmatch(name)
         if match is None or match.group(1) not in allowed:
             raise damaged(f"it holds a tensor named {name!r} (expected {' or '.join(s + '.N' for s in allowed)})")
@@ -93,6 +99,7 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
         patterns[stack] = [layers[i] for i in range(len(layers))]
     return {
         "model": model,
+        "extras": extras,
         "tokens": tokens,
         "causal": causal,
         "patterns": patterns,

@@ -111,6 +111,9 @@ class AttentionCapture:
             for stack, layers in self.patterns.items()
             for layer, pattern in enumerate(layers)
         }
+        tensors.update(
+            {name: tensor.detach().to("cpu", torch.float32).contiguous() for name, tensor in self.extras.items()}
+        )
         metadata = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,

@@ -31,6 +31,15 @@ def capture(
     ],
     model: ModelOption = "minilm",
     target: TargetOption = None,
+    with_rollout: Annotated[
+        bool,
+        typer.Option(
+            "--rollout",
+            help="Also store the attention rollout as the float32 tensor 'rollout' [query, key] (the encoder's for "
+            "encoder-decoder models). Example: --rollout",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
+    ] = False,
     max_length: MaxLengthOption = None,
     no_truncate: NoTruncateOption = False,
     device: DeviceOption = "auto",
@@ -49,6 +58,10 @@ def capture(
 
     out = check_output_path(out, (".safetensors",))
     result = _capture(text, target, model, max_length, no_truncate, device, dtype)
+    if with_rollout:
+        from attnviz.heads.rollout import rollout
+
+        result.extras["rollout"] = rollout(result)
     path = result.save(out)
     _summary(result, None)
     print(path)

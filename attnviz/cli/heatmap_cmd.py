@@ -29,6 +29,12 @@ class ColourScale(str, Enum):
     log = "log"
 
 
+class HeatmapView(str, Enum):
+    heads = "heads"  # the chosen layers' and heads' patterns
+    rollout = "rollout"  # attention rollout (Abnar & Zuidema 2020) through all layers
+    flow = "flow"  # attention flow (max-flow through the layers; short inputs only)
+
+
 def heatmap(
     text: Annotated[
         str | None,
@@ -104,6 +110,16 @@ def heatmap(
             rich_help_panel=VIEW_PANEL,
         ),
     ] = None,
+    view: Annotated[
+        HeatmapView,
+        typer.Option(
+            "--view",
+            help="heads: the patterns of --layer/--head; rollout: attention rollout through every layer "
+            "(Abnar & Zuidema 2020; the encoder's for encoder-decoder models); flow: attention flow, the max-flow "
+            "variant (at most 32 tokens). Example: --view rollout",
+            rich_help_panel=VIEW_PANEL,
+        ),
+    ] = HeatmapView.heads,
     target: TargetOption = None,
     from_capture: Annotated[
         Path | None,
@@ -192,10 +208,14 @@ def heatmap(
     from attnviz.render.html_page import HTML_SUFFIXES
 
     html = False
+    if view != HeatmapView.heads and words:
+        raise InputError(f"--words applies to --view heads only: --view {view.value} draws sub-word tokens")
+    if view != HeatmapView.heads and terminal:
+        raise InputError(f"--terminal draws one head's pattern: --view {view.value} is a figure (give --out)")
     if terminal:
         check_terminal_selection(layer or "-1", head)
     else:
-        out = check_output_path(out, FIGURE_SUFFIXES + HTML_SUFFIXES)
+        out = check_output_path(out, FIGURE_SUFFIXES + (HTML_SUFFIXES if view == HeatmapView.heads else ()))
         html = out.suffix.lower() in HTML_SUFFIXES
     style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
     style.check()
@@ -230,7 +250,12 @@ def heatmap(
         )
         _summary(result, stack)
         return
-    if html:
+    if view != HeatmapView.heads:
+        from attnviz.render.heads_plots import capture_rollout_figure
+
+        figure = capture_rollout_figure(result, stack=stack, annotate=annotate, flow=view == HeatmapView.flow)
+        path = save_figure(figure, out, dpi=dpi)
+    elif html:
         from attnviz.render.html_view import write_attention_view
 
         path = write_attention_view(out, result, words=words, layer=layer or "all", stacks=[stack] if stack else None)

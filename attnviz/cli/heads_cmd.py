@@ -1,0 +1,315 @@
+"""``attnviz heads``: what each head does — probe scores, function labels, head similarity."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption
+
+PROBE_PANEL = "Probes"
+LABEL_PANEL = "Label thresholds"
+VIEW_PANEL = "What to show"
+SIMILARITY_PANEL = "Head similarity"
+
+
+class ScoreName(str, Enum):
+    induction = "induction"
+    duplicate_token = "duplicate_token"
+    previous_token = "previous_token"
+    next_token = "next_token"
+
+
+class StackName(str, Enum):
+    self_ = "self"
+    encoder = "encoder"
+    decoder = "decoder"
+    cross = "cross"
+
+
+def _threshold(option: str, help_text: str):
+    return Annotated[
+        float | None,
+        typer.Option(option, help=help_text, rich_help_panel=LABEL_PANEL, show_default=False, min=0.0, max=1.0),
+    ]
+
+
+def heads(
+    checkpoint: Annotated[
+        str,
+        typer.Argument(
+            help="Model spec: 'minilm' (default), 'smollm2', a Hugging Face directory, a .gguf file, a hub id in the "
+            "local cache, or an attnviz toy checkpoint. Example: attnviz heads smollm2",
+        ),
+    ] = "minilm",
+    length: Annotated[
+        int | None,
+        typer.Option(
+            "--length",
+            "-T",
+            min=2,
+            help="T: random tokens per block; each probe is [BOS] + the block twice (default 50; toy models: their "
+            "task's longest sequence). Example: --length 30",
+            rich_help_panel=PROBE_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    sequences: Annotated[
+        int,
+        typer.Option(
+            "--sequences", min=1, help="Probe sequences. Example: --sequences 32", rich_help_panel=PROBE_PANEL
+        ),
+    ] = 16,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the probe tokens. Example: --seed 1", rich_help_panel=PROBE_PANEL)
+    ] = 0,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size",
+            "-b",
+            min=1,
+            help="Sequences (probes or corpus examples) per forward pass. Example: --batch-size 4",
+            rich_help_panel=PROBE_PANEL,
+        ),
+    ] = 16,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            "-d",
+            help='Corpus (one example per line, or JSON Lines with "text"): adds the statistics and flags of '
+            "'attnviz stats' over it, and head similarity is computed over it. Example: --data notes.txt",
+            rich_help_panel=INPUT_PANEL,
+        ),
+    ] = None,
+    text: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--text",
+            "-t",
+            help='A corpus example given inline (repeatable). Example: --text "The cat sat on the mat."',
+            rich_help_panel=INPUT_PANEL,
+        ),
+    ] = None,
+    max_length: MaxLengthOption = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
+    induction_min: _threshold(
+        "--induction-min", "induction if the score is ≥ this (0.3). Example: --induction-min 0.5"
+    ) = None,
+    duplicate_token_min: _threshold(
+        "--duplicate-token-min", "duplicate-token if the score is ≥ this (0.3). Example: --duplicate-token-min 0.5"
+    ) = None,
+    previous_token_min: _threshold(
+        "--previous-token-min", "previous-token if the score is ≥ this (0.5). Example: --previous-token-min 0.7"
+    ) = None,
+    next_token_min: _threshold(
+        "--next-token-min", "next-token if the score is ≥ this (0.5). Example: --next-token-min 0.7"
+    ) = None,
+    sort: Annotated[
+        ScoreName | None,
+        typer.Option(
+            "--sort",
+            help="Sort the table by a probe score, largest first. Example: --sort induction",
+            rich_help_panel=VIEW_PANEL,
+        ),
+    ] = None,
+    ascending: Annotated[
+        bool,
+        typer.Option(
+            "--ascending",
+            help="With --sort: smallest first. Example: --sort previous_token --ascending",
+            rich_help_panel=VIEW_PANEL,
+        ),
+    ] = False,
+    labelled_only: Annotated[
+        bool,
+        typer.Option(
+            "--labelled-only", help="List only heads with a label. Example: --labelled-only", rich_help_panel=VIEW_PANEL
+        ),
+    ] = False,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            "-n",
+            min=0,
+            help="Show at most this many table rows. Example: --limit 20",
+            rich_help_panel=VIEW_PANEL,
+        ),
+    ] = None,
+    no_table: Annotated[
+        bool,
+        typer.Option("--no-table", help="Skip the per-head table. Example: --no-table", rich_help_panel=VIEW_PANEL),
+    ] = False,
+    stack: Annotated[
+        StackName | None,
+        typer.Option(
+            "--stack",
+            help="Encoder-decoder models: the stack to show (default: all). Example: --stack decoder",
+            rich_help_panel=VIEW_PANEL,
+        ),
+    ] = None,
+    json_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--json",
+            help="Write the results as JSON (schema in the README). Example: --json heads.json",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
+    ] = None,
+    csv_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--csv", help="Write one row per head as CSV. Example: --csv heads.csv", rich_help_panel=OUTPUT_PANEL
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            "-p",
+            help="Figure (.png, .svg, .pdf): a layer × head panel per probe score. Example: --plot heads.png",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
+    ] = None,
+    similarity: Annotated[
+        Path | None,
+        typer.Option(
+            "--similarity",
+            help="Figure of the mean Jensen–Shannon divergence between heads (clustered heatmap coloured by layer, "
+            "and a 2-D MDS map), over --data/--text or else the probes; --json then holds the matrix. "
+            "Example: --similarity similarity.png",
+            rich_help_panel=SIMILARITY_PANEL,
+        ),
+    ] = None,
+    similarity_examples: Annotated[
+        int,
+        typer.Option(
+            "--similarity-examples",
+            min=1,
+            help="Examples the divergence is averaged over. Example: --similarity-examples 16",
+            rich_help_panel=SIMILARITY_PANEL,
+        ),
+    ] = 8,
+    similarity_tokens: Annotated[
+        int,
+        typer.Option(
+            "--similarity-tokens",
+            min=2,
+            help="Examples are cut to this many tokens for the divergence. Example: --similarity-tokens 32",
+            rich_help_panel=SIMILARITY_PANEL,
+        ),
+    ] = 64,
+) -> None:
+    """What each head does: induction, duplicate-token, previous-token (and next-token) heads, from probes.
+
+    The probes are random ordinary tokens of the model's own vocabulary, written twice after the BOS token, so the scores do not depend on any corpus. With --data or --text the statistics and flags of 'attnviz stats' over that corpus join the table.
+
+    Examples:
+
+      attnviz heads smollm2
+
+      attnviz heads smollm2 --sort induction --limit 10 --json heads.json --plot heads.png
+
+      attnviz heads minilm --data notes.txt --labelled-only --similarity similarity.png
+
+      attnviz heads sample_data/toy/induction
+    """
+    from attnviz.console import console
+    from attnviz.data import load_texts
+    from attnviz.errors import InputError
+    from attnviz.heads import FunctionThresholds, ProbeSettings, head_functions
+    from attnviz.io import check_output_path
+    from attnviz.models.specs import load_model
+    from attnviz.render.heads_plots import FIGURE_SUFFIXES
+
+    thresholds = FunctionThresholds().override(
+        induction_min=induction_min,
+        duplicate_token_min=duplicate_token_min,
+        previous_token_min=previous_token_min,
+        next_token_min=next_token_min,
+    )
+    probe = ProbeSettings(length=length, sequences=sequences, seed=seed, batch_size=batch_size)
+    outputs = [
+        check_output_path(path, suffixes)
+        for path, suffixes in (
+            (json_path, (".json",)),
+            (csv_path, (".csv",)),
+            (plot, FIGURE_SUFFIXES),
+            (similarity, FIGURE_SUFFIXES),
+        )
+        if path is not None
+    ]
+    if len({p.resolve() for p in outputs}) < len(outputs):
+        raise InputError("--json, --csv, --plot and --similarity must be different files")
+    if data is not None and any(p.resolve() == data.expanduser().resolve() for p in outputs):
+        raise InputError(f"an output path would overwrite the --data input {data}: choose another path")
+    texts = load_texts(data, text) if data is not None or text else None
+
+    with console.status(f"loading {checkpoint}"):
+        loaded = load_model(checkpoint, device=device, dtype=dtype)
+    with console.status("probing") as status:
+        result = head_functions(
+            loaded,
+            probe=probe,
+            thresholds=thresholds,
+            texts=texts,
+            batch_size=batch_size,
+            max_length=max_length,
+            similarity=similarity is not None,
+            similarity_examples=similarity_examples,
+            similarity_tokens=similarity_tokens,
+            reporter=status.update,
+        )
+    _show(result, stack.value if stack else None, labelled_only, sort, ascending, limit, no_table)
+    _write(result, json_path, csv_path, plot, similarity, stack.value if stack else None)
+
+
+def _show(result, stack, labelled_only, sort, ascending, limit, no_table) -> None:
+    from attnviz.console import console
+    from attnviz.errors import InputError
+    from attnviz.heads.tables import head_rows, head_table, label_grid, summary_line
+
+    if stack is not None and stack not in result.stacks:
+        raise InputError(f"{result.model} has no {stack} attention; it has {', '.join(result.stacks)}")
+    for name in [stack] if stack else result.stacks:
+        if not no_table:
+            rows = head_rows(
+                result,
+                stack=name,
+                labelled_only=labelled_only,
+                sort=sort.value if sort else None,
+                descending=not ascending,
+                limit=limit,
+            )
+            console.print(head_table(result, rows, stack=name))
+        console.print(label_grid(result, stack=name))
+        console.print(summary_line(result, stack=name), highlight=False)
+
+
+def _write(result, json_path, csv_path, plot, similarity, stack) -> None:
+    from attnviz.heads.export import heads_record, write_heads_csv, write_heads_json
+    from attnviz.render.heads_plots import head_similarity_figure, probe_scores_figure, save_figure
+
+    record = heads_record(result)
+    written = []
+    if json_path is not None:
+        written.append(write_heads_json(json_path, record))
+    if csv_path is not None:
+        written.append(write_heads_csv(csv_path, record))
+    if plot is not None:
+        written.append(save_figure(probe_scores_figure(result, stack=stack or result.stacks[0]), plot))
+    if similarity is not None and result.similarity is not None:
+        written.append(save_figure(head_similarity_figure(result.similarity, model=result.model), similarity))
+    for path in written:
+        print(path)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to ``app``."""
+    app.command("heads")(heads)
