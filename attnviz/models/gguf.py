@@ -33,6 +33,13 @@ def _cache_key(path: Path) -> str:
 
 def converted_gguf_dir(path: Path) -> Path:
     """A Hugging Face directory holding ``path``'s weights de-quantised to float32 (cached)."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise ModelSpecError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from exc
+    if magic != b"GGUF":  # refuse before anything is created in the cache
+        raise ModelSpecError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
     target = cache_root() / "gguf" / _cache_key(path)
     _remove_stale_conversions(target.parent)
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():

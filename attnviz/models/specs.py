@@ -116,7 +116,7 @@ def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = 
     from attnviz.io import protect_inputs
 
     spec = (spec or DEFAULT_MODEL).strip()
-    protect_inputs(model_input_paths(spec), "the model")
+    protect_inputs(model_input_paths(spec), "model")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
     from attnviz.models.hf import load_hf_model
