@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnviz.core.stacks import stack_of
 from attnviz.errors import CaptureFileError
 
 #: slack allowed on attention weights read back (they are probabilities)
@@ -60,12 +61,8 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
         target_word_ids = _word_list(field("target_word_ids", []), len(target_tokens), "target_word_ids", damaged)
 
     allowed = ("encoder", "decoder", "cross") if target_tokens is not None else ("self",)
-    lengths = {
-        "self": (len(tokens), len(tokens)),
-        "encoder": (len(tokens), len(tokens)),
-        "decoder": (len(target_tokens or []), len(target_tokens or [])),
-        "cross": (len(target_tokens or []), len(tokens)),
-    }
+    # (query length, key length) of each stack, from the one stack table
+    lengths = {stack: stack_of(stack).pick(len(tokens), len(target_tokens or [])) for stack in allowed}
     by_stack: dict[str, dict[int, Tensor]] = {}
     for name, tensor in tensors.items():
         match = _NAME.fullmatch(name)

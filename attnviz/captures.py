@@ -28,9 +28,12 @@ import torch
 from torch import Tensor
 
 from attnviz.core import AttentionSite
+from attnviz.core.recorder import PatternRecorder
+from attnviz.core.stacks import stack_of
 from attnviz.errors import CaptureFileError, InputError
 from attnviz.io import atomic_path, check_output_path
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.identity import HeadIdentity, model_identity
 
 FORMAT_NAME = "attnviz-capture"
 FORMAT_VERSION = "1"
@@ -49,6 +52,7 @@ class AttentionCapture:
     target_tokens: list[str] | None = None  # decoder tokens (rows of decoder and cross)
     target_special: list[bool] | None = None
     target_word_ids: list[int | None] | None = None
+    identity: HeadIdentity | None = None  # original head numbers of a pruned model
 
     @property
     def stacks(self) -> list[str]:
@@ -85,23 +89,15 @@ class AttentionCapture:
 
     def axis_tokens(self, stack: str = "self") -> tuple[list[str], list[str]]:
         """(query tokens, key tokens) of ``stack``."""
-        if stack in ("self", "encoder"):
-            return self.tokens, self.tokens
-        assert self.target_tokens is not None
-        return (self.target_tokens, self.target_tokens) if stack == "decoder" else (self.target_tokens, self.tokens)
+        return stack_of(stack).pick(self.tokens, self.target_tokens)
 
     def axis_word_ids(self, stack: str = "self") -> tuple[list[int | None], list[int | None]]:
         """(query word ids, key word ids) of ``stack``."""
-        if stack in ("self", "encoder"):
-            return self.word_ids, self.word_ids
-        assert self.target_word_ids is not None
-        if stack == "decoder":
-            return self.target_word_ids, self.target_word_ids
-        return self.target_word_ids, self.word_ids
+        return stack_of(stack).pick(self.word_ids, self.target_word_ids)
 
     def is_causal(self, stack: str = "self") -> bool:
         """Whether queries of ``stack`` only see earlier keys."""
-        return (self.causal and stack == "self") or stack == "decoder"
+        return stack_of(stack).is_causal(self.causal)
 
     # -- file format -----------------------------------------------------------------------
 
@@ -128,6 +124,8 @@ class AttentionCapture:
             metadata["target_tokens"] = json.dumps(self.target_tokens)
             metadata["target_special"] = json.dumps(self.target_special)
             metadata["target_word_ids"] = json.dumps(self.target_word_ids)
+        if self.identity is not None:
+            metadata["head_identity"] = json.dumps(self.identity.to_dict())
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
         return path
@@ -151,27 +149,14 @@ class AttentionCapture:
         except Exception as exc:  # SafetensorError, OSError, ValueError, an unknown dtype, …
             raise CaptureFileError(f"{path} is not a readable safetensors capture file: {exc}") from exc
         if metadata.get("format") != FORMAT_NAME:
-            raise CaptureFileError(
-                f"{path} is not an attnviz capture (write one with: attnviz capture TEXT --out FILE)"
-            )
-        return cls(**capture_fields(path, metadata, tensors, FORMAT_VERSION))
-
-
-class PatternRecorder:
-    """Observer that keeps every pattern it sees: ``patterns[site]`` is ``[b, h, q, k]`` float32."""
-
-    def __init__(self) -> None:
-        self._blocks: dict[AttentionSite, list[Tensor]] = defaultdict(list)
-
-    def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
-        if site is not None:
-            self._blocks[site].append(pattern.detach().float().cpu())
-
-    @property
-    def patterns(self) -> dict[AttentionSite, Tensor]:
-        return {
-            site: blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2) for site, blocks in self._blocks.items()
-        }
+            raise CaptureFileError(f"{path} is not an attnviz capture (attnviz capture writes those)")
+        fields = capture_fields(path, metadata, tensors, FORMAT_VERSION)
+        if "head_identity" in metadata:  # a pruned model's original head numbers
+            try:
+                fields["identity"] = HeadIdentity.from_dict(json.loads(metadata["head_identity"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CaptureFileError(f"{path} has a damaged head_identity field ({exc}): capture it again") from exc
+        return cls(**fields)
 
 
 def captures_from_patterns(
@@ -217,7 +202,11 @@ def capture_batch(
     recorder = PatternRecorder()
     with torch.no_grad():
         loaded.forward(batch, loaded.context([recorder]))
-    return captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
+    captures = captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
+    identity = model_identity(loaded)
+    for result in captures:
+        result.identity = identity
+    return captures
 
 
 def capture(

@@ -9,7 +9,7 @@ from test_prune_fixtures import TEXTS
 
 from attnviz.core import AttentionSite
 from attnviz.errors import InputError
-from attnviz.prune.heads import count_removed, removal_mask
+from attnviz.models.heads import count_removed, removal_mask
 from attnviz.prune.objective import build_objective, text_batches
 from attnviz.prune.strategy import PruneStrategy, layer_quotas, run_pruning, select_heads, step_targets
 
@@ -59,7 +59,7 @@ def test_step_targets():
 def test_strategy_validation():
     with pytest.raises(InputError, match="scope"):
         PruneStrategy(scope="everywhere").validate()
-    with pytest.raises(InputError, match="min-score"):
+    with pytest.raises(InputError, match="min_score must be a fraction"):
         PruneStrategy(min_score=1.5).validate()
     with pytest.raises(InputError, match="steps"):
         PruneStrategy(steps=0).validate()

@@ -25,7 +25,7 @@ app = typer.Typer(
         "  attnviz prune minilm --ratio 0.3 --out pruned-minilm"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -42,19 +42,26 @@ _debug = {"enabled": bool(os.environ.get("ATTNVIZ_DEBUG"))}
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
     debug: bool = typer.Option(
         False, "--debug", help="Show the traceback of an unexpected internal error. Example: attnviz --debug stats"
     ),
 ) -> None:
     """See what a transformer's attention heads do, and which of them matter."""
+    from attnviz.console import ConsoleReporter
+    from attnviz.reporting import use_reporter
+
     _debug["enabled"] = _debug["enabled"] or debug
+    # The library reports progress and notices through the current reporter; for the whole
+    # command that is the rich one on stderr (released when the command's context closes).
+    ctx.with_resource(use_reporter(ConsoleReporter()))
 
 
 def _register_commands() -> None:
-    from attnviz.cli import capture_cmd, heatmap_cmd, prune_cmd, stats_cmd, train_cmd
+    from attnviz.cli import capture_cmd, heatmap_cmd, prune_cmd, report_cmd, stats_cmd, train_cmd
 
-    for module in (heatmap_cmd, capture_cmd, stats_cmd, prune_cmd, train_cmd):
+    for module in (heatmap_cmd, capture_cmd, stats_cmd, prune_cmd, train_cmd, report_cmd):
         module.register(app)
 
 

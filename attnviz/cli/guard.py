@@ -131,6 +131,7 @@ def _paths(kwargs: dict[str, Any], parameters: dict[str, Any]) -> tuple[list[tup
 
 def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
     """Run the command line in ``sys.argv``; return the exit code. Every failure prints one ``error:`` line."""
+    from attnviz.cli.errors import error_message
     from attnviz.errors import AttnvizError, Interrupted
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -151,7 +152,7 @@ def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
         except typer.Abort:
             return error_line("aborted", 1)
         except AttnvizError as exc:
-            return error_line(str(exc), exc.exit_code)
+            return error_line(error_message(exc), exc.exit_code)
         except Interrupted as exc:
             return error_line(str(exc), exc.exit_code)
         except KeyboardInterrupt:

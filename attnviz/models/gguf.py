@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 from attnviz import staging
-from attnviz.console import console
 from attnviz.errors import AttnvizError, ModelSpecError, OutputError
 from attnviz.io import cache_root
+from attnviz.models.hf import first_line, load_hf_model
+from attnviz.reporting import status
 
 __all__ = ["cache_root", "converted_gguf_dir"]
 #: conversion directories of attnviz versions before the shared temporary prefix (no owner recorded)
@@ -50,7 +51,7 @@ def converted_gguf_dir(path: Path) -> Path:
         raise OutputError(f"cannot create attnviz's cache {target.parent}: {exc.strerror or exc}") from exc
     if target.exists():  # incomplete: a directory without its weights is never used
         staging.remove_path(target)
-    with console.status(f"converting {path.name} from GGUF (once; cached in {target.parent})"):
+    with status(f"converting {path.name} from GGUF (once; cached in {target.parent})"):
         try:
             tmp = staging.new_temp_dir(target.parent, target.name)
         except OSError as exc:
@@ -104,7 +105,7 @@ def _convert(path: Path, out_dir: Path) -> None:
     except ImportError as exc:
         raise ModelSpecError(f"loading GGUF files needs extra packages: pip install gguf accelerate ({exc})") from exc
     except Exception as exc:  # gguf, tokenizers and transformers raise many types on a damaged file
-        raise ModelSpecError(f"cannot read GGUF file {path}: {_first_line(exc)}") from exc
+        raise ModelSpecError(f"cannot read GGUF file {path}: {first_line(exc)}") from exc
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -126,6 +127,6 @@ def _convert(path: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+def load_gguf(path: Path, *, name: str, device, dtype):
+    """Load a ``.gguf`` file: its converted (cached) Hugging Face directory, through :func:`load_hf_model`."""
+    return load_hf_model(converted_gguf_dir(Path(path)), name=name, device=device, dtype=dtype)
