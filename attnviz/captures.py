@@ -144,7 +144,7 @@ class AttentionCapture:
         path = Path(path).expanduser()
         if not path.is_file():
             raise CaptureFileError(f"capture file {path} does not exist or is not a file")
-        protect_inputs([path], "the capture file")
+        protect_inputs([path], "capture file")
         try:
             with safe_open(str(path), framework="pt") as handle:
                 metadata = handle.metadata() or {}

@@ -45,7 +45,7 @@ def output_session() -> Iterator[None]:
         yield
 
 
-def protect_inputs(paths: Iterable[str | os.PathLike | None], what: str = "the input") -> None:
+def protect_inputs(paths: Iterable[str | os.PathLike | None], what: str = "input") -> None:
     """Record files or directories the current run reads: no output may be, lie inside or contain them.
 
     Outside :func:`output_session` this does nothing (library callers check with :func:`check_outputs`).
@@ -64,7 +64,7 @@ def check_outputs(outputs: Iterable[str | os.PathLike | None], inputs: Iterable[
     Paths are compared after following symlinks. ``inputs`` adds to those of the open session.
     Raises :class:`OutputError`; call it before any model loads.
     """
-    extra = [(staging.resolved(p), "the input") for p in inputs if p is not None and Path(p).expanduser().exists()]
+    extra = [(staging.resolved(p), "input") for p in inputs if p is not None and Path(p).expanduser().exists()]
     current = staging.current_session() or staging.Session()
     seen: dict[Path, str] = {}
     for output in outputs:

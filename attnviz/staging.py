@@ -215,7 +215,8 @@ class Session:
         for source, what in [*self.inputs.items(), *extra]:
             if touches(target, source):
                 raise OutputError(
-                    f"{output} would overwrite {what} {source}, which this run reads: choose another output path"
+                    f"{output} would overwrite the input {source} ({what}) that this run reads: "
+                    "choose another output path"
                 )
 
 

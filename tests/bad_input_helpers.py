@@ -208,12 +208,14 @@ def fill_disk(monkeypatch, root: Path) -> None:
     real_open = io.open
 
     def full_open(file, mode="r", *args, **kwargs):
-        handle = real_open(file, mode, *args, **kwargs)
         inside = isinstance(file, str | os.PathLike) and str(Path(file).resolve()).startswith(str(root.resolve()))
-        if inside and any(flag in mode for flag in "wax+"):
-            raw = FullFile(handle)
-            return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8") if "b" not in mode else raw
-        return handle
+        if not inside or not any(flag in mode for flag in "wax+"):
+            return real_open(file, mode, *args, **kwargs)
+        raw = FullFile(real_open(file, mode.replace("t", "").replace("b", "") + "b"))
+        if "b" in mode:
+            return raw
+        encoding = kwargs.get("encoding") or "utf-8"
+        return io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, newline=kwargs.get("newline"))
 
     def full_save_file(tensors, filename, metadata=None):
         with real_open(filename, "wb") as handle:  # the part that fitted before the disk filled up

@@ -117,6 +117,18 @@ TRAIN = [
     ("batch-size-0", ["train", "copy", "--batch-size", "0", "--steps", "1"], ["batch"]),
     ("steps-text", ["train", "copy", "--steps", "many"], ["--steps"]),
 ]
+REPORT = [
+    ("out-inside-model", ["report", "toy", "--out", "toy/r.html"], ["toy"]),
+    ("out-through-symlink", ["report", "toy", "--out", "toylink/r.html"], ["toy"]),
+    ("out-suffix", ["report", "toy", "--out", "r.txt"], [".html"]),
+    ("out-is-dir", ["report", "toy", "--out", "adir"], ["adir"]),
+    ("prune-report-missing", ["report", "toy", "--prune-report", "none.json", "--out", "r.html"], ["none.json"]),
+    ("prune-report-not-json", ["report", "toy", "--prune-report", "data.txt", "--out", "r.html"], ["data.txt"]),
+    ("data-empty", ["report", "toy", "--data", "empty.txt", "--out", "r.html"], ["empty"]),
+    ("examples-too-many", ["report", "toy", "--examples", "99", "--out", "r.html"], ["--examples"]),
+    ("foreign-weights", ["report", "m_foreign", "--out", "r.html"], ["random"]),
+    ("text-not-utf8", ["report", "toy", "--text", NOT_UTF8, "--out", "r.html"], ["UTF-8"]),
+]
 ROOT = [
     ("unknown-command", ["hetmap"], ["heatmap"]),
     ("unknown-root-option", ["--bogus"], ["--bogus"]),
@@ -129,6 +141,7 @@ CASES = [
         ("stats", STATS),
         ("prune", PRUNE),
         ("train", TRAIN),
+        ("report", REPORT),
         ("root", ROOT),
     )
     for name, args, fragments in cases
@@ -185,6 +198,7 @@ FULL_DISK = [
     pytest.param(["stats", "toy", "--json", "s.json", "--plot", "s.png", "--toy-examples", "8"], id="stats-json-plot"),
     pytest.param(["stats", "toy", "--json", "old.json", "--toy-examples", "8"], id="stats-replacing-old"),
     pytest.param(["stats", "toy", "--csv", "s.csv", "--toy-examples", "8"], id="stats-csv"),
+    pytest.param(["report", "toy", "--out", "r.html", "--examples", "1"], id="report"),
     pytest.param(
         shlex.split(
             "train copy --out t --steps 2 --width 8 --heads 2 --layers 1 --batch-size 4 --eval-examples 4 "

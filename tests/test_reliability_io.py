@@ -120,7 +120,7 @@ def test_gguf_conversion_cache_loses_stale_temporaries(tmp_path, monkeypatch):
     (gguf_cache / ".convert-legacy").mkdir()  # an older attnviz's, abandoned two hours ago
     os.utime(gguf_cache / ".convert-legacy", (time.time() - 7200, time.time() - 7200))
     fake = tmp_path / "fake.gguf"
-    fake.write_bytes(b"GGUF but not really")
+    fake.write_bytes(b"GGUF but not really")  # the right magic bytes, then garbage: conversion starts and fails
     with pytest.raises(ModelSpecError, match="cannot read GGUF file"):
         converted_gguf_dir(fake)
     assert list(gguf_cache.iterdir()) == []

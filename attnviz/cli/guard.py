@@ -120,9 +120,9 @@ def _paths(kwargs: dict[str, Any], parameters: dict[str, Any]) -> tuple[list[tup
                 if is_output:
                     outputs.append(item)
                 else:
-                    inputs.append((item, f"the {_flag(name, parameters)} input"))
+                    inputs.append((item, _flag(name, parameters)))
             elif isinstance(item, str) and name in MODEL_PARAMETERS:
-                inputs.extend((path, "the model") for path in model_input_paths(item))
+                inputs.extend((path, "model") for path in model_input_paths(item))
     return inputs, outputs
 
 

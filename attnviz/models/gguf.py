@@ -34,6 +34,13 @@ def _cache_key(path: Path) -> str:
 
 def converted_gguf_dir(path: Path) -> Path:
     """A Hugging Face directory holding ``path``'s weights de-quantised to float32 (cached)."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise ModelSpecError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from exc
+    if magic != b"GGUF":  # refuse before anything is created in the cache
+        raise ModelSpecError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
     target = cache_root() / "gguf" / _cache_key(path)
     _remove_stale_conversions(target.parent)
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
@@ -88,9 +95,13 @@ def _convert(path: Path, out_dir: Path) -> None:
     import transformers
 
     folder, name = str(path.parent), path.name
+    transformers.utils.logging.disable_progress_bar()  # attnviz shows its own status line
+    transformers.utils.logging.set_verbosity_error()
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        quantised = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
+        quantised = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, dtype=torch.float32, trust_remote_code=False
+        )
     except ImportError as exc:
         raise ModelSpecError(f"loading GGUF files needs extra packages: pip install gguf accelerate ({exc})") from exc
     except Exception as exc:  # gguf, tokenizers and transformers raise many types on a damaged file
@@ -99,8 +110,19 @@ def _convert(path: Path, out_dir: Path) -> None:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(quantised.state_dict(), strict=False)
+    state = quantised.state_dict()
+    result = plain.load_state_dict(state, strict=False)
     plain.tie_weights()
+    # A key absent from the GGUF is fine only when tying filled it (lm_head ↔ embeddings); else it would be random.
+    tensors = dict(plain.state_dict(keep_vars=True))
+    loaded = {tensors[key].data_ptr() for key in state if key in tensors}
+    untied = sorted(key for key in result.missing_keys if tensors[key].data_ptr() not in loaded)
+    if untied or result.unexpected_keys:
+        names = ", ".join((untied or sorted(result.unexpected_keys))[:3])
+        raise ModelSpecError(
+            f"GGUF file {path} does not cover the model: {len(untied)} tensor(s) missing, "
+            f"{len(result.unexpected_keys)} unexpected ({names}, …)"
+        )
     plain.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
 

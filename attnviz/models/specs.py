@@ -182,7 +182,7 @@ def model_input_paths(spec: str = DEFAULT_MODEL) -> list[Path]:
 def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto") -> LoadedModel:
     """Load the model named by ``spec`` (see the module docstring) onto attnviz's attention core."""
     spec = (spec or DEFAULT_MODEL).strip()
-    protect_inputs(model_input_paths(spec), "the model")
+    protect_inputs(model_input_paths(spec), "model")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
     named = NAMED_MODELS.get(spec.lower())

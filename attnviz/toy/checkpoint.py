@@ -104,6 +104,8 @@ def save_toy_model(loaded: ToyModel, path: str | os.PathLike, *, step: int | Non
     """
     path = Path(path).expanduser()
     if loaded.source_path is not None:
+        if path.resolve() == Path(loaded.source_path).resolve():
+            raise OutputError(f"{path} is the checkpoint this model was loaded from: save to another directory")
         io.check_outputs([path], [loaded.source_path])
     with staged_directory(path) as stage:
         write_checkpoint_files(loaded, stage, step=step)
@@ -152,7 +154,7 @@ def load_toy_model(
     from attnviz.io import protect_inputs
 
     path = Path(path).expanduser()
-    protect_inputs([path], "the toy checkpoint")
+    protect_inputs([path], "toy checkpoint")
     document = read_checkpoint_document(path)
     try:
         config = ToyConfig.from_dict(document["config"])
