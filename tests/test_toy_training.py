@@ -106,8 +106,6 @@ def test_train_command_saves_a_series(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["add"], "unknown task 'add'"),
-        (["reverse", "--attention", "flash"], "unknown attention variant 'flash'"),
         (["reverse", "--width", "30", "--heads", "4"], "4 heads do not divide the width 30"),
         (["reverse", "--window", "-1"], "window must be 0 or more"),
         (["induction", "--architecture", "encoder-decoder"], "does not fit the encoder-decoder architecture"),
@@ -127,3 +125,31 @@ def test_train_command_refuses_a_foreign_directory(tmp_path):
     result = _invoke("copy", "--out", str(tmp_path / "out"), "--steps", "1")
     assert "not an attnviz toy checkpoint" in str(result.exception)
     assert (tmp_path / "out" / "thesis.tex").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["add"], ["'add' is not one of", "'copy'", "'induction'"]),
+        (["reverse", "--attention", "flash"], ["'flash' is not one of", "'performer'", "'scaled-dot'"]),
+        (["reverse", "--architecture", "both"], ["'both' is not one of", "'encoder-decoder'"]),
+    ],
+)
+def test_train_choices_are_closed_sets(capsys, tmp_path, args, fragments):
+    from cli_helpers import run_cli
+
+    result = run_cli(capsys, "train", *args, "--out", str(tmp_path / "out"), "--steps", "1")
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()  # one line, with every allowed value
+    assert line.startswith("error:") and all(fragment in line for fragment in fragments), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_help_lists_the_choices(capsys, monkeypatch):
+    from cli_helpers import run_cli
+
+    monkeypatch.setenv("COLUMNS", "300")  # one help row per option, so a choice list is not wrapped
+    result = run_cli(capsys, "train", "--help")
+    text = " ".join(result.stdout.split())
+    for choice in ("copy|reverse|sort|previous-token|induction", "encoder|decoder|encoder-decoder", "performer"):
+        assert choice in text, text

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from attnviz.cli.options import OUTPUT_PANEL, DeviceOption
+from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES
+from attnviz.toy.tasks import TASKS
+
+# Closed sets as Enums, so --help lists the choices and Click refuses anything else.
+TaskName = Enum("TaskName", {name: name for name in TASKS}, type=str)
+Architecture = Enum("Architecture", {name: name for name in ARCHITECTURES}, type=str)
+AttentionVariant = Enum("AttentionVariant", {name: name for name in VARIANT_NAMES}, type=str)
 
 TASK_PANEL = "Task"
 SIZE_PANEL = "Model size"
@@ -17,9 +25,9 @@ TRAINING_PANEL = "Training"
 
 def train(
     task: Annotated[
-        str,
+        TaskName,
         typer.Argument(
-            help="Task: copy, reverse, sort, previous-token or induction. Example: attnviz train reverse",
+            help="The synthetic task (its known solution is an attention pattern). Example: attnviz train reverse",
             show_default=False,
         ),
     ],
@@ -43,10 +51,10 @@ def train(
         ),
     ] = None,
     architecture: Annotated[
-        str | None,
+        Architecture | None,
         typer.Option(
             "--architecture",
-            help="encoder, decoder or encoder-decoder (default: the task's; reverse is encoder-decoder). "
+            help="Which stacks the model has (default: the task's; reverse is encoder-decoder). "
             "Example: --architecture decoder",
             rich_help_panel=TASK_PANEL,
         ),
@@ -112,11 +120,10 @@ def train(
         ),
     ] = None,
     attention: Annotated[
-        str | None,
+        AttentionVariant | None,
         typer.Option(
             "--attention",
-            help="Attention variant: scaled-dot (default; induction: relative), dot, general, additive, relative, "
-            "local, strided, longformer, bigbird, linear or performer. Example: --attention performer",
+            help="Attention variant (default scaled-dot; induction: relative). Example: --attention performer",
             rich_help_panel=VARIANT_PANEL,
         ),
     ] = None,
@@ -229,9 +236,10 @@ def train(
     from attnviz.toy.training import TrainingSettings, build_toy_model
 
     min_length, max_length = _parse_lengths(lengths)
+    task = task.value
     loaded = build_toy_model(
         task,
-        architecture=architecture,
+        architecture=architecture.value if architecture is not None else None,
         min_length=min_length,
         max_length=max_length,
         num_symbols=symbols,
@@ -240,7 +248,7 @@ def train(
         num_layers=layers,
         mlp_width=mlp_width,
         absolute_positions=absolute_positions,
-        attention=attention,
+        attention=attention.value if attention is not None else None,
         window=window,
         stride=stride,
         global_tokens=global_tokens,
