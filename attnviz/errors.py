@@ -31,3 +31,7 @@ class OutputError(AttnvizError):
 
 class CaptureFileError(AttnvizError):
     """A saved capture file that is missing, corrupted or of another format."""
+
+
+class DistributedError(AttnvizError):
+    """A distributed (torchrun) run that cannot start or whose processes disagree."""

@@ -38,18 +38,21 @@ def load_hf_model(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
     gguf_file: str | None = None,
+    device_map: str | None = None,
 ) -> HFModel:
     """Load a Hugging Face model (directory or hub id) onto attnviz's attention core.
 
     Families that do not call transformers' attention interface (gpt_neo, bloom, …)
     fall back to ``eager`` attention with ``output_attentions``, with a warning;
-    head masks are not available on them.
+    head masks are not available on them. ``device_map`` (e.g. ``"auto"``) is handed to
+    ``from_pretrained`` (accelerate's big-model placement) instead of moving the model to ``device``.
     """
     import transformers
 
     register_attention()
     _quiet_transformers()
     extra = {"gguf_file": gguf_file} if gguf_file else {}
+    placement = {"device_map": device_map} if device_map else {}
     try:
         config = transformers.AutoConfig.from_pretrained(source, **extra)
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
@@ -61,16 +64,17 @@ def load_hf_model(
     cls = _model_class(config)
     fallback = False
     try:
-        model = cls.from_pretrained(source, attn_implementation=ATTENTION_NAME, dtype=dtype, **extra)
+        model = cls.from_pretrained(source, attn_implementation=ATTENTION_NAME, dtype=dtype, **extra, **placement)
     except (ValueError, KeyError) as exc:
         # Families with their own attention classes (gpt_neo, bloom, falcon, …) reject the name.
         if isinstance(exc, ValueError) and "attention" not in str(exc).lower():
             raise ModelSpecError(f"cannot load model {source!r}: {str(exc).splitlines()[0]}") from exc
         fallback = True
-        model = cls.from_pretrained(source, attn_implementation="eager", dtype=dtype, **extra)
+        model = cls.from_pretrained(source, attn_implementation="eager", dtype=dtype, **extra, **placement)
     except OSError as exc:
         raise ModelSpecError(f"cannot load model {source!r}: {str(exc).splitlines()[0]}") from exc
-    model.to(device)
+    if not device_map:
+        model.to(device)
     model.eval()
     loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
     if not fallback and (model.config._attn_implementation != ATTENTION_NAME or not loaded.layout()):

@@ -84,22 +84,47 @@ def smollm2_path() -> Path:
     return path
 
 
-def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load the model named by ``spec`` (see the module docstring) onto attnviz's attention core."""
+#: Values of ``device_map``: ``None`` puts the whole model on one device; ``"auto"`` lets
+#: accelerate spread big models over the available GPUs and CPU memory.
+DEVICE_MAPS = ("auto",)
+
+
+def resolve_device_map(device_map: str | None) -> str | None:
+    """``"auto"`` when it can spread a model (CUDA present); ``None`` otherwise (the CPU holds everything)."""
+    if device_map is None or device_map.lower() in ("", "none"):
+        return None
+    if device_map.lower() not in DEVICE_MAPS:
+        raise InputError(f"unknown device map {device_map!r}: use auto (or leave it out)")
+    return "auto" if torch.cuda.is_available() else None
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto", device_map: str | None = None
+) -> LoadedModel:
+    """Load the model named by ``spec`` (see the module docstring) onto attnviz's attention core.
+
+    ``device_map="auto"``: a Hugging Face model bigger than one device is spread by accelerate over
+    the GPUs and CPU memory (``device`` is then ignored); on a machine without CUDA it means the CPU.
+    Toy models are small and always go to ``device``.
+    """
     spec = (spec or DEFAULT_MODEL).strip()
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
+    placement = resolve_device_map(device_map)
+    from functools import partial
+
     from attnviz.models.hf import load_hf_model
 
+    load_hf_model = partial(load_hf_model, device_map=placement)
     if spec.lower() == "minilm":
         return load_hf_model(str(minilm_path()), name="minilm", device=torch_device, dtype=torch_dtype)
     if spec.lower() == "smollm2":
-        return _load_gguf(smollm2_path(), "smollm2", torch_device, torch_dtype)
+        return _load_gguf(smollm2_path(), "smollm2", torch_device, torch_dtype, placement)
     path = Path(spec).expanduser()
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
             raise ModelSpecError(f"GGUF file {path} does not exist")
-        return _load_gguf(path, spec, torch_device, torch_dtype)
+        return _load_gguf(path, spec, torch_device, torch_dtype, placement)
     if path.is_dir():
         if (path / TOY_MARKER).is_file():
             from attnviz.toy.checkpoint import load_toy_model
@@ -129,8 +154,10 @@ def _looks_like_hub_id(spec: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?", spec) is not None
 
 
-def _load_gguf(path: Path, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+def _load_gguf(
+    path: Path, name: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None
+) -> LoadedModel:
     from attnviz.models.gguf import converted_gguf_dir
     from attnviz.models.hf import load_hf_model
 
-    return load_hf_model(str(converted_gguf_dir(path)), name=name, device=device, dtype=dtype)
+    return load_hf_model(str(converted_gguf_dir(path)), name=name, device=device, dtype=dtype, device_map=device_map)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnviz.batching import token_batches
 from attnviz.core import AttentionContext, HeadMask
 from attnviz.errors import InputError, UnsupportedModelError
 from attnviz.models.base import EncodedBatch, LoadedModel
@@ -294,19 +295,23 @@ class RepresentationObjective(Objective):
 
 
 def text_batches(
-    loaded: LoadedModel, texts: Sequence[str], *, batch_size: int = 8, max_length: int | None = None
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    *,
+    batch_size: int | None = 8,
+    max_tokens_per_batch: int | None = None,
+    max_length: int | None = None,
 ) -> list[EncodedBatch]:
-    """Encode ``texts`` into batches of ``batch_size``, sorted by length so padding stays small."""
+    """Encode ``texts`` with the shared token-count batcher (:func:`attnviz.batching.token_batches`).
+
+    Longest first, at most ``batch_size`` examples and ``max_tokens_per_batch`` padded tokens per batch.
+    """
     texts = [text for text in texts if text.strip()]
     if not texts:
         raise InputError("no text to score heads on: give text with --data")
-    lengths = [len(ids) for ids in loaded.tokenizer(texts)["input_ids"]] if hasattr(loaded, "tokenizer") else None
-    order = sorted(range(len(texts)), key=lambda i: -lengths[i]) if lengths else list(range(len(texts)))
-    ordered = [texts[i] for i in order]
-    return [
-        loaded.encode(ordered[start : start + batch_size], max_length=max_length)
-        for start in range(0, len(ordered), batch_size)
-    ]
+    return list(
+        token_batches(loaded, texts, max_tokens=max_tokens_per_batch, max_examples=batch_size, max_length=max_length)
+    )
 
 
 def task_batches(loaded: LoadedModel, *, examples: int, batch_size: int, seed: int) -> list[EncodedBatch]:
