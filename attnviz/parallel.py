@@ -128,10 +128,56 @@ def _environment_int(name: str, default: int) -> int:
         raise DistributedError(f"the environment variable {name}={value!r} is not an integer: launch with torchrun") from exc
 
 
+#: Environment variable: CPU threads of each process of a distributed run (see :func:`cpu_threads_per_process`).
+THREADS_VARIABLE = "ATTNVIZ_THREADS_PER_PROCESS"
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on: the intra-op thread count torch picks by default."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    cores, processor, physical = set(), None, "0"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "processor":
+                    processor = int(value)
+                elif key == "physical id":
+                    physical = value
+                elif key == "core id" and processor in allowed:
+                    cores.add((physical, value))
+    except (OSError, ValueError):
+        cores = set()
+    return max(1, len(cores) or len(allowed))
+
+
+def cpu_threads_per_process() -> int:
+    """Intra-op CPU threads of each process of a distributed CPU run.
+
+    By default as many as a single process would use (torch's default, one per physical core),
+    because float32 matrix products split their sums differently on different thread counts:
+    with equal thread counts the merged statistics equal a one-process run's bit for bit
+    (up to the order of float64 additions). ``ATTNVIZ_THREADS_PER_PROCESS=1`` trades that for
+    throughput when the processes share one machine (numbers then agree to float32 rounding).
+    """
+    value = os.environ.get(THREADS_VARIABLE)
+    if value is None:
+        return physical_cores()
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise DistributedError(f"{THREADS_VARIABLE}={value!r} must be a positive integer, e.g. 1")
+    return threads
+
+
 def join_from_environment(device: str = "auto") -> DataParallel:
     """Join the process group torchrun describes in the environment; a single process without it.
 
-    The backend is ``nccl`` when this process runs on CUDA, ``gloo`` otherwise.
+    The backend is ``nccl`` when this process runs on CUDA, ``gloo`` otherwise (where the
+    process gets :func:`cpu_threads_per_process` threads).
     """
     if not launched_by_torchrun():
         return SINGLE_PROCESS
@@ -153,6 +199,8 @@ def join_from_environment(device: str = "auto") -> DataParallel:
             )
         torch.cuda.set_device(local_rank)
         collective_device = torch.device("cuda", local_rank)
+    else:
+        torch.set_num_threads(cpu_threads_per_process())  # torchrun sets OMP_NUM_THREADS=1
     if not dist.is_initialized():
         try:
             dist.init_process_group(backend)
