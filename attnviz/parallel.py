@@ -125,7 +125,9 @@ def _environment_int(name: str, default: int) -> int:
     try:
         return int(value)
     except ValueError as exc:
-        raise DistributedError(f"the environment variable {name}={value!r} is not an integer: launch with torchrun") from exc
+        raise DistributedError(
+            f"the environment variable {name}={value!r} is not an integer: launch with torchrun"
+        ) from exc
 
 
 #: Environment variable: CPU threads of each process of a distributed run (see :func:`cpu_threads_per_process`).
