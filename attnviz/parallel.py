@@ -43,8 +43,8 @@ class DataParallel:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    #: where collectives run: CUDA for ``nccl``, CPU for ``gloo``
-    collective_device: torch.device = torch.device("cpu")
+    #: where collectives run: ``cuda:N`` for ``nccl``, ``cpu`` for ``gloo``
+    collective_device: str = "cpu"
 
     @property
     def distributed(self) -> bool:
@@ -192,7 +192,7 @@ def join_from_environment(device: str = "auto") -> DataParallel:
 
     uses_cuda = torch.cuda.is_available() and (device or "auto").lower() in ("auto", "cuda")
     backend = "nccl" if uses_cuda else "gloo"
-    collective_device = torch.device("cpu")
+    collective_device = "cpu"
     if uses_cuda:
         if local_rank >= torch.cuda.device_count():
             raise DistributedError(
@@ -200,7 +200,7 @@ def join_from_environment(device: str = "auto") -> DataParallel:
                 "start at most as many processes per node as there are GPUs"
             )
         torch.cuda.set_device(local_rank)
-        collective_device = torch.device("cuda", local_rank)
+        collective_device = f"cuda:{local_rank}"
     else:
         torch.set_num_threads(cpu_threads_per_process())  # torchrun sets OMP_NUM_THREADS=1
     if not dist.is_initialized():

@@ -73,7 +73,14 @@ class PruneConfig:
             raise InputError(f"--count must be at least 1, not {self.count}")
         if self.importance not in METHODS:
             raise InputError(f"unknown --importance {self.importance!r}: use one of {', '.join(METHODS)}")
-        for name in ("batch_size", "max_tokens_per_batch", "latency_tokens", "latency_repeats", "probes", "toy_examples"):
+        for name in (
+            "batch_size",
+            "max_tokens_per_batch",
+            "latency_tokens",
+            "latency_repeats",
+            "probes",
+            "toy_examples",
+        ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise InputError(f"{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
         self.strategy.validate()

@@ -32,6 +32,7 @@ from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch
 from attnviz.parallel import DataParallel
 from attnviz.stats.definitions import STATISTIC_INDEX, STATISTIC_NAMES
+from attnviz.stats.fused import fused_row_reductions, fused_statistics_enabled
 
 
 def stack_is_causal(stack: str, causal_model: bool) -> bool:
@@ -158,8 +159,16 @@ def block_statistics(
     batch, heads, rows, width = pattern.shape
 
     temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
-    max_weight = pattern.amax(-1)  # [b, h, blk]
-    if scores is not None:
+    fused = None
+    if scores is not None and fused_statistics_enabled():
+        positions = geometry.key_positions[:, :width, 0][:, None, None, :]  # [b, 1, 1, c]
+        fused = fused_row_reductions(pattern, scores[..., :width], positions)  # None if it cannot compile
+    if fused is not None:
+        # one fused pass: the same quantities as below, summed in another order (float32 rounding)
+        max_weight, weighted, max_score, mass, position_sum = fused  # each [b, h, blk]
+        entropy = ((max_score - max_weight.log()) - weighted).clamp_(min=0.0)  # [b, h, blk] nats
+    elif scores is not None:
+        max_weight = pattern.amax(-1)  # [b, h, blk]
         # A = softmax(s), so ln Aᵢⱼ = sᵢⱼ − lseᵢ and the entropy is lseᵢ − Σⱼ Aᵢⱼ sᵢⱼ, where
         # lseᵢ = maxⱼ sᵢⱼ − ln maxⱼ Aᵢⱼ (the largest score gives the largest weight). Two cheap
         # passes instead of a logarithm over the block, the costliest step of the statistics.
@@ -170,14 +179,15 @@ def block_statistics(
         entropy = (scores.amax(-1) - max_weight.log()) - weighted  # [b, h, blk] nats
         entropy.clamp_(min=0.0)  # rounding can give −1e-7 for a one-hot row
     else:
+        max_weight = pattern.amax(-1)  # [b, h, blk]
         # −Σ A log A with A log A = 0 at A = 0 (log of A + tiny), via log2, the fastest log.
         log_pattern = torch.add(pattern, torch.finfo(torch.float32).tiny, out=temporary).log2_()  # [b, h, blk, c]
         entropy = log_pattern.mul_(pattern).sum(-1).mul_(-math.log(2))  # [b, h, blk] nats
-    mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
-
-    # Σⱼ Aᵢⱼ·j as a matrix-vector product: one read of the block.
-    flat = pattern.reshape(batch, heads * rows, width)  # [b, h·blk, c] (a view: rows stay contiguous)
-    position_sum = torch.matmul(flat, geometry.key_positions[:, :width]).view(batch, heads, rows)  # [b, h, blk]
+    if fused is None:
+        mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
+        # Σⱼ Aᵢⱼ·j as a matrix-vector product: one read of the block.
+        flat = pattern.reshape(batch, heads * rows, width)  # [b, h·blk, c] (a view: rows stay contiguous)
+        position_sum = torch.matmul(flat, geometry.key_positions[:, :width]).view(batch, heads, rows)  # [b, h, blk]
     if layout.distances is None:
         # causal: every visible j ≤ i, so Σ Aᵢⱼ |i − j| = i·Σ Aᵢⱼ − Σ Aᵢⱼ·j, no extra pass
         distance = layout.query * mass - position_sum  # [b, h, blk]
