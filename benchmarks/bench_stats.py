@@ -205,6 +205,38 @@ class ObserveTimer:
         StatisticsAccumulator.observe = self._observe
 
 
+def ratios_only(loaded, sdpa_model, lengths, rounds) -> None:
+    """Section 1 without the eager contender: sdpa, attnviz and attnviz with fused reductions, interleaved."""
+    print(
+        f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'fused':>8} {'attnviz÷sdpa':>13} {'fused÷sdpa':>11} "
+        f"{'max |Δ|':>9} {'compile s':>10}"
+    )
+    for length in lengths:
+        batch = corpus_batch(loaded, length)
+        contenders = {
+            "sdpa": lambda batch=batch: sdpa_forward(sdpa_model, batch),
+            "attnviz": lambda batch=batch: attnviz_statistics(loaded, batch),
+            "fused": lambda batch=batch: attnviz_statistics(loaded, batch, fused=True),
+        }
+        compile_seconds = 0.0
+        for name, fn in contenders.items():  # warm-up; the first fused call compiles
+            start = time.perf_counter()
+            fn()
+            if name == "fused":
+                compile_seconds = time.perf_counter() - start
+        times = interleaved(contenders, rounds)
+        eager, fused = attnviz_statistics(loaded, batch), attnviz_statistics(loaded, batch, fused=True)
+        delta = max(float((eager.matrix(n) - fused.matrix(n)).abs().nan_to_num().max()) for n in eager.names)
+        print(
+            f"{length:>7} {times['sdpa']:>8.2f} {times['attnviz']:>9.2f} {times['fused']:>8.2f} "
+            f"{times['attnviz'] / times['sdpa']:>12.2f}× {times['fused'] / times['sdpa']:>10.2f}× "
+            f"{delta:>9.1e} {compile_seconds:>10.1f}",
+            flush=True,
+        )
+    print("max |Δ|: fused vs eager reductions; compile s: the first fused call at that length (warm-up included)")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
 # -- main --------------------------------------------------------------------------------------------------------
 
 
@@ -213,6 +245,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short lengths and few rounds (a smoke run)")
     parser.add_argument("--rounds", type=int, default=None, help="timing rounds per length (default 3; quick 1)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--ratios-only",
+        action="store_true",
+        help="only sdpa vs attnviz (eager and fused reductions): no eager+attentions, memory or seed loops",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -237,6 +274,9 @@ def main() -> None:
         f"load average before: {os.getloadavg()[0]:.2f}\n"
     )
 
+    if args.ratios_only:
+        ratios_only(loaded, sdpa_model, lengths, rounds)
+        return
     rows = []
     compile_seconds = {}
     for length in lengths:

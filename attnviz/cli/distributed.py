@@ -28,11 +28,11 @@ def cli_session(device: str = "auto", device_map=None) -> Iterator[DataParallel]
                     "already has a GPU of its own: drop --device-map, or run one process"
                 )
         quiet = console.quiet
+        # Ranks other than 0 stay quiet to the end, error lines included: every rank meets the
+        # same bad input, and one line of it is enough.
         console.quiet = quiet or not parallel.is_main
-        try:
-            yield parallel
-        finally:
-            console.quiet = quiet
+        yield parallel
+        console.quiet = quiet
 
 
 def throughput_line(stats) -> str:
