@@ -63,5 +63,6 @@ def main() -> None:
         # Standalone mode: Typer reports usage errors (unknown option, missing value) itself.
         app()
     except AttnvizError as exc:
-        console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank meets the same error: rank 0 says it
+            console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
