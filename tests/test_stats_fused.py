@@ -25,6 +25,8 @@ def test_row_reductions_match_the_eager_passes_on_a_masked_block():
     pattern = torch.softmax(scores, -1)
     positions = torch.arange(7, dtype=torch.float32).expand(2, 7)[:, None, None, :]  # [b, 1, 1, c]
     max_weight, weighted, max_score, mass, position_sum = row_reductions(pattern, scores, positions)
+    assert weighted.dtype == position_sum.dtype == torch.float64  # the long weighted sums accumulate in float64
+    weighted, position_sum = weighted.float(), position_sum.float()
     visible = scores[..., :4]
     assert torch.equal(max_weight, pattern.amax(-1))
     assert torch.allclose(weighted, (pattern[..., :4] * visible).sum(-1))  # 0·(−inf) counted as 0, not NaN

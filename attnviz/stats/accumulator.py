@@ -165,8 +165,8 @@ def block_statistics(
         fused = fused_row_reductions(pattern, scores[..., :width], positions)  # None if it cannot compile
     if fused is not None:
         # one fused pass: the same quantities as below, summed in another order (float32 rounding)
-        max_weight, weighted, max_score, mass, position_sum = fused  # each [b, h, blk]
-        entropy = ((max_score - max_weight.log()) - weighted).clamp_(min=0.0)  # [b, h, blk] nats
+        max_weight, weighted, max_score, mass, position_sum = fused  # each [b, h, blk]; the sums float64
+        entropy = ((max_score - max_weight.log()) - weighted).float().clamp_(min=0.0)  # [b, h, blk] nats
     elif scores is not None:
         max_weight = pattern.amax(-1)  # [b, h, blk]
         # A = softmax(s), so ln Aᵢⱼ = sᵢⱼ − lseᵢ and the entropy is lseᵢ − Σⱼ Aᵢⱼ sᵢⱼ, where
@@ -190,7 +190,7 @@ def block_statistics(
         position_sum = torch.matmul(flat, geometry.key_positions[:, :width]).view(batch, heads, rows)  # [b, h, blk]
     if layout.distances is None:
         # causal: every visible j ≤ i, so Σ Aᵢⱼ |i − j| = i·Σ Aᵢⱼ − Σ Aᵢⱼ·j, no extra pass
-        distance = layout.query * mass - position_sum  # [b, h, blk]
+        distance = (layout.query * mass - position_sum).float()  # [b, h, blk]
     else:
         distance = torch.mul(pattern, layout.distances, out=temporary).sum(-1)  # [b, h, blk]
 
