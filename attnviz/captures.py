@@ -5,15 +5,17 @@ tensor: ``[head, query, key]``; ``capture.stacked(stack)`` gives
 ``[layer, head, query, key]``. Padding is trimmed away, so row ``i`` / column
 ``j`` are token ``i`` / ``j`` of the example.
 
-File format (``save``/``load``): a safetensors file with one float32 tensor per
-layer named ``{stack}.{layer}`` of shape ``[head, query, key]`` (``self.*``
+File format (``save``/``load``): a safetensors file with one tensor per
+layer (float32, or compact: see :mod:`attnviz.compact`) named ``{stack}.{layer}`` of shape ``[head, query, key]`` (``self.*``
 for encoder-only and decoder-only models; ``encoder.*``, ``decoder.*`` and
 ``cross.*`` for encoder-decoder models) and string metadata: ``format``
 (``attnviz-capture``), ``version``, ``model``, ``tokens`` and
 ``target_tokens`` (JSON lists of token strings), ``special`` /
 ``target_special`` (JSON lists of booleans), ``word_ids`` /
 ``target_word_ids`` (JSON lists of int or null), and ``causal`` (``true`` /
-``false``). No pickle is involved.
+``false``); version 2 adds ``bits`` (32, 16 or 8) and, for captures of
+generated text, ``generated_from`` (index of the first generated token).
+Version-1 files (always float32) still load. No pickle is involved.
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from attnviz.compact import check_bits, decode_patterns, encode_pattern
 from attnviz.core import AttentionSite
 from attnviz.errors import CaptureFileError, InputError
 from attnviz.io import atomic_path, check_output_path
 from attnviz.models.base import EncodedBatch, LoadedModel
 
 FORMAT_NAME = "attnviz-capture"
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
+#: versions :meth:`AttentionCapture.load` reads
+READABLE_VERSIONS = ("1", "2")
 
 
 @dataclass
@@ -49,6 +54,8 @@ class AttentionCapture:
     target_tokens: list[str] | None = None  # decoder tokens (rows of decoder and cross)
     target_special: list[bool] | None = None
     target_word_ids: list[int | None] | None = None
+    #: index of the first generated token (decoder tokens for encoder-decoder models); None: no generation
+    generated_from: int | None = None
 
     @property
     def stacks(self) -> list[str]:
@@ -105,19 +112,23 @@ class AttentionCapture:
 
     # -- file format -----------------------------------------------------------------------
 
-    def save(self, path: str | Path) -> Path:
-        """Write the capture as safetensors (atomically); see the module docstring for the format."""
+    def save(self, path: str | Path, *, bits: int = 32) -> Path:
+        """Write the capture as safetensors (atomically) with ``bits`` (32, 16 or 8) per weight.
+
+        See the module docstring for the format and :mod:`attnviz.compact` for the error bounds.
+        """
         from safetensors.torch import save_file
 
+        check_bits(bits)
         path = check_output_path(path, (".safetensors",))
-        tensors = {
-            f"{stack}.{layer}": pattern.detach().to("cpu", torch.float32).contiguous()
-            for stack, layers in self.patterns.items()
-            for layer, pattern in enumerate(layers)
-        }
+        tensors: dict[str, Tensor] = {}
+        for stack, layers in self.patterns.items():
+            for layer, pattern in enumerate(layers):
+                tensors.update(encode_pattern(f"{stack}.{layer}", pattern, bits))
         metadata = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
+            "bits": str(bits),
             "model": self.model,
             "tokens": json.dumps(self.tokens),
             "special": json.dumps(self.special),
@@ -128,6 +139,8 @@ class AttentionCapture:
             metadata["target_tokens"] = json.dumps(self.target_tokens)
             metadata["target_special"] = json.dumps(self.target_special)
             metadata["target_word_ids"] = json.dumps(self.target_word_ids)
+        if self.generated_from is not None:
+            metadata["generated_from"] = json.dumps(self.generated_from)
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
         return path
@@ -150,9 +163,14 @@ class AttentionCapture:
             raise CaptureFileError(
                 f"{path} is not an attnviz capture (write one with: attnviz capture TEXT --out FILE)"
             )
+        if metadata.get("version", "1") not in READABLE_VERSIONS:
+            raise CaptureFileError(
+                f"{path} is a capture of format version {metadata.get('version')}, newer than this attnviz "
+                f"reads ({', '.join(READABLE_VERSIONS)}): upgrade attnviz"
+            )
         try:
             patterns: dict[str, dict[int, Tensor]] = defaultdict(dict)
-            for name, tensor in tensors.items():
+            for name, tensor in decode_patterns(tensors).items():
                 site = AttentionSite.parse(name)
                 patterns[site.stack][site.layer] = tensor
             ordered = {stack: [layers[i] for i in range(len(layers))] for stack, layers in patterns.items()}
@@ -167,6 +185,7 @@ class AttentionCapture:
                 target_tokens=json.loads(target) if target else None,
                 target_special=json.loads(metadata["target_special"]) if target else None,
                 target_word_ids=json.loads(metadata["target_word_ids"]) if target else None,
+                generated_from=json.loads(metadata["generated_from"]) if "generated_from" in metadata else None,
             )
         except (KeyError, ValueError, json.JSONDecodeError) as exc:
             raise CaptureFileError(f"{path} is a damaged attnviz capture ({exc}): capture it again") from exc
