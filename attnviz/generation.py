@@ -209,7 +209,7 @@ def _word_ids_of_new_tokens(tokens: list[str], special: list[bool], last_word: i
             starts = not token.startswith(_CONTINUATION_MARKER) or previous_special
         word += 1 if starts else 0
         ids.append(word)
-        previous_special = False
+        previous_special = token.strip("Ċ") == ""  # a text after a line break starts a word
     return ids
 
 

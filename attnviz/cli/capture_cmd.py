@@ -12,10 +12,14 @@ from attnviz.cli.options import (
     OUTPUT_PANEL,
     DeviceOption,
     DtypeOption,
+    GenerateOption,
     MaxLengthOption,
     ModelOption,
     NoTruncateOption,
+    SampleOption,
+    SampleSeedOption,
     TargetOption,
+    TemperatureOption,
 )
 
 
@@ -53,6 +57,10 @@ def capture(
     no_truncate: NoTruncateOption = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    generate: GenerateOption = None,
+    sample: SampleOption = False,
+    temperature: TemperatureOption = 1.0,
+    seed: SampleSeedOption = None,
 ) -> None:
     """Save all attention patterns of TEXT as a safetensors file (one \\[head, query, key] tensor per layer).
 
@@ -61,12 +69,15 @@ def capture(
       attnviz capture "The cat sat on the mat." --out cat.safetensors
 
       attnviz heatmap --from-capture cat.safetensors --layer 0
+
+      attnviz capture "The capital of France is" --model smollm2 --generate 10 --bits 8 --out gen.safetensors
     """
-    from attnviz.cli.heatmap_cmd import _capture, _summary
+    from attnviz.cli.heatmap_cmd import _capture, _generation_settings, _summary
     from attnviz.io import check_output_path
 
     out = check_output_path(out, (".safetensors",))
-    result = _capture(text, target, model, max_length, no_truncate, device, dtype)
+    generation = _generation_settings(generate, sample, temperature, seed, target)
+    result = _capture(text, target, model, max_length, no_truncate, device, dtype, generation)
     path = result.save(out, bits=int(bits.value))
     _summary(result, None)
     print(path)

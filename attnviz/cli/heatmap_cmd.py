@@ -12,10 +12,14 @@ from attnviz.cli.options import (
     OUTPUT_PANEL,
     DeviceOption,
     DtypeOption,
+    GenerateOption,
     MaxLengthOption,
     ModelOption,
     NoTruncateOption,
+    SampleOption,
+    SampleSeedOption,
     TargetOption,
+    TemperatureOption,
 )
 
 VIEW_PANEL = "What to show"
@@ -107,6 +111,10 @@ def heatmap(
     no_truncate: NoTruncateOption = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    generate: GenerateOption = None,
+    sample: SampleOption = False,
+    temperature: TemperatureOption = 1.0,
+    seed: SampleSeedOption = None,
 ) -> None:
     """Draw a heatmap of attention weights: queries on rows, keys on columns.
 
@@ -119,6 +127,8 @@ def heatmap(
       attnviz heatmap "The cat sat on the mat." --model smollm2 --layer all --head mean --words
 
       attnviz heatmap --from-capture cat.safetensors --layer 0
+
+      attnviz heatmap "The capital of France is" --model smollm2 --generate 8 --head mean
     """
     from attnviz.captures import AttentionCapture
     from attnviz.errors import InputError
@@ -144,7 +154,8 @@ def heatmap(
             raise InputError("the text is empty: give at least one word")
         if stack == "cross" and target is None:
             raise InputError('cross-attention needs the decoder text: add --target "..."')
-        result = _capture(text, target, model, max_length, no_truncate, device, dtype)
+        generation = _generation_settings(generate, sample, temperature, seed, target)
+        result = _capture(text, target, model, max_length, no_truncate, device, dtype, generation)
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
     figure = capture_heatmap(result, layer=layer, head=head, stack=stack, words=words, annotate=annotate)
@@ -153,14 +164,36 @@ def heatmap(
     print(path)
 
 
-def _capture(text, target, model, max_length, no_truncate, device, dtype):
+def _generation_settings(generate, sample, temperature, seed, target) -> dict | None:
+    """Keyword arguments of ``generate_capture`` from the options, or None without --generate."""
+    from attnviz.errors import InputError
+
+    if generate is None:
+        if sample or seed is not None or temperature != 1.0:
+            raise InputError("--sample, --temperature and --seed apply only with --generate N")
+        return None
+    if target is not None:
+        raise InputError("give either --target (a fixed decoder text) or --generate N, not both")
+    if not sample and (seed is not None or temperature != 1.0):
+        raise InputError("--temperature and --seed apply only with --sample (greedy decoding has no randomness)")
+    return {"max_new_tokens": generate, "sample": sample, "temperature": temperature, "seed": seed}
+
+
+def _capture(text, target, model, max_length, no_truncate, device, dtype, generation=None):
     from attnviz.captures import capture
     from attnviz.console import console
     from attnviz.models.specs import load_model
 
     with console.status(f"loading {model}"):
         loaded = load_model(model, device=device, dtype=dtype)
-    return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
+    if generation is None:
+        return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
+    from attnviz.generation import generate_capture
+
+    with console.status(f"generating up to {generation['max_new_tokens']} tokens"):
+        result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)
+    console.print(f"[bold]generated:[/bold] {result.text!r} ({len(result.token_ids)} tokens)", highlight=False)
+    return result.capture
 
 
 def _summary(result, stack) -> None:

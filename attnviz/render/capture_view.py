@@ -46,6 +46,7 @@ def capture_heatmap(
     if words and (not query_words or not key_words):
         raise InputError("this capture has no word boundaries, so --words cannot merge pieces")
 
+    query_boundary, key_boundary = generated_boundaries(capture, stack, words)
     panels: list[HeatmapPanel] = []
     long_titles: list[str] = []
     for layer_index in layers:
@@ -64,7 +65,15 @@ def capture_heatmap(
                 pattern = merge_words(pattern, query_words, key_words)
                 if visible is not None:
                     visible = merge_visibility(visible, query_words, key_words)
-            panels.append(HeatmapPanel(pattern=pattern, title=title, visible=visible))
+            panels.append(
+                HeatmapPanel(
+                    pattern=pattern,
+                    title=title,
+                    visible=visible,
+                    query_boundary=query_boundary,
+                    key_boundary=key_boundary,
+                )
+            )
             long_titles.append(long_title)
 
     if words:
@@ -73,10 +82,26 @@ def capture_heatmap(
     else:
         query_labels = [display_token(t) for t in query_tokens]
         key_labels = [display_token(t) for t in key_tokens]
+    if capture.generated_from is not None:
+        suffix = " · generated after the dashed line"
+    else:
+        suffix = ""
     if len(panels) == 1:
         title = f"{capture.model} · {STACK_TITLES[stack]}{long_titles[0]}"
     elif len(layers) == 1:
         title = f"{capture.model} · {STACK_TITLES[stack]}layer {layers[0]}"
     else:
         title = f"{capture.model} · {STACK_TITLES[stack]}layers {', '.join(map(str, layers))}"
-    return render_heatmaps(panels, query_labels, key_labels, title=title, annotate=annotate)
+    return render_heatmaps(panels, query_labels, key_labels, title=title + suffix, annotate=annotate)
+
+
+def generated_boundaries(capture: AttentionCapture, stack: str, words: bool) -> tuple[int | None, int | None]:
+    """(query, key) index of the first generated token on each axis of ``stack``, or None where none is."""
+    if capture.generated_from is None or stack == "encoder":
+        return None, None
+    first = capture.generated_from
+    if words:
+        # the word group holding the first generated token (a generated token never joins a prompt word)
+        groups = word_groups(capture.axis_word_ids(stack)[0])
+        first = next(index for index, group in enumerate(groups) if first in group)
+    return first, (None if stack == "cross" else first)

@@ -38,6 +38,9 @@ class HeatmapPanel:
     pattern: Tensor  # [query, key], float
     title: str
     visible: Tensor | None = None  # [query, key] bool; False cells are drawn as masked
+    #: a line is drawn before this row / column: where generated tokens start (None: no line)
+    query_boundary: int | None = None
+    key_boundary: int | None = None
 
 
 def causal_visibility(query_len: int, key_len: int) -> Tensor:
@@ -72,6 +75,7 @@ def _draw(ax, panel: HeatmapPanel, query_labels, key_labels, *, vmax, annotate, 
         _draw_grid_cell(ax, data, mask, vmax=vmax, annotate=annotate)
     else:
         _draw_seaborn(ax, data, mask, vmax=vmax, annotate=annotate, colorbar=colorbar, cbar_ax=cbar_ax)
+    _draw_boundaries(ax, panel)
     q_step, k_step = _tick_step(len(query_labels)), _tick_step(len(key_labels))
     fontsize = 5 if small else (7 if max(len(query_labels), len(key_labels)) > 30 else 9)
     ax.set_xticks(np.arange(0, len(key_labels), k_step) + 0.5)
@@ -84,6 +88,17 @@ def _draw(ax, panel: HeatmapPanel, query_labels, key_labels, *, vmax, annotate, 
     )
     if small:  # a single heatmap's title is the figure's
         ax.set_title(panel.title, fontsize=8)
+
+
+_BOUNDARY_COLOR = "#e8384f"
+
+
+def _draw_boundaries(ax, panel: HeatmapPanel) -> None:
+    """Dashed lines between the prompt and the generated tokens (cell edges sit at integer coordinates)."""
+    if panel.query_boundary is not None:
+        ax.axhline(panel.query_boundary, color=_BOUNDARY_COLOR, linestyle="--", linewidth=1.2)
+    if panel.key_boundary is not None:
+        ax.axvline(panel.key_boundary, color=_BOUNDARY_COLOR, linestyle="--", linewidth=1.2)
 
 
 def _draw_seaborn(ax, data, mask, *, vmax, annotate, colorbar, cbar_ax):
