@@ -259,9 +259,7 @@ def _piece(tokens: Sequence[str], index: int, position: int) -> str:
 # -- scoring ------------------------------------------------------------------------------------------
 
 
-def word_cross_attention(
-    capture: AttentionCapture, pair: AlignmentPair, rows: RowChoice, where: str
-) -> Tensor:
+def word_cross_attention(capture: AttentionCapture, pair: AlignmentPair, rows: RowChoice, where: str) -> Tensor:
     """``[layer, head, target word, source word]`` cross-attention of one captured pair."""
     source_ids = whitespace_word_ids(capture.tokens, capture.word_ids, pair.source, where)
     target_ids = whitespace_word_ids(capture.target_tokens, capture.target_word_ids, pair.target, where)
@@ -298,9 +296,7 @@ def align_heads(
     ``progress``: optional callable ``progress(done, total)`` called after each batch.
     """
     if not loaded.encoder_decoder or "cross" not in loaded.stacks():
-        raise UnsupportedModelError(
-            f"{loaded.name} has no cross-attention: alignment needs an encoder-decoder model"
-        )
+        raise UnsupportedModelError(f"{loaded.name} has no cross-attention: alignment needs an encoder-decoder model")
     if not 0.0 < threshold <= 1.0:
         raise InputError(f"the link threshold must lie in (0, 1] (got {threshold})")
     if rows not in ("predicting", "reading"):

@@ -157,8 +157,10 @@ def _generative_model(loaded: LoadedModel):
             "so their generation cannot be captured step by step"
         )
     model = loaded.model
-    if not (loaded.causal or loaded.encoder_decoder) or not hasattr(model, "get_output_embeddings") or (
-        model.get_output_embeddings() is None
+    if (
+        not (loaded.causal or loaded.encoder_decoder)
+        or not hasattr(model, "get_output_embeddings")
+        or (model.get_output_embeddings() is None)
     ):
         raise UnsupportedModelError(
             f"{loaded.name} has no language-model head (an encoder such as BERT cannot write text): "
@@ -227,7 +229,9 @@ def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], pro
     last_word = max((w for w in known_words if w is not None), default=None)
     new_words = _word_ids_of_new_tokens(new_tokens, new_special, last_word)
     if loaded.encoder_decoder:
-        patterns = recorder.assemble(len(sequence), {"encoder": prompt_len, "decoder": len(sequence), "cross": prompt_len})
+        patterns = recorder.assemble(
+            len(sequence), {"encoder": prompt_len, "decoder": len(sequence), "cross": prompt_len}
+        )
         return AttentionCapture(
             model=loaded.name,
             tokens=batch.tokens[0],

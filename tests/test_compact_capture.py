@@ -90,7 +90,9 @@ def test_version_one_files_still_load(sentence, tmp_path):
 
 def test_future_version_and_bad_bits_are_refused(sentence, tmp_path):
     path = tmp_path / "v9.safetensors"
-    save_file({"self.0": sentence.layer(0).contiguous()}, str(path), metadata={"format": "attnviz-capture", "version": "9"})
+    save_file(
+        {"self.0": sentence.layer(0).contiguous()}, str(path), metadata={"format": "attnviz-capture", "version": "9"}
+    )
     with pytest.raises(CaptureFileError, match="upgrade attnviz"):
         AttentionCapture.load(path)
     with pytest.raises(InputError, match="8, 16 or 32"):

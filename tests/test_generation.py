@@ -19,7 +19,9 @@ PLAIN |= {"no_repeat_ngram_size": 0, "repetition_penalty": 1.0, "min_length": 0}
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dirs):
-    return {family: load_hf_model(str(tiny_model_dirs[family]), name=family) for family in ("gpt2", "llama", "bart", "t5")}
+    return {
+        family: load_hf_model(str(tiny_model_dirs[family]), name=family) for family in ("gpt2", "llama", "bart", "t5")
+    }
 
 
 def _one_forward(loaded, generation) -> dict:

@@ -63,11 +63,15 @@ def align(
     ] = RowChoice.predicting,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", min=1, help="Show only the N best heads. Example: --limit 10", rich_help_panel=OUTPUT_PANEL),
+        typer.Option(
+            "--limit", min=1, help="Show only the N best heads. Example: --limit 10", rich_help_panel=OUTPUT_PANEL
+        ),
     ] = None,
     json_path: Annotated[
         Path | None,
-        typer.Option("--json", help="Write every head's AER as JSON. Example: --json align.json", rich_help_panel=OUTPUT_PANEL),
+        typer.Option(
+            "--json", help="Write every head's AER as JSON. Example: --json align.json", rich_help_panel=OUTPUT_PANEL
+        ),
     ] = None,
     plot: Annotated[
         Path | None,
@@ -78,7 +82,10 @@ def align(
         ),
     ] = None,
     batch_size: Annotated[
-        int, typer.Option("--batch-size", "-b", min=1, help="Pairs per forward pass. Example: -b 32", rich_help_panel=INPUT_PANEL)
+        int,
+        typer.Option(
+            "--batch-size", "-b", min=1, help="Pairs per forward pass. Example: -b 32", rich_help_panel=INPUT_PANEL
+        ),
     ] = 16,
     max_length: MaxLengthOption = None,
     device: DeviceOption = "auto",
@@ -113,7 +120,9 @@ def align(
     with console.status(f"loading {checkpoint}"):
         loaded = load_model(checkpoint, device=device, dtype=dtype)
     with console.status(f"aligning {len(pairs)} pairs"):
-        result = align_heads(loaded, pairs, threshold=threshold, rows=rows.value, batch_size=batch_size, max_length=max_length)
+        result = align_heads(
+            loaded, pairs, threshold=threshold, rows=rows.value, batch_size=batch_size, max_length=max_length
+        )
     console.print(alignment_table(result, limit=limit))
     if json_path is not None:
         print(write_alignment_json(json_path, result))

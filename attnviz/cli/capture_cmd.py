@@ -32,7 +32,12 @@ class Bits(str, Enum):
 
 
 def capture(
-    text: Annotated[str, typer.Argument(help='The sentence to capture. Example: "The cat sat on the mat."')],
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="The sentence to capture; '-' reads it from standard input. Example: \"The cat sat on the mat.\""
+        ),
+    ],
     out: Annotated[
         Path,
         typer.Option(
@@ -75,7 +80,13 @@ def capture(
     from attnviz.cli.heatmap_cmd import _capture, _generation_settings, _summary
     from attnviz.io import check_output_path
 
+    from attnviz.cli.stdin import text_or_stdin
+    from attnviz.errors import InputError
+
     out = check_output_path(out, (".safetensors",))
+    text = text_or_stdin(text)
+    if not text.strip():
+        raise InputError("the text is empty: give at least one word")
     generation = _generation_settings(generate, sample, temperature, seed, target)
     result = _capture(text, target, model, max_length, no_truncate, device, dtype, generation)
     path = result.save(out, bits=int(bits.value))

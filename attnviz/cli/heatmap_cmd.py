@@ -29,7 +29,8 @@ def heatmap(
     text: Annotated[
         str | None,
         typer.Argument(
-            help='The sentence to analyse. Example: "The cat sat on the mat because it was tired."',
+            help="The sentence to analyse; '-' reads it from standard input. "
+            'Example: "The cat sat on the mat because it was tired."',
             show_default=False,
         ),
     ] = None,
@@ -131,12 +132,14 @@ def heatmap(
       attnviz heatmap "The capital of France is" --model smollm2 --generate 8 --head mean
     """
     from attnviz.captures import AttentionCapture
+    from attnviz.cli.stdin import text_or_stdin
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
     from attnviz.render.capture_view import capture_heatmap
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
 
     out = check_output_path(out, FIGURE_SUFFIXES)
+    text = text_or_stdin(text)
     if cross:
         if stack not in (None, "cross"):
             raise InputError("--cross and --stack disagree: give one of them")

@@ -23,8 +23,15 @@ def alignment_grid_figure(grid: Tensor, *, title: str):
     for (layer, column), value in np.ndenumerate(data):
         if np.isnan(value):
             continue
-        ax.text(column, layer, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                color="white" if value > 0.55 else "black")
+        ax.text(
+            column,
+            layer,
+            f"{value:.2f}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white" if value > 0.55 else "black",
+        )
     ax.axvline(columns - 1.5, color="white", linewidth=3)  # separates the heads from the layer mean
     ax.set_xticks(range(columns))
     ax.set_xticklabels([str(h) for h in range(columns - 1)] + ["mean"])
