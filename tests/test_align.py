@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import assert_clean_error, run_cli
 
 from attnviz.alignment import (
     AlignmentPair,
@@ -20,7 +21,6 @@ from attnviz.alignment import (
     whitespace_word_ids,
 )
 from attnviz.errors import InputError, UnsupportedModelError
-from cli_helpers import assert_clean_error, run_cli
 
 REVERSE = Path(__file__).resolve().parent.parent / "sample_data" / "toy" / "reverse"
 

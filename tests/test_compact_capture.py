@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
+from cli_helpers import run_cli
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from attnviz.captures import AttentionCapture, capture
 from attnviz.compact import decode_patterns, encode_pattern
 from attnviz.errors import CaptureFileError, InputError
-from cli_helpers import run_cli
 
 TEXT = (
     "The old lighthouse keeper climbed the winding stairs every evening, lit the great lamp, "

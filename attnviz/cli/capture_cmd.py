@@ -78,10 +78,9 @@ def capture(
       attnviz capture "The capital of France is" --model smollm2 --generate 10 --bits 8 --out gen.safetensors
     """
     from attnviz.cli.heatmap_cmd import _capture, _generation_settings, _summary
-    from attnviz.io import check_output_path
-
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.errors import InputError
+    from attnviz.io import check_output_path
 
     out = check_output_path(out, (".safetensors",))
     text = text_or_stdin(text)
