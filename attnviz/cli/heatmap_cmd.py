@@ -149,14 +149,16 @@ def heatmap(
     if from_capture is not None:
         if text is not None:
             raise InputError("give either TEXT or --from-capture, not both")
+        if generate is not None:
+            raise InputError("--generate runs a model; a saved capture already holds what was generated")
         result = AttentionCapture.load(from_capture)
     else:
         if text is None:
             raise InputError('no text given: attnviz heatmap "The cat sat on the mat."')
         if not text.strip():
             raise InputError("the text is empty: give at least one word")
-        if stack == "cross" and target is None:
-            raise InputError('cross-attention needs the decoder text: add --target "..."')
+        if stack == "cross" and target is None and generate is None:
+            raise InputError('cross-attention needs the decoder text: add --target "..." (or --generate N)')
         generation = _generation_settings(generate, sample, temperature, seed, target)
         result = _capture(text, target, model, max_length, no_truncate, device, dtype, generation)
     if stack in ("decoder", "cross") and not result.encoder_decoder:
