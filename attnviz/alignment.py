@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from attnviz.captures import AttentionCapture, capture_batch
-from attnviz.errors import InputError, UnsupportedModelError
+from attnviz.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.io import read_text_file
 from attnviz.models.base import LoadedModel
 from attnviz.words import display_token, merge_words, word_groups
@@ -246,7 +246,7 @@ def whitespace_word_ids(
     if consumed != total:
         raise InputError(
             f"{where}: the tokens do not spell the words of {text!r} (unknown tokens or truncation): "
-            "simplify the text or raise --max-length"
+            "simplify the text or allow a longer maximum length"
         )
     return result
 
@@ -298,9 +298,9 @@ def align_heads(
     if not loaded.encoder_decoder or "cross" not in loaded.stacks():
         raise UnsupportedModelError(f"{loaded.name} has no cross-attention: alignment needs an encoder-decoder model")
     if not 0.0 < threshold <= 1.0:
-        raise InputError(f"the link threshold must lie in (0, 1] (got {threshold})")
+        raise ParameterError("threshold", f"{{threshold}} (link weight) must lie in (0, 1], got {threshold}")
     if rows not in ("predicting", "reading"):
-        raise InputError(f"unknown row choice {rows!r}: use predicting or reading")
+        raise ParameterError("rows", f"{{rows}} must be predicting or reading, got {rows!r}")
     argmax_counts: dict[tuple[int, int | None], LinkCounts] = {}
     threshold_counts: dict[tuple[int, int | None], LinkCounts] = {}
     for start in range(0, len(pairs), batch_size):

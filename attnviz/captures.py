@@ -31,6 +31,8 @@ from torch import Tensor
 
 from attnviz.compact import check_bits, decode_patterns, encode_pattern
 from attnviz.core import AttentionSite
+from attnviz.core.recorder import PatternRecorder
+from attnviz.core.stacks import stack_of
 from attnviz.errors import CaptureFileError, InputError
 from attnviz.io import atomic_path, check_output_path
 from attnviz.models.base import EncodedBatch, LoadedModel
@@ -92,23 +94,15 @@ class AttentionCapture:
 
     def axis_tokens(self, stack: str = "self") -> tuple[list[str], list[str]]:
         """(query tokens, key tokens) of ``stack``."""
-        if stack in ("self", "encoder"):
-            return self.tokens, self.tokens
-        assert self.target_tokens is not None
-        return (self.target_tokens, self.target_tokens) if stack == "decoder" else (self.target_tokens, self.tokens)
+        return stack_of(stack).pick(self.tokens, self.target_tokens)
 
     def axis_word_ids(self, stack: str = "self") -> tuple[list[int | None], list[int | None]]:
         """(query word ids, key word ids) of ``stack``."""
-        if stack in ("self", "encoder"):
-            return self.word_ids, self.word_ids
-        assert self.target_word_ids is not None
-        if stack == "decoder":
-            return self.target_word_ids, self.target_word_ids
-        return self.target_word_ids, self.word_ids
+        return stack_of(stack).pick(self.word_ids, self.target_word_ids)
 
     def is_causal(self, stack: str = "self") -> bool:
         """Whether queries of ``stack`` only see earlier keys."""
-        return (self.causal and stack == "self") or stack == "decoder"
+        return stack_of(stack).is_causal(self.causal)
 
     # -- file format -----------------------------------------------------------------------
 
@@ -160,9 +154,7 @@ class AttentionCapture:
         except (SafetensorError, OSError, ValueError) as exc:
             raise CaptureFileError(f"{path} is not a readable safetensors capture file: {exc}") from exc
         if metadata.get("format") != FORMAT_NAME:
-            raise CaptureFileError(
-                f"{path} is not an attnviz capture (write one with: attnviz capture TEXT --out FILE)"
-            )
+            raise CaptureFileError(f"{path} is not an attnviz capture (attnviz capture writes those)")
         if metadata.get("version", "1") not in READABLE_VERSIONS:
             raise CaptureFileError(
                 f"{path} is a capture of format version {metadata.get('version')}, newer than this attnviz "
@@ -189,23 +181,6 @@ class AttentionCapture:
             )
         except (KeyError, ValueError, json.JSONDecodeError) as exc:
             raise CaptureFileError(f"{path} is a damaged attnviz capture ({exc}): capture it again") from exc
-
-
-class PatternRecorder:
-    """Observer that keeps every pattern it sees: ``patterns[site]`` is ``[b, h, q, k]`` float32."""
-
-    def __init__(self) -> None:
-        self._blocks: dict[AttentionSite, list[Tensor]] = defaultdict(list)
-
-    def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
-        if site is not None:
-            self._blocks[site].append(pattern.detach().float().cpu())
-
-    @property
-    def patterns(self) -> dict[AttentionSite, Tensor]:
-        return {
-            site: blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2) for site, blocks in self._blocks.items()
-        }
 
 
 def captures_from_patterns(

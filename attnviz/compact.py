@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnviz.errors import InputError
+from attnviz.errors import ParameterError
 
 #: Bits per weight a capture file may use.
 CAPTURE_BITS = (8, 16, 32)
@@ -29,7 +29,7 @@ _LEVELS = 255
 
 def check_bits(bits: int) -> int:
     if bits not in CAPTURE_BITS:
-        raise InputError(f"unsupported bits per weight {bits}: use 8, 16 or 32")
+        raise ParameterError("bits", f"{{bits}} (bits per weight) must be 8, 16 or 32, got {bits}", bits)
     return bits
 
 

@@ -1,13 +1,19 @@
-"""The one rich console of attnviz.
+"""The one rich console of attnviz's command line, and the reporter that draws on it.
 
 Everything human-facing (progress bars, tables, warnings) goes to stderr, so a
-command's stdout stays clean for pipes and scripts.
+command's stdout stays clean for pipes and scripts. Only :mod:`attnviz.cli` uses this
+module; the library reports through :mod:`attnviz.reporting`, and the CLI installs
+:class:`ConsoleReporter` for the whole run.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager as ContextManager
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from attnviz.reporting import Reporter
 
 console = Console(stderr=True)
 
@@ -30,3 +36,16 @@ def progress_bar(**kwargs) -> Progress:
         disable=not console.is_terminal,
         **kwargs,
     )
+
+
+class ConsoleReporter(Reporter):
+    """Warnings, status lines and progress bars on the shared stderr console."""
+
+    def warning(self, message: str) -> None:
+        warn(message)
+
+    def status(self, message: str) -> ContextManager[object]:
+        return console.status(message)
+
+    def progress(self) -> Progress:
+        return progress_bar()

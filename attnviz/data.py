@@ -8,24 +8,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
-from attnviz.errors import InputError
+from attnviz.errors import InputError, ParameterError
 from attnviz.io import read_text_file
 
-#: The default corpus: a few hundred varied English sentences (see sample_data/README.md).
-#: Looked up next to the package (a source checkout) and inside it (an installed wheel).
-_CORPUS_CANDIDATES = (
-    Path(__file__).resolve().parent.parent / "sample_data" / "corpus.txt",
-    Path(__file__).resolve().parent / "sample_data" / "corpus.txt",
-)
+#: Folder of the data shipped inside the package (read with importlib.resources, so it works installed).
+SAMPLE_DATA = "sample_data"
+
+
+def sample_data_path(*parts: str) -> Path:
+    """A file or folder shipped in ``attnviz/sample_data`` (the corpus, the toy checkpoints).
+
+    The package is installed as plain files (a wheel or an editable checkout), so the resource is
+    a real path that the loaders can open directly.
+    """
+    return Path(str(resources.files("attnviz").joinpath(SAMPLE_DATA, *parts)))
 
 
 def default_corpus_path() -> Path:
-    for path in _CORPUS_CANDIDATES:
-        if path.is_file():
-            return path
-    raise InputError("the default corpus sample_data/corpus.txt is missing: give text with --data FILE or --text")
+    """The default corpus: a few hundred varied English sentences (see sample_data/README.md)."""
+    path = sample_data_path("corpus.txt")
+    if not path.is_file():
+        raise InputError(f"the default corpus {path} is missing from the installed package: reinstall attnviz")
+    return path
 
 
 def read_examples(path: str | Path) -> list[str]:
@@ -70,7 +77,7 @@ def load_texts(data: str | Path | None = None, texts: Sequence[str] | None = Non
         examples.extend(read_examples(data))
     for text in texts or ():
         if not text.strip():
-            raise InputError("a --text value is empty: give at least one word")
+            raise ParameterError("text", "a {text} value is empty: give at least one word")
         examples.append(text)
     if data is None and not texts:
         examples = read_examples(default_corpus_path())

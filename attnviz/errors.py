@@ -6,6 +6,8 @@ exit code; library users can catch the specific subclasses.
 
 from __future__ import annotations
 
+import re
+
 
 class AttnvizError(Exception):
     """Base class of every error attnviz raises on purpose (bad input, missing model, ...)."""
@@ -31,3 +33,30 @@ class OutputError(AttnvizError):
 
 class CaptureFileError(AttnvizError):
     """A saved capture file that is missing, corrupted or of another format."""
+
+
+#: a ``{parameter_name}`` placeholder in a :class:`ParameterError` template
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+
+
+class ParameterError(InputError):
+    """A value given for one of a library function's parameters that cannot be used.
+
+    The message is a template whose ``{placeholders}`` are parameter names, so each caller can
+    name them in its own terms: ``str(exc)`` says ``batch_size``, the command line says
+    ``--batch-size`` (see :func:`attnviz.cli.errors.error_line`). ``parameter`` is the one at fault.
+    """
+
+    def __init__(self, parameter: str, template: str, value: object = None) -> None:
+        self.parameter = parameter  # the library's name of the parameter, e.g. "batch_size"
+        self.template = template  # e.g. "{batch_size} must be at least 1, got 0"
+        self.value = value
+        super().__init__(self.formatted())
+
+    def formatted(self, namer=lambda parameter: parameter) -> str:
+        """The message, with each parameter named by ``namer`` (the bare name by default)."""
+        return _PLACEHOLDER.sub(lambda match: namer(match.group(1)), self.template)
+
+
+class OutputParameterError(ParameterError, OutputError):
+    """An output location given for a parameter that cannot be written."""

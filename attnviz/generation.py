@@ -30,7 +30,7 @@ from torch import Tensor
 
 from attnviz.captures import AttentionCapture
 from attnviz.core import CONTEXT_KWARG, AttentionSite
-from attnviz.errors import InputError, UnsupportedModelError
+from attnviz.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.models.base import LoadedModel
 
 # Markers of a token that starts a new word (byte-level BPE, SentencePiece) or continues one (WordPiece).
@@ -87,9 +87,11 @@ def generate_capture(
 ) -> Generation:
     """Continue ``prompt`` by up to ``max_new_tokens`` tokens and capture all attention (see the module docstring)."""
     if max_new_tokens < 1:
-        raise InputError(f"the number of tokens to generate must be at least 1 (got {max_new_tokens})")
+        raise ParameterError(
+            "max_new_tokens", f"{{max_new_tokens}} (tokens to generate) must be at least 1, got {max_new_tokens}"
+        )
     if sample and not temperature > 0:
-        raise InputError(f"the sampling temperature must be positive (got {temperature})")
+        raise ParameterError("temperature", f"{{temperature}} must be positive for sampling, got {temperature}")
     model = _generative_model(loaded)
     batch = loaded.encode([prompt], max_length=max_length, truncate=truncate)
     limit = loaded.max_length

@@ -39,9 +39,9 @@ import torch
 from attnviz.data import default_corpus_path, read_examples
 from attnviz.models.specs import load_model
 from attnviz.prune import PruneConfig, PruneStrategy, prune_model
-from attnviz.prune.heads import removal_mask, total_heads
+from attnviz.models.heads import removal_mask, total_heads
 from attnviz.prune.objective import build_objective, text_batches
-from attnviz.prune.physical import prune_heads_physically
+from attnviz.models.physical import prune_heads_physically
 from attnviz.prune.strategy import run_pruning
 
 

@@ -10,8 +10,8 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 from test_prune_fixtures import TEXTS, main_output
 
+from attnviz.models.heads import removal_mask
 from attnviz.models.specs import PRUNED_MARKER, TOY_MARKER, load_model
-from attnviz.prune.heads import removal_mask
 from attnviz.prune.measure import parameter_count
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)

@@ -11,8 +11,8 @@ from test_prune_fixtures import TEXTS
 
 from attnviz.core import AttentionSite, HeadMask
 from attnviz.errors import InputError
+from attnviz.models.heads import removal_mask
 from attnviz.models.hf import HFModel
-from attnviz.prune.heads import removal_mask
 from attnviz.prune.importance import (
     ablation_importance,
     compute_importance,

@@ -10,7 +10,7 @@ import torch
 from test_prune_fixtures import TEXTS, main_output
 
 from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
-from attnviz.prune.heads import (
+from attnviz.models.heads import (
     keep_matrix,
     layout_after,
     max_removable,

@@ -11,17 +11,17 @@ from test_prune_fixtures import TEXTS, main_output
 
 from attnviz.core import AttentionSite
 from attnviz.errors import ModelSpecError, OutputError, UnsupportedModelError
+from attnviz.models.heads import removal_mask
+from attnviz.models.physical import find_attention_blocks, plan_site, prune_heads_physically
+from attnviz.models.pruned import load_pruned_model
 from attnviz.models.specs import PRUNED_MARKER, load_model
 from attnviz.prune.checkpoint import (
     TRANSFORMERS_COPY,
     check_output_dir,
-    load_pruned_model,
     save_pruned_checkpoint,
     write_directory_atomically,
 )
-from attnviz.prune.heads import removal_mask
 from attnviz.prune.measure import parameter_count
-from attnviz.prune.physical import find_attention_blocks, plan_site, prune_heads_physically
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
 tiny_dirs = test_prune_fixtures.tiny_dirs
@@ -182,7 +182,7 @@ def test_output_directory_checks(tmp_path):
     full = tmp_path / "full"
     full.mkdir()
     (full / "keep.txt").write_text("x")
-    with pytest.raises(OutputError, match="--force"):
+    with pytest.raises(OutputError, match="add force to replace it"):
         check_output_dir(full, force=False)
     assert check_output_dir(full, force=True) == full
     assert check_output_dir(tmp_path / "new", force=False) == tmp_path / "new"

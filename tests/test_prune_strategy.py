@@ -9,7 +9,7 @@ from test_prune_fixtures import TEXTS
 
 from attnviz.core import AttentionSite
 from attnviz.errors import InputError
-from attnviz.prune.heads import count_removed, removal_mask
+from attnviz.models.heads import count_removed, removal_mask
 from attnviz.prune.objective import build_objective, text_batches
 from attnviz.prune.strategy import PruneStrategy, layer_quotas, run_pruning, select_heads, step_targets
 

@@ -352,9 +352,9 @@ def test_seed_preset_depends_on_length_and_normalized_does_not():
 def test_thresholds_validate_ranges():
     from attnviz.errors import InputError
 
-    with pytest.raises(InputError, match="--collapsed-max-weight"):
+    with pytest.raises(InputError, match="threshold collapsed_max_weight"):
         Thresholds(collapsed_max_weight=1.5)
-    with pytest.raises(InputError, match="--first-token-min"):
+    with pytest.raises(InputError, match="threshold first_token_min"):
         Thresholds().override(first_token_min=-0.1)
     with pytest.raises(InputError, match="nats"):
         Thresholds(collapsed_entropy=-1.0)

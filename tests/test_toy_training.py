@@ -62,9 +62,9 @@ def test_learning_rate_schedule():
 
 
 def test_training_settings_errors():
-    with pytest.raises(AttnvizError, match="--steps must be at least 1"):
+    with pytest.raises(AttnvizError, match="steps must be at least 1"):
         TrainingSettings(steps=0).validate()
-    with pytest.raises(AttnvizError, match="--checkpoint-every"):
+    with pytest.raises(AttnvizError, match="checkpoint_every must be at least 1"):
         TrainingSettings(checkpoint_every=0).validate()
 
 

@@ -24,7 +24,7 @@ app = typer.Typer(
         "  attnviz prune minilm --ratio 0.3 --out pruned-minilm"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -38,9 +38,16 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """See what a transformer's attention heads do, and which of them matter."""
+    from attnviz.console import ConsoleReporter
+    from attnviz.reporting import use_reporter
+
+    # The library reports progress and notices through the current reporter; for the whole
+    # command that is the rich one on stderr (released when the command's context closes).
+    ctx.with_resource(use_reporter(ConsoleReporter()))
 
 
 def _register_commands() -> None:
@@ -55,6 +62,9 @@ _register_commands()
 
 def main() -> None:
     """Console-script entry point."""
+    from rich.markup import escape
+
+    from attnviz.cli.errors import error_line
     from attnviz.console import console
     from attnviz.errors import AttnvizError
 
@@ -63,5 +73,5 @@ def main() -> None:
         # Standalone mode: Typer reports usage errors (unknown option, missing value) itself.
         app()
     except AttnvizError as exc:
-        console.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]error:[/bold red] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)

@@ -214,13 +214,14 @@ def prune(
 
       attnviz prune toy-induction --min-score 0.95 --importance ablation --out pruned-toy
     """
+    from attnviz.console import console
     from attnviz.data import load_texts
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
     from attnviz.models.specs import load_model
     from attnviz.prune.checkpoint import check_output_dir, model_source_paths
     from attnviz.prune.pipeline import PruneConfig, check_prunable, prune_model, save_outcome
-    from attnviz.prune.report import print_report, write_report_json
+    from attnviz.prune.report import importance_table, summary_lines, summary_table, write_report_json
     from attnviz.prune.strategy import PruneStrategy
 
     if out is None:
@@ -254,7 +255,10 @@ def prune(
     save_outcome(outcome, out, source=checkpoint, transformers_copy=transformers_copy)
     if json_path is not None:
         write_report_json(outcome.report, json_path)
-    print_report(outcome.report)
+    console.print(importance_table(outcome.report))
+    console.print(summary_table(outcome.report))
+    for line in summary_lines(outcome.report):
+        console.print(line, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

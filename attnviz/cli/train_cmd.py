@@ -223,10 +223,10 @@ def train(
     from attnviz.console import console
     from attnviz.models.base import parameter_count
     from attnviz.models.specs import resolve_device
-    from attnviz.toy.checkpoint import check_checkpoint_output, staged_directory, write_checkpoint_files
-    from attnviz.toy.solutions import solution_scores
+    from attnviz.toy.checkpoint import check_checkpoint_output
+    from attnviz.toy.run import train_to_directory
     from attnviz.toy.tasks import get_task
-    from attnviz.toy.training import TrainingSettings, build_toy_model, train_toy_model
+    from attnviz.toy.training import TrainingSettings, build_toy_model
 
     min_length, max_length = _parse_lengths(lengths)
     loaded = build_toy_model(
@@ -261,7 +261,6 @@ def train(
     ).validate()
     out = check_checkpoint_output(out if out is not None else Path(f"toy-{task}"))
     loaded.model.to(resolve_device(device))
-    loaded.name = str(out)
     config = loaded.config
     console.print(
         f"training [bold]{task}[/bold]: {config.architecture}, {config.num_layers} layer(s) × {config.num_heads} "
@@ -269,32 +268,19 @@ def train(
         f"{parameter_count(loaded.model):,} parameters, {steps} steps",
         highlight=False,
     )
-    series: list[dict] = []
-    with staged_directory(out) as stage:
-
-        def save_step(step: int, model) -> None:
-            relative = Path("steps") / f"step-{step:06d}"
-            (stage / relative).mkdir(parents=True)
-            write_checkpoint_files(model, stage / relative, step=step)
-            series.append({"step": step, "path": relative.as_posix()})
-
-        result = train_toy_model(loaded, settings, on_checkpoint=save_step, description=f"training {task}")
-        write_checkpoint_files(loaded, stage, step=steps, series=series)
-
-    held_out = result.held_out
+    run = train_to_directory(loaded, settings, out, description=f"training {task}")
+    held_out, result, series = run.result.held_out, run.result, run.series
     console.print(
         f"held-out accuracy [bold]{held_out['accuracy']:.2%}[/bold] of {held_out['tokens']} labelled tokens, "
         f"{held_out['sequence_accuracy']:.2%} of {held_out['examples']} examples entirely right "
         f"(loss {held_out['loss']:.4f}; trained in {result.seconds:.0f} s)",
         highlight=False,
     )
-    scores = solution_scores(loaded, num_examples=100)
-    if scores:
-        site, head, value = max(
-            ((s, h, float(v)) for s, row in scores.items() for h, v in enumerate(row)), key=lambda x: x[2]
-        )
+    if run.best_head is not None:
+        best = run.best_head
         console.print(
-            f"head {head} of {site.name} puts {value:.0%} of its weight where the task's known solution looks",
+            f"head {best.head} of {best.site.name} puts {best.score:.0%} of its weight where the task's known "
+            "solution looks",
             highlight=False,
         )
     extra = f" and {len(series)} step checkpoint(s) under {out / 'steps'}" if series else ""

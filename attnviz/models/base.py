@@ -9,7 +9,7 @@ texts into an :class:`EncodedBatch` and runs a forward pass with an
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from attnviz.core import AttentionContext, AttentionSite
+from attnviz.core.stacks import stack_of
+from attnviz.errors import UnsupportedModelError
 
 
 @dataclass
@@ -51,38 +53,27 @@ class EncodedBatch:
 
     def query_key_lengths(self, stack: str) -> tuple[list[int], list[int]]:
         """Per-example (query length, key length) of the patterns of ``stack``."""
-        source, target = self.lengths, self.target_lengths
-        if stack in ("self", "encoder"):
-            return source, source
-        if target is None:
-            raise ValueError(f"stack {stack!r} needs a target side")
-        if stack == "decoder":
-            return target, target
-        return target, source  # cross: decoder queries over encoder keys
+        return stack_of(stack).pick(self.lengths, self.target_lengths)
 
     def query_key_tokens(self, stack: str) -> tuple[list[list[str]], list[list[str]]]:
         """Per-example (query tokens, key tokens) of ``stack``."""
-        if stack in ("self", "encoder"):
-            return self.tokens, self.tokens
-        assert self.target_tokens is not None
-        if stack == "decoder":
-            return self.target_tokens, self.target_tokens
-        return self.target_tokens, self.tokens
+        return stack_of(stack).pick(self.tokens, self.target_tokens)
 
     def query_key_special(self, stack: str) -> tuple[list[list[bool]], list[list[bool]]]:
         """Per-example (query special flags, key special flags) of ``stack``."""
-        if stack in ("self", "encoder"):
-            return self.special, self.special
-        assert self.target_special is not None
-        if stack == "decoder":
-            return self.target_special, self.target_special
-        return self.target_special, self.special
+        return stack_of(stack).pick(self.special, self.target_special)
 
     def key_padding_mask(self, stack: str) -> Tensor:
         """``[b, k]`` bool, True at real (non-padding) keys of ``stack``."""
         _, key_lengths = self.query_key_lengths(stack)
         width = max(key_lengths)
         return torch.arange(width)[None, :] < torch.tensor(key_lengths)[:, None]
+
+
+#: file that marks a toy checkpoint directory (written by ``attnviz train``)
+TOY_MARKER = "attnviz-toy.json"
+#: file that marks a physically pruned Hugging Face checkpoint (written by ``attnviz prune``)
+PRUNED_MARKER = "attnviz-pruned.json"
 
 
 class LoadedModel(ABC):
@@ -150,6 +141,18 @@ class LoadedModel(ABC):
     def site_of(self, module: nn.Module) -> AttentionSite | None:
         """The site of an attention module (used by the core to name what it observes)."""
         return None
+
+    def with_model(self, model: nn.Module) -> LoadedModel:
+        """The same kind of loaded model (same tokenizer and name) around another torch module."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot rewrap this kind of model")
+
+    def check_head_removal(self) -> None:
+        """Raise :class:`~attnviz.errors.UnsupportedModelError` unless :meth:`remove_heads` can work here."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot remove heads from this kind of model")
+
+    def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[LoadedModel, dict | None]:
+        """A copy without the heads in ``removed`` (this model is left unchanged), and the per-site plan if any."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot remove heads from this kind of model")
 
     def context(self, observers: Sequence = (), head_mask=None) -> AttentionContext:
         """An :class:`AttentionContext` whose sites are named for this model."""

@@ -16,8 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
-from attnviz.console import console
 from attnviz.errors import ModelSpecError
+from attnviz.models.hf import load_hf_model
+from attnviz.reporting import status
 
 
 def cache_root() -> Path:
@@ -165,7 +166,7 @@ def converted_gguf_dir(path: Path) -> Path:
     if _is_complete(legacy) and _adopt(legacy, target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with console.status(f"converting {path.name} from GGUF (once; cached in {target.parent})"):
+    with status(f"converting {path.name} from GGUF (once; cached in {target.parent})"):
         tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
         try:
             _convert(path, tmp)
@@ -199,3 +200,8 @@ def _convert(path: Path, out_dir: Path) -> None:
     plain.tie_weights()
     plain.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+def load_gguf(path: Path, *, name: str, device, dtype):
+    """Load a ``.gguf`` file: its converted (cached) Hugging Face directory, through :func:`load_hf_model`."""
+    return load_hf_model(converted_gguf_dir(Path(path)), name=name, device=device, dtype=dtype)

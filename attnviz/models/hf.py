@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from attnviz.console import warn
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
-from attnviz.errors import InputError, ModelSpecError, UnsupportedModelError
+from attnviz.errors import InputError, ModelSpecError, ParameterError, UnsupportedModelError
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.physical import find_attention_blocks, prune_heads_physically
+from attnviz.reporting import warn
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")
 
 
-def _model_class(config):
+def model_class_for(config):
     """The transformers class named by the config's ``architectures`` (so LM heads load too)."""
     import transformers
 
@@ -32,7 +34,7 @@ def _model_class(config):
 
 
 def load_hf_model(
-    source: str,
+    source: str | os.PathLike,
     *,
     name: str | None = None,
     device: torch.device | str = "cpu",
@@ -47,6 +49,7 @@ def load_hf_model(
     """
     import transformers
 
+    source = str(source)
     register_attention()
     _quiet_transformers()
     extra = {"gguf_file": gguf_file} if gguf_file else {}
@@ -58,7 +61,7 @@ def load_hf_model(
             f"cannot load model {source!r}: {str(exc).splitlines()[0]} "
             "(give a local model directory, a .gguf file, a hub id in the local cache, or 'minilm'/'smollm2')"
         ) from exc
-    cls = _model_class(config)
+    cls = model_class_for(config)
     fallback = False
     try:
         model = cls.from_pretrained(source, attn_implementation=ATTENTION_NAME, dtype=dtype, **extra)
@@ -119,6 +122,15 @@ class HFModel(LoadedModel):
 
     # -- naming attention sites -------------------------------------------------------------
 
+    def with_model(self, model: nn.Module) -> HFModel:
+        return HFModel(model, self.tokenizer, name=self.name, fallback=self.fallback)
+
+    def check_head_removal(self) -> None:
+        find_attention_blocks(self)  # raises UnsupportedModelError for a family without slicing rules
+
+    def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[HFModel, dict]:
+        return prune_heads_physically(self, removed)
+
     def site_of(self, module: nn.Module) -> AttentionSite | None:
         if module not in self._sites:
             self._sites[module] = self._site_from_name(self._module_names.get(module, ""), module)
@@ -147,9 +159,11 @@ class HFModel(LoadedModel):
         if any(truncated):
             longest = max(len(ids) for ids in full)
             if not truncate:
-                raise InputError(
+                raise ParameterError(
+                    "max_length",
                     f"{what} has {longest} tokens, more than the limit of {limit}: "
-                    "shorten it, raise --max-length, or allow truncation"
+                    "shorten it, raise {max_length}, or allow truncation",
+                    limit,
                 )
             warn(f"{sum(truncated)} {what}(s) longer than {limit} tokens were truncated to {limit}")
         enc = self.tokenizer(
@@ -210,7 +224,9 @@ class HFModel(LoadedModel):
                 inputs["decoder_attention_mask"] = tenc["attention_mask"]
                 batch.target_tokens, batch.target_special, batch.target_word_ids = ttokens, tspecial, twords
         elif targets is not None:
-            raise InputError(f"{self.name} is not an encoder-decoder model: --target applies only to those")
+            raise ParameterError(
+                "targets", f"{self.name} is not an encoder-decoder model: {{targets}} applies only to those"
+            )
         device = self.device
         batch.inputs = {k: v.to(device) for k, v in inputs.items()}
         return batch

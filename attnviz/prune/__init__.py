@@ -14,7 +14,7 @@ model that runs through attnviz's attention core:
 * :mod:`.pipeline` — all of it in order (:func:`prune_model`, :func:`save_outcome`).
 """
 
-from attnviz.prune.heads import RemovedHeads, removal_mask
+from attnviz.models.heads import RemovedHeads, removal_mask
 from attnviz.prune.importance import METHODS, HeadImportance, compute_importance
 from attnviz.prune.objective import Objective, Quality, build_objective
 from attnviz.prune.pipeline import PruneConfig, PruneOutcome, check_prunable, prune_model, save_outcome

@@ -1,4 +1,4 @@
-"""Pruned checkpoints on disk: writing them safely, and loading them back.
+"""Pruned checkpoints on disk: writing them safely (:mod:`attnviz.models.pruned` loads them back).
 
 ``attnviz prune … --out DIR`` writes, for a Hugging Face model:
 
@@ -39,18 +39,13 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import torch
-from torch import nn
-
 from attnviz.core import AttentionSite
-from attnviz.errors import ModelSpecError, OutputError
+from attnviz.errors import OutputParameterError
 from attnviz.io import check_output_parent, staged_directory
 from attnviz.models.base import LoadedModel
-from attnviz.models.specs import PRUNED_MARKER
-from attnviz.prune.physical import SitePlan, find_attention_blocks, masked_weights_model, shrink_to_counts
+from attnviz.models.physical import SitePlan, find_attention_blocks, masked_weights_model
+from attnviz.models.pruned import FORMAT_NAME, FORMAT_VERSION, PRUNED_MARKER
 
-FORMAT_NAME = "attnviz-pruned"
-FORMAT_VERSION = 1
 #: sub-directory of the plain-transformers, masked-weights copy
 TRANSFORMERS_COPY = "transformers-masked"
 
@@ -85,11 +80,15 @@ def check_output_dir(out: str | os.PathLike, *, force: bool, inputs: list[Path] 
     for source in inputs:
         source_dir = source if source.is_dir() else source.parent
         if resolved == source or resolved == source_dir or source_dir in resolved.parents or resolved in source.parents:
-            raise OutputError(f"--out {out} would overwrite the input model at {source}: choose another directory")
+            raise OutputParameterError(
+                "out", f"{{out}} {out} would overwrite the input model at {source}: choose another directory", out
+            )
     if out.exists() and not out.is_dir():
-        raise OutputError(f"--out {out} is a file, not a directory: choose a directory path")
+        raise OutputParameterError("out", f"{{out}} {out} is a file, not a directory: choose a directory path", out)
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise OutputError(f"--out {out} exists and is not empty: choose a new directory or add --force to replace it")
+        raise OutputParameterError(
+            "out", f"{{out}} {out} exists and is not empty: choose a new directory or add {{force}} to replace it", out
+        )
     check_output_parent(resolved)
     return out
 
@@ -178,101 +177,3 @@ def save_toy_checkpoint(out: str | os.PathLike, pruned: LoadedModel) -> Path:
     from attnviz.toy import save_toy_model
 
     return write_directory_atomically(Path(out), lambda tmp: save_toy_model(pruned, tmp))
-
-
-# -- loading -----------------------------------------------------------------------------------------
-
-
-def read_pruned_metadata(path: str | os.PathLike) -> dict:
-    """``attnviz-pruned.json`` of a pruned checkpoint directory, checked."""
-    marker = Path(path) / PRUNED_MARKER
-    try:
-        metadata = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelSpecError(f"{marker} is not readable JSON ({exc}): prune the model again") from exc
-    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
-        raise ModelSpecError(f"{marker} is not an attnviz pruned-checkpoint marker: prune the model again")
-    if metadata.get("version") != FORMAT_VERSION:
-        raise ModelSpecError(
-            f"{marker} has format version {metadata.get('version')}; this attnviz reads version {FORMAT_VERSION}"
-        )
-    return metadata
-
-
-def _state_dict(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise ModelSpecError(f"{path} has no .safetensors weights: prune the model again")
-    state: dict[str, torch.Tensor] = {}
-    for file in files:
-        state.update(load_file(str(file)))
-    return state
-
-
-def _model_class(config):
-    import transformers
-
-    for arch in getattr(config, "architectures", None) or []:
-        cls = getattr(transformers, arch, None)
-        if cls is not None:
-            return cls
-    return transformers.AutoModel
-
-
-def _check_missing(model: nn.Module, missing: list[str], loaded_keys: set[str], path: Path) -> None:
-    """Keys absent from the file are fine only when they are tied to a loaded tensor (e.g. lm_head ↔ embeddings)."""
-    tensors = dict(model.state_dict(keep_vars=True))
-    loaded_storage = {tensors[key].data_ptr() for key in loaded_keys if key in tensors}
-    untied = [key for key in missing if tensors[key].data_ptr() not in loaded_storage]
-    if untied:
-        raise ModelSpecError(f"{path} lacks weights {', '.join(untied[:3])}…: prune the model again")
-
-
-def load_pruned_model(
-    path: str | os.PathLike,
-    *,
-    name: str | None = None,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
-) -> LoadedModel:
-    """Load a physically pruned checkpoint written by ``attnviz prune`` (see the module docstring)."""
-    import transformers
-    from transformers.initialization import no_init_weights
-
-    from attnviz.core import ATTENTION_NAME, register_attention
-    from attnviz.models.hf import HFModel
-
-    path = Path(path).expanduser()
-    metadata = read_pruned_metadata(path)
-    register_attention()
-    try:
-        config = transformers.AutoConfig.from_pretrained(str(path))
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelSpecError(f"cannot load pruned model {path}: {str(exc).splitlines()[0]}") from exc
-    cls = _model_class(config)
-    with no_init_weights():  # every weight is read from the file below
-        model = cls._from_config(config, attn_implementation=ATTENTION_NAME, dtype=dtype)
-    model.eval()
-    counts = {
-        AttentionSite(site["stack"], int(site["layer"])): (int(site["heads"]), int(site["kv_heads"]))
-        for site in metadata.get("sites", [])
-    }
-    shrink_to_counts(HFModel(model, tokenizer, name=str(path)), counts)
-    state = _state_dict(path)
-    try:
-        result = model.load_state_dict(state, strict=False)
-    except RuntimeError as exc:
-        raise ModelSpecError(f"the weights in {path} do not fit its attnviz-pruned.json: {exc}") from exc
-    if result.unexpected_keys:
-        raise ModelSpecError(f"{path} has unexpected weights {', '.join(result.unexpected_keys[:3])}…")
-    if result.missing_keys and hasattr(model, "tie_weights"):
-        model.tie_weights()  # e.g. lm_head shares the embedding matrix and is not stored separately
-    _check_missing(model, result.missing_keys, set(state), path)
-    model.to(device)  # dtype was set at construction (rotary buffers stay float32)
-    model.eval()
-    loaded = HFModel(model, tokenizer, name=name or str(path))
-    loaded.checkpoint_path = str(path)
-    return loaded

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from attnviz.core import AttentionContext, HeadMask
-from attnviz.errors import InputError, UnsupportedModelError
+from attnviz.errors import ParameterError, UnsupportedModelError
 from attnviz.models.base import EncodedBatch, LoadedModel
 
 #: Fewest loss-bearing units (predicted tokens, tokens, or task examples) worth scoring heads on.
@@ -57,7 +57,7 @@ class Quality:
 
     @property
     def score(self) -> float:
-        """Higher-is-better quality for ``--min-score`` comparisons (1/perplexity for perplexity)."""
+        """Higher-is-better quality for minimum-score comparisons (1/perplexity for perplexity)."""
         if self.higher_is_better:
             return self.metric
         return 1.0 / self.metric if self.metric > 0 else math.inf
@@ -126,9 +126,10 @@ class Objective(ABC):
         """Raise :class:`InputError` when there is too little to score or evaluate on."""
         units = self.total_units()
         if units < MIN_SCORING_UNITS:
-            raise InputError(
+            raise ParameterError(
+                "texts",
                 f"the {what} has only {units} {self.unit_name} to score on; at least {MIN_SCORING_UNITS} "
-                "are needed: give more or longer text with --data"
+                "are needed: give more or longer text with {texts}",
             )
 
     def evaluate(self, head_mask: HeadMask | None = None, progress=None) -> Quality:
@@ -299,7 +300,7 @@ def text_batches(
     """Encode ``texts`` into batches of ``batch_size``, sorted by length so padding stays small."""
     texts = [text for text in texts if text.strip()]
     if not texts:
-        raise InputError("no text to score heads on: give text with --data")
+        raise ParameterError("texts", "no text to score heads on: give text with {texts}")
     lengths = [len(ids) for ids in loaded.tokenizer(texts)["input_ids"]] if hasattr(loaded, "tokenizer") else None
     order = sorted(range(len(texts)), key=lambda i: -lengths[i]) if lengths else list(range(len(texts)))
     ordered = [texts[i] for i in order]

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from attnviz.console import console
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError
+from attnviz.errors import ParameterError
 from attnviz.models.base import LoadedModel
-from attnviz.prune.heads import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
+from attnviz.models.heads import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
+from attnviz.models.physical import SitePlan
 from attnviz.prune.importance import METHODS
 from attnviz.prune.measure import (
     forward_output,
@@ -37,9 +37,9 @@ from attnviz.prune.objective import (
     task_batches,
     text_batches,
 )
-from attnviz.prune.physical import SitePlan, find_attention_blocks, prune_heads_physically
 from attnviz.prune.report import PruneReport, build_report
 from attnviz.prune.strategy import PruneRun, PruneStrategy, default_steps, run_pruning
+from attnviz.reporting import status
 
 
 @dataclass
@@ -62,18 +62,28 @@ class PruneConfig:
     def validate(self) -> None:
         """Check the options on their own (before any model is loaded); raises :class:`InputError`."""
         if self.ratio is not None and self.count is not None:
-            raise InputError("give either --ratio or --count, not both")
+            raise ParameterError("count", "give either {ratio} or {count}, not both")
         if self.ratio is None and self.count is None and self.strategy.min_score is None:
-            raise InputError("say how much to prune: --ratio 0.3, --count 20, or --min-score 0.9")
+            raise ParameterError("ratio", "say how much to prune: {ratio} 0.3, {count} 20, or {min_score} 0.9")
         if self.ratio is not None and not 0 < self.ratio < 1:
-            raise InputError(f"--ratio must be a fraction between 0 and 1 (exclusive), not {self.ratio}: e.g. 0.3")
+            raise ParameterError(
+                "ratio",
+                f"{{ratio}} must be a fraction between 0 and 1 (exclusive), not {self.ratio}: e.g. 0.3",
+                self.ratio,
+            )
         if self.count is not None and self.count < 1:
-            raise InputError(f"--count must be at least 1, not {self.count}")
+            raise ParameterError("count", f"{{count}} must be at least 1, not {self.count}", self.count)
         if self.importance not in METHODS:
-            raise InputError(f"unknown --importance {self.importance!r}: use one of {', '.join(METHODS)}")
+            raise ParameterError(
+                "importance",
+                f"unknown {{importance}} {self.importance!r}: use one of {', '.join(METHODS)}",
+                self.importance,
+            )
         for name in ("batch_size", "latency_tokens", "latency_repeats", "probes", "toy_examples"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise InputError(f"{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
+                raise ParameterError(
+                    name, f"{{{name}}} must be at least 1, not {getattr(self, name)}", getattr(self, name)
+                )
         self.strategy.validate()
 
     def target_count(self, layout: dict[AttentionSite, int]) -> int:
@@ -82,26 +92,30 @@ class PruneConfig:
         limit = max_removable(layout)
         if self.count is not None:
             if self.count >= heads:
-                raise InputError(
-                    f"--count {self.count} is not less than the model's {heads} heads: give a smaller count"
+                raise ParameterError(
+                    "count", f"{{count}} {self.count} is not less than the model's {heads} heads: give a smaller count"
                 )
             if self.count > limit:
-                raise InputError(
-                    f"--count {self.count} would empty a layer: at most {limit} of {heads} heads can be removed "
-                    "while every layer keeps one"
+                raise ParameterError(
+                    "count",
+                    f"{{count}} {self.count} would empty a layer: at most {limit} of {heads} heads can be removed "
+                    "while every layer keeps one",
                 )
             return self.count
         if self.ratio is not None:
             count = round(self.ratio * heads)
             if count < 1:
-                raise InputError(f"--ratio {self.ratio} of {heads} heads removes no head: give a larger ratio")
+                raise ParameterError(
+                    "ratio", f"{{ratio}} {self.ratio} of {heads} heads removes no head: give a larger ratio"
+                )
             if count > limit:
-                raise InputError(
-                    f"--ratio {self.ratio} means {count} of {heads} heads, but at most {limit} can be removed "
-                    "while every layer keeps one"
+                raise ParameterError(
+                    "ratio",
+                    f"{{ratio}} {self.ratio} means {count} of {heads} heads, but at most {limit} can be removed "
+                    "while every layer keeps one",
                 )
             return count
-        return limit  # only --min-score: go as far as quality allows
+        return limit  # only a minimum score: go as far as quality allows
 
 
 @dataclass
@@ -133,7 +147,7 @@ def build_objectives(
         evaluation = task_batches(loaded, examples=config.toy_examples, batch_size=size, seed=config.seed + 1)
     else:
         if not texts:
-            raise InputError("no text to score heads on: give text with --data")
+            raise ParameterError("texts", "no text to score heads on: give text with {texts}")
         size = config.batch_size or 8
         scoring = text_batches(loaded, texts, batch_size=size, max_length=config.max_length)
         evaluation = (
@@ -153,17 +167,12 @@ def build_objectives(
 def check_prunable(loaded: LoadedModel) -> None:
     """Raise :class:`~attnviz.errors.UnsupportedModelError` unless ``loaded`` can be scored and pruned."""
     objective_kind(loaded)
-    if not is_toy(loaded):
-        find_attention_blocks(loaded)
+    loaded.check_head_removal()
 
 
 def physically_prune(loaded: LoadedModel, removed: RemovedHeads) -> tuple[LoadedModel, dict | None]:
-    """The physically pruned copy of ``loaded`` (toy models through ``attnviz.toy.prune_toy_heads``)."""
-    if is_toy(loaded):
-        from attnviz.toy import prune_toy_heads
-
-        return prune_toy_heads(loaded, removed), None
-    return prune_heads_physically(loaded, removed)
+    """The physically pruned copy of ``loaded``, through the model's own head removal."""
+    return loaded.remove_heads(removed)
 
 
 def prune_model(
@@ -185,7 +194,7 @@ def prune_model(
     strategy = effective_strategy(config, layout, count)
     scoring, evaluation = build_objectives(loaded, config, texts, eval_texts)
 
-    with console.status("evaluating the unpruned model"):
+    with status("evaluating the unpruned model"):
         quality_before = evaluation.evaluate()
     run = run_pruning(
         scoring,
@@ -199,7 +208,7 @@ def prune_model(
         quality_before=quality_before,
     )
     removed = run.removed
-    with console.status("removing heads and measuring"):
+    with status("removing heads and measuring"):
         pruned, plans = physically_prune(loaded, removed)
         mask = removal_mask(layout, removed)
         quality_masked = evaluation.evaluate(mask)

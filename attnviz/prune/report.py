@@ -13,7 +13,7 @@ JSON fields (``attnviz prune … --json PATH``; see also the README):
                             (higher = more important; first scoring round)
 ``pruned``                  heads removed: ``[{stack, layer, head}]`` (original numbering)
 ``sliced``, ``masked``      of those, the ones sliced out of the weights and the ones kept with
-                            zeroed output weights (grouped-query attention; see ``attnviz.prune.physical``)
+                            zeroed output weights (grouped-query attention; see ``attnviz.models.physical``)
 ``steps``                   ``[{step, pruned, total_removed, metric}]`` (metric only with min_score)
 ``stopped_by_min_score``    a step was refused because quality fell below ``min_score``
 ``metric``                  ``perplexity`` (lower is better), ``accuracy`` or ``cosine_similarity``
@@ -42,10 +42,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from attnviz.console import console
 from attnviz.core import AttentionSite
 from attnviz.io import check_output_path, write_text_atomic
-from attnviz.prune.heads import heads_as_records, normalize_removed
+from attnviz.models.heads import heads_as_records, normalize_removed
 from attnviz.prune.objective import Objective, Quality
 
 FORMAT_NAME = "attnviz-prune-report"
@@ -284,25 +283,21 @@ def summary_table(report: PruneReport) -> Table:
     return table
 
 
-def print_report(report: PruneReport) -> None:
-    """Both tables and a few lines of explanation, on the shared (stderr) console."""
-    console.print(importance_table(report))
-    console.print(summary_table(report))
+def summary_lines(report: PruneReport) -> list[str]:
+    """A few plain lines explaining what was removed and written (the CLI prints them after the tables)."""
     strategy = report.strategy
     how = "iteratively" if strategy["iterative"] else "in one shot"
-    console.print(
-        f"removed {len(report.pruned)} heads ({strategy['scope']}, {how}); "
-        f"{len(report.sliced)} sliced out of the weights, {len(report.masked)} masked by zeroed output weights; "
-        f"masked vs pruned outputs differ by at most {report.max_abs_diff:.2g}",
-        highlight=False,
-    )
+    lines = [
+        (
+            f"removed {len(report.pruned)} heads ({strategy['scope']}, {how}); "
+            f"{len(report.sliced)} sliced out of the weights, {len(report.masked)} masked by zeroed output weights; "
+            f"masked vs pruned outputs differ by at most {report.max_abs_diff:.2g}"
+        )
+    ]
     if report.stopped_by_min_score:
-        console.print(
-            f"stopped early: the next step would have dropped {report.metric} below --min-score", highlight=False
-        )
+        lines.append(f"stopped early: the next step would have dropped {report.metric} below the minimum score")
     if report.output:
-        console.print(f"pruned checkpoint: {report.output}", highlight=False)
+        lines.append(f"pruned checkpoint: {report.output}")
     if report.transformers_copy:
-        console.print(
-            f"plain-transformers copy (masked weights, full size): {report.transformers_copy}", highlight=False
-        )
+        lines.append(f"plain-transformers copy (masked weights, full size): {report.transformers_copy}")
+    return lines

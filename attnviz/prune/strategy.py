@@ -20,12 +20,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from attnviz.console import progress_bar
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError
-from attnviz.prune.heads import RemovedHeads, count_removed, max_removable, merge_removed, removal_mask
+from attnviz.errors import InputError, ParameterError
+from attnviz.models.heads import RemovedHeads, count_removed, max_removable, merge_removed, removal_mask
 from attnviz.prune.importance import HeadImportance, Scores, compute_importance, scoring_passes
 from attnviz.prune.objective import Objective, Quality
+from attnviz.reporting import progress_bar
 
 SCOPES = ("global", "per-layer")
 
@@ -43,11 +43,13 @@ class PruneStrategy:
         if self.scope not in SCOPES:
             raise InputError(f"unknown strategy scope {self.scope!r}: use {' or '.join(SCOPES)}")
         if self.steps is not None and self.steps < 1:
-            raise InputError(f"--steps must be at least 1, not {self.steps}")
+            raise ParameterError("steps", f"{{steps}} must be at least 1, not {self.steps}", self.steps)
         if self.min_score is not None and not 0 < self.min_score <= 1:
-            raise InputError(
-                f"--min-score must be a fraction of the original quality in (0, 1], not {self.min_score}: "
-                "e.g. --min-score 0.9 keeps at least 90%"
+            raise ParameterError(
+                "min_score",
+                f"{{min_score}} must be a fraction of the original quality in (0, 1], not {self.min_score}: "
+                "e.g. 0.9 keeps at least 90%",
+                self.min_score,
             )
 
 

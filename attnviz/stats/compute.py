@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
+from rich.progress import Progress
 
-from attnviz.errors import InputError
+from attnviz.errors import InputError, ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.reporting import progress_bar
 from attnviz.stats.accumulator import StatisticsAccumulator
 from attnviz.stats.result import HeadStatistics
 
@@ -25,7 +27,7 @@ def text_batches(
     The statistics are sums over query positions, so the order of examples does not change them.
     """
     if batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1, got {batch_size}")
+        raise ParameterError("batch_size", f"{{batch_size}} must be at least 1, got {batch_size}", batch_size)
     order = sorted(range(len(texts)), key=lambda index: len(texts[index]), reverse=True)
     for start in range(0, len(order), batch_size):
         chosen = order[start : start + batch_size]
@@ -73,7 +75,7 @@ def compute_statistics(
     if (texts is None) == (batches is None):
         raise InputError("give either texts or batches")
     if local_window < 0:
-        raise InputError(f"--local-window must be ≥ 0, got {local_window}")
+        raise ParameterError("local_window", f"{{local_window}} must be ≥ 0, got {local_window}", local_window)
     if texts is not None:
         texts = list(texts)
         if not texts:
@@ -101,8 +103,4 @@ def compute_statistics(
 
 def _progress(enabled: bool):
     """The shared progress bar, or a silent one."""
-    from rich.progress import Progress
-
-    from attnviz.console import progress_bar
-
     return progress_bar() if enabled else Progress(disable=True)

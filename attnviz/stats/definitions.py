@@ -39,7 +39,7 @@ STATISTICS: tuple[Statistic, ...] = (
     ),
     Statistic("diagonal", "Aᵢᵢ (weight on the query's own position)", "probability"),
     Statistic("previous_token", "Aᵢ,ᵢ₋₁", "probability", "the first position (it has no previous token)"),
-    Statistic("local_ratio", "Σ_{|i−j| ≤ w} Aᵢⱼ (w = --local-window, 2 by default)", "probability"),
+    Statistic("local_ratio", "Σ_{|i−j| ≤ w} Aᵢⱼ (w = the local window, 2 by default)", "probability"),
     Statistic("first_token", "Aᵢ₀ (mass on the first token: the attention sink)", "probability"),
     Statistic("special_tokens", "mass on the tokenizer's special tokens ([CLS], [SEP], BOS, EOS, …)", "probability"),
 )

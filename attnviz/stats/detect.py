@@ -35,7 +35,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, fields, replace
 
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError
+from attnviz.errors import InputError, ParameterError
 from attnviz.stats.definitions import STATISTIC_INDEX
 from attnviz.stats.result import HeadStatistics
 
@@ -77,14 +77,17 @@ class Thresholds:
             value = getattr(self, item.name)
             if value is None:
                 continue
-            option = "--" + item.name.replace("_", "-")
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise InputError(f"threshold {option} must be a number, got {value!r}")
+                raise ParameterError(item.name, f"threshold {{{item.name}}} must be a number, got {value!r}", value)
             if item.name == "collapsed_entropy":
                 if value < 0:
-                    raise InputError(f"threshold {option} is in nats and must be ≥ 0, got {value}")
+                    raise ParameterError(
+                        item.name, f"threshold {{{item.name}}} is in nats and must be ≥ 0, got {value}", value
+                    )
             elif not 0.0 <= value <= 1.0:
-                raise InputError(f"threshold {option} must be between 0 and 1, got {value}")
+                raise ParameterError(
+                    item.name, f"threshold {{{item.name}}} must be between 0 and 1, got {value}", value
+                )
 
     def to_dict(self) -> dict[str, float | None]:
         return asdict(self)

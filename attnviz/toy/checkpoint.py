@@ -33,13 +33,14 @@ import torch
 
 from attnviz import io
 from attnviz.errors import AttnvizError, ModelSpecError, OutputError
+from attnviz.models.base import TOY_MARKER
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.loaded import ToyModel
 from attnviz.toy.model import ToyTransformer
 from attnviz.toy.tasks import TaskSettings
 from attnviz.toy.tokenizer import ToyTokenizer
 
-MARKER = "attnviz-toy.json"  # same as attnviz.models.specs.TOY_MARKER
+MARKER = TOY_MARKER
 WEIGHTS = "model.safetensors"
 FORMAT_NAME = "attnviz-toy"
 FORMAT_VERSION = 1

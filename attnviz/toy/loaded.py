@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from attnviz.console import warn
 from attnviz.core import AttentionContext, AttentionSite
-from attnviz.errors import InputError
+from attnviz.errors import InputError, ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.reporting import warn
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.model import ToyOutput, ToyTransformer
+from attnviz.toy.pruning import prune_toy_heads
 from attnviz.toy.tasks import Task, TaskSettings, ToyExample, get_task
 from attnviz.toy.tokenizer import EOS, SEP, SPECIAL_TOKENS, ToyTokenizer
 
@@ -70,6 +71,12 @@ class ToyModel(LoadedModel):
 
     # -- LoadedModel --------------------------------------------------------------------------------
 
+    def check_head_removal(self) -> None:
+        """Every toy attention variant can lose heads."""
+
+    def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[ToyModel, None]:
+        return prune_toy_heads(self, removed), None
+
     def site_of(self, module: nn.Module) -> AttentionSite | None:
         return self._sites.get(module)
 
@@ -104,7 +111,9 @@ class ToyModel(LoadedModel):
         limit = min(self.config.max_positions, max_length or self.config.max_positions)
         items_limit = self.toy_task.max_items(self.config.architecture, limit)
         if items_limit < 1:
-            raise InputError(f"--max-length {limit} leaves no room for a single symbol with this toy model")
+            raise ParameterError(
+                "max_length", f"{{max_length}} {limit} leaves no room for a single symbol with this toy model", limit
+            )
         parsed: list[tuple[list[str], list[str] | None]] = []
         truncated: list[bool] = []
         for index, text in enumerate(texts):

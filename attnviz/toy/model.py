@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from attnviz.core import AttentionContext, AttentionSite, attend
+from attnviz.models.slicing import slice_linear
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.variants import AttentionVariant
 
@@ -101,8 +102,8 @@ class ToyAttention(nn.Module):
         index = torch.as_tensor(keep, dtype=torch.long)
         rows = (index[:, None] * self.head_dim + torch.arange(self.head_dim)[None, :]).reshape(-1)  # [h'·d]
         for name in ("query", "key", "value"):
-            setattr(self, name, _slice_linear(getattr(self, name), rows, dim=0))
-        self.output = _slice_linear(self.output, rows, dim=1)
+            setattr(self, name, slice_linear(getattr(self, name), rows, dim=0))
+        self.output = slice_linear(self.output, rows, dim=1)
         self.variant.keep_heads(index)
         self.heads = len(keep)
 
@@ -112,16 +113,6 @@ def _linear(in_features: int, out_features: int, **kwargs) -> nn.Linear:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return nn.Linear(in_features, out_features, **kwargs)
-
-
-def _slice_linear(layer: nn.Linear, index: Tensor, dim: int) -> nn.Linear:
-    """A copy of ``layer`` keeping output rows (``dim=0``) or input columns (``dim=1``) at ``index``."""
-    weight = layer.weight.data.index_select(dim, index.to(layer.weight.device)).clone()
-    bias = layer.bias.data.clone() if dim == 1 else layer.bias.data.index_select(0, index.to(layer.bias.device)).clone()
-    sliced = _linear(weight.shape[1], weight.shape[0], device=weight.device, dtype=weight.dtype)
-    sliced.weight.data.copy_(weight)
-    sliced.bias.data.copy_(bias)
-    return sliced
 
 
 class MLP(nn.Module):

@@ -13,11 +13,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from attnviz.core import AttentionSite
 from attnviz.errors import InputError
 from attnviz.models.base import parameter_count
-from attnviz.toy.loaded import ToyModel
+
+if TYPE_CHECKING:  # ToyModel calls this module; the pruned copy is built with type(loaded)
+    from attnviz.toy.loaded import ToyModel
 
 
 def prune_toy_heads(loaded: ToyModel, remove: Mapping[AttentionSite, Sequence[int]]) -> ToyModel:
@@ -61,7 +64,9 @@ def prune_toy_heads(loaded: ToyModel, remove: Mapping[AttentionSite, Sequence[in
         "parameters_before": _count(loaded),
         "parameters_after": parameter_count(model),
     }
-    pruned = ToyModel(model, loaded.tokenizer, loaded.task_settings, name=f"{loaded.name} (pruned)", metadata=metadata)
+    pruned = type(loaded)(
+        model, loaded.tokenizer, loaded.task_settings, name=f"{loaded.name} (pruned)", metadata=metadata
+    )
     return pruned
 
 

@@ -21,8 +21,8 @@ import random
 import torch
 from torch import Tensor
 
-from attnviz.captures import PatternRecorder
 from attnviz.core import AttentionSite
+from attnviz.core.recorder import PatternRecorder
 from attnviz.toy.loaded import ToyModel
 from attnviz.toy.tasks import Task
 from attnviz.toy.tokenizer import BOS

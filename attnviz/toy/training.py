@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from attnviz.console import progress_bar
-from attnviz.errors import InputError
+from attnviz.errors import InputError, ParameterError
+from attnviz.reporting import progress_bar
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.loaded import ToyModel, label_loss, label_metrics
 from attnviz.toy.model import ToyTransformer
@@ -49,13 +49,19 @@ class TrainingSettings:
     def validate(self) -> TrainingSettings:
         for name in ("steps", "batch_size", "eval_examples"):
             if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+                raise ParameterError(
+                    name, f"{{{name}}} must be at least 1 (got {getattr(self, name)})", getattr(self, name)
+                )
         if self.learning_rate <= 0:
-            raise InputError(f"--lr must be positive (got {self.learning_rate})")
+            raise ParameterError(
+                "learning_rate", f"{{learning_rate}} must be positive (got {self.learning_rate})", self.learning_rate
+            )
         if self.weight_decay < 0 or self.warmup_steps < 0:
             raise InputError("weight decay and warmup steps must be 0 or more")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
-            raise InputError(f"--checkpoint-every must be at least 1 (got {self.checkpoint_every})")
+            raise ParameterError(
+                "checkpoint_every", f"{{checkpoint_every}} must be at least 1 (got {self.checkpoint_every})"
+            )
         return self
 
 

@@ -45,7 +45,8 @@ from torch import nn
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.errors import UnsupportedModelError
 from attnviz.models.base import LoadedModel
-from attnviz.prune.heads import normalize_removed
+from attnviz.models.heads import normalize_removed
+from attnviz.models.slicing import slice_conv1d, slice_linear
 
 FAMILIES = ("bert", "gpt2", "llama")
 
@@ -208,39 +209,6 @@ def _head_rows(heads: list[int], head_dim: int, offset: int = 0) -> list[int]:
     return [offset + head * head_dim + i for head in heads for i in range(head_dim)]
 
 
-def _slice_linear(layer: nn.Linear, index: list[int], dim: int) -> nn.Linear:
-    """A new ``nn.Linear`` keeping ``index`` along ``dim`` (0: outputs, 1: inputs); dtype and device kept."""
-    index_tensor = torch.tensor(index, dtype=torch.long, device=layer.weight.device)
-    weight = layer.weight.detach().index_select(dim, index_tensor)
-    bias = None if layer.bias is None else layer.bias.detach()
-    if bias is not None and dim == 0:
-        bias = bias.index_select(0, index_tensor)
-    out_features, in_features = weight.shape
-    new = nn.Linear(in_features, out_features, bias=bias is not None, device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        new.weight.copy_(weight)
-        if bias is not None:
-            new.bias.copy_(bias)
-    new.weight.requires_grad_(layer.weight.requires_grad)
-    return new
-
-
-def _slice_conv1d(layer: nn.Module, index: list[int], dim: int) -> nn.Module:
-    """A new GPT-2 ``Conv1D`` (weight ``[in, out]``) keeping ``index`` along ``dim`` (1: outputs, 0: inputs)."""
-    from transformers.pytorch_utils import Conv1D
-
-    index_tensor = torch.tensor(index, dtype=torch.long, device=layer.weight.device)
-    weight = layer.weight.detach().index_select(dim, index_tensor)  # [in', out']
-    bias = layer.bias.detach()
-    if dim == 1:
-        bias = bias.index_select(0, index_tensor)
-    new = Conv1D(weight.shape[1], weight.shape[0]).to(device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        new.weight.copy_(weight)
-        new.bias.copy_(bias)
-    return new
-
-
 def slice_block(block: AttentionBlock, plan: SitePlan) -> AttentionBlock:
     """Slice ``block``'s weights in place down to ``plan.keep_heads`` / ``plan.keep_kv_heads``.
 
@@ -251,26 +219,26 @@ def slice_block(block: AttentionBlock, plan: SitePlan) -> AttentionBlock:
     heads = len(plan.keep_heads)
     if len(plan.keep_heads) != block.num_heads:
         if block.family == "bert":
-            module.query = _slice_linear(module.query, rows, 0)
-            module.key = _slice_linear(module.key, rows, 0)
-            module.value = _slice_linear(module.value, rows, 0)
-            setattr(block.parent, block.output_name, _slice_linear(block.output, rows, 1))
+            module.query = slice_linear(module.query, rows, 0)
+            module.key = slice_linear(module.key, rows, 0)
+            module.value = slice_linear(module.value, rows, 0)
+            setattr(block.parent, block.output_name, slice_linear(block.output, rows, 1))
             module.num_attention_heads = heads
             module.all_head_size = heads * d
         elif block.family == "gpt2":
             width = block.num_heads * d  # the fused projection is [query | key | value], each `width` wide
             columns = _head_rows(plan.keep_heads, d) + _head_rows(plan.keep_heads, d, width)
             columns += _head_rows(plan.keep_heads, d, 2 * width)
-            module.c_attn = _slice_conv1d(module.c_attn, columns, 1)
-            module.c_proj = _slice_conv1d(module.c_proj, rows, 0)
+            module.c_attn = slice_conv1d(module.c_attn, columns, 1)
+            module.c_proj = slice_conv1d(module.c_proj, rows, 0)
             module.num_heads = heads
             module.split_size = heads * d
         else:
             kv_rows = _head_rows(plan.keep_kv_heads, d)
-            module.q_proj = _slice_linear(module.q_proj, rows, 0)
-            module.k_proj = _slice_linear(module.k_proj, kv_rows, 0)
-            module.v_proj = _slice_linear(module.v_proj, kv_rows, 0)
-            module.o_proj = _slice_linear(module.o_proj, rows, 1)
+            module.q_proj = slice_linear(module.q_proj, rows, 0)
+            module.k_proj = slice_linear(module.k_proj, kv_rows, 0)
+            module.v_proj = slice_linear(module.v_proj, kv_rows, 0)
+            module.o_proj = slice_linear(module.o_proj, rows, 1)
             module.num_key_value_groups = heads // len(plan.keep_kv_heads)
             for attribute in ("num_heads", "num_attention_heads"):
                 if isinstance(getattr(module, attribute, None), int):
@@ -306,11 +274,7 @@ def zero_head_outputs(block: AttentionBlock, heads: list[int]) -> None:
 
 def _wrap(loaded: LoadedModel, model: nn.Module) -> LoadedModel:
     """A loaded model of the same kind around another torch module (same tokenizer)."""
-    from attnviz.models.hf import HFModel
-
-    if not isinstance(loaded, HFModel):
-        raise UnsupportedModelError(f"{loaded.name} is not a Hugging Face model")
-    return HFModel(model, loaded.tokenizer, name=loaded.name, fallback=loaded.fallback)
+    return loaded.with_model(model)
 
 
 def prune_heads_physically(

@@ -1,0 +1,105 @@
+"""Loading a physically pruned Hugging Face checkpoint written by ``attnviz prune``.
+
+Layers of a pruned checkpoint may keep different numbers of heads, which a transformers config
+cannot express: the model is built at full size from ``config.json``, each attention site is
+shrunk to the head counts recorded in ``attnviz-pruned.json`` (its format is described in
+:mod:`attnviz.prune.checkpoint`, which writes it), and then the weights are read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+import transformers
+from safetensors.torch import load_file
+from torch import nn
+from transformers.initialization import no_init_weights
+
+from attnviz.core import ATTENTION_NAME, AttentionSite, register_attention
+from attnviz.errors import ModelSpecError
+from attnviz.models.base import PRUNED_MARKER, LoadedModel
+from attnviz.models.hf import HFModel, model_class_for
+from attnviz.models.physical import shrink_to_counts
+
+FORMAT_NAME = "attnviz-pruned"
+FORMAT_VERSION = 1
+
+
+def read_pruned_metadata(path: str | os.PathLike) -> dict:
+    """``attnviz-pruned.json`` of a pruned checkpoint directory, checked."""
+    marker = Path(path) / PRUNED_MARKER
+    try:
+        metadata = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelSpecError(f"{marker} is not readable JSON ({exc}): prune the model again") from exc
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
+        raise ModelSpecError(f"{marker} is not an attnviz pruned-checkpoint marker: prune the model again")
+    if metadata.get("version") != FORMAT_VERSION:
+        raise ModelSpecError(
+            f"{marker} has format version {metadata.get('version')}; this attnviz reads version {FORMAT_VERSION}"
+        )
+    return metadata
+
+
+def _state_dict(path: Path) -> dict[str, torch.Tensor]:
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelSpecError(f"{path} has no .safetensors weights: prune the model again")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return state
+
+
+def _check_missing(model: nn.Module, missing: list[str], loaded_keys: set[str], path: Path) -> None:
+    """Keys absent from the file are fine only when they are tied to a loaded tensor (e.g. lm_head ↔ embeddings)."""
+    tensors = dict(model.state_dict(keep_vars=True))
+    loaded_storage = {tensors[key].data_ptr() for key in loaded_keys if key in tensors}
+    untied = [key for key in missing if tensors[key].data_ptr() not in loaded_storage]
+    if untied:
+        raise ModelSpecError(f"{path} lacks weights {', '.join(untied[:3])}…: prune the model again")
+
+
+def load_pruned_model(
+    path: str | os.PathLike,
+    *,
+    name: str | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> LoadedModel:
+    """Load a physically pruned checkpoint written by ``attnviz prune`` (see the module docstring)."""
+    path = Path(path).expanduser()
+    metadata = read_pruned_metadata(path)
+    register_attention()
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(path))
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelSpecError(f"cannot load pruned model {path}: {str(exc).splitlines()[0]}") from exc
+    cls = model_class_for(config)
+    with no_init_weights():  # every weight is read from the file below
+        model = cls._from_config(config, attn_implementation=ATTENTION_NAME, dtype=dtype)
+    model.eval()
+    counts = {
+        AttentionSite(site["stack"], int(site["layer"])): (int(site["heads"]), int(site["kv_heads"]))
+        for site in metadata.get("sites", [])
+    }
+    shrink_to_counts(HFModel(model, tokenizer, name=str(path)), counts)
+    state = _state_dict(path)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:
+        raise ModelSpecError(f"the weights in {path} do not fit its attnviz-pruned.json: {exc}") from exc
+    if result.unexpected_keys:
+        raise ModelSpecError(f"{path} has unexpected weights {', '.join(result.unexpected_keys[:3])}…")
+    if result.missing_keys and hasattr(model, "tie_weights"):
+        model.tie_weights()  # e.g. lm_head shares the embedding matrix and is not stored separately
+    _check_missing(model, result.missing_keys, set(state), path)
+    model.to(device)  # dtype was set at construction (rotary buffers stay float32)
+    model.eval()
+    loaded = HFModel(model, tokenizer, name=name or str(path))
+    loaded.checkpoint_path = str(path)
+    return loaded

@@ -1,0 +1,57 @@
+"""Cutting heads out of projection weights: the one implementation used by toy and Hugging Face pruning.
+
+A head owns a contiguous block of ``head_dim`` output rows of the query/key/value projections and the
+same block of input columns of the output projection, so removing heads is an ``index_select`` on
+the weight along the right dimension.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+def _index(index: Tensor | Sequence[int], device: torch.device) -> Tensor:
+    return torch.as_tensor(index, dtype=torch.long).to(device)
+
+
+def slice_linear(layer: nn.Linear, index: Tensor | Sequence[int], dim: int) -> nn.Linear:
+    """A new ``nn.Linear`` keeping output rows (``dim=0``) or input columns (``dim=1``) at ``index``.
+
+    Weight ``[out, in]``; the bias follows the outputs. Dtype, device and ``requires_grad`` are kept.
+    A zero-sized result (every head of a layer removed) is allowed.
+    """
+    keep = _index(index, layer.weight.device)
+    weight = layer.weight.detach().index_select(dim, keep)  # [out', in] or [out, in']
+    bias = None if layer.bias is None else layer.bias.detach()
+    if bias is not None and dim == 0:
+        bias = bias.index_select(0, keep)
+    out_features, in_features = weight.shape
+    with warnings.catch_warnings():  # nn.Linear warns about zero-sized weights
+        warnings.simplefilter("ignore", UserWarning)
+        new = nn.Linear(in_features, out_features, bias=bias is not None, device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        new.weight.copy_(weight)
+        if bias is not None:
+            new.bias.copy_(bias)
+    new.weight.requires_grad_(layer.weight.requires_grad)
+    return new
+
+
+def slice_conv1d(layer: nn.Module, index: Tensor | Sequence[int], dim: int) -> nn.Module:
+    """A new GPT-2 ``Conv1D`` (weight ``[in, out]``) keeping ``index`` along ``dim`` (1: outputs, 0: inputs)."""
+    from transformers.pytorch_utils import Conv1D
+
+    keep = _index(index, layer.weight.device)
+    weight = layer.weight.detach().index_select(dim, keep)  # [in', out] or [in, out']
+    bias = layer.bias.detach()
+    if dim == 1:
+        bias = bias.index_select(0, keep)
+    new = Conv1D(weight.shape[1], weight.shape[0]).to(device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        new.weight.copy_(weight)
+        new.bias.copy_(bias)
+    return new

@@ -1,0 +1,75 @@
+"""How the library tells its caller about progress and notices, without printing.
+
+Library code never prints. Where a long loop runs or something deserves a notice (an input was
+truncated, a family falls back to eager attention), it calls :func:`warn`, :func:`status` or
+:func:`progress_bar` here, and these hand the message to the *current reporter*:
+
+* by default, :class:`Reporter`: warnings become Python warnings (:class:`AttnvizWarning`, so a
+  script can filter or escalate them), status messages and progress bars are silent;
+* the command line installs its rich reporter (:mod:`attnviz.console`) for the whole run with
+  :func:`use_reporter`; a script can install its own the same way.
+
+The reporter lives in a :class:`contextvars.ContextVar`, so threads and async tasks each see the
+one their caller installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import warnings
+from collections.abc import Iterator
+from contextlib import AbstractContextManager as ContextManager
+
+from rich.progress import Progress
+
+
+class AttnvizWarning(UserWarning):
+    """A notice from attnviz's library: the result is usable, but not exactly what was asked for."""
+
+
+class Reporter:
+    """The silent reporter: warnings go to :mod:`warnings`, status lines and progress bars nowhere."""
+
+    def warning(self, message: str) -> None:
+        warnings.warn(message, AttnvizWarning, stacklevel=3)
+
+    def status(self, message: str) -> ContextManager[object]:
+        return contextlib.nullcontext()
+
+    def progress(self) -> Progress:
+        """A rich ``Progress`` to drive with ``add_task``/``update`` (this one draws nothing)."""
+        return Progress(disable=True)
+
+
+_SILENT = Reporter()
+_CURRENT: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("attnviz_reporter", default=None)
+
+
+def current_reporter() -> Reporter:
+    return _CURRENT.get() or _SILENT
+
+
+@contextlib.contextmanager
+def use_reporter(reporter: Reporter) -> Iterator[Reporter]:
+    """Send the library's progress and notices to ``reporter`` inside the ``with`` block."""
+    token = _CURRENT.set(reporter)
+    try:
+        yield reporter
+    finally:
+        _CURRENT.reset(token)
+
+
+def warn(message: str) -> None:
+    """A one-line notice to the current reporter."""
+    current_reporter().warning(message)
+
+
+def status(message: str) -> ContextManager[object]:
+    """A status line shown while the ``with`` block runs (e.g. a conversion that takes seconds)."""
+    return current_reporter().status(message)
+
+
+def progress_bar() -> Progress:
+    """A progress bar of the current reporter, used as ``with progress_bar() as bar: bar.add_task(...)``."""
+    return current_reporter().progress()

@@ -1,0 +1,98 @@
+"""The package's layers only look down, and no module imports itself back through another.
+
+Data flows one way: load model → capture through the core → statistics / probes / detectors →
+render / report / prune → command line. The same list is in the README's architecture section.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "attnviz"
+
+#: bottom to top; a module may import its own layer and the layers below, never one above
+LAYERS: list[tuple[str, set[str]]] = [
+    ("foundation", {"errors", "reporting", "io", "data", "words", "compact"}),
+    ("core", {"core"}),
+    ("models", {"models", "toy"}),
+    ("analysis", {"captures", "stats", "heads", "generation", "alignment", "parallel"}),
+    ("output", {"render", "report", "prune", "selection"}),
+    ("cli", {"cli", "console", "__main__"}),
+]
+LAYER_OF = {part: index for index, (_, parts) in enumerate(LAYERS) for part in parts}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every ``attnviz`` module ``path`` imports, at the top or inside a function.
+
+    Imports under ``if TYPE_CHECKING:`` are left out: they exist for annotations only, never run.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            node.body = []
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("attnviz"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("attnviz") and node.level == 0:
+            for alias in node.names:  # ``from attnviz import io`` imports the module attnviz.io
+                candidate = f"{node.module}.{alias.name}"
+                as_path = PACKAGE.parent / candidate.replace(".", "/")
+                found.add(candidate if as_path.with_suffix(".py").is_file() or as_path.is_dir() else node.module)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {module_name(path): imported_modules(path) for path in PACKAGE.rglob("*.py")}
+
+
+def layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYER_OF.get(parts[1]) if len(parts) > 1 else None  # the package root re-exports everything
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted({module.split(".")[1] for module in import_graph() if "." in module} - set(LAYER_OF))
+    assert unplaced == [], f"give these a layer in LAYERS (and the README): {unplaced}"
+
+
+def test_imports_only_look_down():
+    upward = [
+        f"{module} ({LAYERS[layer(module)][0]}) imports {target} ({LAYERS[layer(target)][0]})"
+        for module, targets in import_graph().items()
+        for target in targets
+        if layer(module) is not None and layer(target) is not None and layer(target) > layer(module)
+    ]
+    assert upward == []
+
+
+def test_no_import_cycles():
+    """No cycle between modules, counting imports inside functions (which would only hide one)."""
+    graph = import_graph()
+    # a package's __init__ may re-export its own submodules; an edge from a submodule to its own
+    # package is what would close a cycle, so those count
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if target not in graph:
+                continue
+            if state.get(target) == 1:
+                cycles.append(" -> ".join([*path[path.index(target) :], target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []

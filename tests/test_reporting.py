@@ -1,0 +1,53 @@
+"""The library reports through the current reporter: Python warnings by default, rich lines on the CLI."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from attnviz.reporting import AttnvizWarning, Reporter, progress_bar, status, use_reporter, warn
+
+
+class Collecting(Reporter):
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def warning(self, message: str) -> None:
+        self.messages.append(message)
+
+
+def test_default_reporter_warns_and_stays_silent(capsys):
+    with pytest.warns(AttnvizWarning, match="truncated"):
+        warn("3 texts were truncated")
+    with status("working"), progress_bar() as bar:
+        task = bar.add_task("loop", total=2, status="")
+        bar.update(task, advance=2)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_installed_reporter_receives_notices_and_is_restored():
+    collecting = Collecting()
+    with use_reporter(collecting), warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing may reach the warnings module meanwhile
+        warn("one")
+        warn("two")
+    assert collecting.messages == ["one", "two"]
+    with pytest.warns(AttnvizWarning):
+        warn("three")
+    assert collecting.messages == ["one", "two"]
+
+
+def test_cli_prints_library_warnings_as_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from attnviz.cli.app import app
+
+    long_text = " ".join(["word"] * 40)
+    result = CliRunner().invoke(
+        app, ["heatmap", long_text, "--max-length", "8", "--out", str(tmp_path / "h.png")], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    warning_lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warning_lines == ["warning: 1 text(s) longer than 8 tokens were truncated to 8"]
