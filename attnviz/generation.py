@@ -96,10 +96,12 @@ def generate_capture(
     batch = loaded.encode([prompt], max_length=max_length, truncate=truncate)
     limit = loaded.max_length
     prompt_len = len(batch.tokens[0])
-    if limit is not None and not loaded.encoder_decoder and prompt_len + max_new_tokens > limit:
+    # decoder positions: the prompt (causal LMs) or the decoder start token, then the new tokens
+    used = 1 if loaded.encoder_decoder else prompt_len
+    if limit is not None and used + max_new_tokens > limit:
         raise InputError(
-            f"{prompt_len} prompt tokens + {max_new_tokens} new tokens exceed the model's {limit} positions: "
-            "generate fewer tokens or shorten the prompt"
+            f"{used} {'start' if loaded.encoder_decoder else 'prompt'} token(s) + {max_new_tokens} new tokens "
+            f"exceed the model's {limit} positions: generate fewer tokens or shorten the prompt"
         )
     generator = None
     if sample:

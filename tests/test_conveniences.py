@@ -101,7 +101,15 @@ def test_models_lists_shipped_hub_cache_and_conversions_and_cache_clear_counts_b
 
     result = run_cli(capsys, "models")
     assert result.exit_code == 0, result.stderr
-    for fragment in ("minilm", "smollm2", "acme/tiny-bert", "Tiny-0123456789abcdef", "Tiny-fedcba9876543210"):
+    assert "reverse task, encoder-decoder, 2 layers × 4 heads" in result.stderr  # toy-reverse
+    for fragment in (
+        "minilm",
+        "smollm2",
+        "toy-reverse",
+        "acme/tiny-bert",
+        "Tiny-0123456789abcdef",
+        "Tiny-fedcba9876543210",
+    ):
         assert fragment in result.stderr
     assert "5.0 KB" in result.stderr  # 5,017 bytes of the first conversion
 

@@ -25,7 +25,7 @@ def align(
         str,
         typer.Argument(
             help="Encoder-decoder model spec: a toy checkpoint, a Hugging Face directory or a hub id in the local "
-            "cache. Example: sample_data/toy/reverse",
+            "cache. Example: toy-reverse",
             show_default=False,
         ),
     ],
@@ -95,7 +95,7 @@ def align(
 
     Examples:
 
-      attnviz align sample_data/toy/reverse --data pairs.jsonl --plot align.png
+      attnviz align toy-reverse --data pairs.jsonl --plot align.png
 
       cat pairs.jsonl | attnviz align ./my-marian --data - --json align.json --limit 10
     """

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from attnviz.errors import ModelSpecError, OutputError
 from attnviz.models.gguf import cache_root
-from attnviz.models.specs import minilm_path, smollm2_path
+from attnviz.models.specs import NAMED_MODELS, TOY_MARKER
 
 #: The short names attnviz knows, with what they are.
 SHIPPED_MODELS = {
@@ -50,15 +50,34 @@ def directory_size(path: Path) -> int:
 
 
 def shipped_models() -> list[ModelEntry]:
+    """Every short name a model spec may use (``minilm``, ``smollm2``, ``toy-*``), with where its files are."""
     entries = []
-    for name, description in SHIPPED_MODELS.items():
+    for name, locate in NAMED_MODELS.items():
+        description = SHIPPED_MODELS.get(name, "")
         try:
-            location = minilm_path() if name == "minilm" else smollm2_path()
+            location = locate()
         except ModelSpecError as exc:
             entries.append(ModelEntry(name, f"{description} — not installed: {exc}", None, None))
             continue
+        if not description:
+            description = _toy_description(location)
         entries.append(ModelEntry(name, description, str(location), directory_size(location)))
     return entries
+
+
+def _toy_description(folder: Path) -> str:
+    """``attnviz toy: reverse task, encoder-decoder, 2 layers × 4 heads`` from a toy checkpoint's marker file."""
+    import json
+
+    try:
+        record = json.loads((folder / TOY_MARKER).read_text(encoding="utf-8"))
+        config, task = record["config"], record["task"]["task"]
+        return (
+            f"attnviz toy model: {task} task, {config['architecture']}, "
+            f"{config['num_layers']} layers × {config['num_heads']} heads"
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return "attnviz toy model"
 
 
 def hub_cache_dir() -> Path:
