@@ -59,7 +59,7 @@ def test_step_targets():
 def test_strategy_validation():
     with pytest.raises(InputError, match="scope"):
         PruneStrategy(scope="everywhere").validate()
-    with pytest.raises(InputError, match="min-score"):
+    with pytest.raises(InputError, match="min_score must be a fraction"):
         PruneStrategy(min_score=1.5).validate()
     with pytest.raises(InputError, match="steps"):
         PruneStrategy(steps=0).validate()
