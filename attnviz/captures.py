@@ -142,45 +142,34 @@ class AttentionCapture:
     @classmethod
     def load(cls, path: str | Path) -> AttentionCapture:
         """Read a capture written by :meth:`save` (or by ``attnviz capture``)."""
-        from safetensors import SafetensorError, safe_open
+        from safetensors import safe_open
+
+        from attnviz.capture_checks import capture_fields
+        from attnviz.io import protect_inputs
 
         path = Path(path).expanduser()
         if not path.is_file():
-            raise CaptureFileError(f"capture file {path} does not exist")
+            raise CaptureFileError(f"capture file {path} does not exist or is not a file")
+        protect_inputs([path], "the capture file")
         try:
             with safe_open(str(path), framework="pt") as handle:
                 metadata = handle.metadata() or {}
                 tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (safe_open is not iterable)
-        except (SafetensorError, OSError, ValueError) as exc:
+        except Exception as exc:  # SafetensorError, OSError, ValueError, an unknown dtype, …
             raise CaptureFileError(f"{path} is not a readable safetensors capture file: {exc}") from exc
         if metadata.get("format") != FORMAT_NAME:
             raise CaptureFileError(f"{path} is not an attnviz capture (attnviz capture writes those)")
-        if metadata.get("version", "1") not in READABLE_VERSIONS:
+        version = metadata.get("version")
+        if version not in READABLE_VERSIONS:
             raise CaptureFileError(
-                f"{path} is a capture of format version {metadata.get('version')}, newer than this attnviz "
-                f"reads ({', '.join(READABLE_VERSIONS)}): upgrade attnviz"
+                f"{path} is an attnviz capture of format version {version!r}; this attnviz reads versions "
+                f"{' and '.join(READABLE_VERSIONS)}: capture it again (or upgrade attnviz for newer files)"
             )
         try:
-            patterns: dict[str, dict[int, Tensor]] = defaultdict(dict)
-            for name, tensor in decode_patterns(tensors).items():
-                site = AttentionSite.parse(name)
-                patterns[site.stack][site.layer] = tensor
-            ordered = {stack: [layers[i] for i in range(len(layers))] for stack, layers in patterns.items()}
-            target = metadata.get("target_tokens")
-            return cls(
-                model=metadata.get("model", "?"),
-                tokens=json.loads(metadata["tokens"]),
-                causal=json.loads(metadata.get("causal", "false")),
-                patterns=ordered,
-                special=json.loads(metadata.get("special", "[]")),
-                word_ids=json.loads(metadata.get("word_ids", "[]")),
-                target_tokens=json.loads(target) if target else None,
-                target_special=json.loads(metadata["target_special"]) if target else None,
-                target_word_ids=json.loads(metadata["target_word_ids"]) if target else None,
-                generated_from=json.loads(metadata["generated_from"]) if "generated_from" in metadata else None,
-            )
-        except (KeyError, ValueError, json.JSONDecodeError) as exc:
-            raise CaptureFileError(f"{path} is a damaged attnviz capture ({exc}): capture it again") from exc
+            decoded = decode_patterns(tensors)  # float32, whatever the bits per weight
+        except (ValueError, RuntimeError) as exc:
+            raise CaptureFileError(f"{path} is a damaged attnviz capture: {exc}; capture it again") from exc
+        return cls(**capture_fields(path, metadata, decoded, version))
 
 
 def captures_from_patterns(

@@ -60,3 +60,18 @@ class ParameterError(InputError):
 
 class OutputParameterError(ParameterError, OutputError):
     """An output location given for a parameter that cannot be written."""
+
+
+class Interrupted(BaseException):
+    """A signal (SIGINT, SIGTERM, SIGHUP) stopped the run; outputs were rolled back.
+
+    A ``BaseException`` like :class:`KeyboardInterrupt`, so ``except Exception`` in the
+    library never swallows it and every ``finally`` still removes its temporaries.
+    """
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}: unfinished outputs were discarded")

@@ -1,26 +1,96 @@
-"""Safe file output: check the destination early, write atomically.
+"""Safe file output: check the destination early, never touch an input, write atomically.
 
-A half-written file never replaces a good one: each writer writes to a
-temporary file (or directory) next to the destination and renames it into place.
+A half-written file never replaces a good one: each writer writes to a temporary file
+(or directory) named ``.attnviz-tmp-…`` next to the destination and renames it into place.
+How a command uses this module (the CLI does the first two steps for every command)::
+
+    with output_session():                       # outputs of the run: all or nothing
+        protect_inputs(model_dir, data_file)     # what the run reads
+        check_outputs([out_png, out_json])       # refuses outputs that are/lie in/contain an input
+        ...load, compute...
+        with atomic_path(out_png) as tmp: ...    # staged; renamed into place when the session ends
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from attnviz import staging
 from attnviz.errors import InputError, OutputError
+
+TEMP_PREFIX = staging.TEMP_PREFIX
+
+
+def cache_root() -> Path:
+    """attnviz's own cache: ``$ATTNVIZ_CACHE`` or ``$XDG_CACHE_HOME/attnviz`` (default ``~/.cache/attnviz``)."""
+    if os.environ.get("ATTNVIZ_CACHE"):
+        return Path(os.environ["ATTNVIZ_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "attnviz"
+
+
+@contextlib.contextmanager
+def output_session() -> Iterator[None]:
+    """One run: the outputs written inside are renamed into place together when the block succeeds.
+
+    If the block fails (or a later rename fails) no output changes and every temporary is
+    removed. Inputs registered with :func:`protect_inputs` inside it are refused as outputs;
+    attnviz's cache is always protected. Nested sessions join the outer one.
+    """
+    with staging.session() as current:
+        current.protect(cache_root(), "attnviz's cache")
+        yield
+
+
+def protect_inputs(paths: Iterable[str | os.PathLike | None], what: str = "the input") -> None:
+    """Record files or directories the current run reads: no output may be, lie inside or contain them.
+
+    Outside :func:`output_session` this does nothing (library callers check with :func:`check_outputs`).
+    """
+    current = staging.current_session()
+    if current is None:
+        return
+    for path in paths:
+        if path is not None and Path(path).expanduser().exists():
+            current.protect(Path(path), what)
+
+
+def check_outputs(outputs: Iterable[str | os.PathLike | None], inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+    """Refuse outputs that are, lie inside, or contain an input, or that name the same place twice.
+
+    Paths are compared after following symlinks. ``inputs`` adds to those of the open session.
+    Raises :class:`OutputError`; call it before any model loads.
+    """
+    extra = [(staging.resolved(p), "the input") for p in inputs if p is not None and Path(p).expanduser().exists()]
+    current = staging.current_session() or staging.Session()
+    seen: dict[Path, str] = {}
+    for output in outputs:
+        if output is None:
+            continue
+        refuse_special_file(Path(output))
+        current.refuse_if_input(output, extra)
+        target = staging.resolved(output)
+        for other, name in seen.items():
+            if staging.touches(target, other):
+                raise OutputError(f"outputs {name} and {output} overlap: give each output its own path")
+        seen[target] = str(output)
+
+
+def _refuse_if_input(path: Path) -> None:
+    current = staging.current_session()
+    if current is not None:
+        current.refuse_if_input(path)
 
 
 def check_output_path(path: str | os.PathLike, allowed_suffixes: tuple[str, ...] | None = None) -> Path:
     """Validate an output path before any expensive work starts.
 
     Raises :class:`OutputError` for a missing or unwritable directory, a path
-    that is a directory, or a suffix not in ``allowed_suffixes``.
+    that is a directory, a suffix not in ``allowed_suffixes``, or (inside a
+    session) a path that touches an input of the run.
     """
     path = Path(path).expanduser()
     if allowed_suffixes is not None and path.suffix.lower() not in allowed_suffixes:
@@ -30,8 +100,18 @@ def check_output_path(path: str | os.PathLike, allowed_suffixes: tuple[str, ...]
         )
     if path.is_dir():
         raise OutputError(f"{path} is a directory: give a file name")
+    refuse_special_file(path)
+    _refuse_if_input(path)
     check_output_parent(path)
     return path
+
+
+def refuse_special_file(path: Path) -> None:
+    """Refuse an output path that exists as something other than a file or directory (a device, a pipe):
+    attnviz replaces outputs by renaming, which would remove the device node itself."""
+    target = staging.resolved(path)
+    if target.exists() and not target.is_file() and not target.is_dir():
+        raise OutputError(f"{path} is a device, pipe or socket, not a file: give an ordinary file path")
 
 
 def check_output_parent(path: Path) -> None:
@@ -50,57 +130,55 @@ def staged_directory(path: str | os.PathLike) -> Iterator[Path]:
     What to write goes into the yielded directory. An existing ``path`` is moved aside
     only once the new directory is complete, and put back if the final rename fails; on
     any error nothing at ``path`` changes and no temporary directory is left behind.
+    Inside :func:`output_session` the rename waits for the end of the session.
     The caller has checked ``path`` (:func:`check_output_parent` at least).
     """
-    path = Path(path)
+    path = Path(path).expanduser()
+    _refuse_if_input(path)
     parent = path.parent if str(path.parent) else Path(".")
-    stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
-    old = None
-    try:
+    staging.remove_stale_temporaries(parent)
+    stage = _create(lambda: staging.new_temp_dir(parent, path.name), path)
+    with _writing(path, stage):
         yield stage
-        _ordinary_permissions(stage)
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=parent))
-            os.rmdir(old)  # only its unique name is wanted
-            os.replace(path, old)
-        os.replace(stage, path)
-    except OSError as exc:
-        if old is not None and old.exists() and not path.exists():
-            os.replace(old, path)
-        raise OutputError(f"could not write {path}: {exc.strerror or exc}") from exc
-    finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
-        if old is not None and old.exists():
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def _ordinary_permissions(directory: Path) -> None:
-    """Give ``directory`` and its contents the permissions plain ``mkdir``/``open`` would (mkdtemp uses 0700)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for entry in [directory, *directory.rglob("*")]:
-        entry.chmod((0o777 if entry.is_dir() else 0o666) & ~umask)
+    staging.stage(staging.Staged(stage, path))
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success rename it onto ``path``.
 
-    On error the temporary file is removed and ``path`` is left untouched.
+    On error the temporary file is removed and ``path`` is left untouched. A replaced
+    file keeps its mode; a new one gets the mode the umask gives. Inside
+    :func:`output_session` the rename waits for the end of the session.
     """
-    path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent or ".")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    path = Path(path).expanduser()
+    _refuse_if_input(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    staging.remove_stale_temporaries(parent)
+    tmp = _create(lambda: staging.new_temp_file(parent, path.name), path)
+    with _writing(path, tmp):
         yield tmp
-        os.replace(tmp, path)
+    staging.stage(staging.Staged(tmp, path))
+
+
+def _create(make, path: Path) -> Path:
+    try:
+        return make()
     except OSError as exc:
-        raise OutputError(f"could not write {path}: {exc.strerror or exc}") from exc
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        raise staging.output_error(exc, path) from exc
+
+
+@contextlib.contextmanager
+def _writing(path: Path, tmp: Path) -> Iterator[None]:
+    """Remove ``tmp`` when the block fails; I/O failures become one :class:`OutputError` line."""
+    try:
+        yield
+    except BaseException as exc:
+        staging.remove_path(tmp)
+        error = None if isinstance(exc, OutputError) else staging.output_error(exc, path)
+        if error is not None:
+            raise error from exc
+        raise
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
@@ -118,6 +196,9 @@ def read_text_file(path: str | os.PathLike, what: str = "file") -> str:
         raise InputError(f"{what} {path} does not exist")
     if path.is_dir():
         raise InputError(f"{what} {path} is a directory, not a file")
+    if not path.is_file():  # a pipe, a device or a socket: never block on (or loop over) one
+        raise InputError(f"{what} {path} is not a regular file: save the text to a file first")
+    protect_inputs([path], what)
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

@@ -154,5 +154,5 @@ def test_cli_align_table_json_plot_and_stdin(tmp_path, capsys, monkeypatch):
     assert_clean_error(run_cli(capsys, "align", REVERSE, "--data", bad), "bad.jsonl:1", "Pharaoh")
     same = tmp_path / "same.json"  # JSON Lines under a .json name: the reader does not mind the suffix
     same.write_text(data.read_text())
-    assert_clean_error(run_cli(capsys, "align", REVERSE, "--data", same, "--json", same), "is the data file")
+    assert_clean_error(run_cli(capsys, "align", REVERSE, "--data", same, "--json", same), "would overwrite")
     assert_clean_error(run_cli(capsys, "align", REVERSE, "--data", tmp_path / "none.jsonl"), "does not exist")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from cli_helpers import run_cli
 
-from attnviz.cli.errors import error_line, flag_for
+from attnviz.cli.errors import error_message, flag_for
 from attnviz.errors import InputError, ParameterError
 from attnviz.prune.pipeline import PruneConfig
 from attnviz.stats.detect import Thresholds
@@ -16,7 +16,7 @@ def test_parameter_error_words_every_placeholder_per_caller():
     exc = ParameterError("ratio", "say how much to prune: {ratio} 0.3, {count} 20, or {min_score} 0.9")
     assert isinstance(exc, InputError)
     assert str(exc) == "say how much to prune: ratio 0.3, count 20, or min_score 0.9"
-    assert error_line(exc) == "say how much to prune: --ratio 0.3, --count 20, or --min-score 0.9"
+    assert error_message(exc) == "say how much to prune: --ratio 0.3, --count 20, or --min-score 0.9"
     assert flag_for("learning_rate") == "--lr" and flag_for("batch_size") == "--batch-size"
 
 

@@ -102,8 +102,7 @@ def align(
     from attnviz.alignment import align_heads, read_alignment_pairs, write_alignment_json
     from attnviz.cli.stdin import STDIN, read_stdin
     from attnviz.console import console
-    from attnviz.errors import InputError
-    from attnviz.io import check_output_path
+    from attnviz.io import check_output_path, check_outputs
     from attnviz.models.specs import load_model
     from attnviz.render.align_plot import alignment_grid_figure, alignment_table
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
@@ -113,9 +112,7 @@ def align(
     if plot is not None:
         plot = check_output_path(plot, FIGURE_SUFFIXES)
     from_stdin = str(data) == STDIN
-    for output in (json_path, plot):
-        if output is not None and not from_stdin and output.resolve() == data.expanduser().resolve():
-            raise InputError(f"{output} is the data file: choose another output path")
+    check_outputs([json_path, plot], [] if from_stdin else [data])
     pairs = read_alignment_pairs(text=read_stdin("alignment pairs")) if from_stdin else read_alignment_pairs(data)
     with console.status(f"loading {checkpoint}"):
         loaded = load_model(checkpoint, device=device, dtype=dtype)

@@ -13,6 +13,7 @@ import sys
 import typer
 
 from attnviz import __version__
+from attnviz.cli import guard
 
 app = typer.Typer(
     name="attnviz",
@@ -36,15 +37,22 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+_debug = {"enabled": bool(os.environ.get("ATTNVIZ_DEBUG"))}
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the traceback of an unexpected internal error. Example: attnviz --debug stats"
+    ),
 ) -> None:
     """See what a transformer's attention heads do, and which of them matter."""
     from attnviz.console import ConsoleReporter
     from attnviz.reporting import use_reporter
 
+    _debug["enabled"] = _debug["enabled"] or debug
     # The library reports progress and notices through the current reporter; for the whole
     # command that is the rich one on stderr (released when the command's context closes).
     ctx.with_resource(use_reporter(ConsoleReporter()))
@@ -58,20 +66,13 @@ def _register_commands() -> None:
 
 
 _register_commands()
+# Every command: checked arguments, protected inputs, all-or-nothing outputs (attnviz.cli.guard).
+guard.guard_commands(app)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    from rich.markup import escape
-
-    from attnviz.cli.errors import error_line
-    from attnviz.console import console
-    from attnviz.errors import AttnvizError
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        # Standalone mode: Typer reports usage errors (unknown option, missing value) itself.
-        app()
-    except AttnvizError as exc:
-        console.print(f"[bold red]error:[/bold red] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
+    """Console-script entry point: every failure is one ``error:`` line and a non-zero exit (see cli/guard.py)."""
+    _debug["enabled"] = bool(os.environ.get("ATTNVIZ_DEBUG"))
+    code = guard.run(app, debug=lambda: _debug["enabled"])
+    if code:
+        sys.exit(code)

@@ -21,7 +21,7 @@ def flag_for(parameter: str) -> str:
     return FLAG_NAMES.get(parameter, "--" + parameter.replace("_", "-"))
 
 
-def error_line(exc: AttnvizError) -> str:
+def error_message(exc: AttnvizError) -> str:
     """The text of the one ``error:`` line the CLI prints for ``exc``."""
     if isinstance(exc, ParameterError):
         return exc.formatted(flag_for)

@@ -12,21 +12,19 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
+import time
 from pathlib import Path
 from typing import BinaryIO
 
-from attnviz.errors import ModelSpecError
-from attnviz.models.hf import load_hf_model
+from attnviz import staging
+from attnviz.errors import AttnvizError, ModelSpecError, OutputError
+from attnviz.io import cache_root
 from attnviz.reporting import status
 
-
-def cache_root() -> Path:
-    """``$ATTNVIZ_CACHE`` or ``$XDG_CACHE_HOME/attnviz`` (default ``~/.cache/attnviz``)."""
-    if os.environ.get("ATTNVIZ_CACHE"):
-        return Path(os.environ["ATTNVIZ_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "attnviz"
+__all__ = ["cache_root", "converted_gguf_dir"]
+#: conversion directories of attnviz versions before the shared temporary prefix (no owner recorded)
+_LEGACY_TEMP_PREFIX = ".convert-"
+_LEGACY_ABANDONED_SECONDS = 3600
 
 
 #: GGUF metadata value types (the GGUF specification): fixed sizes in bytes; 8 is a string, 9 an array.
@@ -136,7 +134,10 @@ def _adopt(legacy: Path, target: Path) -> bool:
 
     Hard links: no copy of the weights, and attnviz versions that still use the old key keep theirs.
     """
-    tmp = Path(tempfile.mkdtemp(prefix=".adopt-", dir=target.parent))
+    try:
+        tmp = staging.new_temp_dir(target.parent, target.name)
+    except OSError:
+        return False
     try:
         for entry in legacy.iterdir():
             if entry.is_file():
@@ -149,8 +150,7 @@ def _adopt(legacy: Path, target: Path) -> bool:
     except OSError:
         return False
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        staging.remove_path(tmp)
 
 
 def _is_complete(directory: Path) -> bool:
@@ -160,24 +160,55 @@ def _is_complete(directory: Path) -> bool:
 def converted_gguf_dir(path: Path) -> Path:
     """A Hugging Face directory holding ``path``'s weights de-quantised to float32 (cached)."""
     target = cache_root() / "gguf" / content_key(path)
+    _remove_stale_conversions(target.parent)
     if _is_complete(target):
         return target
     legacy = target.parent / _legacy_key(path)
     if _is_complete(legacy) and _adopt(legacy, target):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create attnviz's cache {target.parent}: {exc.strerror or exc}") from exc
+    if target.exists():  # incomplete: a directory without its weights is never used
+        staging.remove_path(target)
     with status(f"converting {path.name} from GGUF (once; cached in {target.parent})"):
-        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+        try:
+            tmp = staging.new_temp_dir(target.parent, target.name)
+        except OSError as exc:
+            raise staging.output_error(exc, target) from exc
         try:
             _convert(path, tmp)
-            if target.exists():  # another process finished first
-                shutil.rmtree(tmp)
-            else:
+            staging.ordinary_permissions(tmp)
+            if not target.exists():  # else another process finished first
                 os.replace(tmp, target)
+        except OSError as exc:
+            raise staging.output_error(exc, target) from exc
+        except AttnvizError:
+            raise
+        except Exception as exc:
+            error = staging.output_error(exc, target)
+            if error is None:
+                raise
+            raise error from exc
         finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            staging.remove_path(tmp)
     return target
+
+
+def _remove_stale_conversions(directory: Path) -> None:
+    """Remove conversions a killed process left half-done (SIGKILL, power loss) in the cache."""
+    if not directory.is_dir():
+        return
+    staging.remove_stale_temporaries(directory)
+    # Older attnviz versions named them .convert-*, without their owner: removed once clearly abandoned.
+    for legacy in directory.glob(f"{_LEGACY_TEMP_PREFIX}*"):
+        try:
+            abandoned = time.time() - legacy.stat().st_mtime > _LEGACY_ABANDONED_SECONDS
+        except OSError:
+            continue
+        if abandoned:
+            staging.remove_path(legacy)
 
 
 def _convert(path: Path, out_dir: Path) -> None:
@@ -190,8 +221,8 @@ def _convert(path: Path, out_dir: Path) -> None:
         quantised = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except ImportError as exc:
         raise ModelSpecError(f"loading GGUF files needs extra packages: pip install gguf accelerate ({exc})") from exc
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise ModelSpecError(f"cannot read GGUF file {path}: {str(exc).splitlines()[0]}") from exc
+    except Exception as exc:  # gguf, tokenizers and transformers raise many types on a damaged file
+        raise ModelSpecError(f"cannot read GGUF file {path}: {_first_line(exc)}") from exc
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -202,6 +233,6 @@ def _convert(path: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-def load_gguf(path: Path, *, name: str, device, dtype):
-    """Load a ``.gguf`` file: its converted (cached) Hugging Face directory, through :func:`load_hf_model`."""
-    return load_hf_model(converted_gguf_dir(Path(path)), name=name, device=device, dtype=dtype)
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,27 +53,44 @@ def load_hf_model(
     source = str(source)
     register_attention()
     _quiet_transformers()
-    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    refuse_custom_code(source)
+    # Never run code shipped with a model, and never ask on stdin whether to.
+    extra: dict[str, Any] = {"trust_remote_code": False}
+    if gguf_file:
+        extra["gguf_file"] = gguf_file
     try:
         config = transformers.AutoConfig.from_pretrained(source, **extra)
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
-    except (OSError, ValueError, KeyError) as exc:
+    except Exception as exc:  # OSError, ValueError, tokenizers' own exceptions on a damaged tokenizer.json, …
         raise ModelSpecError(
-            f"cannot load model {source!r}: {str(exc).splitlines()[0]} "
+            f"cannot load model {source!r}: {first_line(exc)} "
             "(give a local model directory, a .gguf file, a hub id in the local cache, or 'minilm'/'smollm2')"
         ) from exc
     cls = model_class_for(config)
     fallback = False
-    try:
-        model = cls.from_pretrained(source, attn_implementation=ATTENTION_NAME, dtype=dtype, **extra)
-    except (ValueError, KeyError) as exc:
-        # Families with their own attention classes (gpt_neo, bloom, falcon, …) reject the name.
-        if isinstance(exc, ValueError) and "attention" not in str(exc).lower():
-            raise ModelSpecError(f"cannot load model {source!r}: {str(exc).splitlines()[0]}") from exc
-        fallback = True
-        model = cls.from_pretrained(source, attn_implementation="eager", dtype=dtype, **extra)
-    except OSError as exc:
-        raise ModelSpecError(f"cannot load model {source!r}: {str(exc).splitlines()[0]}") from exc
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns on foreign pickles; the error below says what matters
+        try:
+            try:
+                model, info = cls.from_pretrained(
+                    source, attn_implementation=ATTENTION_NAME, dtype=dtype, output_loading_info=True, **extra
+                )
+            except (ValueError, KeyError) as exc:
+                # Families with their own attention classes (gpt_neo, bloom, falcon, …) reject the name.
+                if isinstance(exc, ValueError) and "attention" not in str(exc).lower():
+                    raise
+                fallback = True
+                model, info = cls.from_pretrained(
+                    source, attn_implementation="eager", dtype=dtype, output_loading_info=True, **extra
+                )
+        except Exception as exc:  # safetensors header damage, a refused pickle, a truncated file, …
+            if "Weights only load failed" in str(exc):
+                raise ModelSpecError(
+                    f"the pickled weights of model {source!r} hold objects other than tensors, which attnviz refuses "
+                    "to unpickle (they could run code): convert the checkpoint to safetensors"
+                ) from exc
+            raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
+    check_loading_info(info, source)
     model.to(device)
     model.eval()
     loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
@@ -86,6 +104,55 @@ def load_hf_model(
             "using eager attention with output_attentions (slower; head masks unavailable)"
         )
     return loaded
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (its type when it has none)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def refuse_custom_code(source: str) -> None:
+    """Refuse a local model directory whose config or tokenizer config points at Python code it ships."""
+    import json
+    from pathlib import Path
+
+    folder = Path(source).expanduser()
+    if not folder.is_dir():
+        return
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            document = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # missing or damaged: transformers reports it below
+        if isinstance(document, dict) and document.get("auto_map"):
+            raise ModelSpecError(
+                f"model {source!r} needs custom code shipped with it ('auto_map' in {name}): attnviz does not run "
+                "code from a model folder; use a model that transformers supports natively"
+            )
+
+
+def check_loading_info(info: dict, source: str) -> None:
+    """Refuse weights that leave parameters at random values, or that hold tensors the model does not have.
+
+    transformers only logs these (``info`` is ``from_pretrained(..., output_loading_info=True)[1]``);
+    tied weights it fills itself are not listed as missing.
+    """
+    for key, what, advice in (
+        ("missing_keys", "lack {n} tensor(s) the model needs", "those would be random"),
+        ("unexpected_keys", "hold {n} tensor(s) the model does not have", "they are not this model's weights"),
+        ("mismatched_keys", "have {n} tensor(s) of the wrong shape", "they do not fit its config"),
+    ):
+        names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(key) or ())
+        if names:
+            shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+            raise ModelSpecError(
+                f"the weights of model {source!r} {what.format(n=len(names))} ({shown}): {advice}; "
+                "give a complete checkpoint"
+            )
+    errors = info.get("error_msgs") or []
+    if errors:
+        raise ModelSpecError(f"the weights of model {source!r} do not load: {first_line(Exception(errors[0]))}")
 
 
 def _quiet_transformers() -> None:

@@ -21,7 +21,7 @@ from transformers.initialization import no_init_weights
 from attnviz.core import ATTENTION_NAME, AttentionSite, register_attention
 from attnviz.errors import ModelSpecError
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
-from attnviz.models.hf import HFModel, model_class_for
+from attnviz.models.hf import HFModel, first_line, model_class_for, refuse_custom_code
 from attnviz.models.physical import shrink_to_counts
 
 FORMAT_NAME = "attnviz-pruned"
@@ -33,7 +33,7 @@ def read_pruned_metadata(path: str | os.PathLike) -> dict:
     marker = Path(path) / PRUNED_MARKER
     try:
         metadata = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelSpecError(f"{marker} is not readable JSON ({exc}): prune the model again") from exc
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
         raise ModelSpecError(f"{marker} is not an attnviz pruned-checkpoint marker: prune the model again")
@@ -50,7 +50,10 @@ def _state_dict(path: Path) -> dict[str, torch.Tensor]:
         raise ModelSpecError(f"{path} has no .safetensors weights: prune the model again")
     state: dict[str, torch.Tensor] = {}
     for file in files:
-        state.update(load_file(str(file)))
+        try:
+            state.update(load_file(str(file)))
+        except Exception as exc:  # SafetensorError on a damaged header, OSError on a truncated file
+            raise ModelSpecError(f"{file} is not a readable safetensors file ({exc}): prune the model again") from exc
     return state
 
 
@@ -73,20 +76,26 @@ def load_pruned_model(
     """Load a physically pruned checkpoint written by ``attnviz prune`` (see the module docstring)."""
     path = Path(path).expanduser()
     metadata = read_pruned_metadata(path)
+    refuse_custom_code(str(path))
     register_attention()
     try:
-        config = transformers.AutoConfig.from_pretrained(str(path))
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelSpecError(f"cannot load pruned model {path}: {str(exc).splitlines()[0]}") from exc
+        config = transformers.AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except Exception as exc:  # OSError, ValueError, tokenizers' own exceptions on a damaged tokenizer.json, …
+        raise ModelSpecError(f"cannot load pruned model {path}: {first_line(exc)}") from exc
     cls = model_class_for(config)
     with no_init_weights():  # every weight is read from the file below
         model = cls._from_config(config, attn_implementation=ATTENTION_NAME, dtype=dtype)
     model.eval()
-    counts = {
-        AttentionSite(site["stack"], int(site["layer"])): (int(site["heads"]), int(site["kv_heads"]))
-        for site in metadata.get("sites", [])
-    }
+    try:
+        counts = {
+            AttentionSite(site["stack"], int(site["layer"])): (int(site["heads"]), int(site["kv_heads"]))
+            for site in metadata.get("sites", [])
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelSpecError(
+            f"{path / PRUNED_MARKER} has a malformed site entry ({exc}): prune the model again"
+        ) from exc
     shrink_to_counts(HFModel(model, tokenizer, name=str(path)), counts)
     state = _state_dict(path)
     try:

@@ -27,6 +27,7 @@ import torch
 
 from attnviz.data import sample_data_path
 from attnviz.errors import InputError, ModelSpecError, ParameterError
+from attnviz.io import protect_inputs
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 
 DEFAULT_MODEL = "minilm"
@@ -152,9 +153,36 @@ for _name in SHIPPED_TOYS:
     NAMED_MODELS[_name] = functools.partial(shipped_toy_path, _name)
 
 
+def model_input_paths(spec: str = DEFAULT_MODEL) -> list[Path]:
+    """Files and directories loading ``spec`` reads, found without loading it (outputs must not touch them).
+
+    A .gguf file also reads attnviz's cache (always protected by :func:`attnviz.io.output_session`);
+    a hub id reads the Hugging Face cache.
+    """
+    spec = (spec or DEFAULT_MODEL).strip()
+    named = NAMED_MODELS.get(spec.lower())
+    if named is not None:
+        try:
+            return [named()]
+        except ModelSpecError:
+            return []
+    path = Path(spec).expanduser()
+    if path.exists():
+        return [path]
+    if _looks_like_hub_id(spec):
+        try:
+            from huggingface_hub.constants import HF_HUB_CACHE
+
+            return [Path(HF_HUB_CACHE)]
+        except ImportError:
+            return []
+    return []
+
+
 def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto") -> LoadedModel:
     """Load the model named by ``spec`` (see the module docstring) onto attnviz's attention core."""
     spec = (spec or DEFAULT_MODEL).strip()
+    protect_inputs(model_input_paths(spec), "the model")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
     named = NAMED_MODELS.get(spec.lower())

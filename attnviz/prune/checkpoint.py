@@ -173,7 +173,7 @@ def save_pruned_checkpoint(
 
 
 def save_toy_checkpoint(out: str | os.PathLike, pruned: LoadedModel) -> Path:
-    """Write a pruned toy model to ``out`` atomically with ``attnviz.toy.save_toy_model``."""
-    from attnviz.toy import save_toy_model
+    """Write a pruned toy model to ``out`` atomically (the toy checkpoint format)."""
+    from attnviz.toy.checkpoint import write_checkpoint_files
 
-    return write_directory_atomically(Path(out), lambda tmp: save_toy_model(pruned, tmp))
+    return write_directory_atomically(Path(out), lambda tmp: write_checkpoint_files(pruned, tmp))

@@ -103,8 +103,8 @@ def save_toy_model(loaded: ToyModel, path: str | os.PathLike, *, step: int | Non
     Refuses to overwrite the checkpoint ``loaded`` was read from (inputs are never overwritten).
     """
     path = Path(path).expanduser()
-    if loaded.source_path is not None and path.resolve() == Path(loaded.source_path).resolve():
-        raise OutputError(f"{path} is the checkpoint this model was loaded from: save to another directory")
+    if loaded.source_path is not None:
+        io.check_outputs([path], [loaded.source_path])
     with staged_directory(path) as stage:
         write_checkpoint_files(loaded, stage, step=step)
     return path
@@ -147,10 +147,12 @@ def load_toy_model(
     dtype: torch.dtype = torch.float32,
 ) -> ToyModel:
     """Load a toy checkpoint directory; a missing, damaged or inconsistent one raises :class:`ModelSpecError`."""
-    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    from attnviz.io import protect_inputs
+
     path = Path(path).expanduser()
+    protect_inputs([path], "the toy checkpoint")
     document = read_checkpoint_document(path)
     try:
         config = ToyConfig.from_dict(document["config"])
@@ -158,7 +160,7 @@ def load_toy_model(
         settings = TaskSettings.from_dict(document["task"])
     except KeyError as exc:
         raise _damaged(path, f"{MARKER} lacks the field {exc}") from exc
-    except (AttnvizError, TypeError) as exc:
+    except (AttnvizError, TypeError, ValueError, AttributeError) as exc:
         raise _damaged(path, f"{MARKER} is inconsistent ({exc})") from exc
     if config.vocab_size != len(tokenizer):
         raise _damaged(path, f"the config's vocab_size {config.vocab_size} does not match the {len(tokenizer)} tokens")
@@ -170,7 +172,7 @@ def load_toy_model(
         raise _damaged(path, f"{WEIGHTS} does not match its checksum (the file was changed or cut short)")
     try:
         state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as exc:
+    except Exception as exc:  # SafetensorError, OSError, ValueError, an unknown dtype, …
         raise _damaged(path, f"{WEIGHTS} is not a readable safetensors file ({exc})") from exc
     model = ToyTransformer(config)
     try:
@@ -191,15 +193,27 @@ def checkpoint_series(path: str | os.PathLike) -> list[tuple[int, Path]]:
     """The ``(step, directory)`` checkpoints saved during training by ``--checkpoint-every``, by step.
 
     The final checkpoint itself is not in the list (its step is in ``metadata["step"]`` once loaded).
+    Every entry must name a directory inside the checkpoint (symlinks followed): an absolute path or
+    one that climbs out with ``..`` raises :class:`ModelSpecError`.
     """
     path = Path(path).expanduser()
     document = read_checkpoint_document(path)
+    root = path.resolve()
+    entries = document.get("series") or []
+    if not isinstance(entries, list):
+        raise _damaged(path, '"series" is not a list')
     series = []
-    for entry in document.get("series") or []:
+    for entry in entries:
         try:
-            series.append((int(entry["step"]), path / entry["path"]))
+            step, relative = int(entry["step"]), entry["path"]
+            if not isinstance(relative, str) or not relative:
+                raise TypeError("path is not a string")
         except (KeyError, TypeError, ValueError) as exc:
             raise _damaged(path, f"a series entry is malformed ({entry!r})") from exc
+        directory = (path / relative).resolve()
+        if Path(relative).is_absolute() or root not in directory.parents:
+            raise _damaged(path, f"the series entry {relative!r} points outside the checkpoint")
+        series.append((step, path / relative))
     return sorted(series)
 
 

@@ -1,0 +1,140 @@
+"""Checking a capture file read from disk before anything is drawn from it.
+
+A capture file (format in :mod:`attnviz.captures`) is user input: its metadata
+may have the wrong JSON types, its tensors the wrong rank, or shapes that do not
+match the token lists. Every such file is refused with one
+:class:`~attnviz.errors.CaptureFileError` line instead of a traceback or a
+wrong figure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnviz.errors import CaptureFileError
+
+#: slack allowed on attention weights read back (they are probabilities)
+_WEIGHT_SLACK = 1e-3
+_NAME = re.compile(r"(self|encoder|decoder|cross)\.(0|[1-9][0-9]*)")
+
+
+def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tensor], version: str) -> dict[str, Any]:
+    """The keyword arguments of :class:`~attnviz.captures.AttentionCapture`, checked; raises CaptureFileError."""
+
+    def damaged(what: str) -> CaptureFileError:
+        return CaptureFileError(f"{path} is a damaged attnviz capture: {what}; capture it again")
+
+    if metadata.get("version") != version:
+        raise CaptureFileError(
+            f"{path} is an attnviz capture of format version {metadata.get('version')!r}; this attnviz reads "
+            f"version {version}: capture it again"
+        )
+
+    def field(name: str, default: Any = None, required: bool = False) -> Any:
+        if name not in metadata:
+            if required:
+                raise damaged(f"the metadata field {name!r} is missing")
+            return default
+        try:
+            return json.loads(metadata[name])
+        except (TypeError, ValueError) as exc:
+            raise damaged(f"the metadata field {name!r} is not JSON") from exc
+
+    model = metadata.get("model", "?")
+    causal = field("causal", False)
+    if not isinstance(causal, bool):
+        raise damaged("'causal' is not true or false")
+    tokens = _token_list(field("tokens", required=True), "tokens", damaged)
+    special = _flag_list(field("special", []), len(tokens), "special", damaged)
+    word_ids = _word_list(field("word_ids", []), len(tokens), "word_ids", damaged)
+    target_tokens = target_special = target_word_ids = None
+    if "target_tokens" in metadata:
+        target_tokens = _token_list(field("target_tokens"), "target_tokens", damaged)
+        target_special = _flag_list(field("target_special", []), len(target_tokens), "target_special", damaged)
+        target_word_ids = _word_list(field("target_word_ids", []), len(target_tokens), "target_word_ids", damaged)
+
+    generated_from = field("generated_from")  # index of the first generated token (version 2, --generate)
+    generated_axis = len(target_tokens if target_tokens is not None else tokens)
+    if generated_from is not None and (
+        not isinstance(generated_from, int)
+        or isinstance(generated_from, bool)
+        or not 0 <= generated_from <= generated_axis
+    ):
+        raise damaged(f"'generated_from' is not a token index between 0 and {generated_axis}")
+
+    allowed = ("encoder", "decoder", "cross") if target_tokens is not None else ("self",)
+    lengths = {
+        "self": (len(tokens), len(tokens)),
+        "encoder": (len(tokens), len(tokens)),
+        "decoder": (len(target_tokens or []), len(target_tokens or [])),
+        "cross": (len(target_tokens or []), len(tokens)),
+    }
+    by_stack: dict[str, dict[int, Tensor]] = {}
+    for name, tensor in tensors.items():
+        match = _NAME.fullmatch(name)
+        if match is None or match.group(1) not in allowed:
+            raise damaged(f"it holds a tensor named {name!r} (expected {' or '.join(s + '.N' for s in allowed)})")
+        stack, layer = match.group(1), int(match.group(2))
+        # [head, query, key]
+        if tensor.ndim != 3 or tensor.shape[0] < 1:
+            raise damaged(f"{name} has shape {list(tensor.shape)}, not [head, query, key]")
+        if tuple(tensor.shape[1:]) != lengths[stack]:
+            raise damaged(
+                f"{name} has {tensor.shape[1]} queries × {tensor.shape[2]} keys but the token lists give "
+                f"{lengths[stack][0]} × {lengths[stack][1]}"
+            )
+        if not tensor.is_floating_point():
+            raise damaged(f"{name} holds {tensor.dtype} values, not attention weights")
+        tensor = tensor.float()
+        if not bool(torch.isfinite(tensor).all()) or tensor.min() < -_WEIGHT_SLACK or tensor.max() > 1 + _WEIGHT_SLACK:
+            raise damaged(f"{name} holds values that are not attention weights (NaN, infinite, or outside 0–1)")
+        by_stack.setdefault(stack, {})[layer] = tensor
+    if not by_stack:
+        raise damaged("it holds no attention tensors")
+    patterns = {}
+    for stack in (s for s in ("self", "encoder", "decoder", "cross") if s in by_stack):
+        layers = by_stack[stack]
+        if sorted(layers) != list(range(len(layers))):
+            raise damaged(f"the {stack} layers are not numbered 0…{len(layers) - 1}")
+        patterns[stack] = [layers[i] for i in range(len(layers))]
+    return {
+        "model": model,
+        "tokens": tokens,
+        "causal": causal,
+        "patterns": patterns,
+        "special": special,
+        "word_ids": word_ids,
+        "target_tokens": target_tokens,
+        "target_special": target_special,
+        "target_word_ids": target_word_ids,
+        "generated_from": generated_from,
+    }
+
+
+def _token_list(value: Any, name: str, damaged) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(token, str) for token in value):
+        raise damaged(f"{name!r} is not a non-empty list of strings")
+    return value
+
+
+def _flag_list(value: Any, length: int, name: str, damaged) -> list[bool]:
+    if value == []:
+        return [False] * length
+    if not isinstance(value, list) or len(value) != length or not all(isinstance(v, bool) for v in value):
+        raise damaged(f"{name!r} is not a list of {length} true/false values")
+    return value
+
+
+def _word_list(value: Any, length: int, name: str, damaged) -> list[int | None]:
+    if value == []:
+        return list(range(length))
+    ok = isinstance(value, list) and len(value) == length
+    if not ok or not all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) for v in value):
+        raise damaged(f"{name!r} is not a list of {length} word numbers (or null)")
+    return value

@@ -1,0 +1,223 @@
+"""What every ``attnviz`` command gets without asking: checked arguments, protected inputs,
+all-or-nothing outputs, signals handled like Ctrl-C, and one ``error:`` line for every failure.
+
+:func:`guard_commands` wraps each registered command: before the command body runs it
+refuses NaN/infinite numbers and text that is not valid UTF-8, records the paths the
+command reads (Path arguments outside the "Output" help panel, and the files behind model
+specs) and refuses outputs (Path options in the "Output" panel) that are, lie inside or
+contain one of them; the body then runs inside :func:`attnviz.io.output_session`, so all its
+outputs are renamed into place together at its end, or none. :func:`run` is the entry point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+
+# typer ≥ 0.25 vendors Click: the exceptions and contexts its commands use live in typer._click.
+from typer._click import exceptions as click_errors
+from typer._click.globals import get_current_context
+from typer._click.utils import echo
+
+from attnviz.cli.options import OUTPUT_PANEL
+
+#: parameters whose string value is a model spec (its files are inputs)
+MODEL_PARAMETERS = ("model", "models", "checkpoint", "checkpoints")
+#: whole numbers beyond this overflow torch (seeds, sizes); nothing sensible needs more
+_LARGEST_INT = 2**62
+#: signals handled like Ctrl-C: temporaries removed, exit 128 + signal number
+HANDLED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def guard_commands(app: typer.Typer) -> None:
+    """Wrap the callback of every command registered on ``app`` (call once, after registering)."""
+    for info in app.registered_commands:
+        if info.callback is not None and not getattr(info.callback, "_attnviz_guarded", False):
+            info.callback = guarded(info.callback)
+
+
+def guarded(callback: Callable) -> Callable:
+    """``callback`` with its arguments checked and its outputs written all or nothing (see the module docstring)."""
+
+    @functools.wraps(callback)
+    def run_command(*args: Any, **kwargs: Any) -> Any:
+        from attnviz import io
+        from attnviz.errors import OutputError
+
+        parameters = _parameters()
+        _check_values(kwargs, parameters)
+        try:
+            with io.output_session():
+                inputs, outputs = _paths(kwargs, parameters)
+                for path, what in inputs:
+                    io.protect_inputs([path], what)
+                io.check_outputs(outputs)
+                return callback(*args, **kwargs)
+        except BrokenPipeError:  # stdout closed early (attnviz … | head -0): say so once, not at every flush
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python flushes stdout at exit)
+            raise OutputError("standard output was closed before the run finished: nothing was written") from None
+
+    run_command._attnviz_guarded = True  # type: ignore[attr-defined]
+    return run_command
+
+
+def _parameters() -> dict[str, Any]:
+    context = get_current_context(silent=True)
+    return {p.name: p for p in context.command.params if p.name} if context is not None else {}
+
+
+def _flag(name: str, parameters: dict[str, Any]) -> str:
+    parameter = parameters.get(name)
+    options = [opt for opt in getattr(parameter, "opts", ()) if opt.startswith("-")]
+    if options:
+        return max(options, key=len)
+    return name.upper()
+
+
+def _values(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _check_values(kwargs: dict[str, Any], parameters: dict[str, Any]) -> None:
+    """Refuse NaN/infinite numbers and undecodable text (argv bytes that were not UTF-8)."""
+    from attnviz.errors import InputError
+
+    for name, value in kwargs.items():
+        for item in _values(value):
+            if isinstance(item, float) and not math.isfinite(item):
+                raise InputError(f"{_flag(name, parameters)} must be a finite number, got {item}")
+            if isinstance(item, int) and not isinstance(item, bool) and abs(item) > _LARGEST_INT:
+                raise InputError(f"{_flag(name, parameters)} is too large: give a number below {_LARGEST_INT:,}")
+            if isinstance(item, str):  # Path arguments may hold any bytes the file system allows
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InputError(
+                        f"{_flag(name, parameters)} is not valid UTF-8 text: check the terminal's encoding"
+                    ) from None
+
+
+def _paths(kwargs: dict[str, Any], parameters: dict[str, Any]) -> tuple[list[tuple[Path, str]], list[Path]]:
+    """([(path the command reads, what it is)], [paths it writes]), from its arguments."""
+    from attnviz.models.specs import model_input_paths
+
+    inputs: list[tuple[Path, str]] = []
+    outputs: list[Path] = []
+    for name, value in kwargs.items():
+        is_output = getattr(parameters.get(name), "rich_help_panel", None) == OUTPUT_PANEL
+        for item in _values(value):
+            if isinstance(item, Path):
+                if is_output:
+                    outputs.append(item)
+                else:
+                    inputs.append((item, f"the {_flag(name, parameters)} input"))
+            elif isinstance(item, str) and name in MODEL_PARAMETERS:
+                inputs.extend((path, "the model") for path in model_input_paths(item))
+    return inputs, outputs
+
+
+# -- the entry point -----------------------------------------------------------------------------------
+
+
+def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
+    """Run the command line in ``sys.argv``; return the exit code. Every failure prints one ``error:`` line."""
+    from attnviz.cli.errors import error_message
+    from attnviz.errors import AttnvizError, Interrupted
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with _signals_raise():
+        try:
+            command = typer.main.get_command(app)
+            result = command.main(args=sys.argv[1:], prog_name="attnviz", standalone_mode=False)
+            return result if isinstance(result, int) else 0
+        except click_errors.NoArgsIsHelpError as exc:
+            echo(exc.ctx.get_help() if exc.ctx else str(exc))
+            path = exc.ctx.command_path if exc.ctx else "attnviz"
+            return error_line(f"{path} needs arguments: see the help above", 2)
+        except click_errors.UsageError as exc:
+            hint = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+            return error_line(exc.format_message() + hint, 2)
+        except click_errors.ClickException as exc:
+            return error_line(exc.format_message(), exc.exit_code or 1)
+        except typer.Abort:
+            return error_line("aborted", 1)
+        except AttnvizError as exc:
+            return error_line(error_message(exc), exc.exit_code)
+        except Interrupted as exc:
+            return error_line(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            return error_line("interrupted by SIGINT: unfinished outputs were discarded", 128 + signal.SIGINT)
+        except MemoryError:
+            return error_line("out of memory: use a smaller input, --batch-size or --max-length", 1)
+        except Exception as exc:  # noqa: BLE001 (the last resort: one line instead of a traceback)
+            if debug():
+                traceback.print_exc()
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+            return error_line(f"unexpected internal error ({detail}); rerun with --debug to see the traceback", 1)
+
+
+def error_line(message: str, code: int) -> int:
+    """Print ``error: MESSAGE`` as exactly one line on stderr; return ``code``."""
+    from rich.text import Text
+
+    from attnviz.console import console
+
+    text = Text("error: ", style="bold red") + Text(" ".join(message.split()))
+    console.print(text, soft_wrap=True, highlight=False)
+    return code
+
+
+#: seconds a signalled run may take to unwind before it removes its temporaries and exits regardless
+UNWIND_SECONDS = 20.0
+
+
+def _exit_later(signum: int) -> None:
+    """Last resort: if the raised Interrupted is swallowed or the unwinding hangs, still clean up and exit."""
+    import threading
+
+    from attnviz import staging
+
+    def watchdog() -> None:
+        staging.remove_live_temporaries()
+        os._exit(128 + signum)
+
+    timer = threading.Timer(UNWIND_SECONDS, watchdog)
+    timer.daemon = True
+    timer.start()
+    _watchdogs.append(timer)
+
+
+_watchdogs: list = []
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`~attnviz.errors.Interrupted`, so ``finally`` blocks clean up."""
+    from attnviz.errors import Interrupted
+
+    def interrupt(signum, frame):
+        _exit_later(signum)
+        raise Interrupted(signum)
+
+    try:
+        previous = {number: signal.signal(number, interrupt) for number in HANDLED_SIGNALS}
+    except ValueError:  # not the main thread: leave signals alone
+        previous = {}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        while _watchdogs:  # unwound in time: no forced exit
+            _watchdogs.pop().cancel()
