@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnviz.core.stacks import stack_of
 from attnviz.errors import CaptureFileError
 
 #: slack allowed on attention weights read back (they are probabilities)
@@ -69,12 +70,8 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
         raise damaged(f"'generated_from' is not a token index between 0 and {generated_axis}")
 
     allowed = ("encoder", "decoder", "cross") if target_tokens is not None else ("self",)
-    lengths = {
-        "self": (len(tokens), len(tokens)),
-        "encoder": (len(tokens), len(tokens)),
-        "decoder": (len(target_tokens or []), len(target_tokens or [])),
-        "cross": (len(target_tokens or []), len(tokens)),
-    }
+    # (query length, key length) of each stack, from the one stack table
+    lengths = {stack: stack_of(stack).pick(len(tokens), len(target_tokens or [])) for stack in allowed}
     by_stack: dict[str, dict[int, Tensor]] = {}
     for name, tensor in tensors.items():
         match = _NAME.fullmatch(name)

@@ -36,6 +36,7 @@ from attnviz.core.stacks import stack_of
 from attnviz.errors import CaptureFileError, InputError
 from attnviz.io import atomic_path, check_output_path
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.identity import HeadIdentity, model_identity
 
 FORMAT_NAME = "attnviz-capture"
 FORMAT_VERSION = "2"
@@ -58,6 +59,7 @@ class AttentionCapture:
     target_word_ids: list[int | None] | None = None
     #: index of the first generated token (decoder tokens for encoder-decoder models); None: no generation
     generated_from: int | None = None
+    identity: HeadIdentity | None = None  # original head numbers of a pruned model
 
     @property
     def stacks(self) -> list[str]:
@@ -135,6 +137,8 @@ class AttentionCapture:
             metadata["target_word_ids"] = json.dumps(self.target_word_ids)
         if self.generated_from is not None:
             metadata["generated_from"] = json.dumps(self.generated_from)
+        if self.identity is not None:
+            metadata["head_identity"] = json.dumps(self.identity.to_dict())
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
         return path
@@ -169,7 +173,13 @@ class AttentionCapture:
             decoded = decode_patterns(tensors)  # float32, whatever the bits per weight
         except (ValueError, RuntimeError) as exc:
             raise CaptureFileError(f"{path} is a damaged attnviz capture: {exc}; capture it again") from exc
-        return cls(**capture_fields(path, metadata, decoded, version))
+        fields = capture_fields(path, metadata, decoded, version)
+        if "head_identity" in metadata:  # a pruned model's original head numbers
+            try:
+                fields["identity"] = HeadIdentity.from_dict(json.loads(metadata["head_identity"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CaptureFileError(f"{path} has a damaged head_identity field ({exc}): capture it again") from exc
+        return cls(**fields)
 
 
 def captures_from_patterns(
@@ -215,7 +225,11 @@ def capture_batch(
     recorder = PatternRecorder()
     with torch.no_grad():
         loaded.forward(batch, loaded.context([recorder]))
-    return captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
+    captures = captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
+    identity = model_identity(loaded)
+    for result in captures:
+        result.identity = identity
+    return captures
 
 
 def capture(

@@ -97,9 +97,12 @@ def test_bad_selection_and_paths(minilm, tmp_path):
         save_figure(capture_heatmap(result, layer="0", head="0"), tmp_path / "missing" / "x.png")
 
 
-def test_too_many_panels_is_refused():
+def test_every_layer_and_head_is_laid_out_one_row_per_layer():
+    """No panel cap: SmolLM2's 30 x 9 heads give 30 rows of 9 panels (issue 10: the cap failed after loading)."""
     pattern = torch.softmax(torch.randn(30, 9, 4, 4), dim=-1)
     result = AttentionCapture(model="synthetic", tokens=list("abcd"), causal=True, patterns={"self": list(pattern)})
-    with pytest.raises(InputError, match="unreadable"):
-        capture_heatmap(result, layer="all", head="all")
-    capture_heatmap(result, layer="all", head="mean")  # 30 panels are fine
+    figure = capture_heatmap(result, layer="all", head="all")
+    panels = [ax for ax in figure.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels[:10]] == [f"L0 H{h}" for h in range(9)] + ["L1 H0"]
+    rows = {round(ax.get_position().y0, 3) for ax in panels}
+    assert len(panels) == 270 and len(rows) == 30

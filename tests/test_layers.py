@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("core", {"core"}),
     ("models", {"models", "toy"}),
     ("analysis", {"captures", "capture_checks", "stats", "heads", "generation", "alignment", "parallel"}),
-    ("output", {"render", "report", "prune", "selection"}),
+    ("output", {"render", "atlas", "prune", "selection"}),
     ("cli", {"cli", "console", "__main__"}),
 ]
 LAYER_OF = {part: index for index, (_, parts) in enumerate(LAYERS) for part in parts}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +24,13 @@ from attnviz.cli.options import (
 )
 
 VIEW_PANEL = "What to show"
+FIGURE_PANEL = "Figure"
+
+
+class ColourScale(str, Enum):
+    linear = "linear"
+    sqrt = "sqrt"
+    log = "log"
 
 
 def heatmap(
@@ -36,14 +44,16 @@ def heatmap(
     ] = None,
     model: ModelOption = "minilm",
     layer: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--layer",
             "-l",
-            help="Layer index, negative index, comma list, or 'all'. Example: --layer 0,-1",
+            help="Layer index, negative index, comma list, or 'all' (default: the last layer; every layer in "
+            ".html pages). Example: --layer 0,-1",
+            show_default=False,
             rich_help_panel=VIEW_PANEL,
         ),
-    ] = "-1",
+    ] = None,
     head: Annotated[
         str,
         typer.Option(
@@ -57,7 +67,8 @@ def heatmap(
         typer.Option(
             "--out",
             "-o",
-            help="Output file; .png, .svg or .pdf by suffix. Example: --out attention.svg",
+            help="Output file; .png, .svg or .pdf figure, or .html interactive page (head view and model view) "
+            "by suffix. Example: --out view.html",
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = Path("heatmap.png"),
@@ -116,8 +127,57 @@ def heatmap(
     sample: SampleOption = False,
     temperature: TemperatureOption = 1.0,
     seed: SampleSeedOption = None,
+    terminal: Annotated[
+        bool,
+        typer.Option(
+            "--terminal",
+            help="Draw one head (or --head mean) in the terminal instead of writing a file. "
+            "Example: --layer 0 --head 3 --terminal",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
+    ] = False,
+    scale: Annotated[
+        ColourScale,
+        typer.Option(
+            "--scale",
+            help="Colour scale: linear, sqrt (square root) or log (three decades below the top). "
+            "Small weights stay visible on sqrt and log. Example: --scale sqrt",
+            rich_help_panel=FIGURE_PANEL,
+        ),
+    ] = ColourScale.linear,
+    vmax: Annotated[
+        float | None,
+        typer.Option(
+            "--vmax",
+            min=0.0,
+            help="Weight at the top of the colour scale (default: the largest weight shown); larger weights "
+            "saturate, so a sink column no longer darkens everything else. Example: --vmax 0.3",
+            show_default=False,
+            rich_help_panel=FIGURE_PANEL,
+        ),
+    ] = None,
+    cmap: Annotated[
+        str,
+        typer.Option(
+            "--cmap",
+            help="Matplotlib colour map of figures. Example: --cmap magma",
+            rich_help_panel=FIGURE_PANEL,
+        ),
+    ] = "viridis",
+    dpi: Annotated[
+        int,
+        typer.Option(
+            "--dpi",
+            min=30,
+            max=1200,
+            help="Resolution of .png figures in dots per inch. Example: --dpi 300",
+            rich_help_panel=FIGURE_PANEL,
+        ),
+    ] = 150,
 ) -> None:
-    """Draw a heatmap of attention weights: queries on rows, keys on columns.
+    """Draw attention weights: a heatmap figure, an interactive page, or a view in the terminal.
+
+    Rows are queries, columns keys.
 
     Examples:
 
@@ -125,7 +185,11 @@ def heatmap(
 
       attnviz heatmap "The cat sat on the mat." --layer 2 --head 5 --out head.svg
 
-      attnviz heatmap "The cat sat on the mat." --model smollm2 --layer all --head mean --words
+      attnviz heatmap "The cat sat on the mat." --out view.html
+
+      attnviz heatmap "The cat sat on the mat." --layer 0 --head 3 --terminal
+
+      attnviz heatmap "The cat sat on the mat." --model smollm2 --layer all --head mean --words --scale sqrt
 
       attnviz heatmap --from-capture cat.safetensors --layer 0
 
@@ -135,10 +199,18 @@ def heatmap(
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
-    from attnviz.render.capture_view import capture_heatmap
+    from attnviz.render.capture_view import FigureStyle, capture_heatmap, check_terminal_selection
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
+    from attnviz.render.html_page import HTML_SUFFIXES
 
-    out = check_output_path(out, FIGURE_SUFFIXES)
+    html = False
+    if terminal:
+        check_terminal_selection(layer or "-1", head)
+    else:
+        out = check_output_path(out, FIGURE_SUFFIXES + HTML_SUFFIXES)
+        html = out.suffix.lower() in HTML_SUFFIXES
+    style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
+    style.check()
     text = text_or_stdin(text)
     if cross:
         if stack not in (None, "cross"):
@@ -163,8 +235,26 @@ def heatmap(
         result = _capture(text, target, model, max_length, no_truncate, device, dtype, generation)
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
-    figure = capture_heatmap(result, layer=layer, head=head, stack=stack, words=words, annotate=annotate)
-    path = save_figure(figure, out)
+    if terminal:
+        from attnviz.console import console
+        from attnviz.render.terminal import terminal_heatmap
+
+        console.print(
+            terminal_heatmap(
+                result, layer=layer or "-1", head=head, stack=stack, words=words, width=console.width, style=style
+            )
+        )
+        _summary(result, stack)
+        return
+    if html:
+        from attnviz.render.html_view import write_attention_view
+
+        path = write_attention_view(out, result, words=words, layer=layer or "all", stacks=[stack] if stack else None)
+    else:
+        figure = capture_heatmap(
+            result, layer=layer or "-1", head=head, stack=stack, words=words, annotate=annotate, style=style
+        )
+        path = save_figure(figure, out, dpi=dpi)
     _summary(result, stack)
     print(path)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +18,8 @@ from attnviz.cli.options import (
 )
 
 STATS_PANEL = "Statistics"
+#: ``--json -`` / ``--csv -``: write the document to stdout
+STDOUT = Path("-")
 DETECT_PANEL = "Detection thresholds (override the preset)"
 VIEW_PANEL = "What to show"
 
@@ -200,14 +203,16 @@ def stats(
         Path | None,
         typer.Option(
             "--json",
-            help="Write the results as JSON (schema in the README). Example: --json stats.json",
+            help="Write the results as JSON (schema in the README); '-' writes to stdout. Example: --json stats.json",
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = None,
     csv_path: Annotated[
         Path | None,
         typer.Option(
-            "--csv", help="Write one row per head as CSV. Example: --csv stats.csv", rich_help_panel=OUTPUT_PANEL
+            "--csv",
+            help="Write one row per head as CSV; '-' writes to stdout. Example: --csv -",
+            rich_help_panel=OUTPUT_PANEL,
         ),
     ] = None,
     plot: Annotated[
@@ -269,10 +274,12 @@ def stats(
             raise InputError(f"{name} must be at least {least}, got {value}")
     if stack is not None and stack not in ("self", "encoder", "decoder", "cross"):
         raise InputError(f"unknown --stack {stack!r}: use encoder, decoder or cross")
+    if json_path == STDOUT and csv_path == STDOUT:
+        raise InputError("only one of --json and --csv can write to stdout ('-')")
     outputs = [
         check_output_path(path, suffixes)
         for path, suffixes in ((json_path, (".json",)), (csv_path, (".csv",)), (plot, FIGURE_SUFFIXES))
-        if path is not None
+        if path is not None and path != STDOUT
     ]
     if len({p.resolve() for p in outputs}) < len(outputs):
         raise InputError("--json, --csv and --plot must be different files")
@@ -372,14 +379,15 @@ def _stacks(stats, stack) -> list[str]:
 
 def _write(results, preset, json_path, csv_path, plot, stack) -> None:
     from attnviz.render.stats_plots import head_statistics_evolution_figure, head_statistics_figure, save_figure
-    from attnviz.stats.export import stats_record, write_csv, write_json
+    from attnviz.stats.export import csv_text, json_text, stats_record, write_csv, write_json
 
     records = [stats_record(stats, detection, preset) for stats, detection in results]
     written = []
-    if json_path is not None:
-        written.append(write_json(json_path, records))
-    if csv_path is not None:
-        written.append(write_csv(csv_path, records))
+    for path, text_of, writer in ((json_path, json_text, write_json), (csv_path, csv_text, write_csv)):
+        if path == STDOUT:  # the document itself is stdout; tables and paths stay off it
+            sys.stdout.write(text_of(records))
+        elif path is not None:
+            written.append(writer(path, records))
     if plot is not None:
         all_stats = [stats for stats, _ in results]
         detections = [detection for _, detection in results]
@@ -390,7 +398,12 @@ def _write(results, preset, json_path, csv_path, plot, stack) -> None:
             figure = head_statistics_evolution_figure(all_stats, detections, stack=name_of_stack)
         written.append(save_figure(figure, plot))
     for path in written:
-        print(path)
+        if STDOUT in (json_path, csv_path):  # stdout holds the document: the paths go to the terminal
+            from attnviz.console import console
+
+            console.print(f"wrote {path}", highlight=False)
+        else:
+            print(path)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,7 @@ from typing import BinaryIO
 from attnviz import staging
 from attnviz.errors import AttnvizError, ModelSpecError, OutputError
 from attnviz.io import cache_root
+from attnviz.models.hf import first_line, load_hf_model
 from attnviz.reporting import status
 
 __all__ = ["cache_root", "converted_gguf_dir"]
@@ -222,7 +223,7 @@ def _convert(path: Path, out_dir: Path) -> None:
     except ImportError as exc:
         raise ModelSpecError(f"loading GGUF files needs extra packages: pip install gguf accelerate ({exc})") from exc
     except Exception as exc:  # gguf, tokenizers and transformers raise many types on a damaged file
-        raise ModelSpecError(f"cannot read GGUF file {path}: {_first_line(exc)}") from exc
+        raise ModelSpecError(f"cannot read GGUF file {path}: {first_line(exc)}") from exc
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -233,6 +234,6 @@ def _convert(path: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+def load_gguf(path: Path, *, name: str, device, dtype):
+    """Load a ``.gguf`` file: its converted (cached) Hugging Face directory, through :func:`load_hf_model`."""
+    return load_hf_model(converted_gguf_dir(Path(path)), name=name, device=device, dtype=dtype)

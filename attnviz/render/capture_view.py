@@ -4,50 +4,45 @@ from __future__ import annotations
 
 from attnviz.captures import AttentionCapture
 from attnviz.errors import InputError
-from attnviz.render.heatmap import HeatmapPanel, causal_visibility, render_heatmaps
+from attnviz.models.names import full_model_name
+from attnviz.render.heatmap import FigureStyle, HeatmapPanel, causal_visibility, render_heatmaps
 from attnviz.selection import MEAN, parse_heads, parse_layers
 from attnviz.words import display_token, merge_visibility, merge_words, word_groups, word_label
 
-#: More heatmaps than this in one figure would be unreadable.
-MAX_PANELS = 144
+__all__ = ["FigureStyle", "capture_heatmap", "capture_panels", "check_terminal_selection", "model_title"]
 
 STACK_TITLES = {"self": "", "encoder": "encoder ", "decoder": "decoder ", "cross": "cross-attention "}
 
 
-def capture_heatmap(
-    capture: AttentionCapture,
-    *,
-    layer: str = "-1",
-    head: str = "all",
-    stack: str | None = None,
-    words: bool = False,
-    annotate: bool | None = None,
-):
-    """A figure of ``capture``'s attention for the chosen layers and heads.
+def model_title(capture: AttentionCapture) -> str:
+    """``all-MiniLM-L6-v2 (minilm)``: the model's own name, and the spec it was loaded by when that differs."""
+    full = full_model_name(capture.model)
+    return full if full == capture.model else f"{full} ({capture.model})"
 
-    ``layer``/``head`` are as on the command line (``all``, ``mean``, indices, negative
-    indices, comma lists); ``stack`` defaults to ``self`` (or ``encoder`` for
-    encoder-decoder captures).
-    """
+
+def check_terminal_selection(layer: str, head: str) -> None:
+    """A terminal shows one pattern: one layer and one head (or the mean); checked before any model loads."""
+    if layer.strip().lower() == "all" or "," in layer:
+        raise InputError(f"the terminal shows one layer at a time, not {layer!r}: pick one, e.g. 0 or -1")
+    if head.strip().lower() == "all" or "," in head:
+        raise InputError(f"the terminal shows one head at a time, not {head!r}: pick one, e.g. 3, or 'mean'")
+
+
+def capture_panels(
+    capture: AttentionCapture, *, layer: str = "-1", head: str = "all", stack: str | None = None, words: bool = False
+) -> tuple[list[list[HeatmapPanel]], list[str], list[str], str]:
+    """Panels of the chosen layers and heads (one list per layer), the query and key labels, and a title."""
     stack = stack or capture.stacks[0]
     if stack not in capture.patterns:
         raise InputError(f"this capture has no {stack} attention (it has {', '.join(capture.stacks)})")
     layers = parse_layers(layer, capture.num_layers(stack))
-    heads_per_layer = [
-        1 if head.strip().lower() == "mean" else len(parse_heads(head, capture.num_heads(stack, i))) for i in layers
-    ]
-    if sum(heads_per_layer) > MAX_PANELS:
-        raise InputError(
-            f"{sum(heads_per_layer)} heatmaps in one figure would be unreadable (at most {MAX_PANELS}): "
-            "pick fewer layers or heads, or use --head mean"
-        )
     query_tokens, key_tokens = capture.axis_tokens(stack)
     query_words, key_words = capture.axis_word_ids(stack)
     if words and (not query_words or not key_words):
-        raise InputError("this capture has no word boundaries, so --words cannot merge pieces")
+        raise InputError("this capture has no word boundaries, so words cannot be merged")
 
     query_boundary, key_boundary = generated_boundaries(capture, stack, words)
-    panels: list[HeatmapPanel] = []
+    rows: list[list[HeatmapPanel]] = []
     long_titles: list[str] = []
     for layer_index in layers:
         patterns = capture.layer(layer_index, stack)  # [head, query, key]
@@ -56,16 +51,25 @@ def capture_heatmap(
             heads = patterns.shape[0]
             chosen = [(f"L{layer_index} mean", f"layer {layer_index}, mean of {heads} heads", patterns.mean(dim=0))]
         else:
-            chosen = [(f"L{layer_index} H{h}", f"layer {layer_index}, head {h}", patterns[h]) for h in selection]
+            ids = capture.identity.ids(stack, layer_index, patterns.shape[0]) if capture.identity else None
+            masked = set(capture.identity.masked_ids(stack, layer_index)) if capture.identity else set()
+            chosen = []
+            for h in selection:
+                original = ids[h] if ids else h  # heads keep their numbers from before pruning
+                note = " (masked)" if original in masked else ""
+                chosen.append(
+                    (f"L{layer_index} H{original}{note}", f"layer {layer_index}, head {original}{note}", patterns[h])
+                )
+        row = []
         for title, long_title, pattern in chosen:
             visible = None
             if capture.is_causal(stack):
-                visible = causal_visibility(*pattern.shape)
+                visible = causal_visibility(*pattern.shape)  # [query, key]
             if words:
-                pattern = merge_words(pattern, query_words, key_words)
+                pattern = merge_words(pattern, query_words, key_words)  # [Wq, Wk]
                 if visible is not None:
                     visible = merge_visibility(visible, query_words, key_words)
-            panels.append(
+            row.append(
                 HeatmapPanel(
                     pattern=pattern,
                     title=title,
@@ -75,6 +79,7 @@ def capture_heatmap(
                 )
             )
             long_titles.append(long_title)
+        rows.append(row)
 
     if words:
         query_labels = [word_label(query_tokens, g) for g in word_groups(query_words)]
@@ -82,17 +87,17 @@ def capture_heatmap(
     else:
         query_labels = [display_token(t) for t in query_tokens]
         key_labels = [display_token(t) for t in key_tokens]
-    if capture.generated_from is not None:
-        suffix = " · generated after the dashed line"
-    else:
-        suffix = ""
-    if len(panels) == 1:
-        title = f"{capture.model} · {STACK_TITLES[stack]}{long_titles[0]}"
+    name = model_title(capture)
+    if len(long_titles) == 1:
+        title = f"{name} · {STACK_TITLES[stack]}{long_titles[0]}"
     elif len(layers) == 1:
-        title = f"{capture.model} · {STACK_TITLES[stack]}layer {layers[0]}"
+        title = f"{name} · {STACK_TITLES[stack]}layer {layers[0]}"
     else:
-        title = f"{capture.model} · {STACK_TITLES[stack]}layers {', '.join(map(str, layers))}"
-    return render_heatmaps(panels, query_labels, key_labels, title=title + suffix, annotate=annotate)
+        per_row = " (one row per layer)" if any(len(row) > 1 for row in rows) else ""
+        title = f"{name} · {STACK_TITLES[stack]}layers {_ranges(layers)}{per_row}"
+    if capture.generated_from is not None:
+        title += " · generated after the dashed line"
+    return rows, query_labels, key_labels, title
 
 
 def generated_boundaries(capture: AttentionCapture, stack: str, words: bool) -> tuple[int | None, int | None]:
@@ -105,3 +110,37 @@ def generated_boundaries(capture: AttentionCapture, stack: str, words: bool) -> 
         groups = word_groups(capture.axis_word_ids(stack)[0])
         first = next(index for index, group in enumerate(groups) if first in group)
     return first, (None if stack == "cross" else first)
+
+
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0–2, 5``."""
+    parts: list[str] = []
+    start = previous = indices[0]
+    for index in [*indices[1:], None]:
+        if index is not None and index == previous + 1:
+            previous = index
+            continue
+        parts.append(str(start) if start == previous else f"{start}–{previous}")
+        if index is not None:
+            start = previous = index
+    return ", ".join(parts)
+
+
+def capture_heatmap(
+    capture: AttentionCapture,
+    *,
+    layer: str = "-1",
+    head: str = "all",
+    stack: str | None = None,
+    words: bool = False,
+    annotate: bool | None = None,
+    style: FigureStyle | None = None,
+):
+    """A figure of ``capture``'s attention for the chosen layers and heads.
+
+    ``layer``/``head`` are as on the command line (``all``, ``mean``, indices, negative
+    indices, comma lists); ``stack`` defaults to ``self`` (or ``encoder`` for
+    encoder-decoder captures). Several layers are drawn one row per layer, heads across.
+    """
+    rows, query_labels, key_labels, title = capture_panels(capture, layer=layer, head=head, stack=stack, words=words)
+    return render_heatmaps(rows, query_labels, key_labels, title=title, annotate=annotate, style=style)

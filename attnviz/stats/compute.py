@@ -9,6 +9,7 @@ from rich.progress import Progress
 
 from attnviz.errors import InputError, ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.identity import model_identity
 from attnviz.reporting import progress_bar
 from attnviz.stats.accumulator import StatisticsAccumulator
 from attnviz.stats.result import HeadStatistics
@@ -98,7 +99,9 @@ def compute_statistics(
             bar.update(task, advance=len(batch), status=f"{accumulator.num_tokens} tokens")
     if accumulator.num_examples == 0:
         raise InputError("no examples to compute statistics on")
-    return HeadStatistics.from_accumulator(accumulator, loaded.name)
+    stats = HeadStatistics.from_accumulator(accumulator, loaded.name)
+    stats.identity = model_identity(loaded)
+    return stats
 
 
 def _progress(enabled: bool):

@@ -52,9 +52,12 @@ def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None
     first = stats.stacks[0]
     heads = []
     for site, head, values in stats.heads():
-        row: dict = {"stack": site.stack, "layer": site.layer, "head": head}
+        # heads keep their numbers from before pruning; masked ones say so
+        row: dict = {"stack": site.stack, "layer": site.layer, "head": stats.original_head(site, head)}
         row.update({field: _number(values[field]) for field in HEAD_FIELDS})
-        row["flags"] = list(detection.flags[site][head])
+        row["flags"] = list(detection.flags[site][head]) + (
+            ["masked-by-pruning"] if stats.is_masked(site, head) else []
+        )
         heads.append(row)
     thresholds: dict = detection.thresholds.to_dict()
     if preset is not None:
@@ -78,16 +81,26 @@ def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None
     }
 
 
-def write_json(path: str | Path, records: dict | Sequence[dict]) -> Path:
-    """Write one record (an object) or several (a list), atomically."""
+def json_text(records: dict | Sequence[dict]) -> str:
+    """The JSON document of one record (an object) or several (a list)."""
     payload = records if isinstance(records, dict) else list(records)
     if isinstance(payload, list) and len(payload) == 1:
         payload = payload[0]
-    return write_text_atomic(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    return json.dumps(payload, indent=2, allow_nan=False) + "\n"
+
+
+def write_json(path: str | Path, records: dict | Sequence[dict]) -> Path:
+    """Write one record (an object) or several (a list), atomically."""
+    return write_text_atomic(path, json_text(records))
 
 
 def write_csv(path: str | Path, records: dict | Sequence[dict]) -> Path:
     """Write one row per head of every record, atomically."""
+    return write_text_atomic(path, csv_text(records))
+
+
+def csv_text(records: dict | Sequence[dict]) -> str:
+    """CSV text: a header and one row per head of every record."""
     records = [records] if isinstance(records, dict) else list(records)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -98,4 +111,4 @@ def write_csv(path: str | Path, records: dict | Sequence[dict]) -> Path:
             writer.writerow(
                 [record["model"], row["stack"], row["layer"], row["head"], *numbers, ";".join(row["flags"])]
             )
-    return write_text_atomic(path, buffer.getvalue())
+    return buffer.getvalue()

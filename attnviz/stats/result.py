@@ -11,6 +11,7 @@ from torch import Tensor
 
 from attnviz.core import AttentionSite
 from attnviz.errors import InputError
+from attnviz.models.identity import HeadIdentity
 from attnviz.stats.definitions import STATISTIC_NAMES, statistic_index
 
 
@@ -41,8 +42,21 @@ class HeadStatistics:
     num_examples: int  # examples (texts) read
     num_tokens: int  # real (non-padding) tokens of the first stack, i.e. query positions per layer
     local_window: int  # w of local_ratio
+    identity: HeadIdentity | None = None  # original head numbers of a pruned model
 
     names = STATISTIC_NAMES
+
+    def original_head(self, site: AttentionSite, head: int) -> int:
+        """The head's number in the unpruned model (``head`` itself for models that were not pruned)."""
+        if self.identity is None:
+            return head
+        return self.identity.ids(site.stack, site.layer, self.sites[site].num_heads)[head]
+
+    def is_masked(self, site: AttentionSite, head: int) -> bool:
+        """Whether pruning removed this head but kept it in the weights with zeroed output."""
+        if self.identity is None:
+            return False
+        return self.original_head(site, head) in self.identity.masked_ids(site.stack, site.layer)
 
     @classmethod
     def from_accumulator(cls, accumulator, model: str) -> HeadStatistics:

@@ -69,6 +69,10 @@ def _format(value: float) -> str:
     return "–" if math.isnan(value) else f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
+#: Marks a head that pruning removed but kept in the weights with zeroed output (grouped-query attention).
+MASKED_FLAG = "masked-by-pruning"
+
+
 def head_rows(
     stats: HeadStatistics,
     detection: Detection,
@@ -90,7 +94,9 @@ def head_rows(
         flags = detection.flags[site][head]
         if flagged_only and not flags:
             continue
-        rows.append((site.layer, head, values, flags))
+        if stats.is_masked(site, head):  # pruned away, kept in the weights with zeroed output
+            flags = (*flags, MASKED_FLAG)
+        rows.append((site.layer, stats.original_head(site, head), values, flags))
     if sort is not None:
         name = STATISTIC_NAMES[statistic_index(sort)]
         sign = -1.0 if descending else 1.0

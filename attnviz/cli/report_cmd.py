@@ -1,0 +1,114 @@
+"""``attnviz report``: the head atlas, one self-contained HTML page per model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption
+
+REPORT_PANEL = "Report"
+
+
+def report(
+    checkpoint: Annotated[
+        str,
+        typer.Argument(
+            help="Model spec: 'minilm' (default), 'smollm2', a Hugging Face directory, a .gguf file, or an attnviz "
+            "toy or pruned checkpoint. Example: attnviz report smollm2",
+        ),
+    ] = "minilm",
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", "-o", help="The page to write (.html). Example: --out atlas.html", rich_help_panel=OUTPUT_PANEL
+        ),
+    ] = Path("report.html"),
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            "-d",
+            help='Text file, one example per line, or JSON Lines with a "text" field (default: the shipped '
+            "English corpus; toy checkpoints: their task). Example: --data reviews.jsonl",
+            rich_help_panel=INPUT_PANEL,
+        ),
+    ] = None,
+    text: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--text",
+            "-t",
+            help='An example given inline (repeatable). Example: --text "The cat sat on the mat."',
+            rich_help_panel=INPUT_PANEL,
+        ),
+    ] = None,
+    prune_report: Annotated[
+        Path | None,
+        typer.Option(
+            "--prune-report",
+            help="JSON written by 'attnviz prune --json': adds each head's importance score. "
+            "Example: --prune-report prune.json",
+            rich_help_panel=REPORT_PANEL,
+        ),
+    ] = None,
+    examples: Annotated[
+        int,
+        typer.Option(
+            "--examples",
+            min=0,
+            max=20,
+            help="Example texts whose patterns the page shows for a clicked head. Example: --examples 5",
+            rich_help_panel=REPORT_PANEL,
+        ),
+    ] = 3,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size",
+            "-b",
+            min=1,
+            help="Examples per forward pass. Example: --batch-size 16",
+            rich_help_panel=INPUT_PANEL,
+        ),
+    ] = 8,
+    max_length: MaxLengthOption = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
+) -> None:
+    """Write the head atlas: every head's statistics in a sortable table, a layer × head grid, example patterns.
+
+    Examples:
+
+      attnviz report
+
+      attnviz report smollm2 --out smollm2-atlas.html
+
+      attnviz report pruned-minilm --prune-report prune.json --data reviews.txt
+    """
+    from attnviz.atlas import build_head_atlas
+    from attnviz.console import console
+
+    def loading(spec: str) -> None:
+        console.print(f"loading {spec} and measuring every head", highlight=False)
+
+    path = build_head_atlas(
+        checkpoint,
+        out,
+        texts=text or None,
+        data=data,
+        prune_report=prune_report,
+        examples=examples,
+        batch_size=batch_size,
+        max_length=max_length,
+        device=device,
+        dtype=dtype,
+        on_loading=loading,
+    )
+    print(path)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

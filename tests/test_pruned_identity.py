@@ -1,0 +1,77 @@
+"""Pruned models keep their head numbers in figures, tables, JSON, CSV and pages; masked heads are marked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import test_prune_fixtures
+from attnviz.prune.physical import prune_heads_physically
+from test_prune_fixtures import TEXTS
+
+from attnviz.captures import AttentionCapture, capture
+from attnviz.core import AttentionSite
+from attnviz.models.specs import load_model
+from attnviz.prune.checkpoint import save_pruned_checkpoint
+from attnviz.render.capture_view import capture_heatmap
+from attnviz.render.html_view import attention_view_payload
+from attnviz.stats import compute_statistics, detect_heads, stats_record
+from attnviz.stats.export import csv_text
+from attnviz.stats.tables import MASKED_FLAG, head_rows
+
+S0, S1 = AttentionSite("self", 0), AttentionSite("self", 1)
+tiny_dirs = test_prune_fixtures.tiny_dirs
+tiny_models = test_prune_fixtures.tiny_models
+
+
+@pytest.fixture(scope="module")
+def pruned_llama(tiny_dirs, tiny_models, tmp_path_factory):
+    """Tiny LLaMA (6 query heads, 3 key/value groups): remove 1, 2 of layer 0 and 0, 1, 2, 3, 5 of layer 1."""
+    loaded = tiny_models["llama"]
+    removed = {S0: [1, 2], S1: [0, 1, 2, 3, 5]}
+    pruned, plans = prune_heads_physically(loaded, removed)
+    out = tmp_path_factory.mktemp("pruned") / "llama"
+    save_pruned_checkpoint(
+        out, source=str(tiny_dirs["llama"]), original=loaded, pruned=pruned, plans=plans, removed=removed
+    )
+    marker = json.loads((out / "attnviz-pruned.json").read_text())
+    return load_model(str(out), device="cpu"), marker
+
+
+def test_stats_tables_json_and_csv_use_original_numbers(pruned_llama):
+    loaded, marker = pruned_llama
+    stats = compute_statistics(loaded, TEXTS, progress=False)
+    record = stats_record(stats, detect_heads(stats))
+    for site in marker["sites"]:
+        numbers = [h["head"] for h in record["heads"] if h["layer"] == site["layer"]]
+        assert numbers == site["kept_heads"]
+        masked = [
+            h["head"] for h in record["heads"] if h["layer"] == site["layer"] and "masked-by-pruning" in h["flags"]
+        ]
+        assert masked == site["masked_heads"]
+    assert any(site["masked_heads"] for site in marker["sites"])  # the fixture does exercise masking
+    rows = head_rows(stats, detect_heads(stats))
+    assert [(layer, head) for layer, head, _, _ in rows] == [
+        (site["layer"], head) for site in marker["sites"] for head in site["kept_heads"]
+    ]
+    assert {head for layer, head, _, flags in rows if MASKED_FLAG in flags} == {
+        h for site in marker["sites"] for h in site["masked_heads"]
+    }
+    lines = csv_text(record).splitlines()[1:]
+    assert [int(line.split(",")[3]) for line in lines] == [h for s in marker["sites"] for h in s["kept_heads"]]
+
+
+def test_figures_and_pages_use_original_numbers(pruned_llama, tmp_path):
+    loaded, marker = pruned_llama
+    result = capture(loaded, TEXTS[0])
+    layer1 = marker["sites"][1]
+    figure = capture_heatmap(result, layer="1", head="all")
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    expected = [f"L1 H{h}" + (" (masked)" if h in layer1["masked_heads"] else "") for h in layer1["kept_heads"]]
+    assert titles == expected
+    stack = attention_view_payload(result)["stacks"][0]
+    assert stack["layers"][1]["heads"] == layer1["kept_heads"]
+    assert stack["layers"][1]["maskedHeads"] == layer1["masked_heads"]
+    # the identity survives a capture file
+    reloaded = AttentionCapture.load(result.save(tmp_path / "c.safetensors"))
+    assert reloaded.identity.ids("self", 1, len(layer1["kept_heads"])) == layer1["kept_heads"]
