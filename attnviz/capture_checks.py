@@ -63,6 +63,15 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
         target_special = _flag_list(field("target_special", []), len(target_tokens), "target_special", damaged)
         target_word_ids = _word_list(field("target_word_ids", []), len(target_tokens), "target_word_ids", damaged)
 
+    generated_from = field("generated_from")  # index of the first generated token (version 2, --generate)
+    generated_axis = len(target_tokens if target_tokens is not None else tokens)
+    if generated_from is not None and (
+        not isinstance(generated_from, int)
+        or isinstance(generated_from, bool)
+        or not 0 <= generated_from <= generated_axis
+    ):
+        raise damaged(f"'generated_from' is not a token index between 0 and {generated_axis}")
+
     allowed = ("encoder", "decoder", "cross") if target_tokens is not None else ("self",)
     # (query length, key length) of each stack, from the one stack table
     lengths = {stack: stack_of(stack).pick(len(tokens), len(target_tokens or [])) for stack in allowed}
@@ -113,6 +122,7 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
         "target_tokens": target_tokens,
         "target_special": target_special,
         "target_word_ids": target_word_ids,
+        "generated_from": generated_from,
     }
 
 

@@ -5,15 +5,17 @@ tensor: ``[head, query, key]``; ``capture.stacked(stack)`` gives
 ``[layer, head, query, key]``. Padding is trimmed away, so row ``i`` / column
 ``j`` are token ``i`` / ``j`` of the example.
 
-File format (``save``/``load``): a safetensors file with one float32 tensor per
-layer named ``{stack}.{layer}`` of shape ``[head, query, key]`` (``self.*``
+File format (``save``/``load``): a safetensors file with one tensor per
+layer (float32, or compact: see :mod:`attnviz.compact`) named ``{stack}.{layer}`` of shape ``[head, query, key]`` (``self.*``
 for encoder-only and decoder-only models; ``encoder.*``, ``decoder.*`` and
 ``cross.*`` for encoder-decoder models) and string metadata: ``format``
 (``attnviz-capture``), ``version``, ``model``, ``tokens`` and
 ``target_tokens`` (JSON lists of token strings), ``special`` /
 ``target_special`` (JSON lists of booleans), ``word_ids`` /
 ``target_word_ids`` (JSON lists of int or null), and ``causal`` (``true`` /
-``false``). No pickle is involved.
+``false``); version 2 adds ``bits`` (32, 16 or 8) and, for captures of
+generated text, ``generated_from`` (index of the first generated token).
+Version-1 files (always float32) still load. No pickle is involved.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from attnviz.compact import check_bits, decode_patterns, encode_pattern
 from attnviz.core import AttentionSite
 from attnviz.core.recorder import PatternRecorder
 from attnviz.core.stacks import stack_of
@@ -36,7 +39,9 @@ from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import HeadIdentity, model_identity
 
 FORMAT_NAME = "attnviz-capture"
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
+#: versions :meth:`AttentionCapture.load` reads
+READABLE_VERSIONS = ("1", "2")
 
 
 @dataclass
@@ -52,6 +57,8 @@ class AttentionCapture:
     target_tokens: list[str] | None = None  # decoder tokens (rows of decoder and cross)
     target_special: list[bool] | None = None
     target_word_ids: list[int | None] | None = None
+    #: index of the first generated token (decoder tokens for encoder-decoder models); None: no generation
+    generated_from: int | None = None
     identity: HeadIdentity | None = None  # original head numbers of a pruned model
     #: named tensors stored next to the patterns (e.g. ``rollout``, float32 ``[query, key]``)
     extras: dict[str, Tensor] = field(default_factory=dict)
@@ -103,22 +110,26 @@ class AttentionCapture:
 
     # -- file format -----------------------------------------------------------------------
 
-    def save(self, path: str | Path) -> Path:
-        """Write the capture as safetensors (atomically); see the module docstring for the format."""
+    def save(self, path: str | Path, *, bits: int = 32) -> Path:
+        """Write the capture as safetensors (atomically) with ``bits`` (32, 16 or 8) per weight.
+
+        See the module docstring for the format and :mod:`attnviz.compact` for the error bounds.
+        """
         from safetensors.torch import save_file
 
+        check_bits(bits)
         path = check_output_path(path, (".safetensors",))
-        tensors = {
-            f"{stack}.{layer}": pattern.detach().to("cpu", torch.float32).contiguous()
-            for stack, layers in self.patterns.items()
-            for layer, pattern in enumerate(layers)
-        }
+        tensors: dict[str, Tensor] = {}
+        for stack, layers in self.patterns.items():
+            for layer, pattern in enumerate(layers):
+                tensors.update(encode_pattern(f"{stack}.{layer}", pattern, bits))
         tensors.update(
             {name: tensor.detach().to("cpu", torch.float32).contiguous() for name, tensor in self.extras.items()}
         )
         metadata = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
+            "bits": str(bits),
             "model": self.model,
             "tokens": json.dumps(self.tokens),
             "special": json.dumps(self.special),
@@ -129,6 +140,8 @@ class AttentionCapture:
             metadata["target_tokens"] = json.dumps(self.target_tokens)
             metadata["target_special"] = json.dumps(self.target_special)
             metadata["target_word_ids"] = json.dumps(self.target_word_ids)
+        if self.generated_from is not None:
+            metadata["generated_from"] = json.dumps(self.generated_from)
         if self.identity is not None:
             metadata["head_identity"] = json.dumps(self.identity.to_dict())
         with atomic_path(path) as tmp:
@@ -155,7 +168,17 @@ class AttentionCapture:
             raise CaptureFileError(f"{path} is not a readable safetensors capture file: {exc}") from exc
         if metadata.get("format") != FORMAT_NAME:
             raise CaptureFileError(f"{path} is not an attnviz capture (attnviz capture writes those)")
-        fields = capture_fields(path, metadata, tensors, FORMAT_VERSION)
+        version = metadata.get("version")
+        if version not in READABLE_VERSIONS:
+            raise CaptureFileError(
+                f"{path} is an attnviz capture of format version {version!r}; this attnviz reads versions "
+                f"{' and '.join(READABLE_VERSIONS)}: capture it again (or upgrade attnviz for newer files)"
+            )
+        try:
+            decoded = decode_patterns(tensors)  # float32, whatever the bits per weight
+        except (ValueError, RuntimeError) as exc:
+            raise CaptureFileError(f"{path} is a damaged attnviz capture: {exc}; capture it again") from exc
+        fields = capture_fields(path, metadata, decoded, version)
         if "head_identity" in metadata:  # a pruned model's original head numbers
             try:
                 fields["identity"] = HeadIdentity.from_dict(json.loads(metadata["head_identity"]))

@@ -39,22 +39,33 @@ def read_examples(path: str | Path) -> list[str]:
     """Examples of a data file: one per non-blank line, or the ``text`` field of each JSONL line."""
     path = Path(path).expanduser()
     content = read_text_file(path, "data file")
+    return parse_examples(content, f"data file {path}", str(path), jsonl=path.suffix.lower() in (".jsonl", ".ndjson"))
+
+
+def examples_from_text(content: str, name: str = "standard input") -> list[str]:
+    """Examples of text that comes without a file name (standard input): JSON Lines when it starts with ``{``."""
+    first = next((line for line in content.splitlines() if line.strip()), "")
+    return parse_examples(content, name, name, jsonl=first.lstrip().startswith("{"))
+
+
+def parse_examples(content: str, what: str, where: str, *, jsonl: bool) -> list[str]:
+    """Examples of ``content``; ``what`` names it in messages (``data file x``), ``where`` prefixes line numbers."""
     lines = [(number, line) for number, line in enumerate(content.splitlines(), start=1) if line.strip()]
     if not lines:
-        raise InputError(f"data file {path} is empty: put one example per line")
-    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        raise InputError(f"{what} is empty: put one example per line")
+    if jsonl:
         examples = []
         for number, line in lines:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+                raise InputError(f"{where}:{number}: not valid JSON ({exc.msg})") from exc
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise InputError(f'{path}:{number}: each JSONL line needs a string "text" field')
+                raise InputError(f'{where}:{number}: each JSONL line needs a string "text" field')
             if record["text"].strip():
                 examples.append(record["text"])
         if not examples:
-            raise InputError(f"data file {path} has only empty texts")
+            raise InputError(f"{what} has only empty texts")
         return examples
     return [line.strip() for _, line in lines]
 

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "attnviz"
 
 #: bottom to top; a module may import its own layer and the layers below, never one above
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"errors", "reporting", "io", "staging", "data", "words"}),
+    ("foundation", {"errors", "reporting", "io", "staging", "data", "words", "compact"}),
     ("core", {"core"}),
     ("models", {"models", "toy"}),
     ("analysis", {"captures", "capture_checks", "batching", "stats", "heads", "generation", "alignment", "parallel"}),

@@ -59,9 +59,29 @@ def _root(
 
 
 def _register_commands() -> None:
-    from attnviz.cli import capture_cmd, heads_cmd, heatmap_cmd, prune_cmd, report_cmd, stats_cmd, train_cmd
+    from attnviz.cli import (
+        align_cmd,
+        capture_cmd,
+        heads_cmd,
+        heatmap_cmd,
+        models_cmd,
+        prune_cmd,
+        report_cmd,
+        stats_cmd,
+        train_cmd,
+    )
 
-    for module in (heatmap_cmd, capture_cmd, stats_cmd, heads_cmd, prune_cmd, train_cmd, report_cmd):
+    for module in (
+        heatmap_cmd,
+        capture_cmd,
+        stats_cmd,
+        heads_cmd,
+        prune_cmd,
+        train_cmd,
+        report_cmd,
+        align_cmd,
+        models_cmd,
+    ):
         module.register(app)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -12,15 +13,32 @@ from attnviz.cli.options import (
     DeviceMapOption,
     DeviceOption,
     DtypeOption,
+    GenerateOption,
     MaxLengthOption,
     ModelOption,
     NoTruncateOption,
+    SampleOption,
+    SampleSeedOption,
     TargetOption,
+    TemperatureOption,
 )
 
 
+class Bits(str, Enum):
+    """Bits per attention weight in the capture file."""
+
+    b8 = "8"
+    b16 = "16"
+    b32 = "32"
+
+
 def capture(
-    text: Annotated[str, typer.Argument(help='The sentence to capture. Example: "The cat sat on the mat."')],
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="The sentence to capture; '-' reads it from standard input. Example: \"The cat sat on the mat.\""
+        ),
+    ],
     out: Annotated[
         Path,
         typer.Option(
@@ -30,6 +48,15 @@ def capture(
             rich_help_panel=OUTPUT_PANEL,
         ),
     ],
+    bits: Annotated[
+        Bits,
+        typer.Option(
+            "--bits",
+            help="Bits per weight: 32 exact float32; 16 float16; 8 one byte per weight plus one scale per row "
+            "(error at most row max / 510, file about 4x smaller). Example: --bits 8",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
+    ] = Bits.b32,
     model: ModelOption = "minilm",
     target: TargetOption = None,
     with_rollout: Annotated[
@@ -46,6 +73,10 @@ def capture(
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
     device_map: DeviceMapOption = None,
+    generate: GenerateOption = None,
+    sample: SampleOption = False,
+    temperature: TemperatureOption = 1.0,
+    seed: SampleSeedOption = None,
 ) -> None:
     """Save all attention patterns of TEXT as a safetensors file (one \\[head, query, key] tensor per layer).
 
@@ -54,19 +85,35 @@ def capture(
       attnviz capture "The cat sat on the mat." --out cat.safetensors
 
       attnviz heatmap --from-capture cat.safetensors --layer 0
+
+      attnviz capture "The capital of France is" --model smollm2 --generate 10 --bits 8 --out gen.safetensors
     """
-    from attnviz.cli.heatmap_cmd import _capture, _summary
+    from attnviz.cli.heatmap_cmd import _capture, _generation_settings, _summary
+    from attnviz.cli.stdin import text_or_stdin
+    from attnviz.errors import InputError
     from attnviz.io import check_output_path
 
     out = check_output_path(out, (".safetensors",))
+    text = text_or_stdin(text)
+    if not text.strip():
+        raise InputError("the text is empty: give at least one word")
+    generation = _generation_settings(generate, sample, temperature, seed, target)
     result = _capture(
-        text, target, model, max_length, no_truncate, device, dtype, device_map.value if device_map else None
+        text,
+        target,
+        model,
+        max_length,
+        no_truncate,
+        device,
+        dtype,
+        device_map.value if device_map else None,
+        generation,
     )
     if with_rollout:
         from attnviz.heads.rollout import rollout
 
         result.extras["rollout"] = rollout(result)
-    path = result.save(out)
+    path = result.save(out, bits=int(bits.value))
     _summary(result, None)
     print(path)
 

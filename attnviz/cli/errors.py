@@ -12,6 +12,7 @@ FLAG_NAMES = {
     "targets": "--target",
     "min_score": "--min-score",
     "importance": "--importance",
+    "max_new_tokens": "--generate",
 }
 
 

@@ -13,10 +13,14 @@ from attnviz.cli.options import (
     OUTPUT_PANEL,
     DeviceOption,
     DtypeOption,
+    GenerateOption,
     MaxLengthOption,
     ModelOption,
     NoTruncateOption,
+    SampleOption,
+    SampleSeedOption,
     TargetOption,
+    TemperatureOption,
 )
 
 VIEW_PANEL = "What to show"
@@ -39,7 +43,8 @@ def heatmap(
     text: Annotated[
         str | None,
         typer.Argument(
-            help='The sentence to analyse. Example: "The cat sat on the mat because it was tired."',
+            help="The sentence to analyse; '-' reads it from standard input. "
+            'Example: "The cat sat on the mat because it was tired."',
             show_default=False,
         ),
     ] = None,
@@ -134,6 +139,10 @@ def heatmap(
     no_truncate: NoTruncateOption = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    generate: GenerateOption = None,
+    sample: SampleOption = False,
+    temperature: TemperatureOption = 1.0,
+    seed: SampleSeedOption = None,
     terminal: Annotated[
         bool,
         typer.Option(
@@ -199,8 +208,11 @@ def heatmap(
       attnviz heatmap "The cat sat on the mat." --model smollm2 --layer all --head mean --words --scale sqrt
 
       attnviz heatmap --from-capture cat.safetensors --layer 0
+
+      attnviz heatmap "The capital of France is" --model smollm2 --generate 8 --head mean
     """
     from attnviz.captures import AttentionCapture
+    from attnviz.cli.stdin import text_or_stdin
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
     from attnviz.render.capture_view import FigureStyle, capture_heatmap, check_terminal_selection
@@ -219,6 +231,7 @@ def heatmap(
         html = out.suffix.lower() in HTML_SUFFIXES
     style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
     style.check()
+    text = text_or_stdin(text)
     if cross:
         if stack not in (None, "cross"):
             raise InputError("--cross and --stack disagree: give one of them")
@@ -228,15 +241,18 @@ def heatmap(
     if from_capture is not None:
         if text is not None:
             raise InputError("give either TEXT or --from-capture, not both")
+        if generate is not None:
+            raise InputError("--generate runs a model; a saved capture already holds what was generated")
         result = AttentionCapture.load(from_capture)
     else:
         if text is None:
             raise InputError('no text given: attnviz heatmap "The cat sat on the mat."')
         if not text.strip():
             raise InputError("the text is empty: give at least one word")
-        if stack == "cross" and target is None:
-            raise InputError('cross-attention needs the decoder text: add --target "..."')
-        result = _capture(text, target, model, max_length, no_truncate, device, dtype)
+        if stack == "cross" and target is None and generate is None:
+            raise InputError('cross-attention needs the decoder text: add --target "..." (or --generate N)')
+        generation = _generation_settings(generate, sample, temperature, seed, target)
+        result = _capture(text, target, model, max_length, no_truncate, device, dtype, generation=generation)
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
     if terminal:
@@ -268,14 +284,36 @@ def heatmap(
     print(path)
 
 
-def _capture(text, target, model, max_length, no_truncate, device, dtype, device_map=None):
+def _generation_settings(generate, sample, temperature, seed, target) -> dict | None:
+    """Keyword arguments of ``generate_capture`` from the options, or None without --generate."""
+    from attnviz.errors import InputError
+
+    if generate is None:
+        if sample or seed is not None or temperature != 1.0:
+            raise InputError("--sample, --temperature and --seed apply only with --generate N")
+        return None
+    if target is not None:
+        raise InputError("give either --target (a fixed decoder text) or --generate N, not both")
+    if not sample and (seed is not None or temperature != 1.0):
+        raise InputError("--temperature and --seed apply only with --sample (greedy decoding has no randomness)")
+    return {"max_new_tokens": generate, "sample": sample, "temperature": temperature, "seed": seed}
+
+
+def _capture(text, target, model, max_length, no_truncate, device, dtype, device_map=None, generation=None):
     from attnviz.captures import capture
     from attnviz.console import console
     from attnviz.models.specs import load_model
 
     with console.status(f"loading {model}"):
         loaded = load_model(model, device=device, dtype=dtype, device_map=device_map)
-    return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
+    if generation is None:
+        return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
+    from attnviz.generation import generate_capture
+
+    with console.status(f"generating up to {generation['max_new_tokens']} tokens"):
+        result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)
+    console.print(f"[bold]generated:[/bold] {result.text!r} ({len(result.token_ids)} tokens)", highlight=False)
+    return result.capture
 
 
 def _summary(result, stack) -> None:

@@ -101,3 +101,44 @@ MaxTokensPerBatchOption = Annotated[
         show_default=False,
     ),
 ]
+
+GENERATION_PANEL = "Generation"
+
+GenerateOption = Annotated[
+    int | None,
+    typer.Option(
+        "--generate",
+        min=1,
+        help="Let a causal LM or encoder-decoder model continue TEXT by up to N tokens (greedy unless --sample) "
+        "and capture every step's attention, key/value cache included. Example: --generate 20",
+        rich_help_panel=GENERATION_PANEL,
+    ),
+]
+
+SampleOption = Annotated[
+    bool,
+    typer.Option(
+        "--sample",
+        help="With --generate: draw each token from softmax(logits / temperature) instead of taking the argmax. "
+        "Example: --sample --temperature 0.8 --seed 1",
+        rich_help_panel=GENERATION_PANEL,
+    ),
+]
+
+TemperatureOption = Annotated[
+    float,
+    typer.Option(
+        "--temperature",
+        help="With --sample: divides the logits; below 1 is more conservative. Example: --temperature 0.7",
+        rich_help_panel=GENERATION_PANEL,
+    ),
+]
+
+SampleSeedOption = Annotated[
+    int | None,
+    typer.Option(
+        "--seed",
+        help="With --sample: random seed, so the same seed writes the same text. Example: --seed 42",
+        rich_help_panel=GENERATION_PANEL,
+    ),
+]

@@ -49,7 +49,7 @@ def stats(
             "--data",
             "-d",
             help='Text file, one example per line, or JSON Lines with a "text" field (default: the shipped '
-            "English corpus; toy checkpoints: their task). Example: --data reviews.jsonl",
+            "English corpus; toy checkpoints: their task); '-' reads standard input. Example: --data reviews.jsonl",
             rich_help_panel=INPUT_PANEL,
         ),
     ] = None,
@@ -289,9 +289,16 @@ def stats(
     ]
     if len({p.resolve() for p in outputs}) < len(outputs):
         raise InputError("--json, --csv and --plot must be different files")
-    if data is not None and any(p.resolve() == data.expanduser().resolve() for p in outputs):
+    from attnviz.cli.stdin import STDIN, read_stdin
+
+    if data is not None and str(data) == STDIN:
+        from attnviz.data import examples_from_text
+
+        texts = examples_from_text(read_stdin("data")) + (load_texts(None, text) if text else [])
+    elif data is not None and any(p.resolve() == data.expanduser().resolve() for p in outputs):
         raise InputError(f"an output path would overwrite the --data input {data}: choose another path")
-    texts = load_texts(data, text) if data is not None or text else None
+    else:
+        texts = load_texts(data, text) if data is not None or text else None
 
     from attnviz.cli.distributed import cli_session
 

@@ -3,15 +3,18 @@
 De-quantising SmolLM2-135M takes ~20 s on a 2-core machine, and a model
 loaded from GGUF refuses ``save_pretrained``; so the first load builds a plain
 float32 model from the GGUF weights and saves it (with the tokenizer) under the
-user cache directory. Later loads read the cached directory (~1 s).
+user cache directory. Later loads read the cached directory (~1 s). The cache is keyed by
+the file's content (size and a hash of its header and tensor index), not its path.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from attnviz import staging
 from attnviz.errors import AttnvizError, ModelSpecError, OutputError
@@ -25,11 +28,134 @@ _LEGACY_TEMP_PREFIX = ".convert-"
 _LEGACY_ABANDONED_SECONDS = 3600
 
 
-def _cache_key(path: Path) -> str:
-    """Name + size + modification time: a changed file gets a fresh conversion."""
+#: GGUF metadata value types (the GGUF specification): fixed sizes in bytes; 8 is a string, 9 an array.
+_GGUF_FIXED_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+#: Bytes hashed when a file's index cannot be parsed (not a GGUF file attnviz knows).
+_FALLBACK_HASH_BYTES = 16 * 2**20
+
+
+def gguf_index_end(data: bytes) -> int:
+    """Byte offset where a GGUF file's header, metadata and tensor index end (the tensor data follows).
+
+    ``data``: the file's first bytes; :class:`IndexError` when the index runs past them.
+    Layout (GGUF v2/v3, little endian): magic ``GGUF``, u32 version, u64 tensor count, u64
+    metadata count; the metadata key/value pairs; one (name, dims, type, offset) entry per tensor.
+    """
+    import struct
+
+    view = memoryview(data)
+    position = 0
+
+    def read(fmt: str) -> int:
+        nonlocal position
+        size = struct.calcsize(fmt)
+        if position + size > len(view):
+            raise IndexError("the GGUF index runs past the bytes read")
+        value = struct.unpack_from(fmt, view, position)[0]
+        position += size
+        return value
+
+    def skip(count: int) -> None:
+        nonlocal position
+        position += count
+        if position > len(view):
+            raise IndexError("the GGUF index runs past the bytes read")
+
+    def skip_value(kind: int) -> None:
+        if kind in _GGUF_FIXED_SIZES:
+            skip(_GGUF_FIXED_SIZES[kind])
+        elif kind == _GGUF_STRING:
+            skip(read("<Q"))
+        elif kind == _GGUF_ARRAY:
+            element, count = read("<I"), read("<Q")
+            if element in _GGUF_FIXED_SIZES:
+                skip(_GGUF_FIXED_SIZES[element] * count)
+            else:
+                for _ in range(count):
+                    skip_value(element)
+        else:
+            raise ValueError(f"unknown GGUF value type {kind}")
+
+    if bytes(view[:4]) != b"GGUF" or read("<4xI") not in (2, 3):
+        raise ValueError("not a GGUF v2/v3 file")
+    tensors, entries = read("<Q"), read("<Q")
+    for _ in range(entries):
+        skip(read("<Q"))  # key
+        skip_value(read("<I"))
+    for _ in range(tensors):
+        skip(read("<Q"))  # name
+        skip(8 * read("<I") + 4 + 8)  # dims, type, data offset
+    return position
+
+
+def _index_bytes(handle: BinaryIO, size: int) -> bytes:
+    """The header and tensor index of a GGUF file (its first 16 MiB when it cannot be parsed)."""
+    chunk = 4 * 2**20
+    while True:
+        handle.seek(0)
+        data = handle.read(chunk)
+        try:
+            return data[: gguf_index_end(data)]
+        except IndexError:
+            if chunk >= size:
+                return data[:_FALLBACK_HASH_BYTES]
+            chunk *= 4
+        except (ValueError, OverflowError):
+            return data[:_FALLBACK_HASH_BYTES]
+
+
+def content_key(path: Path) -> str:
+    """``{stem}-{digest}``: the digest covers the file size and its header and tensor index.
+
+    The same file copied to another place (another virtual environment) gets the same key, so
+    one conversion serves them all; a different model, or different quantisation, changes the
+    index and gets its own. Reading the index costs milliseconds, not a pass over the weights.
+    """
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    digest.update(f"size:{size}:".encode())
+    try:
+        with open(path, "rb") as handle:
+            digest.update(_index_bytes(handle, size))
+    except OSError as exc:
+        raise ModelSpecError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from exc
+    return f"{path.stem}-{digest.hexdigest()[:16]}"
+
+
+def _legacy_key(path: Path) -> str:
+    """The key attnviz used before content keys (path + size + modification time)."""
     stat = path.stat()
     digest = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     return f"{path.stem}-{digest}"
+
+
+def _adopt(legacy: Path, target: Path) -> bool:
+    """Make a conversion cached under the old path-based key available under the content key.
+
+    Hard links: no copy of the weights, and attnviz versions that still use the old key keep theirs.
+    """
+    try:
+        tmp = staging.new_temp_dir(target.parent, target.name)
+    except OSError:
+        return False
+    try:
+        for entry in legacy.iterdir():
+            if entry.is_file():
+                try:
+                    os.link(entry, tmp / entry.name)
+                except OSError:
+                    shutil.copy2(entry, tmp / entry.name)
+        os.replace(tmp, target)
+        return True
+    except OSError:
+        return False
+    finally:
+        staging.remove_path(tmp)
+
+
+def _is_complete(directory: Path) -> bool:
+    return (directory / "config.json").is_file() and (directory / "model.safetensors").is_file()
 
 
 def converted_gguf_dir(path: Path) -> Path:
@@ -41,9 +167,12 @@ def converted_gguf_dir(path: Path) -> Path:
         raise ModelSpecError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from exc
     if magic != b"GGUF":  # refuse before anything is created in the cache
         raise ModelSpecError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
-    target = cache_root() / "gguf" / _cache_key(path)
+    target = cache_root() / "gguf" / content_key(path)
     _remove_stale_conversions(target.parent)
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+    if _is_complete(target):
+        return target
+    legacy = target.parent / _legacy_key(path)
+    if _is_complete(legacy) and _adopt(legacy, target):
         return target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ def capture_panels(
     if words and (not query_words or not key_words):
         raise InputError("this capture has no word boundaries, so words cannot be merged")
 
+    query_boundary, key_boundary = generated_boundaries(capture, stack, words)
     rows: list[list[HeatmapPanel]] = []
     long_titles: list[str] = []
     for layer_index in layers:
@@ -68,7 +69,15 @@ def capture_panels(
                 pattern = merge_words(pattern, query_words, key_words)  # [Wq, Wk]
                 if visible is not None:
                     visible = merge_visibility(visible, query_words, key_words)
-            row.append(HeatmapPanel(pattern=pattern, title=title, visible=visible))
+            row.append(
+                HeatmapPanel(
+                    pattern=pattern,
+                    title=title,
+                    visible=visible,
+                    query_boundary=query_boundary,
+                    key_boundary=key_boundary,
+                )
+            )
             long_titles.append(long_title)
         rows.append(row)
 
@@ -86,7 +95,21 @@ def capture_panels(
     else:
         per_row = " (one row per layer)" if any(len(row) > 1 for row in rows) else ""
         title = f"{name} · {STACK_TITLES[stack]}layers {_ranges(layers)}{per_row}"
+    if capture.generated_from is not None:
+        title += " · generated after the dashed line"
     return rows, query_labels, key_labels, title
+
+
+def generated_boundaries(capture: AttentionCapture, stack: str, words: bool) -> tuple[int | None, int | None]:
+    """(query, key) index of the first generated token on each axis of ``stack``, or None where none is."""
+    if capture.generated_from is None or stack == "encoder":
+        return None, None
+    first = capture.generated_from
+    if words:
+        # the word group holding the first generated token (a generated token never joins a prompt word)
+        groups = word_groups(capture.axis_word_ids(stack)[0])
+        first = next(index for index, group in enumerate(groups) if first in group)
+    return first, (None if stack == "cross" else first)
 
 
 def _ranges(indices: list[int]) -> str:

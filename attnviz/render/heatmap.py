@@ -44,6 +44,9 @@ class HeatmapPanel:
     pattern: Tensor  # [query, key], float
     title: str
     visible: Tensor | None = None  # [query, key] bool; False cells are drawn as masked
+    #: a line is drawn before this row / column: where generated tokens start (None: no line)
+    query_boundary: int | None = None
+    key_boundary: int | None = None
 
 
 @dataclass
@@ -79,6 +82,17 @@ class FigureStyle:
 
         # masked cells stay transparent: the grey background shows
         return matplotlib.colormaps[self.cmap].with_extremes(bad=(0, 0, 0, 0))
+
+
+_BOUNDARY_COLOR = "#e8384f"
+
+
+def _draw_boundaries(ax, panel: HeatmapPanel) -> None:
+    """Dashed lines between the prompt and the generated tokens (cell edges sit at integer coordinates)."""
+    if panel.query_boundary is not None:
+        ax.axhline(panel.query_boundary, color=_BOUNDARY_COLOR, linestyle="--", linewidth=1.2)
+    if panel.key_boundary is not None:
+        ax.axvline(panel.key_boundary, color=_BOUNDARY_COLOR, linestyle="--", linewidth=1.2)
 
 
 def causal_visibility(query_len: int, key_len: int) -> Tensor:
@@ -179,6 +193,7 @@ def _draw(
         positions = label_positions(len(labels), room)
         set_ticks([p + 0.5 for p in positions])
         set_labels([_short(labels[p]) for p in positions], rotation=rotation, fontsize=font)
+    _draw_boundaries(ax, panel)
     ax.tick_params(length=2, pad=1)
     if small:
         ax.set_title(panel.title, fontsize=7, pad=2)

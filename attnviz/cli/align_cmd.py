@@ -1,0 +1,132 @@
+"""``attnviz align``: how well each cross-attention head aligns words, as alignment error rates."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption
+
+ALIGN_PANEL = "Alignment"
+
+
+class RowChoice(str, Enum):
+    """Which decoder rows stand for a target word."""
+
+    predicting = "predicting"
+    reading = "reading"
+
+
+def align(
+    checkpoint: Annotated[
+        str,
+        typer.Argument(
+            help="Encoder-decoder model spec: a toy checkpoint, a Hugging Face directory or a hub id in the local "
+            "cache. Example: toy-reverse",
+            show_default=False,
+        ),
+    ],
+    data: Annotated[
+        Path,
+        typer.Option(
+            "--data",
+            "-d",
+            help='JSON Lines, one pair per line: {"source": ..., "target": ..., "alignment": "0-0 1-2 2?1"} '
+            "(Pharaoh links over whitespace words; i?j, i-j?, ipj possible). '-' reads standard input. "
+            "Example: --data pairs.jsonl",
+            rich_help_panel=INPUT_PANEL,
+            show_default=False,
+        ),
+    ],
+    threshold: Annotated[
+        float,
+        typer.Option(
+            "--threshold",
+            min=0.0,
+            max=1.0,
+            help="Weight at or above which the threshold variant links a target word to a source word. "
+            "Example: --threshold 0.5",
+            rich_help_panel=ALIGN_PANEL,
+        ),
+    ] = 0.3,
+    rows: Annotated[
+        RowChoice,
+        typer.Option(
+            "--rows",
+            help="Decoder rows of a target word: 'predicting' (the step that predicts it) or 'reading' "
+            "(the step that reads it). Example: --rows reading",
+            rich_help_panel=ALIGN_PANEL,
+        ),
+    ] = RowChoice.predicting,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit", min=1, help="Show only the N best heads. Example: --limit 10", rich_help_panel=OUTPUT_PANEL
+        ),
+    ] = None,
+    json_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--json", help="Write every head's AER as JSON. Example: --json align.json", rich_help_panel=OUTPUT_PANEL
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Layer × head picture of the AER (.png, .svg, .pdf). Example: --plot align.png",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size", "-b", min=1, help="Pairs per forward pass. Example: -b 32", rich_help_panel=INPUT_PANEL
+        ),
+    ] = 16,
+    max_length: MaxLengthOption = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
+) -> None:
+    """Score every cross-attention head (and layer mean) by its alignment error rate against gold word alignments.
+
+    Examples:
+
+      attnviz align toy-reverse --data pairs.jsonl --plot align.png
+
+      cat pairs.jsonl | attnviz align ./my-marian --data - --json align.json --limit 10
+    """
+    from attnviz.alignment import align_heads, read_alignment_pairs, write_alignment_json
+    from attnviz.cli.stdin import STDIN, read_stdin
+    from attnviz.console import console
+    from attnviz.io import check_output_path, check_outputs
+    from attnviz.models.specs import load_model
+    from attnviz.render.align_plot import alignment_grid_figure, alignment_table
+    from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
+
+    if json_path is not None:
+        json_path = check_output_path(json_path, (".json",))
+    if plot is not None:
+        plot = check_output_path(plot, FIGURE_SUFFIXES)
+    from_stdin = str(data) == STDIN
+    check_outputs([json_path, plot], [] if from_stdin else [data])
+    pairs = read_alignment_pairs(text=read_stdin("alignment pairs")) if from_stdin else read_alignment_pairs(data)
+    with console.status(f"loading {checkpoint}"):
+        loaded = load_model(checkpoint, device=device, dtype=dtype)
+    with console.status(f"aligning {len(pairs)} pairs"):
+        result = align_heads(
+            loaded, pairs, threshold=threshold, rows=rows.value, batch_size=batch_size, max_length=max_length
+        )
+    console.print(alignment_table(result, limit=limit))
+    if json_path is not None:
+        print(write_alignment_json(json_path, result))
+    if plot is not None:
+        figure = alignment_grid_figure(result.aer_grid(), title=f"{result.model} · cross-attention AER (argmax)")
+        print(save_figure(figure, plot))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("align")(align)

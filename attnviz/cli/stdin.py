@@ -1,0 +1,30 @@
+"""``-`` as a text or file argument: read standard input, only when the user asked for it."""
+
+from __future__ import annotations
+
+import sys
+
+#: What the user types for "read standard input".
+STDIN = "-"
+
+
+def read_stdin(what: str) -> str:
+    """All of standard input as text; refuses a terminal (nothing piped) and empty input."""
+    from attnviz.errors import InputError
+
+    if sys.stdin is None or sys.stdin.isatty():
+        raise InputError(f"'-' reads the {what} from standard input, but nothing is piped in: echo '...' | attnviz ...")
+    try:
+        content = sys.stdin.read()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"standard input is not UTF-8 text ({exc.reason})") from exc
+    if not content.strip():
+        raise InputError(f"standard input is empty: pipe the {what} in")
+    return content
+
+
+def text_or_stdin(text: str | None, what: str = "text") -> str | None:
+    """``text`` itself, or standard input (without its final newline) when ``text`` is ``-``."""
+    if text != STDIN:
+        return text
+    return read_stdin(what).rstrip("\n")

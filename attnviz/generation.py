@@ -1,0 +1,260 @@
+"""Attention while a model writes: generate a continuation and capture every step's attention.
+
+The model continues a prompt token by token with its key/value cache, so step ``t`` runs
+one query row through attnviz's core, not a new forward pass over everything. Each
+step's rows are recorded where they belong, so the capture holds per layer the full
+``[head, query, key]`` pattern over prompt + generated tokens; row ``i`` of a generated
+token is its attention at the step it was fed to the model. One extra step feeds the
+last generated token so that its row exists too (its prediction is discarded).
+
+Decoding is plain: greedy (argmax of the logits), or sampling from
+``softmax(logits / temperature)`` with a seeded generator. No other rule of the model's
+generation config (top-k, repetition penalty, forced tokens) is applied; the text equals
+``model.generate(do_sample=..., temperature=..., top_k=None, top_p=None)`` with such rules
+switched off. Generation stops after ``max_new_tokens`` tokens or at an end-of-sequence token.
+
+Decoder-only (causal) models keep their prompt in ``tokens`` and append the generated
+tokens; encoder-decoder models keep the source in ``tokens`` and write the decoder start
+token plus the generated tokens into ``target_tokens``. ``generated_from`` is the index of
+the first generated token on that axis.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnviz.captures import AttentionCapture
+from attnviz.core import CONTEXT_KWARG, AttentionSite
+from attnviz.errors import InputError, ParameterError, UnsupportedModelError
+from attnviz.models.base import LoadedModel
+
+# Markers of a token that starts a new word (byte-level BPE, SentencePiece) or continues one (WordPiece).
+_WORD_START_MARKERS = ("Ġ", "▁", "Ċ")
+_CONTINUATION_MARKER = "##"
+
+
+@dataclass
+class Generation:
+    """What :func:`generate_capture` returns: the capture, and the continuation as text and ids."""
+
+    capture: AttentionCapture
+    text: str  # the generated continuation, decoded (special tokens left out)
+    token_ids: list[int]  # the generated token ids, end-of-sequence token included when one came
+
+
+class _StepRecorder:
+    """Observer that keeps each step's rows: ``rows[site]`` is a list of (first query position, ``[h, q, k]``)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[AttentionSite, list[tuple[int, Tensor]]] = defaultdict(list)
+        #: position of the step's first query on the decoder axis (set by the loop before each step)
+        self.offset = 0
+
+    def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
+        if site is None:
+            return
+        offset = 0 if site.stack == "encoder" else self.offset
+        self.rows[site].append((offset + query_start, pattern[0].detach().float().cpu()))  # [h, blk, k]
+
+    def assemble(self, query_len: int, key_lens: dict[str, int]) -> dict[str, list[Tensor]]:
+        """Per stack, per layer ``[head, query, key]`` with every step's rows in place (unseen cells 0)."""
+        by_stack: dict[str, dict[int, Tensor]] = defaultdict(dict)
+        for site, pieces in self.rows.items():
+            heads = pieces[0][1].shape[0]
+            rows = key_lens[site.stack] if site.stack == "encoder" else query_len
+            full = torch.zeros(heads, rows, key_lens[site.stack])  # [h, q, k]
+            for start, block in pieces:  # block: [h, blk, c], c ≤ k (keys seen so far)
+                full[:, start : start + block.shape[1], : block.shape[2]] = block
+            by_stack[site.stack][site.layer] = full
+        return {stack: [layers[i] for i in sorted(layers)] for stack, layers in by_stack.items()}
+
+
+def generate_capture(
+    loaded: LoadedModel,
+    prompt: str,
+    *,
+    max_new_tokens: int,
+    sample: bool = False,
+    temperature: float = 1.0,
+    seed: int | None = None,
+    max_length: int | None = None,
+    truncate: bool = True,
+) -> Generation:
+    """Continue ``prompt`` by up to ``max_new_tokens`` tokens and capture all attention (see the module docstring)."""
+    if max_new_tokens < 1:
+        raise ParameterError(
+            "max_new_tokens", f"{{max_new_tokens}} (tokens to generate) must be at least 1, got {max_new_tokens}"
+        )
+    if sample and not temperature > 0:
+        raise ParameterError("temperature", f"{{temperature}} must be positive for sampling, got {temperature}")
+    model = _generative_model(loaded)
+    batch = loaded.encode([prompt], max_length=max_length, truncate=truncate)
+    limit = loaded.max_length
+    prompt_len = len(batch.tokens[0])
+    # decoder positions: the prompt (causal LMs) or the decoder start token, then the new tokens
+    used = 1 if loaded.encoder_decoder else prompt_len
+    if limit is not None and used + max_new_tokens > limit:
+        raise InputError(
+            f"{used} {'start' if loaded.encoder_decoder else 'prompt'} token(s) + {max_new_tokens} new tokens "
+            f"exceed the model's {limit} positions: generate fewer tokens or shorten the prompt"
+        )
+    generator = None
+    if sample:
+        generator = torch.Generator(device=loaded.device)
+        generator.manual_seed(seed if seed is not None else torch.seed())
+    recorder = _StepRecorder()
+    context = loaded.context([recorder])
+    eos_ids = _eos_ids(model)
+    input_ids = batch.inputs["input_ids"]  # [1, n]
+    attention_mask = batch.inputs["attention_mask"]  # [1, n]
+    kwargs: dict[str, Any] = {CONTEXT_KWARG: context, "use_cache": True}
+    with torch.no_grad():
+        if loaded.encoder_decoder:
+            kwargs["encoder_outputs"] = model.get_encoder()(
+                input_ids=input_ids, attention_mask=attention_mask, **{CONTEXT_KWARG: context}
+            )
+            kwargs["attention_mask"] = attention_mask
+            start_id = _decoder_start_id(model)
+            sequence = [start_id]
+        else:
+            sequence = input_ids[0].tolist()
+        generated: list[int] = []
+        step_input = torch.tensor([sequence], device=loaded.device)  # [1, q]: the whole prompt, then one token
+        past = None
+        while True:
+            recorder.offset = len(sequence) - step_input.shape[1]
+            if loaded.encoder_decoder:
+                outputs = model(decoder_input_ids=step_input, past_key_values=past, **kwargs)
+            else:
+                mask = torch.ones(1, len(sequence), dtype=torch.long, device=loaded.device)  # [1, keys so far]
+                outputs = model(input_ids=step_input, attention_mask=mask, past_key_values=past, **kwargs)
+            past = outputs.past_key_values
+            if len(generated) >= max_new_tokens or (generated and generated[-1] in eos_ids):
+                break  # this step only gave the last token its row
+            token = _next_token(outputs.logits[0, -1].float(), sample, temperature, generator)  # logits: [vocab]
+            generated.append(token)
+            sequence.append(token)
+            step_input = torch.tensor([[token]], device=loaded.device)  # [1, 1]
+    return Generation(
+        capture=_capture_of(loaded, batch, recorder, sequence, prompt_len),
+        text=loaded.tokenizer.decode(generated, skip_special_tokens=True),
+        token_ids=generated,
+    )
+
+
+def _generative_model(loaded: LoadedModel):
+    """The model with its language-model head, or a clear refusal."""
+    from attnviz.models.hf import HFModel
+
+    if not isinstance(loaded, HFModel):
+        raise UnsupportedModelError(
+            f"{loaded.name} is not a Hugging Face model: generation needs a causal LM or an encoder-decoder model"
+        )
+    if loaded.fallback:
+        raise UnsupportedModelError(
+            f"{loaded.model.config.model_type} models do not route through attnviz's attention core, "
+            "so their generation cannot be captured step by step"
+        )
+    model = loaded.model
+    if (
+        not (loaded.causal or loaded.encoder_decoder)
+        or not hasattr(model, "get_output_embeddings")
+        or (model.get_output_embeddings() is None)
+    ):
+        raise UnsupportedModelError(
+            f"{loaded.name} has no language-model head (an encoder such as BERT cannot write text): "
+            "use a causal LM such as smollm2 or an encoder-decoder model"
+        )
+    return model
+
+
+def _eos_ids(model) -> set[int]:
+    value = getattr(model.generation_config, "eos_token_id", None)
+    if value is None:
+        value = getattr(model.config, "eos_token_id", None)
+    if value is None:
+        return set()
+    return {int(v) for v in value} if isinstance(value, (list, tuple)) else {int(value)}
+
+
+def _decoder_start_id(model) -> int:
+    for source in (model.generation_config, model.config):
+        value = getattr(source, "decoder_start_token_id", None)
+        if value is not None:
+            return int(value)
+    raise UnsupportedModelError("the model's config names no decoder_start_token_id, so generation cannot start")
+
+
+def _next_token(logits: Tensor, sample: bool, temperature: float, generator: torch.Generator | None) -> int:
+    """Greedy argmax, or a draw from ``softmax(logits / temperature)``; ``logits``: ``[vocab]``."""
+    if not sample:
+        return int(logits.argmax())
+    probabilities = torch.softmax(logits / temperature, dim=-1)  # [vocab]
+    return int(torch.multinomial(probabilities[None], 1, generator=generator)[0, 0])
+
+
+def _word_ids_of_new_tokens(tokens: list[str], special: list[bool], last_word: int | None) -> list[int | None]:
+    """Word ids of generated tokens, from their markers: ``Ġ``/``▁`` start a word, ``##`` continues one."""
+    uses_start_markers = any(t.startswith(_WORD_START_MARKERS) for t in tokens)
+    word = -1 if last_word is None else last_word
+    ids: list[int | None] = []
+    previous_special = last_word is None
+    for token, is_special in zip(tokens, special):
+        if is_special:
+            ids.append(None)
+            previous_special = True
+            continue
+        if uses_start_markers:
+            starts = token.startswith(_WORD_START_MARKERS) or previous_special
+        else:
+            starts = not token.startswith(_CONTINUATION_MARKER) or previous_special
+        word += 1 if starts else 0
+        ids.append(word)
+        previous_special = token.strip("Ċ") == ""  # a text after a line break starts a word
+    return ids
+
+
+def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], prompt_len: int) -> AttentionCapture:
+    tokenizer = loaded.tokenizer
+    special_ids = set(tokenizer.all_special_ids)
+    if loaded.encoder_decoder:
+        new_ids = sequence  # decoder start token + generated tokens
+        known_tokens, known_special, known_words = [], [], []
+    else:
+        new_ids = sequence[prompt_len:]
+        known_tokens, known_special, known_words = batch.tokens[0], batch.special[0], batch.word_ids[0]
+    new_tokens = tokenizer.convert_ids_to_tokens(new_ids)
+    new_special = [token_id in special_ids for token_id in new_ids]
+    last_word = max((w for w in known_words if w is not None), default=None)
+    new_words = _word_ids_of_new_tokens(new_tokens, new_special, last_word)
+    if loaded.encoder_decoder:
+        patterns = recorder.assemble(
+            len(sequence), {"encoder": prompt_len, "decoder": len(sequence), "cross": prompt_len}
+        )
+        return AttentionCapture(
+            model=loaded.name,
+            tokens=batch.tokens[0],
+            causal=False,
+            patterns={stack: patterns[stack] for stack in ("encoder", "decoder", "cross") if stack in patterns},
+            special=batch.special[0],
+            word_ids=batch.word_ids[0],
+            target_tokens=new_tokens,
+            target_special=new_special,
+            target_word_ids=new_words,
+            generated_from=1,
+        )
+    patterns = recorder.assemble(len(sequence), {"self": len(sequence)})
+    return AttentionCapture(
+        model=loaded.name,
+        tokens=known_tokens + new_tokens,
+        causal=loaded.causal,
+        patterns=patterns,
+        special=known_special + new_special,
+        word_ids=known_words + new_words,
+        generated_from=prompt_len,
+    )

