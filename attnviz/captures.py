@@ -53,6 +53,8 @@ class AttentionCapture:
     target_special: list[bool] | None = None
     target_word_ids: list[int | None] | None = None
     identity: HeadIdentity | None = None  # original head numbers of a pruned model
+    #: named tensors stored next to the patterns (e.g. ``rollout``, float32 ``[query, key]``)
+    extras: dict[str, Tensor] = field(default_factory=dict)
 
     @property
     def stacks(self) -> list[str]:
