@@ -37,7 +37,7 @@ def read_importance(path: str | Path) -> dict[HeadKey, float]:
     except json.JSONDecodeError as exc:
         raise InputError(f"prune report {path} is not JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(record, dict) or record.get("format") != "attnviz-prune-report":
-        raise InputError(f"{path} is not an attnviz prune report: write one with attnviz prune MODEL --json FILE")
+        raise InputError(f"{path} is not an attnviz prune report (the JSON report attnviz prune writes)")
     try:
         return {(h["stack"], int(h["layer"]), int(h["head"])): float(h["score"]) for h in record["importance"]}
     except (KeyError, TypeError, ValueError) as exc:

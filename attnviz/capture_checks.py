@@ -18,6 +18,9 @@ import torch
 from torch import Tensor
 
 from attnviz.core.stacks import stack_of
+
+#: tensors a capture file may hold besides the per-layer patterns (see AttentionCapture.extras)
+KNOWN_EXTRAS = ("rollout",)
 from attnviz.errors import CaptureFileError
 
 #: slack allowed on attention weights read back (they are probabilities)
@@ -66,9 +69,11 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
     by_stack: dict[str, dict[int, Tensor]] = {}
     extras: dict[str, Tensor] = {}
     for name, tensor in tensors.items():
-        if "." not in name:  # a named extra next to the patterns, e.g. "rollout" [query, key]
+        if name in KNOWN_EXTRAS:  # a named tensor next to the patterns
+            if tuple(tensor.shape) != (len(tokens), len(tokens)):  # rollout: [query, key] over the source tokens
+                raise damaged(f"{name} has shape {list(tensor.shape)}, not [{len(tokens)}, {len(tokens)}]")
             if not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
-                raise damaged(f"the extra tensor {name!r} is not finite floating-point data")
+                raise damaged(f"the {name} tensor is not finite floating-point data")
             extras[name] = tensor.float()
             continue
         match = _NAME.fullmatch(name)

@@ -75,3 +75,7 @@ class Interrupted(BaseException):
         self.signum = signum
         self.exit_code = 128 + signum
         super().__init__(f"interrupted by {signal.Signals(signum).name}: unfinished outputs were discarded")
+
+
+class DistributedError(AttnvizError):
+    """A distributed (torchrun) run that cannot start or whose processes disagree."""

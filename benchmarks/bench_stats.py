@@ -2,7 +2,9 @@
 
 Prints, measured side by side in one process on SmolLM2-135M (the ``smollm2`` model):
 
-1. attnviz stats time ÷ sdpa forward time, at 512 and 2048 tokens (target ≤ 1.3× at 2048);
+1. attnviz stats time ÷ sdpa forward time, at 512 and 2048 tokens (target ≤ 1.2× at both), with the
+   statistics' row reductions on the eager path and fused by torch.compile (``attnviz.stats.fused``; its
+   compile/warm-up time is printed separately);
 2. attnviz stats time ÷ (HF eager + output_attentions + vectorised statistics) (target ≥ 2× faster);
 3. attnviz peak memory vs the output_attentions approach (target: ≤ weights + two layers of patterns);
 4. a seed-style per-head Python loop vs attnviz, on the shipped corpus (target ≥ 100×).
@@ -35,6 +37,7 @@ from attnviz.data import default_corpus_path, read_examples
 from attnviz.models.base import EncodedBatch
 from attnviz.models.specs import load_model
 from attnviz.stats import HeadStatistics, StatisticsAccumulator, compute_statistics
+from attnviz.stats.fused import set_fused_statistics
 
 MB = 1024 * 1024
 
@@ -106,8 +109,12 @@ def corpus_batch(loaded, length: int, offset: int = 0) -> EncodedBatch:
 # -- the contenders ----------------------------------------------------------------------------------------------
 
 
-def attnviz_statistics(loaded, batch) -> HeadStatistics:
-    return compute_statistics(loaded, batches=[batch], progress=False)
+def attnviz_statistics(loaded, batch, fused: bool = False) -> HeadStatistics:
+    set_fused_statistics(fused)
+    try:
+        return compute_statistics(loaded, batches=[batch], progress=False)
+    finally:
+        set_fused_statistics(None)
 
 
 def sdpa_forward(sdpa_model, batch) -> None:
@@ -198,6 +205,38 @@ class ObserveTimer:
         StatisticsAccumulator.observe = self._observe
 
 
+def ratios_only(loaded, sdpa_model, lengths, rounds) -> None:
+    """Section 1 without the eager contender: sdpa, attnviz and attnviz with fused reductions, interleaved."""
+    print(
+        f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'fused':>8} {'attnviz÷sdpa':>13} {'fused÷sdpa':>11} "
+        f"{'max |Δ|':>9} {'compile s':>10}"
+    )
+    for length in lengths:
+        batch = corpus_batch(loaded, length)
+        contenders = {
+            "sdpa": lambda batch=batch: sdpa_forward(sdpa_model, batch),
+            "attnviz": lambda batch=batch: attnviz_statistics(loaded, batch),
+            "fused": lambda batch=batch: attnviz_statistics(loaded, batch, fused=True),
+        }
+        compile_seconds = 0.0
+        for name, fn in contenders.items():  # warm-up; the first fused call compiles
+            start = time.perf_counter()
+            fn()
+            if name == "fused":
+                compile_seconds = time.perf_counter() - start
+        times = interleaved(contenders, rounds)
+        eager, fused = attnviz_statistics(loaded, batch), attnviz_statistics(loaded, batch, fused=True)
+        delta = max(float((eager.matrix(n) - fused.matrix(n)).abs().nan_to_num().max()) for n in eager.names)
+        print(
+            f"{length:>7} {times['sdpa']:>8.2f} {times['attnviz']:>9.2f} {times['fused']:>8.2f} "
+            f"{times['attnviz'] / times['sdpa']:>12.2f}× {times['fused'] / times['sdpa']:>10.2f}× "
+            f"{delta:>9.1e} {compile_seconds:>10.1f}",
+            flush=True,
+        )
+    print("max |Δ|: fused vs eager reductions; compile s: the first fused call at that length (warm-up included)")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
 # -- main --------------------------------------------------------------------------------------------------------
 
 
@@ -206,6 +245,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short lengths and few rounds (a smoke run)")
     parser.add_argument("--rounds", type=int, default=None, help="timing rounds per length (default 3; quick 1)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--ratios-only",
+        action="store_true",
+        help="only sdpa vs attnviz (eager and fused reductions): no eager+attentions, memory or seed loops",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -230,40 +274,63 @@ def main() -> None:
         f"load average before: {os.getloadavg()[0]:.2f}\n"
     )
 
+    if args.ratios_only:
+        ratios_only(loaded, sdpa_model, lengths, rounds)
+        return
     rows = []
+    compile_seconds = {}
     for length in lengths:
         batch = corpus_batch(loaded, length)
         contenders = {
             "sdpa": lambda batch=batch: sdpa_forward(sdpa_model, batch),
             "attnviz": lambda batch=batch: attnviz_statistics(loaded, batch),
+            "fused": lambda batch=batch: attnviz_statistics(loaded, batch, fused=True),
             "eager+attentions": lambda batch=batch: eager_output_attentions_statistics(eager_model, batch),
         }
-        for fn in contenders.values():  # warm-up (and first-touch of buffers)
+        for name, fn in contenders.items():  # warm-up (and first-touch of buffers; compiles the fused path)
+            start = time.perf_counter()
             fn()
+            if name == "fused":
+                compile_seconds[length] = time.perf_counter() - start
         times = interleaved(contenders, rounds)
+        fused_stats = attnviz_statistics(loaded, batch, fused=True)
         sdpa_peak, _ = peak_memory(lambda batch=batch: sdpa_forward(sdpa_model, batch))
         attnviz_peak, streamed = peak_memory(lambda batch=batch: attnviz_statistics(loaded, batch))
         eager_peak, stored = peak_memory(lambda batch=batch: eager_output_attentions_statistics(eager_model, batch))
         agreement = max(float((streamed.matrix(name) - stored.matrix(name)).abs().max()) for name in streamed.names)
+        fused_agreement = max(
+            float((fused_stats.matrix(name) - stored.matrix(name)).abs().nan_to_num().max()) for name in streamed.names
+        )
         two_layers = 2 * heads * length * length * 4
-        rows.append((length, times, (sdpa_peak, attnviz_peak, eager_peak, two_layers), agreement))
+        rows.append((length, times, (sdpa_peak, attnviz_peak, eager_peak, two_layers), agreement, fused_agreement))
 
     print("1-2. time: one sequence of N tokens (the corpus run together), seconds")
     print(
         f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'eager+att':>10} {'attnviz÷sdpa':>13} "
         f"{'eager+att÷attnviz':>18} {'max |Δ|':>9}"
     )
-    for length, times, _, agreement in rows:
+    for length, times, _, agreement, _ in rows:
         print(
             f"{length:>7} {times['sdpa']:>8.2f} {times['attnviz']:>9.2f} {times['eager+attentions']:>10.2f} "
             f"{times['attnviz'] / times['sdpa']:>12.2f}× {times['eager+attentions'] / times['attnviz']:>17.2f}× "
             f"{agreement:>9.1e}"
         )
+    print("\n1b. the statistics' row reductions fused by torch.compile (ATTNVIZ_FUSED_STATISTICS=1), same rounds")
+    print(
+        f"{'tokens':>7} {'attnviz':>9} {'fused':>8} {'fused÷sdpa':>11} {'fused÷attnviz':>14} {'max |Δ|':>9} {'compile s':>10}"
+    )
+    for length, times, _, _, fused_agreement in rows:
+        print(
+            f"{length:>7} {times['attnviz']:>9.2f} {times['fused']:>8.2f} {times['fused'] / times['sdpa']:>10.2f}× "
+            f"{times['fused'] / times['attnviz']:>13.2f}× {fused_agreement:>9.1e} {compile_seconds[length]:>10.1f}"
+        )
+    print("   compile s: the first fused call at that length (compiles once per process for dynamic shapes;")
+    print("   the later length reuses the compiled kernels); max |Δ|: fused vs eager + output_attentions\n")
     print("   attnviz: forward + streaming statistics; eager+att: eager forward with output_attentions, then the")
     print("   same statistics vectorised over the stored patterns; max |Δ|: largest difference between the two\n")
     print("3. peak memory above the resident model (weights are resident already), MB")
     print(f"{'tokens':>7} {'sdpa fwd':>9} {'attnviz':>8} {'eager+att':>10} {'2 layers of patterns':>21}")
-    for length, _, (sdpa_peak, attnviz_peak, eager_peak, two_layers), _ in rows:
+    for length, _, (sdpa_peak, attnviz_peak, eager_peak, two_layers), _, _ in rows:
         print(
             f"{length:>7} {sdpa_peak / MB:>9.0f} {attnviz_peak / MB:>8.0f} {eager_peak / MB:>10.0f} "
             f"{two_layers / MB:>21.0f}"

@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("foundation", {"errors", "reporting", "io", "staging", "data", "words"}),
     ("core", {"core"}),
     ("models", {"models", "toy"}),
-    ("analysis", {"captures", "capture_checks", "stats", "heads", "generation", "alignment", "parallel"}),
+    ("analysis", {"captures", "capture_checks", "batching", "stats", "heads", "generation", "alignment", "parallel"}),
     ("output", {"render", "atlas", "prune", "selection"}),
     ("cli", {"cli", "console", "__main__"}),
 ]

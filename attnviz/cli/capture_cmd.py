@@ -9,6 +9,7 @@ import typer
 
 from attnviz.cli.options import (
     OUTPUT_PANEL,
+    DeviceMapOption,
     DeviceOption,
     DtypeOption,
     MaxLengthOption,
@@ -44,6 +45,7 @@ def capture(
     no_truncate: NoTruncateOption = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    device_map: DeviceMapOption = None,
 ) -> None:
     """Save all attention patterns of TEXT as a safetensors file (one \\[head, query, key] tensor per layer).
 
@@ -57,7 +59,9 @@ def capture(
     from attnviz.io import check_output_path
 
     out = check_output_path(out, (".safetensors",))
-    result = _capture(text, target, model, max_length, no_truncate, device, dtype)
+    result = _capture(
+        text, target, model, max_length, no_truncate, device, dtype, device_map.value if device_map else None
+    )
     if with_rollout:
         from attnviz.heads.rollout import rollout
 

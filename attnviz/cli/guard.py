@@ -173,6 +173,8 @@ def error_line(message: str, code: int) -> int:
 
     from attnviz.console import console
 
+    if os.environ.get("RANK", "0") != "0":  # under torchrun every rank meets the same error: rank 0 says it
+        return code
     text = Text("error: ", style="bold red") + Text(" ".join(message.split()))
     console.print(text, soft_wrap=True, highlight=False)
     return code

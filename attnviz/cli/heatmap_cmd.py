@@ -268,13 +268,13 @@ def heatmap(
     print(path)
 
 
-def _capture(text, target, model, max_length, no_truncate, device, dtype):
+def _capture(text, target, model, max_length, no_truncate, device, dtype, device_map=None):
     from attnviz.captures import capture
     from attnviz.console import console
     from attnviz.models.specs import load_model
 
     with console.status(f"loading {model}"):
-        loaded = load_model(model, device=device, dtype=dtype)
+        loaded = load_model(model, device=device, dtype=dtype, device_map=device_map)
     return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated
 
 import typer
@@ -68,5 +69,35 @@ TargetOption = Annotated[
         "--target",
         help='Decoder text of an encoder-decoder model. Example: --target "Le chat"',
         rich_help_panel=INPUT_PANEL,
+    ),
+]
+
+
+class DeviceMap(str, Enum):
+    """Big-model placement: ``auto`` spreads a model over the GPUs and CPU memory (accelerate)."""
+
+    auto = "auto"
+
+
+DeviceMapOption = Annotated[
+    DeviceMap | None,
+    typer.Option(
+        "--device-map",
+        help="auto: spread a model too big for one device over the GPUs and CPU memory (accelerate); "
+        "means the CPU on machines without CUDA. Overrides --device. Example: --device-map auto",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+    ),
+]
+
+MaxTokensPerBatchOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens-per-batch",
+        min=1,
+        help="Most padded tokens (examples × longest) per forward pass; examples are sorted by length so "
+        "little goes to padding (default: no token limit, only --batch-size). Example: --max-tokens-per-batch 4096",
+        rich_help_panel=INPUT_PANEL,
+        show_default=False,
     ),
 ]

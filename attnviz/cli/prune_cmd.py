@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption
+from attnviz.cli.options import (
+    INPUT_PANEL,
+    OUTPUT_PANEL,
+    DeviceMapOption,
+    DeviceOption,
+    DtypeOption,
+    MaxLengthOption,
+    MaxTokensPerBatchOption,
+)
 
 HOW_MUCH_PANEL = "How much to prune"
 HOW_PANEL = "How to choose heads"
@@ -146,6 +154,7 @@ def prune(
             show_default=False,
         ),
     ] = None,
+    max_tokens_per_batch: MaxTokensPerBatchOption = None,
     toy_examples: Annotated[
         int,
         typer.Option(
@@ -203,6 +212,7 @@ def prune(
     ] = 5,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    device_map: DeviceMapOption = None,
 ) -> None:
     """Remove the least important attention heads and write a physically smaller checkpoint.
 
@@ -213,6 +223,8 @@ def prune(
       attnviz prune smollm2 --count 54 --iterative --data notes.txt --out pruned-smollm2 --json report.json
 
       attnviz prune toy-induction --min-score 0.95 --importance ablation --out pruned-toy
+
+      torchrun --standalone --nproc-per-node 2 -m attnviz prune smollm2 --ratio 0.2 --data notes.txt --out pruned
     """
     from attnviz.console import console
     from attnviz.data import load_texts
@@ -233,6 +245,7 @@ def prune(
         strategy=PruneStrategy(scope=strategy, iterative=iterative, steps=steps, min_score=min_score),
         seed=seed,
         batch_size=batch_size,
+        max_tokens_per_batch=max_tokens_per_batch,
         max_length=max_length,
         toy_examples=toy_examples,
         latency_tokens=latency_tokens,
@@ -248,17 +261,22 @@ def prune(
     texts = load_texts(data, text)
     eval_texts = load_texts(eval_data) if eval_data is not None else None
 
-    loaded = load_model(checkpoint, device=device, dtype=dtype)
-    check_prunable(loaded)
-    check_output_dir(out, force=force, inputs=model_source_paths(checkpoint, loaded))
-    outcome = prune_model(loaded, config, texts=texts, eval_texts=eval_texts)
-    save_outcome(outcome, out, source=checkpoint, transformers_copy=transformers_copy)
-    if json_path is not None:
-        write_report_json(outcome.report, json_path)
-    console.print(importance_table(outcome.report))
-    console.print(summary_table(outcome.report))
-    for line in summary_lines(outcome.report):
-        console.print(line, highlight=False)
+    from attnviz.cli.distributed import cli_session
+
+    with cli_session(device, device_map) as parallel:
+        placement = device_map.value if device_map else None
+        loaded = load_model(checkpoint, device=parallel.device_for(device), dtype=dtype, device_map=placement)
+        check_prunable(loaded)
+        check_output_dir(out, force=force, inputs=model_source_paths(checkpoint, loaded))
+        outcome = prune_model(loaded, config, texts=texts, eval_texts=eval_texts, parallel=parallel)
+        if parallel.is_main:  # every process chose the same heads; rank 0 writes and reports
+            save_outcome(outcome, out, source=checkpoint, transformers_copy=transformers_copy)
+            if json_path is not None:
+                write_report_json(outcome.report, json_path)
+            console.print(importance_table(outcome.report))
+            console.print(summary_table(outcome.report))
+            for line in summary_lines(outcome.report):
+                console.print(line, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -11,9 +11,11 @@ import typer
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
+    DeviceMapOption,
     DeviceOption,
     DtypeOption,
     MaxLengthOption,
+    MaxTokensPerBatchOption,
     NoTruncateOption,
 )
 
@@ -69,6 +71,7 @@ def stats(
             rich_help_panel=INPUT_PANEL,
         ),
     ] = 8,
+    max_tokens_per_batch: MaxTokensPerBatchOption = None,
     toy_examples: Annotated[
         int,
         typer.Option(
@@ -85,6 +88,7 @@ def stats(
     no_truncate: NoTruncateOption = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    device_map: DeviceMapOption = None,
     local_window: Annotated[
         int,
         typer.Option(
@@ -239,6 +243,8 @@ def stats(
       attnviz stats minilm --flagged-only --sort max_weight --preset seed
 
       attnviz stats run/step-100 run/step-1000 run/step-5000 --plot evolution.png
+
+      torchrun --standalone --nproc-per-node 4 -m attnviz stats smollm2 --data corpus.txt --json stats.json
     """
     from attnviz.data import load_texts
     from attnviz.errors import InputError
@@ -287,38 +293,35 @@ def stats(
         raise InputError(f"an output path would overwrite the --data input {data}: choose another path")
     texts = load_texts(data, text) if data is not None or text else None
 
-    results = [
-        _run_one(
-            spec,
-            texts,
-            thresholds,
-            batch_size=batch_size,
-            max_length=max_length,
-            truncate=not no_truncate,
-            device=device,
-            dtype=dtype,
-            local_window=local_window,
-            toy_examples=toy_examples,
-            seed=seed,
-        )
-        for spec in checkpoints
-    ]
-    _show(
-        results,
-        stack,
-        flagged_only=flagged_only,
-        sort=sort,
-        ascending=ascending,
-        limit=limit,
-        color_by=color_by,
-        no_table=no_table,
-    )
-    _write(results, preset, json_path, csv_path, plot, stack)
+    from attnviz.cli.distributed import cli_session
+
+    with cli_session(device, device_map) as parallel:
+        results = [
+            _run_one(
+                spec,
+                texts,
+                thresholds,
+                batch_size=batch_size,
+                max_tokens_per_batch=max_tokens_per_batch,
+                max_length=max_length,
+                truncate=not no_truncate,
+                device=parallel.device_for(device),
+                device_map=device_map.value if device_map else None,
+                dtype=dtype,
+                local_window=local_window,
+                toy_examples=toy_examples,
+                seed=seed,
+                parallel=parallel,
+            )
+            for spec in checkpoints
+        ]
+        if parallel.is_main:  # only rank 0 prints and writes
+            view = {"flagged_only": flagged_only, "sort": sort, "ascending": ascending, "limit": limit}
+            _show(results, stack, **view, color_by=color_by, no_table=no_table)
+            _write(results, preset, json_path, csv_path, plot, stack)
 
 
-def _run_one(
-    spec, texts, thresholds, *, batch_size, max_length, truncate, device, dtype, local_window, toy_examples, seed
-):
+def _run_one(spec, texts, thresholds, *, device, device_map, dtype, toy_examples, seed, parallel, **common):
     """Load one checkpoint, compute its statistics over the texts (or its toy task), flag its heads."""
     from attnviz.console import console
     from attnviz.data import load_texts
@@ -326,13 +329,12 @@ def _run_one(
     from attnviz.stats import compute_statistics, detect_heads
 
     with console.status(f"loading {spec}"):
-        loaded = load_model(spec, device=device, dtype=dtype)
-    common = {"batch_size": batch_size, "max_length": max_length, "local_window": local_window, "truncate": truncate}
+        loaded = load_model(spec, device=device, dtype=dtype, device_map=device_map)
     if texts is None and hasattr(loaded, "task_batch"):
         batch = loaded.task_batch(toy_examples, seed)
-        stats = compute_statistics(loaded, batches=[batch], local_window=local_window)
+        stats = compute_statistics(loaded, batches=[batch], local_window=common["local_window"], parallel=parallel)
     else:
-        stats = compute_statistics(loaded, texts if texts is not None else load_texts(), **common)
+        stats = compute_statistics(loaded, texts if texts is not None else load_texts(), parallel=parallel, **common)
     return stats, detect_heads(stats, thresholds)
 
 
@@ -358,6 +360,10 @@ def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_
                 console.print(line, highlight=False)
     if len(results) > 1:
         console.print(evolution_table(results, stack, statistics=table_statistics(console.width)))
+    from attnviz.cli.distributed import throughput_line
+
+    for stats, _ in results:
+        console.print(throughput_line(stats), highlight=False)
 
 
 def _stacks(stats, stack) -> list[str]:

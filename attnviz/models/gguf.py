@@ -127,6 +127,6 @@ def _convert(path: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-def load_gguf(path: Path, *, name: str, device, dtype):
+def load_gguf(path: Path, *, name: str, device, dtype, device_map: str | None = None):
     """Load a ``.gguf`` file: its converted (cached) Hugging Face directory, through :func:`load_hf_model`."""
-    return load_hf_model(converted_gguf_dir(Path(path)), name=name, device=device, dtype=dtype)
+    return load_hf_model(converted_gguf_dir(Path(path)), name=name, device=device, dtype=dtype, device_map=device_map)

@@ -41,12 +41,14 @@ def load_hf_model(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
     gguf_file: str | None = None,
+    device_map: str | None = None,
 ) -> HFModel:
     """Load a Hugging Face model (directory or hub id) onto attnviz's attention core.
 
     Families that do not call transformers' attention interface (gpt_neo, bloom, …)
     fall back to ``eager`` attention with ``output_attentions``, with a warning;
-    head masks are not available on them.
+    head masks are not available on them. ``device_map`` (e.g. ``"auto"``) is handed to
+    ``from_pretrained`` (accelerate's big-model placement) instead of moving the model to ``device``.
     """
     import transformers
 
@@ -58,6 +60,7 @@ def load_hf_model(
     extra: dict[str, Any] = {"trust_remote_code": False}
     if gguf_file:
         extra["gguf_file"] = gguf_file
+    placement = {"device_map": device_map} if device_map else {}
     try:
         config = transformers.AutoConfig.from_pretrained(source, **extra)
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
@@ -73,7 +76,12 @@ def load_hf_model(
         try:
             try:
                 model, info = cls.from_pretrained(
-                    source, attn_implementation=ATTENTION_NAME, dtype=dtype, output_loading_info=True, **extra
+                    source,
+                    attn_implementation=ATTENTION_NAME,
+                    dtype=dtype,
+                    output_loading_info=True,
+                    **extra,
+                    **placement,
                 )
             except (ValueError, KeyError) as exc:
                 # Families with their own attention classes (gpt_neo, bloom, falcon, …) reject the name.
@@ -81,7 +89,7 @@ def load_hf_model(
                     raise
                 fallback = True
                 model, info = cls.from_pretrained(
-                    source, attn_implementation="eager", dtype=dtype, output_loading_info=True, **extra
+                    source, attn_implementation="eager", dtype=dtype, output_loading_info=True, **extra, **placement
                 )
         except Exception as exc:  # safetensors header damage, a refused pickle, a truncated file, …
             if "Weights only load failed" in str(exc):
@@ -91,7 +99,8 @@ def load_hf_model(
                 ) from exc
             raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
     check_loading_info(info, source)
-    model.to(device)
+    if not device_map:  # accelerate has placed the layers itself
+        model.to(device)
     model.eval()
     loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
     if not fallback and (model.config._attn_implementation != ATTENTION_NAME or not loaded.layout()):

@@ -120,10 +120,17 @@ class ModelLoader:
     name: str
     recognises: Callable[[Path], bool]
     function: str
+    #: the loader takes ``device_map`` (accelerate's big-model placement); toy models are small and do not
+    places: bool = False
 
-    def load(self, path: Path, *, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    def load(
+        self, path: Path, *, name: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None
+    ) -> LoadedModel:
         module, _, attribute = self.function.partition(":")
-        return getattr(importlib.import_module(module), attribute)(path, name=name, device=device, dtype=dtype)
+        placement = {"device_map": device_map} if self.places and device_map else {}
+        return getattr(importlib.import_module(module), attribute)(
+            path, name=name, device=device, dtype=dtype, **placement
+        )
 
 
 #: model formats, tried in order; adding a format is one :func:`register_loader` call
@@ -142,11 +149,16 @@ def _has(marker: str) -> Callable[[Path], bool]:
 
 
 register_loader(
-    ModelLoader("gguf", lambda path: path.suffix.lower() == ".gguf" and path.is_file(), "attnviz.models.gguf:load_gguf")
+    ModelLoader(
+        "gguf",
+        lambda path: path.suffix.lower() == ".gguf" and path.is_file(),
+        "attnviz.models.gguf:load_gguf",
+        places=True,
+    )
 )
 register_loader(ModelLoader("toy", _has(TOY_MARKER), "attnviz.toy.checkpoint:load_toy_model"))
 register_loader(ModelLoader("pruned", _has(PRUNED_MARKER), "attnviz.models.pruned:load_pruned_model"))
-register_loader(ModelLoader("huggingface", _has("config.json"), "attnviz.models.hf:load_hf_model"))
+register_loader(ModelLoader("huggingface", _has("config.json"), "attnviz.models.hf:load_hf_model", places=True))
 NAMED_MODELS["minilm"] = minilm_path
 NAMED_MODELS["smollm2"] = smollm2_path
 for _name in SHIPPED_TOYS:
@@ -179,18 +191,40 @@ def model_input_paths(spec: str = DEFAULT_MODEL) -> list[Path]:
     return []
 
 
-def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load the model named by ``spec`` (see the module docstring) onto attnviz's attention core."""
+#: Values of ``device_map``: ``None`` puts the whole model on one device; ``"auto"`` lets
+#: accelerate spread big models over the available GPUs and CPU memory.
+DEVICE_MAPS = ("auto",)
+
+
+def resolve_device_map(device_map: str | None) -> str | None:
+    """``"auto"`` when it can spread a model (CUDA present); ``None`` otherwise (the CPU holds everything)."""
+    if device_map is None or device_map.lower() in ("", "none"):
+        return None
+    if device_map.lower() not in DEVICE_MAPS:
+        raise InputError(f"unknown device map {device_map!r}: use auto (or leave it out)")
+    return "auto" if torch.cuda.is_available() else None
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto", device_map: str | None = None
+) -> LoadedModel:
+    """Load the model named by ``spec`` (see the module docstring) onto attnviz's attention core.
+
+    ``device_map="auto"``: a Hugging Face model bigger than one device is spread by accelerate over
+    the GPUs and CPU memory (``device`` is then ignored); on a machine without CUDA it means the CPU.
+    Toy models are small and always go to ``device``.
+    """
     spec = (spec or DEFAULT_MODEL).strip()
     protect_inputs(model_input_paths(spec), "model")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
+    placement = resolve_device_map(device_map)
     named = NAMED_MODELS.get(spec.lower())
     path = named() if named is not None else Path(spec).expanduser()
     name = spec.lower() if named is not None else spec
     for loader in LOADERS:
         if loader.recognises(path):
-            return loader.load(path, name=name, device=torch_device, dtype=torch_dtype)
+            return loader.load(path, name=name, device=torch_device, dtype=torch_dtype, device_map=placement)
     if path.suffix.lower() == ".gguf" and not path.exists():
         raise ModelSpecError(f"GGUF file {path} does not exist")
     if path.is_dir():
@@ -203,7 +237,9 @@ def load_model(spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = 
     if not _looks_like_hub_id(spec):
         raise ModelSpecError(f"model path {spec} does not exist")
     hf_loader = next(loader for loader in LOADERS if loader.name == "huggingface")
-    return hf_loader.load(spec, name=spec, device=torch_device, dtype=torch_dtype)  # a hub id in the local cache
+    return hf_loader.load(
+        spec, name=spec, device=torch_device, dtype=torch_dtype, device_map=placement
+    )  # a hub id in the local cache
 
 
 def _looks_like_hub_id(spec: str) -> bool:

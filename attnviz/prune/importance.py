@@ -113,7 +113,7 @@ def gradient_importance(
     keep = {site: values.to(device) for site, values in keep_matrix(layout, removed).items()}
     accumulated = {site: torch.zeros(layout[site], dtype=torch.float64) for site in sites}
     with frozen_parameters(loaded.model), torch.enable_grad():
-        for index in range(len(objective.batches)):
+        for index in objective.local_indices():  # this process's share in a data-parallel run
             # ξ: one leaf variable per site, [h], 1 for present heads and 0 for removed ones;
             # fresh for every batch so that each backward pass owns its graph.
             xi = {site: keep[site].clone().requires_grad_(True) for site in sites}
@@ -128,6 +128,8 @@ def gradient_importance(
                         accumulated[site] += grad.detach().abs().double().cpu() / len(losses)
             if progress is not None:
                 progress()
+    # Σ over every process's batches (float64), before the per-layer normalisation
+    accumulated = dict(zip(sites, objective.parallel.sum([accumulated[site] for site in sites])))
     if normalize:
         accumulated = normalize_per_layer(accumulated)
     return _mark_removed(accumulated, removed)
@@ -175,7 +177,9 @@ def proxy_importance(
     from attnviz.stats import compute_statistics
 
     statistic, sign = PROXY_STATISTICS[proxy]
-    statistics = compute_statistics(objective.loaded, batches=objective.batches, progress=False)
+    statistics = compute_statistics(
+        objective.loaded, batches=objective.batches, progress=False, parallel=objective.parallel
+    )
     scores = {}
     for stack in sorted({site.stack for site in layout}):
         rows = {site: row for row, site in enumerate(statistics.layers(stack))}
@@ -231,7 +235,7 @@ def compute_importance(
 def scoring_passes(method: str, objective: Objective, layout: Mapping[AttentionSite, int], removed_count: int) -> int:
     """How many progress steps :func:`compute_importance` reports (for sizing a progress bar)."""
     if method == "gradient":
-        return len(objective.batches)
+        return len(objective.local_indices())
     if method == "ablation":
         return sum(layout.values()) - removed_count
     return 0

@@ -38,9 +38,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnviz.batching import token_batches
 from attnviz.core import AttentionContext, HeadMask
 from attnviz.errors import ParameterError, UnsupportedModelError
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.parallel import SINGLE_PROCESS, DataParallel
 
 #: Fewest loss-bearing units (predicted tokens, tokens, or task examples) worth scoring heads on.
 MIN_SCORING_UNITS = 8
@@ -78,10 +80,24 @@ class Objective(ABC):
     #: what one loss unit is ("predicted tokens", "tokens", "examples")
     unit_name: str
 
-    def __init__(self, loaded: LoadedModel, batches: Sequence[EncodedBatch]):
+    def __init__(
+        self, loaded: LoadedModel, batches: Sequence[EncodedBatch], *, parallel: DataParallel = SINGLE_PROCESS
+    ):
         self.loaded = loaded
         self.batches = list(batches)
+        #: this process's share of a data-parallel run: every process holds every batch, and the
+        #: passes over them (:meth:`evaluate`, :meth:`loss`, gradient importance) each run over
+        #: :meth:`local_indices` and sum across processes
+        self.parallel = parallel
         self._total_units: int | None = None
+        self._local_indices: list[int] | None = None
+
+    def local_indices(self) -> list[int]:
+        """Indices of the batches this process handles (all of them in a single process)."""
+        if self._local_indices is None:
+            costs = [len(batch) * max(batch.lengths, default=0) for batch in self.batches]  # padded tokens
+            self._local_indices = self.parallel.shard(costs)
+        return self._local_indices
 
     # -- per batch --------------------------------------------------------------------------
 
@@ -140,13 +156,15 @@ class Objective(ABC):
         loss_sum, metric_sum, units = 0.0, 0.0, 0
         context = self.loaded.context(head_mask=head_mask)
         with torch.no_grad():
-            for index in range(len(self.batches)):
+            for index in self.local_indices():
                 batch_loss, batch_metric, count = self.batch_quality(index, context)
                 loss_sum += batch_loss
                 metric_sum += batch_metric
                 units += count
                 if progress is not None:
                     progress()
+        loss_sum, metric_sum, units = self.parallel.sum_numbers([loss_sum, metric_sum, units])
+        units = int(units)
         loss = loss_sum / max(units, 1)
         return Quality(loss, self.finish_metric(metric_sum, loss, units), self.metric_name, self.higher_is_better)
 
@@ -155,10 +173,11 @@ class Objective(ABC):
         loss_sum, units = 0.0, 0
         context = self.loaded.context(head_mask=head_mask)
         with torch.no_grad():
-            for index in range(len(self.batches)):
+            for index in self.local_indices():
                 total, count = self.batch_loss(index, context)
                 loss_sum += float(total)
                 units += count
+        loss_sum, units = self.parallel.sum_numbers([loss_sum, units])
         return loss_sum / max(units, 1)
 
     def for_model(self, loaded: LoadedModel) -> Objective:
@@ -176,8 +195,10 @@ class LanguageModelObjective(Objective):
     higher_is_better = False
     unit_name = "predicted tokens"
 
-    def __init__(self, loaded: LoadedModel, batches: Sequence[EncodedBatch]):
-        super().__init__(loaded, batches)
+    def __init__(
+        self, loaded: LoadedModel, batches: Sequence[EncodedBatch], *, parallel: DataParallel = SINGLE_PROCESS
+    ):
+        super().__init__(loaded, batches, parallel=parallel)
         if not has_lm_head(loaded):
             raise UnsupportedModelError(
                 f"{loaded.name} is a causal model without a language-modelling head, so its loss cannot be "
@@ -241,8 +262,16 @@ class RepresentationObjective(Objective):
     higher_is_better = True
     unit_name = "tokens"
 
-    def __init__(self, loaded: LoadedModel, batches: Sequence[EncodedBatch], *, probes: int = 8, seed: int = 0):
-        super().__init__(loaded, batches)
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        batches: Sequence[EncodedBatch],
+        *,
+        probes: int = 8,
+        seed: int = 0,
+        parallel: DataParallel = SINGLE_PROCESS,
+    ):
+        super().__init__(loaded, batches, parallel=parallel)
         #: random output probes per batch for gradient importance
         self.probes = probes
         #: seed of the probes
@@ -295,19 +324,23 @@ class RepresentationObjective(Objective):
 
 
 def text_batches(
-    loaded: LoadedModel, texts: Sequence[str], *, batch_size: int = 8, max_length: int | None = None
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    *,
+    batch_size: int | None = 8,
+    max_tokens_per_batch: int | None = None,
+    max_length: int | None = None,
 ) -> list[EncodedBatch]:
-    """Encode ``texts`` into batches of ``batch_size``, sorted by length so padding stays small."""
+    """Encode ``texts`` with the shared token-count batcher (:func:`attnviz.batching.token_batches`).
+
+    Longest first, at most ``batch_size`` examples and ``max_tokens_per_batch`` padded tokens per batch.
+    """
     texts = [text for text in texts if text.strip()]
     if not texts:
         raise ParameterError("texts", "no text to score heads on: give text with {texts}")
-    lengths = [len(ids) for ids in loaded.tokenizer(texts)["input_ids"]] if hasattr(loaded, "tokenizer") else None
-    order = sorted(range(len(texts)), key=lambda i: -lengths[i]) if lengths else list(range(len(texts)))
-    ordered = [texts[i] for i in order]
-    return [
-        loaded.encode(ordered[start : start + batch_size], max_length=max_length)
-        for start in range(0, len(ordered), batch_size)
-    ]
+    return list(
+        token_batches(loaded, texts, max_tokens=max_tokens_per_batch, max_examples=batch_size, max_length=max_length)
+    )
 
 
 def task_batches(loaded: LoadedModel, *, examples: int, batch_size: int, seed: int) -> list[EncodedBatch]:
@@ -344,12 +377,17 @@ def objective_kind(loaded: LoadedModel) -> str:
 
 
 def build_objective(
-    loaded: LoadedModel, batches: Sequence[EncodedBatch], *, probes: int = 8, seed: int = 0
+    loaded: LoadedModel,
+    batches: Sequence[EncodedBatch],
+    *,
+    probes: int = 8,
+    seed: int = 0,
+    parallel: DataParallel = SINGLE_PROCESS,
 ) -> Objective:
-    """The objective that fits ``loaded`` (see the module docstring)."""
+    """The objective that fits ``loaded`` (see the module docstring); ``parallel``: see :class:`Objective`."""
     kind = objective_kind(loaded)
     if kind == "task":
-        return TaskObjective(loaded, batches)
+        return TaskObjective(loaded, batches, parallel=parallel)
     if kind == "language_model":
-        return LanguageModelObjective(loaded, batches)
-    return RepresentationObjective(loaded, batches, probes=probes, seed=seed)
+        return LanguageModelObjective(loaded, batches, parallel=parallel)
+    return RepresentationObjective(loaded, batches, probes=probes, seed=seed, parallel=parallel)

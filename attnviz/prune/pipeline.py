@@ -20,6 +20,7 @@ from attnviz.errors import ParameterError
 from attnviz.models.base import LoadedModel
 from attnviz.models.heads import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
 from attnviz.models.physical import SitePlan
+from attnviz.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.prune.importance import METHODS
 from attnviz.prune.measure import (
     forward_output,
@@ -53,6 +54,7 @@ class PruneConfig:
     seed: int = 0  # seeds random importance, the encoder objective's probes and toy task data
     normalize: bool | None = None  # per-layer ℓ2 normalisation of scores; None: the method's default
     batch_size: int | None = None  # examples per scoring / evaluation batch (None: 8 texts, 64 toy examples)
+    max_tokens_per_batch: int | None = None  # padded tokens per text batch (None: no token limit)
     max_length: int | None = None  # truncate scoring and evaluation texts to this many tokens
     latency_tokens: int = 256  # length of the input the latency is measured on
     latency_repeats: int = 5  # timed forward passes per model (the median is reported)
@@ -79,7 +81,14 @@ class PruneConfig:
                 f"unknown {{importance}} {self.importance!r}: use one of {', '.join(METHODS)}",
                 self.importance,
             )
-        for name in ("batch_size", "latency_tokens", "latency_repeats", "probes", "toy_examples"):
+        for name in (
+            "batch_size",
+            "max_tokens_per_batch",
+            "latency_tokens",
+            "latency_repeats",
+            "probes",
+            "toy_examples",
+        ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ParameterError(
                     name, f"{{{name}}} must be at least 1, not {getattr(self, name)}", getattr(self, name)
@@ -138,9 +147,16 @@ def effective_strategy(config: PruneConfig, layout: dict[AttentionSite, int], co
 
 
 def build_objectives(
-    loaded: LoadedModel, config: PruneConfig, texts: Sequence[str] | None, eval_texts: Sequence[str] | None
+    loaded: LoadedModel,
+    config: PruneConfig,
+    texts: Sequence[str] | None,
+    eval_texts: Sequence[str] | None,
+    parallel: DataParallel = SINGLE_PROCESS,
 ) -> tuple[Objective, Objective]:
-    """(scoring objective, evaluation objective); the evaluation data defaults to the scoring data."""
+    """(scoring objective, evaluation objective); the evaluation data defaults to the scoring data.
+
+    ``parallel``: in a data-parallel run each process scores and evaluates its share of the batches.
+    """
     if is_toy(loaded):
         size = config.batch_size or 64
         scoring = task_batches(loaded, examples=config.toy_examples, batch_size=size, seed=config.seed)
@@ -148,18 +164,19 @@ def build_objectives(
     else:
         if not texts:
             raise ParameterError("texts", "no text to score heads on: give text with {texts}")
-        size = config.batch_size or 8
-        scoring = text_batches(loaded, texts, batch_size=size, max_length=config.max_length)
-        evaluation = (
-            scoring
-            if not eval_texts
-            else text_batches(loaded, eval_texts, batch_size=size, max_length=config.max_length)
-        )
-    scoring_objective = build_objective(loaded, scoring, probes=config.probes, seed=config.seed)
+        batching = {
+            "batch_size": config.batch_size or 8,
+            "max_tokens_per_batch": config.max_tokens_per_batch,
+            "max_length": config.max_length,
+        }
+        scoring = text_batches(loaded, texts, **batching)
+        evaluation = scoring if not eval_texts else text_batches(loaded, eval_texts, **batching)
+    common = {"probes": config.probes, "seed": config.seed, "parallel": parallel}
+    scoring_objective = build_objective(loaded, scoring, **common)
     scoring_objective.check_enough_data("scoring data")
     if evaluation is scoring:
         return scoring_objective, scoring_objective
-    evaluation_objective = build_objective(loaded, evaluation, probes=config.probes, seed=config.seed)
+    evaluation_objective = build_objective(loaded, evaluation, **common)
     evaluation_objective.check_enough_data("evaluation data")
     return scoring_objective, evaluation_objective
 
@@ -181,18 +198,21 @@ def prune_model(
     *,
     texts: Sequence[str] | None = None,
     eval_texts: Sequence[str] | None = None,
+    parallel: DataParallel = SINGLE_PROCESS,
 ) -> PruneOutcome:
     """Score, choose and physically remove heads of ``loaded``; measure before and after.
 
     ``texts``: scoring data (ignored for toy models, which draw task examples);
-    ``eval_texts``: held-out evaluation data (default: the scoring data).
+    ``eval_texts``: held-out evaluation data (default: the scoring data);
+    ``parallel``: a data-parallel run's process (scores and qualities are summed over processes,
+    so every process makes the same choices; only rank 0 should write the outcome).
     """
     config.validate()
     check_prunable(loaded)
     layout = loaded.layout()
     count = config.target_count(layout)
     strategy = effective_strategy(config, layout, count)
-    scoring, evaluation = build_objectives(loaded, config, texts, eval_texts)
+    scoring, evaluation = build_objectives(loaded, config, texts, eval_texts, parallel)
 
     with status("evaluating the unpruned model"):
         quality_before = evaluation.evaluate()

@@ -217,7 +217,7 @@ def run_pruning(
             quality = None
             if strategy.min_score is not None:
                 assert quality_before is not None
-                task = progress.add_task(f"checking quality (step {step})", total=len(evaluation.batches), status="")
+                task = progress.add_task(f"checking quality (step {step})", total=len(evaluation.local_indices()), status="")
                 quality = evaluation.evaluate(
                     removal_mask(layout, candidate), progress=lambda task=task: progress.advance(task)
                 )

@@ -12,7 +12,7 @@ Typical use::
 """
 
 from attnviz.stats.accumulator import StatisticsAccumulator, block_statistics
-from attnviz.stats.compute import compute_statistics, text_batches
+from attnviz.stats.compute import compute_statistics
 from attnviz.stats.definitions import STATISTIC_NAMES, STATISTICS, Statistic
 from attnviz.stats.detect import FLAGS, PRESETS, PROBLEM_FLAGS, Detection, Thresholds, detect_heads, preset_thresholds
 from attnviz.stats.export import stats_record, write_csv, write_json
@@ -35,7 +35,6 @@ __all__ = [
     "detect_heads",
     "preset_thresholds",
     "stats_record",
-    "text_batches",
     "write_csv",
     "write_json",
 ]

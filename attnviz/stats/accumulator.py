@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +31,9 @@ from torch import Tensor
 from attnviz.core import AttentionSite
 from attnviz.core.stacks import stack_of
 from attnviz.models.base import EncodedBatch
+from attnviz.parallel import DataParallel
 from attnviz.stats.definitions import STATISTIC_INDEX, STATISTIC_NAMES
+from attnviz.stats.fused import fused_row_reductions, fused_statistics_enabled
 
 
 def stack_is_causal(stack: str, causal_model: bool) -> bool:
@@ -157,8 +160,16 @@ def block_statistics(
     batch, heads, rows, width = pattern.shape
 
     temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
-    max_weight = pattern.amax(-1)  # [b, h, blk]
-    if scores is not None:
+    fused = None
+    if scores is not None and fused_statistics_enabled():
+        positions = geometry.key_positions[:, :width, 0][:, None, None, :]  # [b, 1, 1, c]
+        fused = fused_row_reductions(pattern, scores[..., :width], positions)  # None if it cannot compile
+    if fused is not None:
+        # one fused pass: the same quantities as below, summed in another order (float32 rounding)
+        max_weight, weighted, max_score, mass, position_sum = fused  # each [b, h, blk]; the sums float64
+        entropy = ((max_score - max_weight.log()) - weighted).float().clamp_(min=0.0)  # [b, h, blk] nats
+    elif scores is not None:
+        max_weight = pattern.amax(-1)  # [b, h, blk]
         # A = softmax(s), so ln Aᵢⱼ = sᵢⱼ − lseᵢ and the entropy is lseᵢ − Σⱼ Aᵢⱼ sᵢⱼ, where
         # lseᵢ = maxⱼ sᵢⱼ − ln maxⱼ Aᵢⱼ (the largest score gives the largest weight). Two cheap
         # passes instead of a logarithm over the block, the costliest step of the statistics.
@@ -169,17 +180,18 @@ def block_statistics(
         entropy = (scores.amax(-1) - max_weight.log()) - weighted  # [b, h, blk] nats
         entropy.clamp_(min=0.0)  # rounding can give −1e-7 for a one-hot row
     else:
+        max_weight = pattern.amax(-1)  # [b, h, blk]
         # −Σ A log A with A log A = 0 at A = 0 (log of A + tiny), via log2, the fastest log.
         log_pattern = torch.add(pattern, torch.finfo(torch.float32).tiny, out=temporary).log2_()  # [b, h, blk, c]
         entropy = log_pattern.mul_(pattern).sum(-1).mul_(-math.log(2))  # [b, h, blk] nats
-    mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
-
-    # Σⱼ Aᵢⱼ·j as a matrix-vector product: one read of the block.
-    flat = pattern.reshape(batch, heads * rows, width)  # [b, h·blk, c] (a view: rows stay contiguous)
-    position_sum = torch.matmul(flat, geometry.key_positions[:, :width]).view(batch, heads, rows)  # [b, h, blk]
+    if fused is None:
+        mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
+        # Σⱼ Aᵢⱼ·j as a matrix-vector product: one read of the block.
+        flat = pattern.reshape(batch, heads * rows, width)  # [b, h·blk, c] (a view: rows stay contiguous)
+        position_sum = torch.matmul(flat, geometry.key_positions[:, :width]).view(batch, heads, rows)  # [b, h, blk]
     if layout.distances is None:
         # causal: every visible j ≤ i, so Σ Aᵢⱼ |i − j| = i·Σ Aᵢⱼ − Σ Aᵢⱼ·j, no extra pass
-        distance = layout.query * mass - position_sum  # [b, h, blk]
+        distance = (layout.query * mass - position_sum).float()  # [b, h, blk]
     else:
         distance = torch.mul(pattern, layout.distances, out=temporary).sum(-1)  # [b, h, blk]
 
@@ -235,8 +247,8 @@ class StatisticsAccumulator:
         self.num_examples = 0
         self.num_tokens = 0  # real tokens of the first stack (source side)
         self._batch: EncodedBatch | None = None
-        self._geometry: dict[str, StackGeometry] = {}  # per stack, for the current batch
-        self._layouts: dict[tuple, BlockLayout] = {}  # per (stack, query_start, rows, width), current batch
+        self._geometry: dict[tuple, StackGeometry] = {}  # per (stack, device), for the current batch
+        self._layouts: dict[tuple, BlockLayout] = {}  # per ((stack, device), query_start, rows, width), current batch
         self._scratch: Tensor | None = None  # reused elementwise temporary (see block_statistics)
 
     def begin_batch(self, batch: EncodedBatch) -> None:
@@ -254,19 +266,21 @@ class StatisticsAccumulator:
             return
         if self._batch is None:
             raise RuntimeError("StatisticsAccumulator.begin_batch(batch) must be called before the forward pass")
-        key = (site.stack, query_start, pattern.shape[2], pattern.shape[3])
+        # Keyed by device too: with a device map (--device-map auto) layers run on different GPUs.
+        stack_key = (site.stack, pattern.device)
+        key = (stack_key, query_start, pattern.shape[2], pattern.shape[3])
         layout = self._layouts.get(key)
         if layout is None:
-            geometry = self._geometry.get(site.stack)
+            geometry = self._geometry.get(stack_key)
             if geometry is None:
                 causal = stack_is_causal(site.stack, self.causal)
                 geometry = StackGeometry.from_batch(self._batch, site.stack, causal, pattern.device)
-                self._geometry[site.stack] = geometry
+                self._geometry[stack_key] = geometry
             layout = BlockLayout.build(geometry, query_start, pattern.shape[2], pattern.shape[3], self.local_window)
             self._layouts[key] = layout
         if self._scratch is None or self._scratch.numel() < pattern.numel() or self._scratch.device != pattern.device:
             self._scratch = torch.empty(pattern.numel(), dtype=torch.float32, device=pattern.device)
-        values = block_statistics(pattern, layout, self._geometry[site.stack], self._scratch, scores)  # [S, b, h, blk]
+        values = block_statistics(pattern, layout, self._geometry[stack_key], self._scratch, scores)  # [S, b, h, blk]
         # float64 sums: the variance is E[x²] − E[x]², which float32 would round away
         values = torch.where(layout.counted, values, 0.0).double()  # padding rows may hold anything, even NaN
         totals = torch.stack((values, values * values)).sum(dim=(2, 4))  # [2, S, h]
@@ -275,6 +289,29 @@ class StatisticsAccumulator:
             self.counts[site] += layout.counts
         else:
             self.totals[site], self.counts[site] = totals, layout.counts.clone()
+
+    def merge_across(self, parallel: DataParallel, layout: Mapping[AttentionSite, int]) -> None:
+        """Replace the local sums by the sums over every process of a data-parallel run (float64).
+
+        ``layout`` (site -> heads, the same on every process) fixes what is exchanged, so a process
+        that saw no batch still takes part; sites no process observed stay absent, as in one process.
+        """
+        if not parallel.distributed:
+            return
+        sites = sorted(layout)
+        statistics = len(STATISTIC_NAMES)
+        local = []
+        for site in sites:
+            local.append(self.totals.get(site, torch.zeros(2, statistics, layout[site], dtype=torch.float64)))
+            local.append(self.counts.get(site, torch.zeros(statistics, dtype=torch.float64)))
+        seen = torch.tensor([float(site in self.totals) for site in sites], dtype=torch.float64)  # [sites]
+        examples_tokens = torch.tensor([self.num_examples, self.num_tokens], dtype=torch.float64)  # [2]
+        *merged, seen, examples_tokens = parallel.sum([*local, seen, examples_tokens])
+        self.totals, self.counts = {}, {}
+        for number, site in enumerate(sites):
+            if seen[number] > 0:
+                self.totals[site], self.counts[site] = merged[2 * number], merged[2 * number + 1]
+        self.num_examples, self.num_tokens = (int(value) for value in examples_tokens.tolist())
 
     @property
     def sums(self) -> dict[AttentionSite, Tensor]:

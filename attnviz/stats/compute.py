@@ -1,50 +1,26 @@
-"""Running a model over a corpus with the streaming statistics observer attached."""
+"""Running a model over a corpus with the streaming statistics observer attached.
+
+Texts are batched by token count (:mod:`attnviz.batching`); in a data-parallel run
+(:mod:`attnviz.parallel`) every process takes its share of the batches and the
+sufficient statistics are summed across processes at the end.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from rich.progress import Progress
 
+from attnviz.batching import DEFAULT_MAX_EXAMPLES, encode_batch, plan_batches, token_lengths
 from attnviz.errors import InputError, ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import model_identity
+from attnviz.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.reporting import progress_bar
 from attnviz.stats.accumulator import StatisticsAccumulator
 from attnviz.stats.result import HeadStatistics
-
-
-def text_batches(
-    loaded: LoadedModel,
-    texts: Sequence[str],
-    *,
-    batch_size: int = 8,
-    max_length: int | None = None,
-    truncate: bool = True,
-) -> Iterator[EncodedBatch]:
-    """Encode ``texts`` in batches of similar length (longest first), so little compute goes to padding.
-
-    The statistics are sums over query positions, so the order of examples does not change them.
-    """
-    if batch_size < 1:
-        raise ParameterError("batch_size", f"{{batch_size}} must be at least 1, got {batch_size}", batch_size)
-    order = sorted(range(len(texts)), key=lambda index: len(texts[index]), reverse=True)
-    for start in range(0, len(order), batch_size):
-        chosen = order[start : start + batch_size]
-        batch = loaded.encode([texts[index] for index in chosen], max_length=max_length, truncate=truncate)
-        for position, index in enumerate(chosen):
-            if all(batch.special[position]):
-                raise InputError(
-                    f"text #{index + 1} ({_preview(texts[index])}) tokenises to nothing but special tokens: "
-                    "remove it or give real words"
-                )
-        yield batch
-
-
-def _preview(text: str, limit: int = 40) -> str:
-    text = " ".join(text.split())
-    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def compute_statistics(
@@ -52,11 +28,13 @@ def compute_statistics(
     texts: Sequence[str] | None = None,
     *,
     batches: Iterable[EncodedBatch] | None = None,
-    batch_size: int = 8,
+    batch_size: int | None = DEFAULT_MAX_EXAMPLES,
+    max_tokens_per_batch: int | None = None,
     max_length: int | None = None,
     local_window: int = 2,
     progress: bool = True,
     truncate: bool = True,
+    parallel: DataParallel = SINGLE_PROCESS,
 ) -> HeadStatistics:
     """Per-head statistics of ``loaded`` over ``texts`` (or over ready-made ``batches``).
 
@@ -66,12 +44,17 @@ def compute_statistics(
 
     Args:
         loaded: the model.
-        texts: examples to encode with ``loaded.encode`` in batches of ``batch_size``
-            (padded, truncated to ``max_length`` tokens).
+        texts: examples to encode with ``loaded.encode``, longest first, in batches of at most
+            ``batch_size`` examples and ``max_tokens_per_batch`` padded tokens (truncated to
+            ``max_length`` tokens).
         batches: encoded batches to use instead of ``texts`` (toy models' task data).
         local_window: ``w`` of the ``local_ratio`` statistic.
         progress: show a progress bar over the examples.
         truncate: cut texts longer than the limit (with a warning) instead of refusing them.
+        parallel: this process's share of a data-parallel run; the result is the same on
+            every process and equals a one-process run.
+
+    The result records the wall time of the pass (``seconds``) and so its throughput.
     """
     if (texts is None) == (batches is None):
         raise InputError("give either texts or batches")
@@ -81,27 +64,47 @@ def compute_statistics(
         texts = list(texts)
         if not texts:
             raise InputError("no text given: give at least one example")
-        total: int | None = len(texts)
-        batches = text_batches(loaded, texts, batch_size=batch_size, max_length=max_length, truncate=truncate)
+        lengths = token_lengths(loaded, texts, max_length)
+        plan = plan_batches(lengths, max_tokens=max_tokens_per_batch, max_examples=batch_size)
+        mine = [plan[index] for index in parallel.shard([len(chosen) * lengths[chosen[0]] for chosen in plan])]
+        total: int | None = sum(len(chosen) for chosen in mine)
+        batches = (encode_batch(loaded, texts, chosen, max_length=max_length, truncate=truncate) for chosen in mine)
     else:
-        if not isinstance(batches, Iterator):
+        if not isinstance(batches, Iterator) or parallel.distributed:
             batches = list(batches)
+            batches = [batches[index] for index in parallel.shard([_padded_tokens(batch) for batch in batches])]
         total = None if isinstance(batches, Iterator) else sum(len(batch) for batch in batches)
 
     accumulator = StatisticsAccumulator(causal=loaded.causal, local_window=local_window)
     context = loaded.context([accumulator])
-    with _progress(progress) as bar:
+    start = time.perf_counter()
+    with _progress(progress and parallel.is_main) as bar:
         task = bar.add_task(f"statistics · {loaded.name}", total=total, status="")
         for batch in batches:
             accumulator.begin_batch(batch)
             with torch.no_grad():
                 loaded.forward(batch, context)
             bar.update(task, advance=len(batch), status=f"{accumulator.num_tokens} tokens")
+    if parallel.distributed:
+        accumulator.merge_across(parallel, loaded.layout())
+    _synchronize(loaded)
+    seconds = time.perf_counter() - start
     if accumulator.num_examples == 0:
         raise InputError("no examples to compute statistics on")
-    stats = HeadStatistics.from_accumulator(accumulator, loaded.name)
+    stats = HeadStatistics.from_accumulator(accumulator, loaded.name, seconds=seconds, processes=parallel.world_size)
     stats.identity = model_identity(loaded)
     return stats
+
+
+def _padded_tokens(batch: EncodedBatch) -> int:
+    """Positions a batch computes on, padding included: the cost that balances processes."""
+    return len(batch) * max(batch.lengths, default=0)
+
+
+def _synchronize(loaded: LoadedModel) -> None:
+    """Wait for queued GPU work, so the wall time covers it."""
+    if torch.cuda.is_available() and loaded.device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def _progress(enabled: bool):

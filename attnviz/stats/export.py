@@ -7,6 +7,8 @@ JSON object (one model; several models give a JSON list of these objects)::
      "num_layers": int, "num_heads": int,        # of the first stack
      "num_examples": int, "num_tokens": int,     # tokens = real query positions per layer
      "local_window": int,
+     "seconds": float | null,                    # wall time of the corpus pass (all processes)
+     "tokens_per_second": float | null,          # num_tokens / seconds
      "stacks": {stack: {"num_layers": int, "num_heads": int}},
      "thresholds": {name: float | null, ..., "preset": str},
      "heads": [{"stack": str, "layer": int, "head": int,
@@ -72,6 +74,8 @@ def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None
         "num_examples": stats.num_examples,
         "num_tokens": stats.num_tokens,
         "local_window": stats.local_window,
+        "seconds": None if stats.seconds is None else round(stats.seconds, 4),
+        "tokens_per_second": None if stats.tokens_per_second is None else round(stats.tokens_per_second, 2),
         "stacks": {
             stack: {"num_layers": stats.num_layers(stack), "num_heads": stats.num_heads(stack)}
             for stack in stats.stacks

@@ -43,6 +43,8 @@ class HeadStatistics:
     num_tokens: int  # real (non-padding) tokens of the first stack, i.e. query positions per layer
     local_window: int  # w of local_ratio
     identity: HeadIdentity | None = None  # original head numbers of a pruned model
+    seconds: float | None = None  # wall time of the corpus pass (all processes of a distributed run)
+    processes: int = 1  # processes of a data-parallel run (torchrun) that shared the corpus
 
     names = STATISTIC_NAMES
 
@@ -58,8 +60,17 @@ class HeadStatistics:
             return False
         return self.original_head(site, head) in self.identity.masked_ids(site.stack, site.layer)
 
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Throughput of the corpus pass: real tokens over wall seconds (None when not timed)."""
+        if self.seconds is None or self.seconds <= 0:
+            return None
+        return self.num_tokens / self.seconds
+
     @classmethod
-    def from_accumulator(cls, accumulator, model: str) -> HeadStatistics:
+    def from_accumulator(
+        cls, accumulator, model: str, *, seconds: float | None = None, processes: int = 1
+    ) -> HeadStatistics:
         """Means and standard deviations from a :class:`~attnviz.stats.accumulator.StatisticsAccumulator`."""
         sites = {}
         for site in sorted(accumulator.totals):
@@ -79,6 +90,8 @@ class HeadStatistics:
             num_examples=accumulator.num_examples,
             num_tokens=accumulator.num_tokens,
             local_window=accumulator.local_window,
+            seconds=seconds,
+            processes=processes,
         )
 
     # -- shape ---------------------------------------------------------------------------------

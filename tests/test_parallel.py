@@ -1,0 +1,156 @@
+"""Data-parallel statistics and importance: torchrun with two CPU processes against one process.
+
+Each test launches ``torchrun --standalone --nproc-per-node 2 -m attnviz ...`` as a
+subprocess (gloo on CPU) and the same command in one process, and compares the JSON
+field by field: every statistic to 1e-9 relative, counts exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnviz.parallel import SINGLE_PROCESS, DataParallel, launched_by_torchrun
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "sample_data" / "corpus.txt"
+#: fields that measure the run, not the data
+TIMING_FIELDS = {"seconds", "tokens_per_second", "latency_before_ms", "latency_after_ms", "output", "speedup"}
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["HF_HUB_OFFLINE"] = "1"
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
+        env.pop(name, None)
+    return env
+
+
+def _run(args: list[str], *, processes: int, cwd: Path) -> subprocess.CompletedProcess:
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    command = (launcher if processes > 1 else [sys.executable]) + ["-m", "attnviz", *args]
+    result = subprocess.run(
+        command, check=False, cwd=cwd, env=_environment(), capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _compare(one, many, path: str = "") -> int:
+    """Assert ``one == many`` field by field (floats to 1e-9 relative); returns how many numbers were compared."""
+    if isinstance(one, dict):
+        assert one.keys() == many.keys(), path
+        return sum(_compare(one[key], many[key], f"{path}.{key}") for key in one if key not in TIMING_FIELDS)
+    if isinstance(one, list):
+        assert len(one) == len(many), path
+        return sum(_compare(a, b, f"{path}[{i}]") for i, (a, b) in enumerate(zip(one, many)))
+    if isinstance(one, float) and isinstance(many, float):
+        assert math.isclose(one, many, rel_tol=1e-9, abs_tol=0.0), f"{path}: {one} vs {many}"
+        return 1
+    assert one == many, f"{path}: {one!r} vs {many!r}"
+    return 1
+
+
+def _corpus(tmp_path: Path, lines: int = 18) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(CORPUS.read_text().splitlines()[:lines]) + "\n")
+    return path
+
+
+# -- planning and sharding (no processes) ---------------------------------------------------------------
+
+
+def test_shard_gives_every_item_to_exactly_one_process_balanced_by_cost():
+    costs = [50, 3, 20, 20, 7, 1, 90, 4]
+    shards = [DataParallel(rank, 3).shard(costs) for rank in range(3)]
+    assert sorted(i for shard in shards for i in shard) == list(range(len(costs)))
+    loads = [sum(costs[i] for i in shard) for shard in shards]
+    assert loads == [90, 53, 52]  # greedy, most costly first: 90 | 50+3 | 20+20+7+4+1
+    assert SINGLE_PROCESS.shard(costs) == list(range(len(costs)))
+    assert DataParallel(5, 8).shard([1, 2]) == []  # more processes than items: some get none
+
+
+def test_single_process_sum_is_the_local_value_in_float64():
+    import torch
+
+    (summed,) = SINGLE_PROCESS.sum([torch.tensor([1.5, 2.0], dtype=torch.float32)])
+    assert summed.dtype == torch.float64 and summed.tolist() == [1.5, 2.0]
+    assert SINGLE_PROCESS.sum_numbers([3, 4.5]) == [3.0, 4.5]
+    assert not launched_by_torchrun() or os.environ.get("WORLD_SIZE") == "1"
+
+
+# -- torchrun against one process ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stats_runs(tiny_model_dirs, tmp_path_factory):
+    """The same ``attnviz stats`` (a causal GQA model and a BERT encoder) with two processes and with one."""
+    work = tmp_path_factory.mktemp("parallel-stats")
+    corpus = _corpus(work)
+    models = [str(tiny_model_dirs["llama"]), str(tiny_model_dirs["bert"])]
+    outputs = {}
+    for processes in (2, 1):
+        out = work / f"stats-{processes}.json"
+        args = ["stats", *models, "--data", str(corpus), "--batch-size", "3", "--no-table", "--json", str(out)]
+        outputs[processes] = (_run(args, processes=processes, cwd=work), json.loads(out.read_text()))
+    return outputs
+
+
+def test_torchrun_stats_equal_one_process(stats_runs):
+    (_, one), (_, two) = stats_runs[1], stats_runs[2]
+    assert len(one) == len(two) == 2
+    compared = _compare(one, two)
+    heads = sum(len(record["heads"]) for record in one)
+    assert heads == 2 * 6 + 2 * 4
+    assert compared > heads * 20  # every statistic and its std of every head was compared
+    for record in one:
+        assert record["num_examples"] == 18
+        assert record["tokens_per_second"] == pytest.approx(record["num_tokens"] / record["seconds"], rel=1e-2)
+
+
+def test_torchrun_stats_only_rank_zero_prints_and_writes(stats_runs):
+    result, _ = stats_runs[2]
+    assert result.stdout.count("stats-2.json") == 1  # one process printed the written path
+    assert result.stderr.count("(2 processes)") == 2  # one throughput line per model, from rank 0 only
+    assert "Traceback" not in result.stderr
+
+
+def test_torchrun_gradient_importance_equals_one_process(tiny_model_dirs, tmp_path):
+    corpus = _corpus(tmp_path, lines=14)
+    reports = {}
+    for processes in (2, 1):
+        out, report = tmp_path / f"pruned-{processes}", tmp_path / f"report-{processes}.json"
+        args = [
+            "prune",
+            str(tiny_model_dirs["llama"]),
+            "--count",
+            "3",
+            "--importance",
+            "gradient",
+            "--data",
+            str(corpus),
+            "--batch-size",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+            str(report),
+            "--no-transformers-copy",
+            "--latency-repeats",
+            "1",
+            "--latency-tokens",
+            "8",
+        ]
+        _run(args, processes=processes, cwd=tmp_path)
+        reports[processes] = json.loads(report.read_text())
+    one, two = reports[1], reports[2]
+    scores = [item["score"] for item in one["importance"]]
+    assert len(scores) == 2 * 6 and all(score > 0 for score in scores)
+    _compare(one, two)  # importance scores, heads removed, perplexity before and after
