@@ -158,7 +158,7 @@ def _damaged_captures(root: Path) -> None:
     variant("c_1d", {**tensors, first: torch.rand(5)})
     variant("c_nan", {**tensors, first: tensors[first] * float("nan")})
     variant("c_gap", {**tensors, first.replace(".0", ".5"): tensors[first].clone()})
-    variant("c_name", {**tensors, "bogus": torch.zeros(1)})
+    variant("c_name", {**tensors, "sideways.0": torch.zeros(1, 5, 5)})
     variant("c_causal", causal='"yes"')
     variant("c_words", word_ids=json.dumps(["x"]))
     variant("c_notjson", special="[")

@@ -41,7 +41,7 @@ HEATMAP = [
     ("capture-1d", ["heatmap", "--from-capture", "c_1d.safetensors"], ["shape"]),
     ("capture-nan", ["heatmap", "--from-capture", "c_nan.safetensors"], ["NaN"]),
     ("capture-layer-gap", ["heatmap", "--from-capture", "c_gap.safetensors"], ["numbered"]),
-    ("capture-foreign-tensor", ["heatmap", "--from-capture", "c_name.safetensors"], ["bogus"]),
+    ("capture-foreign-tensor", ["heatmap", "--from-capture", "c_name.safetensors"], ["sideways.0"]),
     ("capture-causal-type", ["heatmap", "--from-capture", "c_causal.safetensors"], ["causal"]),
     ("capture-word-ids", ["heatmap", "--from-capture", "c_words.safetensors"], ["word_ids"]),
     ("capture-not-json", ["heatmap", "--from-capture", "c_notjson.safetensors"], ["JSON"]),
@@ -129,6 +129,14 @@ REPORT = [
     ("foreign-weights", ["report", "m_foreign", "--out", "r.html"], ["random"]),
     ("text-not-utf8", ["report", "toy", "--text", NOT_UTF8, "--out", "r.html"], ["UTF-8"]),
 ]
+HEADS = [
+    ("json-over-model", ["heads", "toy", "--json", "toy/attnviz-toy.json"], ["toy"]),
+    ("csv-over-data", ["heads", "toy", "--data", "data.txt", "--csv", "data.txt"], ["data.txt"]),
+    ("threshold-nan", ["heads", "toy", "--induction-min", "nan"], ["--induction-min"]),
+    ("length-1", ["heads", "toy", "--length", "1"], ["--length"]),
+    ("foreign-weights", ["heads", "m_foreign"], ["random"]),
+    ("plot-suffix", ["heads", "toy", "--plot", "p.txt"], [".png"]),
+]
 ROOT = [
     ("unknown-command", ["hetmap"], ["heatmap"]),
     ("unknown-root-option", ["--bogus"], ["--bogus"]),
@@ -142,6 +150,7 @@ CASES = [
         ("prune", PRUNE),
         ("train", TRAIN),
         ("report", REPORT),
+        ("heads", HEADS),
         ("root", ROOT),
     )
     for name, args, fragments in cases
@@ -199,6 +208,7 @@ FULL_DISK = [
     pytest.param(["stats", "toy", "--json", "old.json", "--toy-examples", "8"], id="stats-replacing-old"),
     pytest.param(["stats", "toy", "--csv", "s.csv", "--toy-examples", "8"], id="stats-csv"),
     pytest.param(["report", "toy", "--out", "r.html", "--examples", "1"], id="report"),
+    pytest.param(["heads", "toy", "--json", "h.json", "--plot", "h.png", "--sequences", "2"], id="heads-json-plot"),
     pytest.param(
         shlex.split(
             "train copy --out t --steps 2 --width 8 --heads 2 --layers 1 --batch-size 4 --eval-examples 4 "
