@@ -50,9 +50,8 @@ def example_captures(
     """Patterns of ``count`` short examples: the first short texts, or a toy model's own task examples."""
     if count <= 0:
         return []
-    if texts is None and hasattr(loaded, "task_batch"):
-        batch = loaded.task_batch(count, seed)
-    else:
+    batch = loaded.own_examples(count, seed) if texts is None else None
+    if batch is None:
         short = [text for text in (texts or []) if len(text) <= _EXAMPLE_MAX_CHARS] or list(texts or [])
         batch = loaded.encode(short[:count], max_length=_EXAMPLE_MAX_TOKENS, truncate=True)
     recorder = PatternRecorder()
@@ -99,9 +98,9 @@ def build_head_atlas(
     if on_loading is not None:
         on_loading(checkpoint)
     loaded = load_model(checkpoint, device=device, dtype=dtype)
-    if texts is None and hasattr(loaded, "task_batch"):
-        batch = loaded.task_batch(toy_examples, seed)
-        stats = compute_statistics(loaded, batches=[batch], progress=progress)
+    own = loaded.own_examples(toy_examples, seed) if texts is None else None
+    if own is not None:
+        stats = compute_statistics(loaded, batches=[own], progress=progress)
     else:
         texts = list(texts) if texts is not None else load_texts()
         stats = compute_statistics(loaded, texts, batch_size=batch_size, max_length=max_length, progress=progress)

@@ -337,9 +337,9 @@ def _run_one(spec, texts, thresholds, *, device, device_map, dtype, toy_examples
 
     with console.status(f"loading {spec}"):
         loaded = load_model(spec, device=device, dtype=dtype, device_map=device_map)
-    if texts is None and hasattr(loaded, "task_batch"):
-        batch = loaded.task_batch(toy_examples, seed)
-        stats = compute_statistics(loaded, batches=[batch], local_window=common["local_window"], parallel=parallel)
+    own = loaded.own_examples(toy_examples, seed) if texts is None else None
+    if own is not None:
+        stats = compute_statistics(loaded, batches=[own], local_window=common["local_window"], parallel=parallel)
     else:
         stats = compute_statistics(loaded, texts if texts is not None else load_texts(), parallel=parallel, **common)
     return stats, detect_heads(stats, thresholds)

@@ -142,6 +142,14 @@ class LoadedModel(ABC):
         """The site of an attention module (used by the core to name what it observes)."""
         return None
 
+    def own_examples(self, num_examples: int, seed: int) -> EncodedBatch | None:
+        """A batch of the model's own data when it has some (a toy model's task), else None.
+
+        Commands measure a model on its own data when the user gives no text; text models have none
+        and are measured on a corpus (the shipped one by default).
+        """
+        return None
+
     def with_model(self, model: nn.Module) -> LoadedModel:
         """The same kind of loaded model (same tokenizer and name) around another torch module."""
         raise UnsupportedModelError(f"{self.name}: attnviz cannot rewrap this kind of model")

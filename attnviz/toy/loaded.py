@@ -173,6 +173,9 @@ class ToyModel(LoadedModel):
         items = [self.toy_task.sample(rng, self.task_settings) for _ in range(num_examples)]
         return [self.toy_task.example(self.config.architecture, x) for x in items]
 
+    def own_examples(self, num_examples: int, seed: int) -> EncodedBatch:
+        return self.task_batch(num_examples, seed)
+
     def task_batch(self, num_examples: int, seed: int) -> EncodedBatch:
         """``num_examples`` fresh random examples of the task (the same for the same seed), labels included."""
         if num_examples < 1:
