@@ -107,6 +107,9 @@ def tiny_configs():
 # headless chromium (one browser for the whole session: two sync Playwright instances cannot coexist)
 from browser import browser, open_page  # noqa: F401
 
+# sharp tiny BERT / GPT-2 / LLaMA models of the pruning tests (one instance per session)
+from tiny_models import tiny_dirs, tiny_models  # noqa: F401
+
 
 @pytest.fixture(scope="session")
 def minilm_dir():

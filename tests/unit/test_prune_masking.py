@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-import test_prune_fixtures
 import torch
-from test_prune_fixtures import TEXTS, main_output
+from tiny_models import TEXTS, main_output
 
 from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
 from attnviz.models.heads import (
@@ -20,8 +19,6 @@ from attnviz.models.heads import (
 )
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
-tiny_dirs = test_prune_fixtures.tiny_dirs
-tiny_models = test_prune_fixtures.tiny_models
 
 SITE0, SITE1 = AttentionSite("self", 0), AttentionSite("self", 1)
 

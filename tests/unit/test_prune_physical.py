@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import test_prune_fixtures
 import torch
-from test_prune_fixtures import TEXTS, main_output
+from tiny_models import TEXTS, main_output
 
 from attnviz.core import AttentionSite
 from attnviz.errors import ModelSpecError, OutputError, UnsupportedModelError
@@ -24,8 +23,6 @@ from attnviz.prune.checkpoint import (
 from attnviz.prune.measure import parameter_count
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
-tiny_dirs = test_prune_fixtures.tiny_dirs
-tiny_models = test_prune_fixtures.tiny_models
 
 S0, S1 = AttentionSite("self", 0), AttentionSite("self", 1)
 

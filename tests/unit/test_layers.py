@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "attnviz"
+PACKAGE = Path(__file__).resolve().parents[2] / "attnviz"
 
 #: bottom to top; a module may import its own layer and the layers below, never one above
 LAYERS: list[tuple[str, set[str]]] = [

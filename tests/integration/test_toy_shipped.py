@@ -15,7 +15,7 @@ from attnviz.core import AttentionSite
 from attnviz.models.specs import load_model
 from attnviz.toy import checkpoint_series, solution_scores
 
-TOY = Path(__file__).resolve().parent.parent / "sample_data" / "toy"
+TOY = Path(__file__).resolve().parents[2] / "sample_data" / "toy"
 SHIPPED = ("reverse", "induction", "previous-token", "copy", "sort")
 HELD_OUT_SEED = 20_261_122  # not a training stream: training uses random.Random(f"train:{seed}:{step}")
 

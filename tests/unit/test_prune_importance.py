@@ -5,9 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-import test_prune_fixtures
 import torch
-from test_prune_fixtures import TEXTS
+from tiny_models import TEXTS
 
 from attnviz.core import AttentionSite, HeadMask
 from attnviz.errors import InputError
@@ -28,8 +27,6 @@ from attnviz.prune.objective import (
 )
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
-tiny_dirs = test_prune_fixtures.tiny_dirs
-tiny_models = test_prune_fixtures.tiny_models
 
 
 def _float64(loaded) -> HFModel:

@@ -5,18 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-import test_prune_fixtures
 import torch
 from cli_helpers import assert_clean_error, run_cli
-from test_prune_fixtures import TEXTS, main_output
+from tiny_models import TEXTS, main_output
 
 from attnviz.models.heads import removal_mask
 from attnviz.models.specs import PRUNED_MARKER, TOY_MARKER, load_model
 from attnviz.prune.measure import parameter_count
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
-tiny_dirs = test_prune_fixtures.tiny_dirs
-tiny_models = test_prune_fixtures.tiny_models
 
 REQUIRED_FIELDS = {
     "importance": list,

@@ -54,7 +54,7 @@ def test_minilm_has_special_token_heads(minilm):
     assert (stats.matrix("special_tokens") >= stats.matrix("first_token") - 1e-6).all()
 
 
-TOY_DIR = Path(__file__).resolve().parent.parent / "sample_data" / "toy"
+TOY_DIR = Path(__file__).resolve().parents[2] / "sample_data" / "toy"
 TOY_CHECKPOINTS = sorted(p for p in TOY_DIR.glob("*") if (p / "attnviz-toy.json").is_file()) if TOY_DIR.is_dir() else []
 
 

@@ -16,7 +16,7 @@ import pytest
 from attnviz.data import default_corpus_path, read_examples, sample_data_path
 from attnviz.models.specs import SHIPPED_TOYS, TOY_MARKER, shipped_toy_path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

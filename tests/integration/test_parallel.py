@@ -18,7 +18,7 @@ import pytest
 
 from attnviz.parallel import SINGLE_PROCESS, DataParallel, launched_by_torchrun
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "sample_data" / "corpus.txt"
 #: fields that measure the run, not the data
 TIMING_FIELDS = {"seconds", "tokens_per_second", "latency_before_ms", "latency_after_ms", "output", "speedup"}

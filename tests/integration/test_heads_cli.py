@@ -126,7 +126,7 @@ def test_bad_input_is_one_clear_line(capsys, tmp_path, monkeypatch, args, fragme
     monkeypatch.chdir(tmp_path)
     import pathlib
 
-    toy = str(pathlib.Path(__file__).resolve().parents[1] / TOY)
+    toy = str(pathlib.Path(__file__).resolve().parents[2] / TOY)
     result = run_cli(capsys, "heads", toy, *args)
     assert_clean_error(result, fragment)
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import test_prune_fixtures
 import torch
-from test_prune_fixtures import TEXTS
+from tiny_models import TEXTS
 
 from attnviz.core import AttentionSite
 from attnviz.errors import InputError
@@ -14,8 +13,6 @@ from attnviz.prune.objective import build_objective, text_batches
 from attnviz.prune.strategy import PruneStrategy, layer_quotas, run_pruning, select_heads, step_targets
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
-tiny_dirs = test_prune_fixtures.tiny_dirs
-tiny_models = test_prune_fixtures.tiny_models
 
 S0, S1, S2 = (AttentionSite("self", i) for i in range(3))
 LAYOUT = {S0: 4, S1: 4, S2: 4}
