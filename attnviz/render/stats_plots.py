@@ -215,18 +215,21 @@ def _short_name(name: str, limit: int = 24) -> str:
 def flag_matrices(stats, detection, stack: str = "self") -> dict[str, Tensor]:
     """``{flag: [layer, head] bool}`` from a :class:`~attnviz.stats.Detection`."""
     layers = stats.layers(stack)
-    out = {flag: torch.zeros(len(layers), stats.num_heads(stack), dtype=torch.bool) for flag in FLAG_MARKERS}
+    width = stats.original_matrix(stats.names[0], stack).shape[1]  # original head numbers of a pruned model
+    out = {flag: torch.zeros(len(layers), width, dtype=torch.bool) for flag in FLAG_MARKERS}
     for row, site in enumerate(layers):
+        ids = stats.original_ids(site)
         for head, head_flags in enumerate(detection.flags[site]):
             for flag in head_flags:
-                out[flag][row, head] = True
+                if flag in out:
+                    out[flag][row, ids[head]] = True
     return out
 
 
 def head_statistics_figure(stats, detection=None, *, stack: str = "self", names: Sequence[str] | None = None):
     """:func:`statistics_figure` of a :class:`~attnviz.stats.HeadStatistics`."""
     names = list(names or stats.names)
-    matrices = {name: stats.matrix(name, stack) for name in names}
+    matrices = {name: stats.original_matrix(name, stack) for name in names}  # [layer, original head]
     flags = None if detection is None else flag_matrices(stats, detection, stack)
     title = f"{stats.model} · {stack} attention · {stats.num_examples} examples, {stats.num_tokens} tokens"
     return statistics_figure(matrices, flags, title=title)

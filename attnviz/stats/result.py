@@ -124,6 +124,27 @@ class HeadStatistics:
         """``[layer, head]`` float32 standard deviations of statistic ``name``; NaN where a layer has fewer heads."""
         return self._matrix(name, stack, "std")
 
+    def original_matrix(self, name: str, stack: str = "self") -> Tensor:
+        """``[layer, original head]`` means: :meth:`matrix` with a pruned model's heads at their original numbers.
+
+        NaN where a head was removed (or a layer has fewer heads). The same as :meth:`matrix` for a model
+        that was not pruned. Figures and grids use this, so pruning never renumbers heads.
+        """
+        if self.identity is None:
+            return self.matrix(name, stack)
+        index = statistic_index(name)
+        layers = self.layers(stack)
+        ids = [self.original_ids(site) for site in layers]
+        width = max((max(row) + 1 for row in ids if row), default=0)
+        out = torch.full((len(layers), width), math.nan, dtype=torch.float32)  # [layer, original head]
+        for row, site in enumerate(layers):
+            out[row, ids[row]] = self.sites[site].mean[index].float()
+        return out
+
+    def original_ids(self, site: AttentionSite) -> list[int]:
+        """The original number of each head of ``site``, in weight order."""
+        return [self.original_head(site, head) for head in range(self.sites[site].num_heads)]
+
     def _matrix(self, name: str, stack: str, field: str) -> Tensor:
         index = statistic_index(name)
         layers = self.layers(stack)

@@ -155,18 +155,20 @@ def _colour(fraction: float) -> str:
 def overview(stats: HeadStatistics, detection: Detection, statistic: str, *, stack: str = "self") -> Text:
     """A compact layer × head grid of one statistic, coloured by value; × collapsed, ○ unfocused."""
     name = STATISTIC_NAMES[statistic_index(statistic)]
-    matrix = stats.matrix(name, stack)  # [layer, head]
+    matrix = stats.original_matrix(name, stack)  # [layer, original head]: pruning never renumbers heads
     finite = matrix[~matrix.isnan()]
     top = float(finite.max()) if name in ("entropy", "mean_distance") and finite.numel() else 1.0
     text = Text(f"{name} by layer (rows) and head (columns); × collapsed, ○ unfocused\n", style="bold")
     text.append("      " + "".join(f"{head:>5}" for head in range(matrix.shape[1])) + "\n", style="dim")
     for row, site in enumerate(stats.layers(stack)):
         text.append(f"{site.layer:>5} ", style="dim")
-        for head in range(matrix.shape[1]):
-            value = float(matrix[row, head])
+        position = {original: head for head, original in enumerate(stats.original_ids(site))}
+        for column in range(matrix.shape[1]):
+            value = float(matrix[row, column])
             if math.isnan(value):
                 text.append("     ")
                 continue
+            head = position.get(column, column)
             flags = detection.flags[site][head] if head < len(detection.flags[site]) else ()
             mark = next((_PROBLEM_MARKS[f] for f in PROBLEM_FLAGS if f in flags), " ")
             fraction = value / top if top > 0 else 0.0

@@ -72,3 +72,28 @@ def test_figures_and_pages_use_original_numbers(pruned_llama, tmp_path):
     # the identity survives a capture file
     reloaded = AttentionCapture.load(result.save(tmp_path / "c.safetensors"))
     assert reloaded.identity.ids("self", 1, len(layer1["kept_heads"])) == layer1["kept_heads"]
+
+
+def test_grid_and_figure_place_heads_at_their_original_numbers(pruned_llama):
+    from attnviz.render.stats_plots import flag_matrices
+    from attnviz.stats.tables import overview
+
+    loaded, marker = pruned_llama
+    stats = compute_statistics(loaded, TEXTS, progress=False)
+    detection = detect_heads(stats)
+    grid = stats.original_matrix("max_weight")  # [layer, original head]
+    by_position = stats.matrix("max_weight")  # [layer, head in the weights]
+    for row, site in enumerate(marker["sites"]):
+        kept = site["kept_heads"]
+        for position, original in enumerate(kept):
+            assert grid[row, original] == by_position[row, position]
+        removed = set(range(grid.shape[1])) - set(kept)
+        assert all(grid[row, head].isnan() for head in removed)
+    flags = flag_matrices(stats, detection)
+    for row, site in enumerate(stats.layers()):
+        for position, head_flags in enumerate(detection.flags[site]):
+            for flag in head_flags:
+                if flag in flags:
+                    assert flags[flag][row, stats.original_ids(site)[position]]
+    header = overview(stats, detection, "max_weight").plain.splitlines()[1].split()
+    assert header == [str(head) for head in range(grid.shape[1])]  # columns are original head numbers
