@@ -6,7 +6,7 @@ from attnviz.captures import AttentionCapture
 from attnviz.errors import InputError
 from attnviz.models.names import full_model_name
 from attnviz.render.heatmap import FigureStyle, HeatmapPanel, causal_visibility, render_heatmaps
-from attnviz.selection import MEAN, parse_heads, parse_layers
+from attnviz.selection import MEAN, parse_heads, parse_layers, parse_original_heads
 from attnviz.words import display_token, merge_visibility, merge_words, word_groups, word_label
 
 __all__ = ["FigureStyle", "capture_heatmap", "capture_panels", "check_terminal_selection", "model_title"]
@@ -46,12 +46,13 @@ def capture_panels(
     long_titles: list[str] = []
     for layer_index in layers:
         patterns = capture.layer(layer_index, stack)  # [head, query, key]
-        selection = parse_heads(head, patterns.shape[0])
+        ids = capture.identity.ids(stack, layer_index, patterns.shape[0]) if capture.identity else None
+        # a pruned model's heads are chosen by their original numbers, as its figures name them
+        selection = parse_heads(head, patterns.shape[0]) if ids is None else parse_original_heads(head, ids)
         if selection == MEAN:
             heads = patterns.shape[0]
             chosen = [(f"L{layer_index} mean", f"layer {layer_index}, mean of {heads} heads", patterns.mean(dim=0))]
         else:
-            ids = capture.identity.ids(stack, layer_index, patterns.shape[0]) if capture.identity else None
             masked = set(capture.identity.masked_ids(stack, layer_index)) if capture.identity else set()
             chosen = []
             for h in selection:

@@ -97,3 +97,21 @@ def test_grid_and_figure_place_heads_at_their_original_numbers(pruned_llama):
                     assert flags[flag][row, stats.original_ids(site)[position]]
     header = overview(stats, detection, "max_weight").plain.splitlines()[1].split()
     assert header == [str(head) for head in range(grid.shape[1])]  # columns are original head numbers
+
+
+def test_heads_are_chosen_by_their_original_numbers(pruned_llama):
+    from attnviz.errors import InputError
+
+    loaded, marker = pruned_llama
+    result = capture(loaded, TEXTS[0])
+    kept = marker["sites"][1]["kept_heads"]
+    last = kept[-1]  # an original number that is not a position in the pruned weights
+    figure = capture_heatmap(result, layer="1", head=f"{kept[0]},{last}")
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert [title.split(" (")[0] for title in titles] == [f"L1 H{kept[0]}", f"L1 H{last}"]
+    drawn = [ax.images[0].get_array() for ax in figure.axes if ax.get_title()]  # [query, key] each
+    expected = result.layer(1)[kept.index(last)]  # that head's pattern, found by its original number
+    assert float(abs(drawn[1].filled(0) - expected.numpy()).max()) < 1e-6
+    removed = next(head for head in range(max(kept) + 1) if head not in kept)
+    with pytest.raises(InputError, match=f"head {removed} was pruned"):
+        capture_heatmap(result, layer="1", head=str(removed))
