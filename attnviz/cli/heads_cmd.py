@@ -220,8 +220,8 @@ def heads(
 
       attnviz heads sample_data/toy/induction
     """
+    from attnviz.cli.stdin import corpus_from_options
     from attnviz.console import console
-    from attnviz.data import load_texts
     from attnviz.errors import InputError
     from attnviz.heads import FunctionThresholds, ProbeSettings, head_functions
     from attnviz.io import check_output_path
@@ -249,7 +249,7 @@ def heads(
         raise InputError("--json, --csv, --plot and --similarity must be different files")
     if data is not None and any(p.resolve() == data.expanduser().resolve() for p in outputs):
         raise InputError(f"an output path would overwrite the --data input {data}: choose another path")
-    texts = load_texts(data, text) if data is not None or text else None
+    texts = corpus_from_options(data, text)
 
     with console.status(f"loading {checkpoint}"):
         loaded = load_model(checkpoint, device=device, dtype=dtype)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -140,5 +141,27 @@ SampleSeedOption = Annotated[
         "--seed",
         help="With --sample: random seed, so the same seed writes the same text. Example: --seed 42",
         rich_help_panel=GENERATION_PANEL,
+    ),
+]
+
+
+DataOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data",
+        "-d",
+        help='Text file, one example per line, or JSON Lines with a "text" field (default: the shipped '
+        "English corpus; toy checkpoints: their task); '-' reads standard input. Example: --data reviews.jsonl",
+        rich_help_panel=INPUT_PANEL,
+    ),
+]
+
+TextOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--text",
+        "-t",
+        help='An example given inline (repeatable). Example: --text "The cat sat on the mat."',
+        rich_help_panel=INPUT_PANEL,
     ),
 ]

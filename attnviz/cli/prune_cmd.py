@@ -226,6 +226,7 @@ def prune(
 
       torchrun --standalone --nproc-per-node 2 -m attnviz prune smollm2 --ratio 0.2 --data notes.txt --out pruned
     """
+    from attnviz.cli.stdin import corpus_from_options
     from attnviz.console import console
     from attnviz.data import load_texts
     from attnviz.errors import InputError
@@ -258,7 +259,7 @@ def prune(
         json_path = check_output_path(json_path, (".json",))
         if json_path.resolve().is_relative_to(out.expanduser().resolve()):
             raise InputError(f"--json {json_path} lies inside --out {out}: write the report elsewhere")
-    texts = load_texts(data, text)
+    texts = corpus_from_options(data, text) or load_texts()  # the shipped corpus by default
     eval_texts = load_texts(eval_data) if eval_data is not None else None
 
     from attnviz.cli.distributed import cli_session

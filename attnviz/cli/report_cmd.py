@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption
+from attnviz.cli.options import (
+    INPUT_PANEL,
+    OUTPUT_PANEL,
+    DataOption,
+    DeviceOption,
+    DtypeOption,
+    MaxLengthOption,
+    TextOption,
+)
 
 REPORT_PANEL = "Report"
 
@@ -26,25 +34,8 @@ def report(
             "--out", "-o", help="The page to write (.html). Example: --out atlas.html", rich_help_panel=OUTPUT_PANEL
         ),
     ] = Path("report.html"),
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            "--data",
-            "-d",
-            help='Text file, one example per line, or JSON Lines with a "text" field (default: the shipped '
-            "English corpus; toy checkpoints: their task). Example: --data reviews.jsonl",
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
-    text: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--text",
-            "-t",
-            help='An example given inline (repeatable). Example: --text "The cat sat on the mat."',
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
+    data: DataOption = None,
+    text: TextOption = None,
     prune_report: Annotated[
         Path | None,
         typer.Option(
@@ -89,6 +80,7 @@ def report(
       attnviz report pruned-minilm --prune-report prune.json --data reviews.txt
     """
     from attnviz.atlas import build_head_atlas
+    from attnviz.cli.stdin import corpus_from_options
     from attnviz.console import console
 
     def loading(spec: str) -> None:
@@ -97,8 +89,7 @@ def report(
     path = build_head_atlas(
         checkpoint,
         out,
-        texts=text or None,
-        data=data,
+        texts=corpus_from_options(data, text),
         prune_report=prune_report,
         examples=examples,
         batch_size=batch_size,

@@ -11,12 +11,14 @@ import typer
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
+    DataOption,
     DeviceMapOption,
     DeviceOption,
     DtypeOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
     NoTruncateOption,
+    TextOption,
 )
 
 STATS_PANEL = "Statistics"
@@ -43,25 +45,8 @@ def stats(
             show_default=False,
         ),
     ] = None,
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            "--data",
-            "-d",
-            help='Text file, one example per line, or JSON Lines with a "text" field (default: the shipped '
-            "English corpus; toy checkpoints: their task); '-' reads standard input. Example: --data reviews.jsonl",
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
-    text: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--text",
-            "-t",
-            help='An example given inline (repeatable). Example: --text "The cat sat on the mat."',
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
+    data: DataOption = None,
+    text: TextOption = None,
     batch_size: Annotated[
         int,
         typer.Option(

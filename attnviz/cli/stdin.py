@@ -28,3 +28,14 @@ def text_or_stdin(text: str | None, what: str = "text") -> str | None:
     if text != STDIN:
         return text
     return read_stdin(what).rstrip("\n")
+
+
+def corpus_from_options(data, text: list[str] | None) -> list[str] | None:
+    """The examples of ``--data`` and ``--text`` together (``--data -`` reads standard input); None without either."""
+    from attnviz.data import examples_from_text, load_texts
+
+    if data is not None and str(data) == STDIN:
+        return examples_from_text(read_stdin("data")) + (load_texts(None, text) if text else [])
+    if data is None and not text:
+        return None
+    return load_texts(data, text)

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from attnviz.heads.result import HeadFunctions
 from attnviz.heads.scores import SCORE_INDEX, SCORE_NAMES
+from attnviz.stats.tables import per_head_table, tag_text
 
 HEADERS = {"induction": "induct", "duplicate_token": "dup", "previous_token": "prev", "next_token": "next"}
 
@@ -70,27 +71,9 @@ def head_table(result: HeadFunctions, rows, *, stack: str) -> Table:
         "induct: weight on the token after the earlier occurrence · dup: on the earlier occurrence · "
         "prev / next: on position i − 1 / i + 1 (random tokens)"
     )
-    table = Table(
-        title=title,
-        title_justify="left",
-        caption=caption,
-        caption_justify="left",
-        header_style="bold",
-        pad_edge=False,
-        show_edge=False,
-        box=None,
-    )
-    table.add_column("layer", justify="right", no_wrap=True)
-    table.add_column("head", justify="right", no_wrap=True)
-    for name in scores:
-        table.add_column(HEADERS[name], justify="right", no_wrap=True)
-    table.add_column("labels", overflow="fold", min_width=15)
+    table = per_head_table(title, caption, [HEADERS[name] for name in scores], "labels")
     for layer, head, values, labels in rows:
-        text = Text()
-        for index, label in enumerate(labels):
-            if index:
-                text.append(", ")
-            text.append(label, style="bold" if label.replace("-", "_") in SCORE_INDEX else "")
+        text = tag_text((label, "bold" if label.replace("-", "_") in SCORE_INDEX else "") for label in labels)
         table.add_row(str(layer), str(head), *(_format(values[name]) for name in scores), text)
     return table
 

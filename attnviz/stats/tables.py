@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Sequence
 
 from rich.table import Table
 from rich.text import Text
@@ -106,11 +107,8 @@ def head_rows(
     return rows[:limit] if limit is not None else rows
 
 
-def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: tuple[str, ...] | None = None) -> Table:
-    """The per-head table: one row per head, the mean of each statistic (all by default), and the flags."""
-    statistics = STATISTIC_NAMES if statistics is None else statistics
-    title = f"{stats.model} · {stack} attention · {stats.num_examples} examples, {stats.num_tokens} tokens"
-    caption = " · ".join(LEGEND[name] for name in statistics) + " · " + FLAG_LEGEND
+def per_head_table(title: str, caption: str, headers: Sequence[str], tag_header: str) -> Table:
+    """An empty rich table with one row per head: layer, head, one number column per header, then tags."""
     table = Table(
         title=title,
         title_justify="left",
@@ -123,15 +121,30 @@ def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: 
     )
     table.add_column("layer", justify="right", no_wrap=True)
     table.add_column("head", justify="right", no_wrap=True)
-    for name in statistics:
-        table.add_column(HEADERS[name], justify="right", no_wrap=True)
-    table.add_column("flags", overflow="fold", min_width=15)
+    for header in headers:
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column(tag_header, overflow="fold", min_width=15)
+    return table
+
+
+def tag_text(tags: Iterable[tuple[str, str]]) -> Text:
+    """``(label, style)`` pairs as one comma-separated rich text (flags, labels)."""
+    text = Text()
+    for index, (label, style) in enumerate(tags):
+        if index:
+            text.append(", ")
+        text.append(label, style=style)
+    return text
+
+
+def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: tuple[str, ...] | None = None) -> Table:
+    """The per-head table: one row per head, the mean of each statistic (all by default), and the flags."""
+    statistics = STATISTIC_NAMES if statistics is None else statistics
+    title = f"{stats.model} · {stack} attention · {stats.num_examples} examples, {stats.num_tokens} tokens"
+    caption = " · ".join(LEGEND[name] for name in statistics) + " · " + FLAG_LEGEND
+    table = per_head_table(title, caption, [HEADERS[name] for name in statistics], "flags")
     for layer, head, values, flags in rows:
-        flag_text = Text()
-        for index, flag in enumerate(flags):
-            if index:
-                flag_text.append(", ")
-            flag_text.append(_FLAG_LABELS.get(flag, flag), style=_FLAG_STYLES.get(flag, ""))
+        flag_text = tag_text((_FLAG_LABELS.get(flag, flag), _FLAG_STYLES.get(flag, "")) for flag in flags)
         table.add_row(str(layer), str(head), *(_format(values[name]) for name in statistics), flag_text)
     return table
 
