@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption
+from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption, StackChoice
 
 PROBE_PANEL = "Probes"
 LABEL_PANEL = "Label thresholds"
@@ -21,13 +21,6 @@ class ScoreName(str, Enum):
     duplicate_token = "duplicate_token"
     previous_token = "previous_token"
     next_token = "next_token"
-
-
-class StackName(str, Enum):
-    self_ = "self"
-    encoder = "encoder"
-    decoder = "decoder"
-    cross = "cross"
 
 
 def _threshold(option: str, help_text: str):
@@ -147,7 +140,7 @@ def heads(
         typer.Option("--no-table", help="Skip the per-head table. Example: --no-table", rich_help_panel=VIEW_PANEL),
     ] = False,
     stack: Annotated[
-        StackName | None,
+        StackChoice | None,
         typer.Option(
             "--stack",
             help="Encoder-decoder models: the stack to show (default: all). Example: --stack decoder",

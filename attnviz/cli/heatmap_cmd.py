@@ -19,8 +19,10 @@ from attnviz.cli.options import (
     NoTruncateOption,
     SampleOption,
     SampleSeedOption,
+    StackChoice,
     TargetOption,
     TemperatureOption,
+    stack_value,
 )
 
 VIEW_PANEL = "What to show"
@@ -107,7 +109,7 @@ def heatmap(
         ),
     ] = False,
     stack: Annotated[
-        str | None,
+        StackChoice | None,
         typer.Option(
             "--stack",
             help="Encoder-decoder models: encoder, decoder or cross (default encoder; --cross means cross). "
@@ -232,12 +234,11 @@ def heatmap(
     style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
     style.check()
     text = text_or_stdin(text)
+    stack = stack_value(stack)
     if cross:
         if stack not in (None, "cross"):
             raise InputError("--cross and --stack disagree: give one of them")
         stack = "cross"
-    if stack is not None and stack not in ("self", "encoder", "decoder", "cross"):
-        raise InputError(f"unknown --stack {stack!r}: use encoder, decoder or cross")
     if from_capture is not None:
         if text is not None:
             raise InputError("give either TEXT or --from-capture, not both")

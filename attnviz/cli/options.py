@@ -165,3 +165,17 @@ TextOption = Annotated[
         rich_help_panel=INPUT_PANEL,
     ),
 ]
+
+
+class StackChoice(str, Enum):
+    """An attention stack (see :data:`attnviz.core.stacks.STACKS`)."""
+
+    self_ = "self"
+    encoder = "encoder"
+    decoder = "decoder"
+    cross = "cross"
+
+
+def stack_value(choice: StackChoice | None) -> str | None:
+    """The stack name of a ``--stack`` choice (None: all stacks / the first)."""
+    return choice.value if choice is not None else None

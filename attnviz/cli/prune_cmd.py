@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+# Spelled out (not imported from attnviz.prune, which imports torch) so the CLI starts fast; a unit test
+# checks them against attnviz.prune.importance.METHODS and attnviz.prune.strategy.SCOPES.
+ImportanceMethod = Enum(
+    "ImportanceMethod", {name: name for name in ("gradient", "ablation", "entropy", "confidence", "random")}, type=str
+)
+Scope = Enum("Scope", {name: name for name in ("global", "per-layer")}, type=str)
 
 from attnviz.cli.options import (
     INPUT_PANEL,
@@ -69,7 +77,7 @@ def prune(
         ),
     ] = None,
     importance: Annotated[
-        str,
+        ImportanceMethod,
         typer.Option(
             "--importance",
             help="How heads are scored: gradient (Michel et al.), ablation, entropy, confidence or random. "
@@ -78,7 +86,7 @@ def prune(
         ),
     ] = "gradient",
     strategy: Annotated[
-        str,
+        Scope,
         typer.Option(
             "--strategy",
             help="global (least important heads of the whole model) or per-layer (the same share from every "
@@ -242,8 +250,8 @@ def prune(
     config = PruneConfig(
         ratio=ratio,
         count=count,
-        importance=importance,
-        strategy=PruneStrategy(scope=strategy, iterative=iterative, steps=steps, min_score=min_score),
+        importance=importance.value,
+        strategy=PruneStrategy(scope=strategy.value, iterative=iterative, steps=steps, min_score=min_score),
         seed=seed,
         batch_size=batch_size,
         max_tokens_per_batch=max_tokens_per_batch,

@@ -18,7 +18,9 @@ from attnviz.cli.options import (
     MaxLengthOption,
     MaxTokensPerBatchOption,
     NoTruncateOption,
+    StackChoice,
     TextOption,
+    stack_value,
 )
 
 STATS_PANEL = "Statistics"
@@ -84,7 +86,7 @@ def stats(
         ),
     ] = 2,
     stack: Annotated[
-        str | None,
+        StackChoice | None,
         typer.Option(
             "--stack",
             help="Encoder-decoder models: encoder, decoder or cross (default: all). Example: --stack decoder",
@@ -263,8 +265,7 @@ def stats(
     ):
         if value is not None and value < least:
             raise InputError(f"{name} must be at least {least}, got {value}")
-    if stack is not None and stack not in ("self", "encoder", "decoder", "cross"):
-        raise InputError(f"unknown --stack {stack!r}: use encoder, decoder or cross")
+    stack = stack_value(stack)
     if json_path == STDOUT and csv_path == STDOUT:
         raise InputError("only one of --json and --csv can write to stdout ('-')")
     outputs = [

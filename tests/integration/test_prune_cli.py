@@ -173,7 +173,7 @@ def test_prune_toy_checkpoint(capsys, tmp_path):
         (["--ratio", "0.3", "--count", "3"], ["either --ratio or --count"]),
         ([], ["how much to prune"]),
         (["--ratio", "0.3", "--importance", "magic"], ["--importance"]),
-        (["--ratio", "0.3", "--strategy", "sideways"], ["scope"]),
+        (["--ratio", "0.3", "--strategy", "sideways"], ["--strategy", "per-layer"]),
         (["--ratio", "0.3", "--min-score", "2"], ["--min-score"]),
     ],
 )
