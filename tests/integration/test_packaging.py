@@ -34,6 +34,9 @@ def wheel_files(tmp_path_factory) -> set[str]:
 
 def test_wheel_ships_corpus_toys_and_py_typed(wheel_files):
     assert "attnviz/py.typed" in wheel_files
+    # the scripts and styles that HTML pages inline
+    for asset in (ROOT / "attnviz" / "render" / "html").iterdir():
+        assert f"attnviz/render/html/{asset.name}" in wheel_files
     assert "attnviz/sample_data/corpus.txt" in wheel_files
     shipped = sample_data_path("toy")
     # every file of every shipped checkpoint (step series included) is in the wheel
