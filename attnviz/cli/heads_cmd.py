@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption, StackChoice
+from attnviz.cli.options import (
+    INPUT_PANEL,
+    OUTPUT_PANEL,
+    DeviceOption,
+    DtypeOption,
+    MaxLengthOption,
+    StackChoice,
+    TextOption,
+)
 
 PROBE_PANEL = "Probes"
 LABEL_PANEL = "Label thresholds"
@@ -79,15 +87,7 @@ def heads(
             rich_help_panel=INPUT_PANEL,
         ),
     ] = None,
-    text: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--text",
-            "-t",
-            help='A corpus example given inline (repeatable). Example: --text "The cat sat on the mat."',
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
+    text: TextOption = None,
     max_length: MaxLengthOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",

@@ -23,6 +23,7 @@ from attnviz.cli.options import (
     DtypeOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
+    TextOption,
 )
 
 HOW_MUCH_PANEL = "How much to prune"
@@ -133,16 +134,7 @@ def prune(
             show_default=False,
         ),
     ] = None,
-    text: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--text",
-            "-t",
-            help='Scoring text given inline (repeatable). Example: --text "The cat sat on the mat."',
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
+    text: TextOption = None,
     eval_data: Annotated[
         Path | None,
         typer.Option(
