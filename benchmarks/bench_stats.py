@@ -3,8 +3,8 @@
 Prints, measured side by side in one process on SmolLM2-135M (the ``smollm2`` model):
 
 1. attnviz stats time ÷ sdpa forward time, at 512 and 2048 tokens (target ≤ 1.2× at both), with the
-   statistics' row reductions on the eager path and fused by torch.compile (``attnviz.stats.fused``; its
-   compile/warm-up time is printed separately);
+   attention core's fused softmax kernel (``attnviz.core.kernel``, the default once built; its build/load
+   time is printed separately) and on torch's operations (the fallback);
 2. attnviz stats time ÷ (HF eager + output_attentions + vectorised statistics) (target ≥ 2× faster);
 3. attnviz peak memory vs the output_attentions approach (target: ≤ weights + two layers of patterns);
 4. a seed-style per-head Python loop vs attnviz, on the shipped corpus (target ≥ 100×).
@@ -32,12 +32,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
-from attnviz.core import AttentionSite
+from attnviz.core import AttentionSite, kernel
 from attnviz.data import default_corpus_path, read_examples
 from attnviz.models.base import EncodedBatch
 from attnviz.models.specs import load_model
 from attnviz.stats import HeadStatistics, StatisticsAccumulator, compute_statistics
-from attnviz.stats.fused import set_fused_statistics
 
 MB = 1024 * 1024
 
@@ -109,12 +108,12 @@ def corpus_batch(loaded, length: int, offset: int = 0) -> EncodedBatch:
 # -- the contenders ----------------------------------------------------------------------------------------------
 
 
-def attnviz_statistics(loaded, batch, fused: bool = False) -> HeadStatistics:
-    set_fused_statistics(fused)
-    try:
+def attnviz_statistics(loaded, batch, fused: bool = True) -> HeadStatistics:
+    """attnviz stats on one batch: with the fused kernel (the default) or on torch's operations (``fused=False``)."""
+    if fused:
         return compute_statistics(loaded, batches=[batch], progress=False)
-    finally:
-        set_fused_statistics(None)
+    with kernel.kernel_suspended():
+        return compute_statistics(loaded, batches=[batch], progress=False)
 
 
 def sdpa_forward(sdpa_model, batch) -> None:
@@ -206,35 +205,35 @@ class ObserveTimer:
 
 
 def ratios_only(loaded, sdpa_model, lengths, rounds) -> None:
-    """Section 1 without the eager contender: sdpa, attnviz and attnviz with fused reductions, interleaved."""
+    """Section 1 without the eager contender: sdpa, attnviz (fused kernel) and attnviz on torch's operations."""
     print(
-        f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'fused':>8} {'attnviz÷sdpa':>13} {'fused÷sdpa':>11} "
-        f"{'max |Δ|':>9} {'compile s':>10}"
+        f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'torch ops':>10} {'attnviz÷sdpa':>13} {'torch÷sdpa':>11} {'max |Δ|':>9}"
     )
     for length in lengths:
         batch = corpus_batch(loaded, length)
         contenders = {
             "sdpa": lambda batch=batch: sdpa_forward(sdpa_model, batch),
             "attnviz": lambda batch=batch: attnviz_statistics(loaded, batch),
-            "fused": lambda batch=batch: attnviz_statistics(loaded, batch, fused=True),
+            "torch": lambda batch=batch: attnviz_statistics(loaded, batch, fused=False),
         }
-        compile_seconds = 0.0
-        for name, fn in contenders.items():  # warm-up; the first fused call compiles
-            start = time.perf_counter()
+        for fn in contenders.values():  # warm-up (first touch of the buffers)
             fn()
-            if name == "fused":
-                compile_seconds = time.perf_counter() - start
         times = interleaved(contenders, rounds)
-        eager, fused = attnviz_statistics(loaded, batch), attnviz_statistics(loaded, batch, fused=True)
-        delta = max(float((eager.matrix(n) - fused.matrix(n)).abs().nan_to_num().max()) for n in eager.names)
+        fused, plain = attnviz_statistics(loaded, batch), attnviz_statistics(loaded, batch, fused=False)
+        delta = max(float((fused.matrix(n) - plain.matrix(n)).abs().nan_to_num().max()) for n in fused.names)
         print(
-            f"{length:>7} {times['sdpa']:>8.2f} {times['attnviz']:>9.2f} {times['fused']:>8.2f} "
-            f"{times['attnviz'] / times['sdpa']:>12.2f}× {times['fused'] / times['sdpa']:>10.2f}× "
-            f"{delta:>9.1e} {compile_seconds:>10.1f}",
+            f"{length:>7} {times['sdpa']:>8.2f} {times['attnviz']:>9.2f} {times['torch']:>10.2f} "
+            f"{times['attnviz'] / times['sdpa']:>12.2f}× {times['torch'] / times['sdpa']:>10.2f}× {delta:>9.1e}",
             flush=True,
         )
-    print("max |Δ|: fused vs eager reductions; compile s: the first fused call at that length (warm-up included)")
+    print("attnviz: the fused kernel; torch ops: the same core on torch's operations; max |Δ|: between the two")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def kernel_prepared() -> tuple[str, str, float]:
+    """Build or load the fused kernel, as the statistics command does; (state, why not, seconds)."""
+    kernel.prepare_kernel()
+    return kernel.kernel_status()
 
 
 # -- main --------------------------------------------------------------------------------------------------------
@@ -248,7 +247,7 @@ def main() -> None:
     parser.add_argument(
         "--ratios-only",
         action="store_true",
-        help="only sdpa vs attnviz (eager and fused reductions): no eager+attentions, memory or seed loops",
+        help="only sdpa vs attnviz (fused kernel and torch ops): no eager+attentions, memory or seed loops",
     )
     args = parser.parse_args()
     if args.threads:
@@ -269,6 +268,8 @@ def main() -> None:
         f"SmolLM2-135M: {layers} layers × {heads} heads, weights {weights_bytes / MB:.0f} MB, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs"
     )
+    state, why, seconds = kernel_prepared()
+    print(f"fused kernel: {state} in {seconds:.1f} s (build once per machine, then a load){' — ' + why if why else ''}")
     print(
         f"timing: fastest of {rounds} interleaved round(s) after one warm-up; "
         f"load average before: {os.getloadavg()[0]:.2f}\n"
@@ -278,31 +279,27 @@ def main() -> None:
         ratios_only(loaded, sdpa_model, lengths, rounds)
         return
     rows = []
-    compile_seconds = {}
     for length in lengths:
         batch = corpus_batch(loaded, length)
         contenders = {
             "sdpa": lambda batch=batch: sdpa_forward(sdpa_model, batch),
             "attnviz": lambda batch=batch: attnviz_statistics(loaded, batch),
-            "fused": lambda batch=batch: attnviz_statistics(loaded, batch, fused=True),
+            "torch": lambda batch=batch: attnviz_statistics(loaded, batch, fused=False),
             "eager+attentions": lambda batch=batch: eager_output_attentions_statistics(eager_model, batch),
         }
-        for name, fn in contenders.items():  # warm-up (and first-touch of buffers; compiles the fused path)
-            start = time.perf_counter()
+        for fn in contenders.values():  # warm-up (first touch of the buffers)
             fn()
-            if name == "fused":
-                compile_seconds[length] = time.perf_counter() - start
         times = interleaved(contenders, rounds)
-        fused_stats = attnviz_statistics(loaded, batch, fused=True)
+        plain_stats = attnviz_statistics(loaded, batch, fused=False)
         sdpa_peak, _ = peak_memory(lambda batch=batch: sdpa_forward(sdpa_model, batch))
         attnviz_peak, streamed = peak_memory(lambda batch=batch: attnviz_statistics(loaded, batch))
         eager_peak, stored = peak_memory(lambda batch=batch: eager_output_attentions_statistics(eager_model, batch))
         agreement = max(float((streamed.matrix(name) - stored.matrix(name)).abs().max()) for name in streamed.names)
-        fused_agreement = max(
-            float((fused_stats.matrix(name) - stored.matrix(name)).abs().nan_to_num().max()) for name in streamed.names
+        plain_agreement = max(
+            float((plain_stats.matrix(name) - stored.matrix(name)).abs().nan_to_num().max()) for name in streamed.names
         )
         two_layers = 2 * heads * length * length * 4
-        rows.append((length, times, (sdpa_peak, attnviz_peak, eager_peak, two_layers), agreement, fused_agreement))
+        rows.append((length, times, (sdpa_peak, attnviz_peak, eager_peak, two_layers), agreement, plain_agreement))
 
     print("1-2. time: one sequence of N tokens (the corpus run together), seconds")
     print(
@@ -315,17 +312,14 @@ def main() -> None:
             f"{times['attnviz'] / times['sdpa']:>12.2f}× {times['eager+attentions'] / times['attnviz']:>17.2f}× "
             f"{agreement:>9.1e}"
         )
-    print("\n1b. the statistics' row reductions fused by torch.compile (ATTNVIZ_FUSED_STATISTICS=1), same rounds")
-    print(
-        f"{'tokens':>7} {'attnviz':>9} {'fused':>8} {'fused÷sdpa':>11} {'fused÷attnviz':>14} {'max |Δ|':>9} {'compile s':>10}"
-    )
-    for length, times, _, _, fused_agreement in rows:
+    print("\n1b. the same core on torch's operations (ATTNVIZ_KERNEL=0, or no C++ compiler), same rounds")
+    print(f"{'tokens':>7} {'attnviz':>9} {'torch ops':>10} {'torch÷sdpa':>11} {'max |Δ|':>9}")
+    for length, times, _, _, plain_agreement in rows:
         print(
-            f"{length:>7} {times['attnviz']:>9.2f} {times['fused']:>8.2f} {times['fused'] / times['sdpa']:>10.2f}× "
-            f"{times['fused'] / times['attnviz']:>13.2f}× {fused_agreement:>9.1e} {compile_seconds[length]:>10.1f}"
+            f"{length:>7} {times['attnviz']:>9.2f} {times['torch']:>10.2f} {times['torch'] / times['sdpa']:>10.2f}× "
+            f"{plain_agreement:>9.1e}"
         )
-    print("   compile s: the first fused call at that length (compiles once per process for dynamic shapes;")
-    print("   the later length reuses the compiled kernels); max |Δ|: fused vs eager + output_attentions\n")
+    print("   max |Δ|: torch ops vs eager + output_attentions\n")
     print("   attnviz: forward + streaming statistics; eager+att: eager forward with output_attentions, then the")
     print("   same statistics vectorised over the stored patterns; max |Δ|: largest difference between the two\n")
     print("3. peak memory above the resident model (weights are resident already), MB")

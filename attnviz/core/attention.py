@@ -27,15 +27,14 @@ the same with and without capture.
 
 from __future__ import annotations
 
-import math
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 from torch import Tensor, nn
-from torch.utils.weak import WeakTensorKeyDictionary
+
+from attnviz.core.blocks import _workspace, attend_in_buffers, key_stops  # noqa: F401 (re-exported)
 
 #: Above this many elements in one ``[b, h, q, k]`` score tensor, queries are processed in blocks.
 #: 2**21 float32 values are 8 MiB: a block stays in the last-level cache through the several
@@ -80,6 +79,11 @@ class AttentionObserver(Protocol):
     called as ``observe(site, pattern, query_start, scores=scores)``, where ``scores`` is the
     float32 ``[b, h, block, c]`` input of the softmax (scaled, biased, masked) when the core
     has it, else None. ``ln pattern = scores − logsumexp(scores)`` saves a log pass.
+
+    It may also set ``accepts_summary = True``: when the fused kernel computed the block
+    (:mod:`attnviz.core.kernel`) it then also receives ``summary=``, a
+    :class:`~attnviz.core.kernel.RowSummary` of each row (max weight, entropy, mean distance)
+    that it must not keep past ``observe`` either.
     """
 
     def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
@@ -203,68 +207,6 @@ def query_block_size(batch: int, heads: int, query_len: int, key_len: int) -> in
     return max(1, min(query_len, BLOCK_ELEMENTS // per_query))
 
 
-def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> list[int]:
-    """For each block of ``block`` queries: how many leading keys can receive any weight.
-
-    A key receives exactly zero weight where the additive mask holds its dtype's lowest
-    value (or ``-inf``): ``exp`` of it underflows to 0. So a block of queries ``[s, e)``
-    under a causal mask needs only keys ``< e``, about half the work of the full square.
-    A block holding a query that may see no key at all keeps every key, because softmax
-    makes such a row uniform over all of them.
-
-    Transformers builds one mask per forward pass and hands it to every layer, so the
-    result is cached per mask tensor (and dropped with it).
-    """
-    num_blocks = -(-query_len // block)
-    if mask is None or not mask.is_floating_point() or mask.shape[-1] != key_len:
-        return [key_len] * num_blocks
-    try:
-        version = mask._version
-    except RuntimeError:  # an inference-mode tensor tracks no version: do not cache
-        version = None
-    signature = (block, query_len, key_len, version)
-    cached = _key_stop_cache.get(mask) if version is not None else None
-    if cached is not None and cached[0] == signature:
-        return cached[1]
-    visible = mask > torch.finfo(mask.dtype).min  # [b|1, 1|h, q|1, k]
-    positions = torch.arange(1, key_len + 1, dtype=torch.int32, device=mask.device)  # [k]
-    last = torch.where(visible, positions, 0).amax(-1)  # [b|1, 1|h, q|1]: 1 + last visible key; 0: none
-    last = torch.where(last == 0, key_len, last).amax(dim=(0, 1))  # [q|1]
-    last = last.expand(query_len)  # [q]
-    padded = torch.nn.functional.pad(last, (0, num_blocks * block - query_len))  # [blocks·block]
-    stops = padded.view(num_blocks, block).amax(-1).tolist()  # [blocks]
-    if version is not None:
-        _key_stop_cache[mask] = (signature, stops)
-    return stops
-
-
-#: mask tensor -> (signature, key stops); see :func:`key_stops`
-_key_stop_cache = WeakTensorKeyDictionary()
-
-
-class _Workspace(threading.local):
-    """Flat buffers reused across blocks and layers, one set per thread.
-
-    Writing freshly allocated memory costs a page fault per page (about 4× slower than
-    writing memory already in use), and an n×n score tensor is written four times per
-    layer; reusing the same buffers removes that cost. They keep the largest size asked for.
-    """
-
-    def __init__(self) -> None:
-        self.buffers: dict[tuple[str, torch.device, torch.dtype], Tensor] = {}
-
-    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
-        numel = math.prod(shape)
-        buffer = self.buffers.get((name, device, dtype))
-        if buffer is None or buffer.numel() < numel:
-            buffer = torch.empty(numel, dtype=dtype, device=device)
-            self.buffers[(name, device, dtype)] = buffer
-        return buffer[:numel].view(shape)
-
-
-_workspace = _Workspace()
-
-
 def attend(
     query: Tensor,
     key: Tensor,
@@ -312,7 +254,7 @@ def attend(
     block = query_block_size(batch, heads, query_len, key_len)
     bias = pattern_fn.bias if isinstance(pattern_fn, SoftmaxPattern) else None
     if isinstance(pattern_fn, SoftmaxPattern) and not _needs_grad(query, key, value, mask, bias, head_mask):
-        return _attend_in_buffers(
+        return attend_in_buffers(
             query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training
         )
 
@@ -338,77 +280,3 @@ def attend(
 
 def _needs_grad(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
-def _attend_in_buffers(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None,
-    pattern_fn: SoftmaxPattern,
-    block: int,
-    observers: Sequence[AttentionObserver],
-    site: AttentionSite | None,
-    head_mask: Tensor | None,
-    dropout: float,
-    training: bool,
-) -> Tensor:
-    """The softmax path of :func:`attend` without gradients: in place, in reused buffers."""
-    batch, heads, query_len, head_dim = query.shape
-    kv_heads, key_len = key.shape[1], key.shape[2]
-    n_rep = heads // kv_heads
-    key = key.contiguous()  # [b, kvh, k, d]
-    value = value.contiguous()  # [b, kvh, k, d]
-    output = value.new_empty(batch, query_len, heads, head_dim)  # [b, q, h, d]
-    output_groups = output.view(batch, query_len, kv_heads, n_rep, head_dim)  # [b, q, kvh, n_rep, d]
-    stops = key_stops(mask, block, query_len, key_len)
-    keep_scores = any(
-        getattr(observer, "accepts_key_prefix", False) and getattr(observer, "accepts_scores", False)
-        for observer in observers
-    )
-    for start, width in zip(range(0, query_len, block), stops):
-        stop = min(start + block, query_len)
-        rows = stop - start
-        # Grouped-query attention without repeating keys: the n_rep query heads that share a
-        # key/value head become extra rows of one matmul against it (head h = g·n_rep + r).
-        query_block = query[:, :, start:stop].reshape(batch, kv_heads, n_rep * rows, head_dim)  # [b, kvh, n_rep·blk, d]
-        scores = _workspace.get("scores", (batch, kv_heads, n_rep * rows, width), query.dtype, query.device)
-        torch.matmul(query_block, key[:, :, :width].transpose(2, 3), out=scores)  # [b, kvh, n_rep·blk, c]
-        scores = scores.view(batch, heads, rows, width)  # [b, h, blk, c]
-        mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
-        pattern_fn.adjust_scores_(scores, mask_block, start)
-        # Softmax into a reused float32 buffer (torch.softmax has no out=; aten's _softmax.out equals
-        # it bit for bit). On the CPU, float32 scores are overwritten in place: the CPU kernel reads
-        # each row before writing it, and one buffer instead of two halves the memory of a block.
-        # Observers that want the scores keep them: the softmax then writes a second buffer,
-        # which gives the same numbers.
-        if scores.dtype == torch.float32 and scores.device.type == "cpu" and not keep_scores:
-            pattern = scores
-        else:
-            pattern = _workspace.get("pattern", (batch, heads, rows, width), torch.float32, query.device)
-            scores = scores.float()
-        torch.ops.aten._softmax.out(scores, -1, False, out=pattern)  # [b, h, blk, c]
-
-        full_width = None  # [b, h, blk, k] copy for observers that need every key and may keep it
-        for observer in observers:
-            if getattr(observer, "accepts_key_prefix", False):
-                if getattr(observer, "accepts_scores", False):
-                    observer.observe(site, pattern, start, scores=scores)
-                else:
-                    observer.observe(site, pattern, start)
-                continue
-            if full_width is None:
-                full_width = pattern.new_zeros(batch, heads, rows, key_len)
-                full_width[..., :width] = pattern
-            observer.observe(site, full_width, start)
-
-        weights = pattern if value.dtype == torch.float32 else pattern.to(value.dtype)
-        if dropout and training:
-            weights = nn.functional.dropout(weights, p=dropout, training=True)
-        if head_mask is not None:
-            weights.mul_(head_mask)  # observers are done with the pattern
-        weights = weights.view(batch, kv_heads, n_rep * rows, width)  # [b, kvh, n_rep·blk, c]
-        block_output = torch.matmul(weights, value[:, :, :width])  # [b, kvh, n_rep·blk, d]
-        block_output = block_output.view(batch, kv_heads, n_rep, rows, head_dim)  # [b, kvh, n_rep, blk, d]
-        output_groups[:, start:stop] = block_output.permute(0, 3, 1, 2, 4)  # [b, blk, kvh, n_rep, d]
-    return output

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from attnviz.core.kernel import prepare_kernel
 from attnviz.heads.labels import FunctionThresholds
 from attnviz.heads.probes import ProbeSettings, probe_batches, resolve_settings
 from attnviz.heads.result import HeadFunctions
@@ -22,6 +23,7 @@ def probe_scores(loaded: LoadedModel, settings: ProbeSettings | None = None) -> 
     Returns the resolved settings and ``{site: [score, h]}`` float64 means.
     """
     settings = resolve_settings(loaded, settings or ProbeSettings())
+    prepare_kernel()  # the probes are a corpus pass too (see attnviz.core.kernel)
     accumulator = ProbeScoreAccumulator(causal=loaded.causal)
     context = loaded.context([accumulator])
     for probe in probe_batches(loaded, settings):

@@ -29,11 +29,11 @@ import torch
 from torch import Tensor
 
 from attnviz.core import AttentionSite
+from attnviz.core.kernel import RowSummary
 from attnviz.core.stacks import stack_of
 from attnviz.models.base import EncodedBatch
 from attnviz.parallel import DataParallel
 from attnviz.stats.definitions import STATISTIC_INDEX, STATISTIC_NAMES
-from attnviz.stats.fused import fused_row_reductions, fused_statistics_enabled
 
 
 def stack_is_causal(stack: str, causal_model: bool) -> bool:
@@ -139,6 +139,7 @@ def block_statistics(
     geometry: StackGeometry,
     scratch: Tensor | None = None,
     scores: Tensor | None = None,
+    summary: RowSummary | None = None,
 ) -> Tensor:
     """Per-query statistics of one block of patterns.
 
@@ -151,6 +152,8 @@ def block_statistics(
             elementwise temporary (reusing it avoids writing fresh memory every block).
         scores: optional float32 ``[b, h, blk, k']``, the softmax input ``pattern`` came from;
             with it the entropy needs no logarithm over the block.
+        summary: optional per-row max weight, entropy and distance from the core's fused kernel
+            (:class:`~attnviz.core.kernel.RowSummary`); with it none of the three needs a pass.
 
     Returns:
         ``[S, b, h, blk]`` float32 in :data:`STATISTIC_NAMES` order; meaningful where
@@ -159,41 +162,33 @@ def block_statistics(
     pattern = pattern[..., : layout.width]  # [b, h, blk, c]
     batch, heads, rows, width = pattern.shape
 
-    temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
-    fused = None
-    if scores is not None and fused_statistics_enabled():
-        positions = geometry.key_positions[:, :width, 0][:, None, None, :]  # [b, 1, 1, c]
-        fused = fused_row_reductions(pattern, scores[..., :width], positions)  # None if it cannot compile
-    if fused is not None:
-        # one fused pass: the same quantities as below, summed in another order (float32 rounding)
-        max_weight, weighted, max_score, mass, position_sum = fused  # each [b, h, blk]; the sums float64
-        entropy = ((max_score - max_weight.log()) - weighted).float().clamp_(min=0.0)  # [b, h, blk] nats
-    elif scores is not None:
-        max_weight = pattern.amax(-1)  # [b, h, blk]
-        # A = softmax(s), so ln Aᵢⱼ = sᵢⱼ − lseᵢ and the entropy is lseᵢ − Σⱼ Aᵢⱼ sᵢⱼ, where
-        # lseᵢ = maxⱼ sᵢⱼ − ln maxⱼ Aᵢⱼ (the largest score gives the largest weight). Two cheap
-        # passes instead of a logarithm over the block, the costliest step of the statistics.
-        scores = scores[..., :width]  # [b, h, blk, c]
-        weighted = torch.mul(pattern, scores, out=temporary).sum(-1)  # [b, h, blk]
-        if weighted.isnan().any():  # a −inf mask: 0·(−inf) = NaN, where the term is 0 (rare: redo)
-            weighted = torch.mul(pattern, scores, out=temporary).nan_to_num_(nan=0.0).sum(-1)
-        entropy = (scores.amax(-1) - max_weight.log()) - weighted  # [b, h, blk] nats
-        entropy.clamp_(min=0.0)  # rounding can give −1e-7 for a one-hot row
+    if summary is not None:
+        max_weight, entropy, distance = summary.max_weight, summary.entropy, summary.distance  # each [b, h, blk]
     else:
+        temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
         max_weight = pattern.amax(-1)  # [b, h, blk]
-        # −Σ A log A with A log A = 0 at A = 0 (log of A + tiny), via log2, the fastest log.
-        log_pattern = torch.add(pattern, torch.finfo(torch.float32).tiny, out=temporary).log2_()  # [b, h, blk, c]
-        entropy = log_pattern.mul_(pattern).sum(-1).mul_(-math.log(2))  # [b, h, blk] nats
-    if fused is None:
-        mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
-        # Σⱼ Aᵢⱼ·j as a matrix-vector product: one read of the block.
-        flat = pattern.reshape(batch, heads * rows, width)  # [b, h·blk, c] (a view: rows stay contiguous)
-        position_sum = torch.matmul(flat, geometry.key_positions[:, :width]).view(batch, heads, rows)  # [b, h, blk]
-    if layout.distances is None:
-        # causal: every visible j ≤ i, so Σ Aᵢⱼ |i − j| = i·Σ Aᵢⱼ − Σ Aᵢⱼ·j, no extra pass
-        distance = (layout.query * mass - position_sum).float()  # [b, h, blk]
-    else:
-        distance = torch.mul(pattern, layout.distances, out=temporary).sum(-1)  # [b, h, blk]
+        if scores is not None:
+            # A = softmax(s), so ln Aᵢⱼ = sᵢⱼ − lseᵢ and the entropy is lseᵢ − Σⱼ Aᵢⱼ sᵢⱼ, where
+            # lseᵢ = maxⱼ sᵢⱼ − ln maxⱼ Aᵢⱼ (the largest score gives the largest weight). Two cheap
+            # passes instead of a logarithm over the block, the costliest step of the statistics.
+            scores = scores[..., :width]  # [b, h, blk, c]
+            weighted = torch.mul(pattern, scores, out=temporary).sum(-1)  # [b, h, blk]
+            if weighted.isnan().any():  # a −inf mask: 0·(−inf) = NaN, where the term is 0 (rare: redo)
+                weighted = torch.mul(pattern, scores, out=temporary).nan_to_num_(nan=0.0).sum(-1)
+            entropy = (scores.amax(-1) - max_weight.log()) - weighted  # [b, h, blk] nats
+            entropy.clamp_(min=0.0)  # rounding can give −1e-7 for a one-hot row
+        else:
+            # −Σ A log A with A log A = 0 at A = 0 (log of A + tiny), via log2, the fastest log.
+            log_pattern = torch.add(pattern, torch.finfo(torch.float32).tiny, out=temporary).log2_()  # [b, h, blk, c]
+            entropy = log_pattern.mul_(pattern).sum(-1).mul_(-math.log(2))  # [b, h, blk] nats
+        if layout.distances is None:
+            # causal: every visible j ≤ i, so Σ Aᵢⱼ |i − j| = i·Σ Aᵢⱼ − Σ Aᵢⱼ·j, as one matrix-vector product
+            mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
+            flat = pattern.reshape(batch, heads * rows, width)  # [b, h·blk, c] (a view: rows stay contiguous)
+            position_sum = torch.matmul(flat, geometry.key_positions[:, :width]).view(batch, heads, rows)  # [b, h, blk]
+            distance = layout.query * mass - position_sum  # [b, h, blk]
+        else:
+            distance = torch.mul(pattern, layout.distances, out=temporary).sum(-1)  # [b, h, blk]
 
     # Special tokens are few ([CLS], [SEP], BOS, EOS): gather their columns instead of a pass.
     columns = geometry.special_columns[: bisect.bisect_left(geometry.special_columns, width)]
@@ -236,6 +231,8 @@ class StatisticsAccumulator:
     accepts_key_prefix = True
     #: takes the softmax input as well, to compute the entropy without a logarithm pass
     accepts_scores = True
+    #: takes the fused kernel's row summary: max weight, entropy and distance without a pass of their own
+    accepts_summary = True
 
     def __init__(self, *, causal: bool, local_window: int = 2):
         self.causal = causal  # the model is decoder-only causal (its "self" stack is causal)
@@ -260,7 +257,12 @@ class StatisticsAccumulator:
         self.num_tokens += sum(batch.lengths)
 
     def observe(
-        self, site: AttentionSite | None, pattern: Tensor, query_start: int, scores: Tensor | None = None
+        self,
+        site: AttentionSite | None,
+        pattern: Tensor,
+        query_start: int,
+        scores: Tensor | None = None,
+        summary: RowSummary | None = None,
     ) -> None:
         if site is None:
             return
@@ -280,7 +282,9 @@ class StatisticsAccumulator:
             self._layouts[key] = layout
         if self._scratch is None or self._scratch.numel() < pattern.numel() or self._scratch.device != pattern.device:
             self._scratch = torch.empty(pattern.numel(), dtype=torch.float32, device=pattern.device)
-        values = block_statistics(pattern, layout, self._geometry[stack_key], self._scratch, scores)  # [S, b, h, blk]
+        values = block_statistics(
+            pattern, layout, self._geometry[stack_key], self._scratch, scores, summary
+        )  # [S, b, h, blk]
         # float64 sums: the variance is E[x²] − E[x]², which float32 would round away
         values = torch.where(layout.counted, values, 0.0).double()  # padding rows may hold anything, even NaN
         totals = torch.stack((values, values * values)).sum(dim=(2, 4))  # [2, S, h]

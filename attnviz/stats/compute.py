@@ -14,6 +14,7 @@ import torch
 from rich.progress import Progress
 
 from attnviz.batching import DEFAULT_MAX_EXAMPLES, encode_batch, plan_batches, token_lengths
+from attnviz.core.kernel import prepare_kernel
 from attnviz.errors import InputError, ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import model_identity
@@ -75,6 +76,8 @@ def compute_statistics(
             batches = [batches[index] for index in parallel.shard([_padded_tokens(batch) for batch in batches])]
         total = None if isinstance(batches, Iterator) else sum(len(batch) for batch in batches)
 
+    # A corpus pass is where the fused kernel pays for its one-time build (see attnviz.core.kernel).
+    prepare_kernel()
     accumulator = StatisticsAccumulator(causal=loaded.causal, local_window=local_window)
     context = loaded.context([accumulator])
     start = time.perf_counter()

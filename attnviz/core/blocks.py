@@ -1,0 +1,180 @@
+"""The attention core's no-gradient path: blocks of queries in reused buffers.
+
+:func:`attnviz.core.attention.attend` sends the standard softmax pattern here when no gradient
+is needed. Per block of queries, ``Q Kᵀ`` goes into a reused buffer, keys the mask hides from
+the whole block are skipped (:func:`key_stops`), grouped-query heads share their key/value head
+without repeating it, and scale, mask and softmax run either as torch operations or, when it is
+loaded, as the fused kernel of :mod:`attnviz.core.kernel`, which can also summarise each row
+for observers that accept it (``accepts_summary``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+from torch.utils.weak import WeakTensorKeyDictionary
+
+from attnviz.core.kernel import RowSummary, fused_softmax_, kernel_applies
+
+if TYPE_CHECKING:
+    from attnviz.core.attention import AttentionObserver, AttentionSite, SoftmaxPattern
+
+
+def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> list[int]:
+    """For each block of ``block`` queries: how many leading keys can receive any weight.
+
+    A key receives exactly zero weight where the additive mask holds its dtype's lowest
+    value (or ``-inf``): ``exp`` of it underflows to 0. So a block of queries ``[s, e)``
+    under a causal mask needs only keys ``< e``, about half the work of the full square.
+    A block holding a query that may see no key at all keeps every key, because softmax
+    makes such a row uniform over all of them.
+
+    Transformers builds one mask per forward pass and hands it to every layer, so the
+    result is cached per mask tensor (and dropped with it).
+    """
+    num_blocks = -(-query_len // block)
+    if mask is None or not mask.is_floating_point() or mask.shape[-1] != key_len:
+        return [key_len] * num_blocks
+    try:
+        version = mask._version
+    except RuntimeError:  # an inference-mode tensor tracks no version: do not cache
+        version = None
+    signature = (block, query_len, key_len, version)
+    cached = _key_stop_cache.get(mask) if version is not None else None
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    visible = mask > torch.finfo(mask.dtype).min  # [b|1, 1|h, q|1, k]
+    positions = torch.arange(1, key_len + 1, dtype=torch.int32, device=mask.device)  # [k]
+    last = torch.where(visible, positions, 0).amax(-1)  # [b|1, 1|h, q|1]: 1 + last visible key; 0: none
+    last = torch.where(last == 0, key_len, last).amax(dim=(0, 1))  # [q|1]
+    last = last.expand(query_len)  # [q]
+    padded = torch.nn.functional.pad(last, (0, num_blocks * block - query_len))  # [blocks·block]
+    stops = padded.view(num_blocks, block).amax(-1).tolist()  # [blocks]
+    if version is not None:
+        _key_stop_cache[mask] = (signature, stops)
+    return stops
+
+
+#: mask tensor -> (signature, key stops); see :func:`key_stops`
+_key_stop_cache = WeakTensorKeyDictionary()
+
+
+class _Workspace(threading.local):
+    """Flat buffers reused across blocks and layers, one set per thread.
+
+    Writing freshly allocated memory costs a page fault per page (about 4× slower than
+    writing memory already in use), and an n×n score tensor is written four times per
+    layer; reusing the same buffers removes that cost. They keep the largest size asked for.
+    """
+
+    def __init__(self) -> None:
+        self.buffers: dict[tuple[str, torch.device, torch.dtype], Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+        numel = math.prod(shape)
+        buffer = self.buffers.get((name, device, dtype))
+        if buffer is None or buffer.numel() < numel:
+            buffer = torch.empty(numel, dtype=dtype, device=device)
+            self.buffers[(name, device, dtype)] = buffer
+        return buffer[:numel].view(shape)
+
+
+_workspace = _Workspace()
+
+
+def attend_in_buffers(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    pattern_fn: SoftmaxPattern,
+    block: int,
+    observers: Sequence[AttentionObserver],
+    site: AttentionSite | None,
+    head_mask: Tensor | None,
+    dropout: float,
+    training: bool,
+) -> Tensor:
+    """The softmax path of :func:`attend` without gradients: in place, in reused buffers."""
+    batch, heads, query_len, head_dim = query.shape
+    kv_heads, key_len = key.shape[1], key.shape[2]
+    n_rep = heads // kv_heads
+    key = key.contiguous()  # [b, kvh, k, d]
+    value = value.contiguous()  # [b, kvh, k, d]
+    output = value.new_empty(batch, query_len, heads, head_dim)  # [b, q, h, d]
+    output_groups = output.view(batch, query_len, kv_heads, n_rep, head_dim)  # [b, q, kvh, n_rep, d]
+    stops = key_stops(mask, block, query_len, key_len)
+    # The fused kernel (attnviz.core.kernel) replaces scale, mask and softmax when it is loaded and
+    # the inputs suit it; which path runs depends on the inputs only, never on the observers.
+    use_kernel = (
+        pattern_fn.bias is None and pattern_fn.softcap is None and kernel_applies(query.dtype, query.device, mask)
+    )
+    prefix_observers = [observer for observer in observers if getattr(observer, "accepts_key_prefix", False)]
+    keep_scores = not use_kernel and any(getattr(observer, "accepts_scores", False) for observer in prefix_observers)
+    want_summary = use_kernel and any(getattr(observer, "accepts_summary", False) for observer in prefix_observers)
+    for start, stop_width in zip(range(0, query_len, block), stops):
+        stop = min(start + block, query_len)
+        rows = stop - start
+        # Widths that are a multiple of 16 keep the matrix products on their fast paths (an odd
+        # width costs up to 40% more in Q·Kᵀ); the extra keys are masked for the whole block (weight 0).
+        width = min(key_len, -(-stop_width // 16) * 16)
+        # Grouped-query attention without repeating keys: the n_rep query heads that share a
+        # key/value head become extra rows of one matmul against it (head h = g·n_rep + r).
+        query_block = query[:, :, start:stop].reshape(batch, kv_heads, n_rep * rows, head_dim)  # [b, kvh, n_rep·blk, d]
+        scores = _workspace.get("scores", (batch, kv_heads, n_rep * rows, width), query.dtype, query.device)
+        torch.matmul(query_block, key[:, :, :width].transpose(2, 3), out=scores)  # [b, kvh, n_rep·blk, c]
+        scores = scores.view(batch, heads, rows, width)  # [b, h, blk, c]
+        mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
+        summary = None
+        if use_kernel:
+            summary_buffer = None
+            if want_summary:
+                summary_buffer = _workspace.get("summary", (3, batch, heads, rows), torch.float32, query.device)
+            fused_softmax_(scores, mask_block, pattern_fn.scaling, start, summary_buffer)  # in place
+            pattern = scores
+            if summary_buffer is not None:
+                summary = RowSummary(*summary_buffer.unbind(0))  # each [b, h, blk]
+        else:
+            pattern_fn.adjust_scores_(scores, mask_block, start)
+            # Softmax into a reused float32 buffer (torch.softmax has no out=; aten's _softmax.out equals
+            # it bit for bit). On the CPU, float32 scores are overwritten in place: the CPU kernel reads
+            # each row before writing it, and one buffer instead of two halves the memory of a block.
+            # Observers that want the scores keep them: the softmax then writes a second buffer,
+            # which gives the same numbers.
+            if scores.dtype == torch.float32 and scores.device.type == "cpu" and not keep_scores:
+                pattern = scores
+            else:
+                pattern = _workspace.get("pattern", (batch, heads, rows, width), torch.float32, query.device)
+                scores = scores.float()
+            torch.ops.aten._softmax.out(scores, -1, False, out=pattern)  # [b, h, blk, c]
+
+        full_width = None  # [b, h, blk, k] copy for observers that need every key and may keep it
+        for observer in observers:
+            if getattr(observer, "accepts_key_prefix", False):
+                extras = {}
+                if keep_scores and getattr(observer, "accepts_scores", False):
+                    extras["scores"] = scores
+                if summary is not None and getattr(observer, "accepts_summary", False):
+                    extras["summary"] = summary
+                observer.observe(site, pattern, start, **extras)
+                continue
+            if full_width is None:
+                full_width = pattern.new_zeros(batch, heads, rows, key_len)
+                full_width[..., :width] = pattern
+            observer.observe(site, full_width, start)
+
+        weights = pattern if value.dtype == torch.float32 else pattern.to(value.dtype)
+        if dropout and training:
+            weights = nn.functional.dropout(weights, p=dropout, training=True)
+        if head_mask is not None:
+            weights.mul_(head_mask)  # observers are done with the pattern
+        weights = weights.view(batch, kv_heads, n_rep * rows, width)  # [b, kvh, n_rep·blk, c]
+        block_output = torch.matmul(weights, value[:, :, :width])  # [b, kvh, n_rep·blk, d]
+        block_output = block_output.view(batch, kv_heads, n_rep, rows, head_dim)  # [b, kvh, n_rep, blk, d]
+        output_groups[:, start:stop] = block_output.permute(0, 3, 1, 2, 4)  # [b, blk, kvh, n_rep, d]
+    return output

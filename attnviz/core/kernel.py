@@ -1,0 +1,178 @@
+"""The fused softmax kernel of the attention core: built once per machine, optional, with a fallback.
+
+:func:`attnviz.core.attention.attend` computes, for each block of queries, ``Q Kᵀ`` into a
+reused buffer, then scales, masks and softmaxes it, and the statistics observer reduces the
+pattern row by row. In torch each of those steps is a separate pass over the ``[b, h, blk, c]``
+block (eight to twelve in all). ``kernels/softmax_rows.cpp`` does scale, mask and softmax in
+three passes over one row at a time, a row that stays in the L1 cache, and, while the
+exponentials are at hand, reduces each row to a :class:`RowSummary` (max weight, entropy, mean
+distance), so that the statistics need no pass of their own for those.
+
+The kernel is compiled with :mod:`torch.utils.cpp_extension` (a C++ compiler and ninja are
+needed) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
+``~/.cache/torch_extensions``), once per machine and kernel version; later processes load it
+in well under a second. The core uses it only once it is loaded in this process:
+:func:`prepare_kernel` builds or loads it, and the corpus passes (statistics, head probes,
+importance) call it because there the build (about a minute on two cores) pays for itself.
+Without a compiler, on another platform, or with ``ATTNVIZ_KERNEL=0``, everything runs on
+torch's operations as before, with the same numbers to float32 rounding (≤ 1e-6 on patterns).
+
+The patterns the kernel computes equal torch's softmax to about 2 ulp (its ``exp`` is a
+polynomial, its sums are split over vector lanes), not bit for bit; within one process the core
+uses one of the two for every call, so a model's outputs stay bit-for-bit the same with and
+without observers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from attnviz.reporting import status
+
+#: environment variable: "0" keeps the core on torch's operations (no build, no load)
+KERNEL_VARIABLE = "ATTNVIZ_KERNEL"
+
+#: shown (through the caller's reporter) while the kernel is being compiled
+BUILD_NOTICE = "building attnviz's fused attention kernel (once per machine, about a minute; ATTNVIZ_KERNEL=0 skips it)"
+
+KernelState = Literal["unloaded", "loaded", "disabled", "unavailable"]
+
+_lock = threading.Lock()
+_module = None  # the loaded extension
+_state: KernelState = "unloaded"
+_failure = ""  # why the kernel is unavailable
+_build_seconds = 0.0  # time the last prepare_kernel spent building or loading
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    """Per-query reductions of one block's pattern, computed by the kernel alongside it.
+
+    Each is float32 ``[b, h, blk]``: ``max_weight`` is ``max_j Aᵢⱼ``; ``entropy`` is
+    ``−Σⱼ Aᵢⱼ ln Aᵢⱼ`` in nats; ``distance`` is ``Σⱼ Aᵢⱼ |i − j|`` with ``i`` and ``j`` the
+    query's and the key's column (position) in the input.
+    """
+
+    max_weight: Tensor
+    entropy: Tensor
+    distance: Tensor
+
+
+def _source() -> str:
+    return resources.files("attnviz.core").joinpath("kernels/softmax_rows.cpp").read_text(encoding="utf-8")
+
+
+def _compiler_flags() -> list[str]:
+    """-O3 everywhere; AVX2/FMA or AVX-512 code where this CPU (as torch sees it) has them."""
+    flags = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math"]
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability in ("AVX2", "AVX512"):
+        flags += ["-mavx2", "-mfma"]
+    if capability == "AVX512":
+        flags += ["-mavx512f"]
+    return flags
+
+
+def kernel_disabled() -> bool:
+    return os.environ.get(KERNEL_VARIABLE, "").strip() == "0"
+
+
+def prepare_kernel(*, build: bool = True) -> bool:
+    """Load the kernel into this process, building it first if needed and ``build`` is true.
+
+    Returns whether the core now uses it. Failures are remembered (see :func:`kernel_status`);
+    they never raise: the core then stays on torch's operations.
+    """
+    global _module, _state, _failure, _build_seconds
+    with _lock:
+        if _state == "loaded":
+            return True
+        if kernel_disabled():
+            _state = "disabled"
+            return False
+        if _state == "unavailable" or not build:
+            return False
+        start = time.perf_counter()
+        try:
+            from torch.utils import cpp_extension  # imported late: it is slow to import
+
+            flags = _compiler_flags()
+            source = _source()
+            # The name carries a hash of the source and flags: a new attnviz version or another
+            # CPU capability builds its own copy instead of loading a stale one.
+            digest = hashlib.sha256((source + " ".join(flags) + torch.__version__).encode()).hexdigest()[:12]
+            name = f"attnviz_softmax_rows_{digest}"
+            notice = status(BUILD_NOTICE) if not _is_built(cpp_extension, name) else contextlib.nullcontext()
+            with notice:
+                _module = cpp_extension.load_inline(name=name, cpp_sources=[source], extra_cflags=flags, verbose=False)
+        except Exception as exc:  # noqa: BLE001 (no compiler, no ninja, a build error, …): stay on torch
+            _state, _failure = "unavailable", f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+            return False
+        finally:
+            _build_seconds = time.perf_counter() - start
+        _state = "loaded"
+        return True
+
+
+def _is_built(cpp_extension, name: str) -> bool:
+    """Whether torch's extension cache already holds this build (then loading takes well under a second)."""
+    try:
+        directory = cpp_extension._get_build_directory(name, verbose=False)
+    except Exception:  # noqa: BLE001 (a private helper of torch: if it changes, just show the notice)
+        return False
+    return os.path.exists(os.path.join(directory, f"{name}.so"))
+
+
+def kernel_status() -> tuple[KernelState, str, float]:
+    """(state, why it is unavailable or "", seconds the last :func:`prepare_kernel` took)."""
+    return _state, _failure, _build_seconds
+
+
+@contextmanager
+def kernel_suspended() -> Iterator[None]:
+    """Run the enclosed code on torch's operations even though the kernel is loaded (benchmarks, tests)."""
+    global _module
+    module, _module = _module, None
+    try:
+        yield
+    finally:
+        _module = module
+
+
+def fused_softmax_(
+    scores: Tensor, mask: Tensor | None, scaling: float, query_start: int, summary: Tensor | None
+) -> bool:
+    """Replace raw ``Q Kᵀ`` scores ``[b, h, blk, c]`` (float32, contiguous, CPU) by their pattern, in place.
+
+    ``mask``: additive float32 ``[b|1, 1|h, blk|1, ≥c]`` or None. ``summary``: float32 ``[3, b, h, blk]``
+    to receive (max weight, entropy, distance), or None. Returns False (and does nothing) when the
+    kernel is not loaded or the inputs are outside what it handles.
+    """
+    if _module is None:
+        return False
+    if scores.dtype != torch.float32 or scores.device.type != "cpu" or not scores.is_contiguous():
+        return False
+    if mask is not None and (mask.dtype != torch.float32 or mask.device.type != "cpu" or mask.stride(-1) != 1):
+        return False
+    empty = scores.new_empty(0)
+    _module.softmax_rows_(scores, mask, float(scaling), int(query_start), empty if summary is None else summary)
+    return True
+
+
+def kernel_applies(scores_dtype: torch.dtype, device: torch.device, mask: Tensor | None) -> bool:
+    """Whether :func:`fused_softmax_` would run for these inputs (decided before computing anything)."""
+    if _module is None or scores_dtype != torch.float32 or device.type != "cpu":
+        return False
+    return mask is None or (mask.dtype == torch.float32 and mask.device.type == "cpu" and mask.stride(-1) == 1)

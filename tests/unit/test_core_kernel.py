@@ -1,0 +1,163 @@
+"""The core's fused softmax kernel (attnviz.core.kernel): torch's numbers, a right row summary, a safe fallback."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from attnviz.core import AttentionContext, AttentionSite, attend, kernel
+from attnviz.core import attention as core_attention
+from attnviz.models.base import EncodedBatch
+from attnviz.models.specs import load_model
+from attnviz.stats import StatisticsAccumulator, compute_statistics
+
+MIN = torch.finfo(torch.float32).min
+
+
+@pytest.fixture(scope="module")
+def loaded_kernel():
+    """The kernel, built or loaded; CI (CI=true) requires it, elsewhere a machine without a compiler skips."""
+    if not kernel.prepare_kernel():
+        state, why, _ = kernel.kernel_status()
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"the fused kernel must build in CI: {state} {why}")
+        pytest.skip(f"fused kernel {state}: {why}")
+    return kernel
+
+
+def causal_mask(rows: int, width: int, query_start: int) -> torch.Tensor:
+    """Additive ``[1, 1, rows, width]``: 0 where key j ≤ query i, the float32 minimum after."""
+    i = torch.arange(query_start, query_start + rows)[:, None]
+    j = torch.arange(width)[None, :]
+    return torch.where(j <= i, 0.0, MIN)[None, None]
+
+
+@pytest.mark.parametrize(
+    ("batch", "heads", "rows", "width", "query_start", "mask_kind"),
+    [
+        (1, 3, 7, 37, 30, "causal"),  # width not a multiple of 8: the scalar tail
+        (2, 4, 16, 64, 48, "causal"),
+        (2, 2, 5, 21, 0, "padding"),  # [b, 1, 1, k] key padding, broadcast over rows
+        (1, 2, 9, 40, 0, "none"),
+    ],
+)
+def test_pattern_equals_torch_softmax_and_summary_equals_hand_values(
+    loaded_kernel, batch, heads, rows, width, query_start, mask_kind
+):
+    generator = torch.Generator().manual_seed(batch * 100 + width)
+    raw = torch.randn(batch, heads, rows, width, generator=generator) * 12  # wide logits: peaked and flat rows
+    raw[0, 0, 0] = 0.0  # a uniform row
+    raw[-1, -1, -1, 0] = 500.0  # a one-hot row
+    if mask_kind == "causal":
+        mask = causal_mask(rows, width, query_start)
+    elif mask_kind == "padding":
+        lengths = torch.tensor([width, width - 6])
+        mask = torch.where(torch.arange(width)[None, :] < lengths[:, None], 0.0, MIN)[:, None, None, :]
+    else:
+        mask = None
+    scaling = 0.125
+    reference = torch.softmax(raw * scaling + (0 if mask is None else mask), dim=-1)  # [b, h, r, c]
+
+    pattern = raw.clone()
+    summary = torch.empty(3, batch, heads, rows)
+    assert kernel.fused_softmax_(pattern, mask, scaling, query_start, summary)
+    assert (pattern - reference).abs().max() <= 1e-6
+    assert torch.allclose(pattern.sum(-1), torch.ones(batch, heads, rows), atol=1e-6)
+
+    # the summary against float64 hand computations from torch's pattern
+    weights = reference.double()
+    query = torch.arange(query_start, query_start + rows, dtype=torch.float64)[:, None]  # [r, 1]
+    key = torch.arange(width, dtype=torch.float64)[None, :]  # [1, c]
+    entropy = -(weights * torch.where(weights > 0, weights.log(), 0.0)).sum(-1)
+    distance = (weights * (query - key).abs()).sum(-1)
+    assert (summary[0].double() - weights.amax(-1)).abs().max() <= 1e-6
+    assert (summary[1].double() - entropy).abs().max() <= 1e-5
+    assert ((summary[2].double() - distance).abs() / distance.clamp(min=1)).max() <= 1e-5
+    assert summary[1, 0, 0, 0] == pytest.approx(math.log(width) if mask_kind == "none" else summary[1, 0, 0, 0])
+    assert summary[0, -1, -1, -1] == pytest.approx(1.0) and summary[1, -1, -1, -1] == pytest.approx(0.0, abs=1e-6)
+
+    # asking for the summary does not change the pattern, not by one bit
+    without = raw.clone()
+    assert kernel.fused_softmax_(without, mask, scaling, query_start, None)
+    assert torch.equal(without, pattern)
+
+
+def test_core_outputs_match_torch_ops_and_do_not_depend_on_observers(loaded_kernel, monkeypatch):
+    """attend with the kernel ≈ attend on torch's operations; with the kernel, outputs are bit-equal with/without observers."""
+    monkeypatch.setattr(core_attention, "BLOCK_ELEMENTS", 2 * 6 * 50 * 7)  # blocks of 7 queries
+    generator = torch.Generator().manual_seed(0)
+    batch, heads, kv_heads, length, dim = 2, 6, 2, 50, 16
+    query = torch.randn(batch, heads, length, dim, generator=generator)
+    key = torch.randn(batch, kv_heads, length, dim, generator=generator)
+    value = torch.randn(batch, kv_heads, length, dim, generator=generator)
+    mask = causal_mask(length, length, 0).expand(batch, 1, length, length).clone()
+    mask[1, :, :, 45:] = MIN  # the second example is padded to 45 tokens
+    with torch.no_grad():
+        fused = attend(query, key, value, mask=mask)
+        with kernel.kernel_suspended():
+            plain = attend(query, key, value, mask=mask)
+        accumulator = StatisticsAccumulator(causal=True)
+        observed_calls = []
+
+        class Counter:
+            accepts_key_prefix = True
+            accepts_summary = True
+
+            def observe(self, site, pattern, query_start, summary=None):
+                observed_calls.append(summary is not None)
+
+        accumulator.begin_batch(
+            EncodedBatch(
+                inputs={"attention_mask": (mask[:, 0, -1] == 0).long()},
+                tokens=[["t"] * 50, ["t"] * 45],
+                special=[[False] * 50, [False] * 45],
+                word_ids=[list(range(50)), list(range(45))],
+            )
+        )
+        context = AttentionContext(observers=[accumulator, Counter()])
+        observed = attend(query, key, value, mask=mask, site=AttentionSite("self", 0), context=context)
+    assert (fused - plain).abs().max() <= 1e-5
+    assert torch.equal(observed, fused)
+    assert observed_calls and all(observed_calls)  # every block came with its row summary
+
+
+def test_statistics_with_the_kernel_equal_statistics_on_torch_ops(loaded_kernel, tiny_model_dirs):
+    """Every statistic, both model kinds (causal LLaMA, bidirectional BERT): the kernel's summary path ≈ torch's passes."""
+    texts = ["the cat sat on the mat", "a much longer sentence about attention heads and what they do", "hi"]
+    for name in ("llama", "bert"):
+        loaded = load_model(str(tiny_model_dirs[name]), device="cpu")
+        fused = compute_statistics(loaded, texts, progress=False)
+        with kernel.kernel_suspended():
+            plain = compute_statistics(loaded, texts, progress=False)
+        for statistic in fused.names:
+            difference = (fused.matrix(statistic) - plain.matrix(statistic)).abs().max()
+            assert difference <= 1e-5, (name, statistic, float(difference))
+
+
+def test_disabled_and_failed_builds_fall_back_to_torch(monkeypatch):
+    monkeypatch.setattr(kernel, "_state", "unloaded")
+    monkeypatch.setattr(kernel, "_module", None)
+    monkeypatch.setenv(kernel.KERNEL_VARIABLE, "0")
+    assert not kernel.prepare_kernel()
+    assert kernel.kernel_status()[0] == "disabled"
+
+    monkeypatch.delenv(kernel.KERNEL_VARIABLE)
+    monkeypatch.setattr(kernel, "_state", "unloaded")
+    from torch.utils import cpp_extension
+
+    def no_compiler(**kwargs):
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr(cpp_extension, "load_inline", no_compiler)
+    assert not kernel.prepare_kernel()
+    state, why, _ = kernel.kernel_status()
+    assert state == "unavailable" and "Ninja is required" in why
+    # the core still computes attention, on torch's operations
+    query = torch.randn(1, 2, 5, 8)
+    with torch.no_grad():
+        output = attend(query, query, query)
+    expected = torch.softmax(query @ query.transpose(2, 3) / math.sqrt(8), -1) @ query
+    assert (output - expected.transpose(1, 2)).abs().max() <= 1e-6
