@@ -129,6 +129,10 @@ class AttentionContext:
     head_mask: HeadMask | None = None
     #: maps an attention module to its site; set by the loaded model (see ``attnviz.loading``).
     site_of: Callable[[nn.Module], AttentionSite | None] = field(default=lambda module: None)
+    #: compute scale, mask and softmax with the fused kernel (:mod:`attnviz.core.kernel`) when it is
+    #: loaded: the corpus passes (statistics, probes) ask for it; captures keep torch's softmax, whose
+    #: patterns equal transformers' eager attention to float32 rounding of the matrix products alone.
+    fused_softmax: bool = False
 
 
 #: ``(query_block [b,h,blk,d], key [b,h,k,d], mask_block [b,1|h,blk,k] or None, query_start) -> pattern [b,h,blk,k]``
@@ -254,8 +258,9 @@ def attend(
     block = query_block_size(batch, heads, query_len, key_len)
     bias = pattern_fn.bias if isinstance(pattern_fn, SoftmaxPattern) else None
     if isinstance(pattern_fn, SoftmaxPattern) and not _needs_grad(query, key, value, mask, bias, head_mask):
+        fused = context is not None and context.fused_softmax
         return attend_in_buffers(
-            query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training
+            query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training, fused
         )
 
     n_rep = heads // key.shape[1]

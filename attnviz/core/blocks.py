@@ -24,6 +24,10 @@ from attnviz.core.kernel import RowSummary, fused_softmax_, kernel_applies
 if TYPE_CHECKING:
     from attnviz.core.attention import AttentionObserver, AttentionSite, SoftmaxPattern
 
+#: Key widths of a block are rounded up to a multiple of this (within the key length): matrix
+#: products with a width of 16·n keep their fast paths, where e.g. 2034 keys cost 40% more than 2032.
+WIDTH_MULTIPLE = 16
+
 
 def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> list[int]:
     """For each block of ``block`` queries: how many leading keys can receive any weight.
@@ -99,6 +103,7 @@ def attend_in_buffers(
     head_mask: Tensor | None,
     dropout: float,
     training: bool,
+    fused: bool = False,
 ) -> Tensor:
     """The softmax path of :func:`attend` without gradients: in place, in reused buffers."""
     batch, heads, query_len, head_dim = query.shape
@@ -109,10 +114,13 @@ def attend_in_buffers(
     output = value.new_empty(batch, query_len, heads, head_dim)  # [b, q, h, d]
     output_groups = output.view(batch, query_len, kv_heads, n_rep, head_dim)  # [b, q, kvh, n_rep, d]
     stops = key_stops(mask, block, query_len, key_len)
-    # The fused kernel (attnviz.core.kernel) replaces scale, mask and softmax when it is loaded and
-    # the inputs suit it; which path runs depends on the inputs only, never on the observers.
+    # The fused kernel (attnviz.core.kernel) replaces scale, mask and softmax when the caller asks for
+    # it (``fused``), it is loaded and the inputs suit it; never because of who observes.
     use_kernel = (
-        pattern_fn.bias is None and pattern_fn.softcap is None and kernel_applies(query.dtype, query.device, mask)
+        fused
+        and pattern_fn.bias is None
+        and pattern_fn.softcap is None
+        and kernel_applies(query.dtype, query.device, mask)
     )
     prefix_observers = [observer for observer in observers if getattr(observer, "accepts_key_prefix", False)]
     keep_scores = not use_kernel and any(getattr(observer, "accepts_scores", False) for observer in prefix_observers)
@@ -120,9 +128,9 @@ def attend_in_buffers(
     for start, stop_width in zip(range(0, query_len, block), stops):
         stop = min(start + block, query_len)
         rows = stop - start
-        # Widths that are a multiple of 16 keep the matrix products on their fast paths (an odd
+        # Widths that are a multiple of WIDTH_MULTIPLE keep the matrix products on their fast paths (an odd
         # width costs up to 40% more in Q·Kᵀ); the extra keys are masked for the whole block (weight 0).
-        width = min(key_len, -(-stop_width // 16) * 16)
+        width = min(key_len, -(-stop_width // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
         # Grouped-query attention without repeating keys: the n_rep query heads that share a
         # key/value head become extra rows of one matmul against it (head h = g·n_rep + r).
         query_block = query[:, :, start:stop].reshape(batch, kv_heads, n_rep * rows, head_dim)  # [b, kvh, n_rep·blk, d]

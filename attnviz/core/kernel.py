@@ -11,16 +11,17 @@ distance), so that the statistics need no pass of their own for those.
 The kernel is compiled with :mod:`torch.utils.cpp_extension` (a C++ compiler and ninja are
 needed) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
 ``~/.cache/torch_extensions``), once per machine and kernel version; later processes load it
-in well under a second. The core uses it only once it is loaded in this process:
-:func:`prepare_kernel` builds or loads it, and the corpus passes (statistics, head probes,
-importance) call it because there the build (about a minute on two cores) pays for itself.
-Without a compiler, on another platform, or with ``ATTNVIZ_KERNEL=0``, everything runs on
-torch's operations as before, with the same numbers to float32 rounding (≤ 1e-6 on patterns).
+in well under a second. A forward pass uses it when its :class:`AttentionContext` says so
+(:attr:`~attnviz.core.attention.AttentionContext.fused_softmax`) and :func:`prepare_kernel` has loaded it: the corpus passes
+(statistics, head probes) do both, because there the build (about a minute on two cores) pays
+for itself. Captures and views keep torch's softmax, so their patterns equal transformers'
+eager attention to the rounding of the matrix products alone. Without a compiler, on another
+platform, or with ``ATTNVIZ_KERNEL=0``, everything runs on torch's operations, with the same
+statistics to float32 rounding (≤ 1e-5).
 
-The patterns the kernel computes equal torch's softmax to about 2 ulp (its ``exp`` is a
-polynomial, its sums are split over vector lanes), not bit for bit; within one process the core
-uses one of the two for every call, so a model's outputs stay bit-for-bit the same with and
-without observers.
+The kernel's patterns equal torch's softmax to about 2 ulp (its ``exp`` is a polynomial, its
+sums are split over vector lanes), not bit for bit; the choice is made per forward pass, never
+by who observes, so a model's outputs stay bit-for-bit the same with and without observers.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import torch
@@ -23,9 +24,9 @@ def probe_scores(loaded: LoadedModel, settings: ProbeSettings | None = None) -> 
     Returns the resolved settings and ``{site: [score, h]}`` float64 means.
     """
     settings = resolve_settings(loaded, settings or ProbeSettings())
-    prepare_kernel()  # the probes are a corpus pass too (see attnviz.core.kernel)
     accumulator = ProbeScoreAccumulator(causal=loaded.causal)
-    context = loaded.context([accumulator])
+    # the probes are a corpus pass too, where the fused kernel pays for its build (see attnviz.core.kernel)
+    context = dataclasses.replace(loaded.context([accumulator]), fused_softmax=prepare_kernel())
     for probe in probe_batches(loaded, settings):
         accumulator.begin_batch(probe)
         with torch.no_grad():

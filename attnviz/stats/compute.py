@@ -7,6 +7,7 @@ sufficient statistics are summed across processes at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -76,10 +77,9 @@ def compute_statistics(
             batches = [batches[index] for index in parallel.shard([_padded_tokens(batch) for batch in batches])]
         total = None if isinstance(batches, Iterator) else sum(len(batch) for batch in batches)
 
-    # A corpus pass is where the fused kernel pays for its one-time build (see attnviz.core.kernel).
-    prepare_kernel()
     accumulator = StatisticsAccumulator(causal=loaded.causal, local_window=local_window)
-    context = loaded.context([accumulator])
+    # A corpus pass is where the fused kernel pays for its one-time build (see attnviz.core.kernel).
+    context = dataclasses.replace(loaded.context([accumulator]), fused_softmax=prepare_kernel())
     start = time.perf_counter()
     with _progress(progress and parallel.is_main) as bar:
         task = bar.add_task(f"statistics · {loaded.name}", total=total, status="")

@@ -10,6 +10,7 @@ import torch
 from attnviz.captures import PatternRecorder
 from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
 from attnviz.core import attention as core_attention
+from attnviz.core import blocks as core_blocks
 
 MIN = torch.finfo(torch.float32).min
 SITE = AttentionSite("self", 0)
@@ -73,6 +74,7 @@ def test_causal_blocks_match_hand_attention_and_observers_do_not_change_outputs(
     mask = causal_mask(lengths, width)
     expected_pattern, expected_out = hand_attention(q, k, v, mask)
     monkeypatch.setattr(core_attention, "BLOCK_ELEMENTS", 2 * 6 * width * 4)  # 4 queries per block
+    monkeypatch.setattr(core_blocks, "WIDTH_MULTIPLE", 1)  # exact key stops (by default rounded up to 16)
 
     plain = attend(q, k, v, mask=mask)
     full, prefix = PatternRecorder(), PrefixRecorder()

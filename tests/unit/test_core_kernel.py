@@ -96,9 +96,10 @@ def test_core_outputs_match_torch_ops_and_do_not_depend_on_observers(loaded_kern
     mask = causal_mask(length, length, 0).expand(batch, 1, length, length).clone()
     mask[1, :, :, 45:] = MIN  # the second example is padded to 45 tokens
     with torch.no_grad():
-        fused = attend(query, key, value, mask=mask)
+        fused = attend(query, key, value, mask=mask, context=AttentionContext(fused_softmax=True))
+        default = attend(query, key, value, mask=mask)  # captures: torch's softmax unless the pass asks
         with kernel.kernel_suspended():
-            plain = attend(query, key, value, mask=mask)
+            plain = attend(query, key, value, mask=mask, context=AttentionContext(fused_softmax=True))
         accumulator = StatisticsAccumulator(causal=True)
         observed_calls = []
 
@@ -117,9 +118,10 @@ def test_core_outputs_match_torch_ops_and_do_not_depend_on_observers(loaded_kern
                 word_ids=[list(range(50)), list(range(45))],
             )
         )
-        context = AttentionContext(observers=[accumulator, Counter()])
+        context = AttentionContext(observers=[accumulator, Counter()], fused_softmax=True)
         observed = attend(query, key, value, mask=mask, site=AttentionSite("self", 0), context=context)
-    assert (fused - plain).abs().max() <= 1e-5
+    assert torch.equal(default, plain)  # without fused_softmax the loaded kernel is not used
+    assert not torch.equal(fused, plain) and (fused - plain).abs().max() <= 1e-5
     assert torch.equal(observed, fused)
     assert observed_calls and all(observed_calls)  # every block came with its row summary
 
