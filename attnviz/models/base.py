@@ -8,10 +8,12 @@ texts into an :class:`EncodedBatch` and runs a forward pass with an
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +21,10 @@ from torch import Tensor, nn
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
 from attnviz.errors import UnsupportedModelError
+from attnviz.parallel import SINGLE_PROCESS, DataParallel
+
+if TYPE_CHECKING:  # the objectives are built on top of this module
+    from attnviz.models.objective import Objective
 
 
 @dataclass
@@ -161,6 +167,66 @@ class LoadedModel(ABC):
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[LoadedModel, dict | None]:
         """A copy without the heads in ``removed`` (this model is left unchanged), and the per-site plan if any."""
         raise UnsupportedModelError(f"{self.name}: attnviz cannot remove heads from this kind of model")
+
+    def own_example_batches(self, num_examples: int, *, batch_size: int, seed: int) -> list[EncodedBatch] | None:
+        """``num_examples`` of the model's own data in batches of at most ``batch_size``, or None when it has none.
+
+        Batch ``i`` is :meth:`own_examples` drawn with seed ``seed * 1_000_003 + i``, so the same
+        arguments give the same data however often they are drawn.
+        """
+        sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
+        batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
+        return None if not batches or batches[0] is None else batches
+
+    def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
+        """One example of ``tokens`` positions (at most the model's maximum length) to time forward passes on.
+
+        Text models cut it from ``texts`` repeated; models with their own vocabulary may draw it with ``seed``.
+        """
+        return self.encode([" ".join(texts)], max_length=tokens)
+
+    # -- pruning: how heads are judged, and the pruned model on disk -------------------------------
+
+    def check_objective(self) -> None:
+        """Raise :class:`~attnviz.errors.UnsupportedModelError` unless :meth:`objective` can judge these heads."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot judge the heads of this kind of model")
+
+    def objective(
+        self,
+        batches: Sequence[EncodedBatch],
+        *,
+        probes: int = 8,
+        seed: int = 0,
+        parallel: DataParallel = SINGLE_PROCESS,
+    ) -> Objective:
+        """The loss this model's heads are judged by on ``batches`` (see :mod:`attnviz.models.objective`).
+
+        ``probes``, ``seed``: the random output probes of a label-free objective (gradient importance);
+        ``parallel``: this process's share of a data-parallel run.
+        """
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot judge the heads of this kind of model")
+
+    def save_pruned(
+        self,
+        directory: str | os.PathLike,
+        pruned: LoadedModel,
+        *,
+        removed: Mapping[AttentionSite, Sequence[int]],
+        plans: dict | None,
+        source: str,
+        transformers_copy: bool = True,
+    ) -> tuple[Path, Path | None]:
+        """Write ``pruned`` (this model after :meth:`remove_heads` took out ``removed``, with its ``plans``) to
+        ``directory``, atomically, in a form :func:`attnviz.models.specs.load_model` reads back.
+
+        ``source``: the spec this model was loaded from (recorded); ``transformers_copy``: also write a copy
+        that plain transformers loads, where the format has one. Returns (the directory, that copy or None).
+        """
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot save a pruned copy of this kind of model")
+
+    def source_paths(self) -> list[Path]:
+        """Files and directories this model was read from (outputs must never overwrite them)."""
+        return []
 
     def context(self, observers: Sequence = (), head_mask=None) -> AttentionContext:
         """An :class:`AttentionContext` whose sites are named for this model."""

@@ -16,19 +16,25 @@ should predict, ``-100`` where nothing is scored.
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attnviz import io
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.errors import InputError, ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.reporting import warn
 from attnviz.toy.config import ToyConfig
+from attnviz.toy.files import write_checkpoint_files
 from attnviz.toy.model import ToyOutput, ToyTransformer
+from attnviz.toy.objective import TaskObjective
 from attnviz.toy.pruning import prune_toy_heads
 from attnviz.toy.tasks import Task, TaskSettings, ToyExample, get_task
 from attnviz.toy.tokenizer import EOS, SEP, SPECIAL_TOKENS, ToyTokenizer
@@ -76,6 +82,64 @@ class ToyModel(LoadedModel):
 
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[ToyModel, None]:
         return prune_toy_heads(self, removed), None
+
+    def check_objective(self) -> None:
+        """Every toy architecture, encoder-decoder included, is judged by its task's loss."""
+
+    def objective(
+        self,
+        batches: Sequence[EncodedBatch],
+        *,
+        probes: int = 8,
+        seed: int = 0,
+        parallel: DataParallel = SINGLE_PROCESS,
+    ) -> TaskObjective:
+        return TaskObjective(self, batches, parallel=parallel)
+
+    def save_pruned(
+        self,
+        directory: str | os.PathLike,
+        pruned: LoadedModel,
+        *,
+        removed: Mapping[AttentionSite, Sequence[int]],
+        plans: dict | None,
+        source: str,
+        transformers_copy: bool = True,
+    ) -> tuple[Path, None]:
+        """A toy checkpoint (its config records the heads per layer, its metadata what was removed)."""
+        with io.staged_directory(Path(directory)) as stage:
+            write_checkpoint_files(pruned, stage)
+        return Path(directory), None
+
+    def source_paths(self) -> list[Path]:
+        return [Path(self.source_path).resolve()] if self.source_path is not None else []
+
+    def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
+        """``tokens`` random symbols drawn with ``seed`` (capped at the position table), on every input side."""
+        tokenizer = self.tokenizer
+        length = min(tokens, self.max_length or tokens)
+        symbol_ids = torch.tensor(tokenizer.ids(list(tokenizer.symbols)), dtype=torch.long)  # [symbols]
+        generator = torch.Generator().manual_seed(seed)
+        ids = symbol_ids[torch.randint(len(symbol_ids), (1, length), generator=generator)]  # [1, length]
+        valid = torch.ones_like(ids)  # [1, length]
+        inputs = {"input_ids": ids, "attention_mask": valid}
+        if self.encoder_decoder:
+            inputs["decoder_input_ids"], inputs["decoder_attention_mask"] = ids.clone(), valid.clone()
+        names = [[tokenizer.vocab[i] for i in ids[0].tolist()]]
+        batch = EncodedBatch(
+            inputs={key: value.to(self.device) for key, value in inputs.items()},
+            tokens=names,
+            special=[[False] * length],
+            word_ids=[list(range(length))],
+            truncated=[False],
+        )
+        if self.encoder_decoder:
+            batch.target_tokens, batch.target_special, batch.target_word_ids = (
+                names,
+                [[False] * length],
+                [list(range(length))],
+            )
+        return batch
 
     def site_of(self, module: nn.Module) -> AttentionSite | None:
         return self._sites.get(module)
