@@ -20,7 +20,8 @@ from torch import Tensor, nn
 
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
-from attnviz.errors import UnsupportedModelError
+from attnviz.errors import InputError, UnsupportedModelError
+from attnviz.models.probing import ProbeBatch
 from attnviz.parallel import SINGLE_PROCESS, DataParallel
 
 if TYPE_CHECKING:  # the objectives are built on top of this module
@@ -114,8 +115,19 @@ class LoadedModel(ABC):
         """Tokenise ``texts`` (and decoder ``targets``) into a right-padded batch on the model's device."""
 
     @abstractmethod
-    def forward(self, batch: EncodedBatch, context: AttentionContext | None = None) -> Any:
-        """Run the model on ``batch``; every attention call goes through the core with ``context``."""
+    def forward(self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = False) -> Any:
+        """Run the model on ``batch``; every attention call goes through the core with ``context``.
+
+        ``logits``: also project onto the vocabulary where that is a separate step (a Hugging Face LM head);
+        models that always compute logits ignore it.
+        """
+
+    def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:
+        """Tokens each text encodes to, special tokens included (callers cap them at the length limit).
+
+        This default encodes each text (exact; cheap for small vocabularies); tokenizers count faster.
+        """
+        return [len(self.encode([text], max_length=max_length).tokens[0]) for text in texts]
 
     def stacks(self) -> tuple[str, ...]:
         """The attention stacks this model has, in the order they run."""
@@ -184,6 +196,25 @@ class LoadedModel(ABC):
         Text models cut it from ``texts`` repeated; models with their own vocabulary may draw it with ``seed``.
         """
         return self.encode([" ".join(texts)], max_length=tokens)
+
+    def default_probe_length(self, longest: int) -> int:
+        """Random tokens per probe block when none is given: ``longest``, or less where the model reads
+        fewer positions (two blocks and two framing tokens must fit)."""
+        if self.max_length is not None:
+            return max(2, min(longest, (self.max_length - 2) // 2))
+        return longest
+
+    def probe_batches(self, length: int, sequences: int, *, seed: int, batch_size: int) -> list[ProbeBatch]:
+        """``sequences`` probe sequences of ``length`` random tokens written twice, drawn with ``seed`` from the
+        model's own vocabulary, in batches of ``batch_size`` (the probes of :mod:`attnviz.heads.probes`)."""
+        raise InputError(f"{self.name}: attnviz cannot build probe sequences for this kind of model")
+
+    def check_generation(self) -> None:
+        """Raise :class:`~attnviz.errors.UnsupportedModelError` unless the model writes text token by token
+        through the attention core (a causal LM or an encoder-decoder model with its language-model head)."""
+        raise UnsupportedModelError(
+            f"{self.name} is not a Hugging Face model: generation needs a causal LM or an encoder-decoder model"
+        )
 
     # -- pruning: how heads are judged, and the pruned model on disk -------------------------------
 

@@ -16,9 +16,10 @@ from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, Attent
 from attnviz.errors import InputError, ModelSpecError, ParameterError, UnsupportedModelError
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.hf_checks import check_loading_info, first_line, quiet_transformers, refuse_custom_code
-from attnviz.models.hf_inputs import text_timing_batch
+from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
 from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
+from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
 from attnviz.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.reporting import warn
@@ -159,6 +160,18 @@ class HFModel(LoadedModel):
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[HFModel, dict]:
         return prune_heads_physically(self, removed)
 
+    def check_generation(self) -> None:
+        if self.fallback:
+            raise UnsupportedModelError(
+                f"{self.model.config.model_type} models do not route through attnviz's attention core, "
+                "so their generation cannot be captured step by step"
+            )
+        if not (self.causal or self.encoder_decoder) or not has_lm_head(self):
+            raise UnsupportedModelError(
+                f"{self.name} has no language-model head (an encoder such as BERT cannot write text): "
+                "use a causal LM such as smollm2 or an encoder-decoder model"
+            )
+
     def check_objective(self) -> None:
         if self.encoder_decoder:
             raise UnsupportedModelError(
@@ -187,6 +200,9 @@ class HFModel(LoadedModel):
 
     def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
         return text_timing_batch(self, texts, tokens)
+
+    def probe_batches(self, length: int, sequences: int, *, seed: int, batch_size: int) -> list[ProbeBatch]:
+        return text_probe_batches(self, length, sequences, seed=seed, batch_size=batch_size)
 
     def save_pruned(
         self,
@@ -270,6 +286,9 @@ class HFModel(LoadedModel):
                 words = list(range(length))
             word_ids.append([None if s else w for w, s in zip(words, special[-1])])
         return enc, tokens, special, word_ids, truncated
+
+    def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:
+        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
 
     def encode(
         self,

@@ -38,10 +38,7 @@ def output_tensor(outputs: Any) -> Tensor:
 def forward_output(loaded: LoadedModel, batch: EncodedBatch, context=None) -> Tensor:
     """``loaded``'s main output on ``batch`` (logits for LMs), without gradients."""
     with torch.no_grad():
-        try:
-            outputs = loaded.forward(batch, context, logits=True)
-        except TypeError:  # loaded models without an LM head option (toy models)
-            outputs = loaded.forward(batch, context)
+        outputs = loaded.forward(batch, context, logits=True)
     return output_tensor(outputs).double()
 
 

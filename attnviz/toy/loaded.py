@@ -29,10 +29,12 @@ from attnviz import io
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.errors import InputError, ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.probing import ProbeBatch
 from attnviz.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.reporting import warn
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.files import write_checkpoint_files
+from attnviz.toy.inputs import random_symbols_batch, symbol_probe_batches
 from attnviz.toy.model import ToyOutput, ToyTransformer
 from attnviz.toy.objective import TaskObjective
 from attnviz.toy.pruning import prune_toy_heads
@@ -115,31 +117,16 @@ class ToyModel(LoadedModel):
         return [Path(self.source_path).resolve()] if self.source_path is not None else []
 
     def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
-        """``tokens`` random symbols drawn with ``seed`` (capped at the position table), on every input side."""
-        tokenizer = self.tokenizer
-        length = min(tokens, self.max_length or tokens)
-        symbol_ids = torch.tensor(tokenizer.ids(list(tokenizer.symbols)), dtype=torch.long)  # [symbols]
-        generator = torch.Generator().manual_seed(seed)
-        ids = symbol_ids[torch.randint(len(symbol_ids), (1, length), generator=generator)]  # [1, length]
-        valid = torch.ones_like(ids)  # [1, length]
-        inputs = {"input_ids": ids, "attention_mask": valid}
-        if self.encoder_decoder:
-            inputs["decoder_input_ids"], inputs["decoder_attention_mask"] = ids.clone(), valid.clone()
-        names = [[tokenizer.vocab[i] for i in ids[0].tolist()]]
-        batch = EncodedBatch(
-            inputs={key: value.to(self.device) for key, value in inputs.items()},
-            tokens=names,
-            special=[[False] * length],
-            word_ids=[list(range(length))],
-            truncated=[False],
-        )
-        if self.encoder_decoder:
-            batch.target_tokens, batch.target_special, batch.target_word_ids = (
-                names,
-                [[False] * length],
-                [list(range(length))],
-            )
-        return batch
+        return random_symbols_batch(self, tokens, seed)
+
+    def default_probe_length(self, longest: int) -> int:
+        """The task's longest sequence (the induction toy: 8), at most as many symbols as there are, so the
+        probe looks like what the model was trained on."""
+        fits = (self.config.max_positions - 1) // 2
+        return max(2, min(self.task_settings.max_length, len(self.tokenizer.symbols), fits))
+
+    def probe_batches(self, length: int, sequences: int, *, seed: int, batch_size: int) -> list[ProbeBatch]:
+        return symbol_probe_batches(self, length, sequences, seed=seed, batch_size=batch_size)
 
     def site_of(self, module: nn.Module) -> AttentionSite | None:
         return self._sites.get(module)
