@@ -79,6 +79,9 @@ class ToyModel(LoadedModel):
 
     # -- LoadedModel --------------------------------------------------------------------------------
 
+    def with_model(self, model: nn.Module) -> ToyModel:
+        return type(self)(model, self.tokenizer, self.task_settings, name=self.name, metadata=self.metadata)
+
     def check_head_removal(self) -> None:
         """Every toy attention variant can lose heads."""
 
