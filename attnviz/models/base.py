@@ -168,6 +168,16 @@ class LoadedModel(ABC):
         """
         return None
 
+    def own_example_batches(self, num_examples: int, *, batch_size: int, seed: int) -> list[EncodedBatch] | None:
+        """``num_examples`` of the model's own data in batches of at most ``batch_size``, or None when it has none.
+
+        Batch ``i`` is :meth:`own_examples` drawn with seed ``seed * 1_000_003 + i``, so the same
+        arguments give the same data however often they are drawn.
+        """
+        sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
+        batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
+        return None if not batches or batches[0] is None else batches
+
     def with_model(self, model: nn.Module) -> LoadedModel:
         """The same kind of loaded model (same tokenizer and name) around another torch module."""
         raise UnsupportedModelError(f"{self.name}: attnviz cannot rewrap this kind of model")
@@ -179,16 +189,6 @@ class LoadedModel(ABC):
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[LoadedModel, dict | None]:
         """A copy without the heads in ``removed`` (this model is left unchanged), and the per-site plan if any."""
         raise UnsupportedModelError(f"{self.name}: attnviz cannot remove heads from this kind of model")
-
-    def own_example_batches(self, num_examples: int, *, batch_size: int, seed: int) -> list[EncodedBatch] | None:
-        """``num_examples`` of the model's own data in batches of at most ``batch_size``, or None when it has none.
-
-        Batch ``i`` is :meth:`own_examples` drawn with seed ``seed * 1_000_003 + i``, so the same
-        arguments give the same data however often they are drawn.
-        """
-        sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
-        batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
-        return None if not batches or batches[0] is None else batches
 
     def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
         """One example of ``tokens`` positions (at most the model's maximum length) to time forward passes on.
@@ -213,7 +213,8 @@ class LoadedModel(ABC):
         """Raise :class:`~attnviz.errors.UnsupportedModelError` unless the model writes text token by token
         through the attention core (a causal LM or an encoder-decoder model with its language-model head)."""
         raise UnsupportedModelError(
-            f"{self.name} is not a Hugging Face model: generation needs a causal LM or an encoder-decoder model"
+            f"{self.name} cannot write text through attnviz: generation needs a Hugging Face causal LM or "
+            "encoder-decoder model"
         )
 
     # -- pruning: how heads are judged, and the pruned model on disk -------------------------------
