@@ -83,6 +83,15 @@ TOY_MARKER = "attnviz-toy.json"
 PRUNED_MARKER = "attnviz-pruned.json"
 
 
+@dataclass(frozen=True)
+class PrunedCopy:
+    """What :meth:`LoadedModel.remove_heads` made of a model, as :meth:`LoadedModel.save_pruned` writes it."""
+
+    model: LoadedModel  # the smaller model
+    removed: Mapping[AttentionSite, Sequence[int]]  # heads removed, in the original model's numbering
+    plans: dict | None = None  # the per-site plan remove_heads returned (Hugging Face families)
+
+
 class LoadedModel(ABC):
     """A model ready for attnviz: encodes text, runs through the attention core."""
 
@@ -224,12 +233,7 @@ class LoadedModel(ABC):
         raise UnsupportedModelError(f"{self.name}: attnviz cannot judge the heads of this kind of model")
 
     def objective(
-        self,
-        batches: Sequence[EncodedBatch],
-        *,
-        probes: int = 8,
-        seed: int = 0,
-        parallel: DataParallel = SINGLE_PROCESS,
+        self, batches: list[EncodedBatch], *, probes: int = 8, seed: int = 0, parallel: DataParallel = SINGLE_PROCESS
     ) -> Objective:
         """The loss this model's heads are judged by on ``batches`` (see :mod:`attnviz.models.objective`).
 
@@ -239,17 +243,10 @@ class LoadedModel(ABC):
         raise UnsupportedModelError(f"{self.name}: attnviz cannot judge the heads of this kind of model")
 
     def save_pruned(
-        self,
-        directory: str | os.PathLike,
-        pruned: LoadedModel,
-        *,
-        removed: Mapping[AttentionSite, Sequence[int]],
-        plans: dict | None,
-        source: str,
-        transformers_copy: bool = True,
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
     ) -> tuple[Path, Path | None]:
-        """Write ``pruned`` (this model after :meth:`remove_heads` took out ``removed``, with its ``plans``) to
-        ``directory``, atomically, in a form :func:`attnviz.models.specs.load_model` reads back.
+        """Write ``pruned`` (what :meth:`remove_heads` made of this model) to ``directory``, atomically, in a form
+        :func:`attnviz.models.specs.load_model` reads back.
 
         ``source``: the spec this model was loaded from (recorded); ``transformers_copy``: also write a copy
         that plain transformers loads, where the format has one. Returns (the directory, that copy or None).

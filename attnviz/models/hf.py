@@ -14,7 +14,7 @@ from torch import nn
 
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.errors import InputError, ModelSpecError, ParameterError, UnsupportedModelError
-from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.hf_checks import check_loading_info, first_line, quiet_transformers, refuse_custom_code
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
 from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
@@ -185,12 +185,7 @@ class HFModel(LoadedModel):
             )
 
     def objective(
-        self,
-        batches: Sequence[EncodedBatch],
-        *,
-        probes: int = 8,
-        seed: int = 0,
-        parallel: DataParallel = SINGLE_PROCESS,
+        self, batches: list[EncodedBatch], *, probes: int = 8, seed: int = 0, parallel: DataParallel = SINGLE_PROCESS
     ) -> Objective:
         """Next-token loss for a causal LM with its LM head, else the label-free representation distortion."""
         self.check_objective()
@@ -205,23 +200,16 @@ class HFModel(LoadedModel):
         return text_probe_batches(self, length, sequences, seed=seed, batch_size=batch_size)
 
     def save_pruned(
-        self,
-        directory: str | os.PathLike,
-        pruned: LoadedModel,
-        *,
-        removed: Mapping[AttentionSite, Sequence[int]],
-        plans: dict | None,
-        source: str,
-        transformers_copy: bool = True,
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
     ) -> tuple[Path, Path | None]:
         """The pruned-checkpoint format of :mod:`attnviz.models.pruned_format` (with the masked-weights copy)."""
         path = save_pruned_checkpoint(
             directory,
             source=source,
             original=self,
-            pruned=pruned,
-            plans=plans,
-            removed=removed,
+            pruned=pruned.model,
+            plans=pruned.plans,
+            removed=pruned.removed,
             transformers_copy=transformers_copy,
         )
         return path, (path / TRANSFORMERS_COPY if transformers_copy else None)

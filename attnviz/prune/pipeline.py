@@ -17,7 +17,7 @@ from pathlib import Path
 
 from attnviz.core import AttentionSite
 from attnviz.errors import ParameterError
-from attnviz.models.base import LoadedModel
+from attnviz.models.base import LoadedModel, PrunedCopy
 from attnviz.models.heads import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
 from attnviz.models.objective import Objective, Quality
 from attnviz.models.physical import SitePlan
@@ -244,14 +244,8 @@ def save_outcome(outcome: PruneOutcome, out: str | os.PathLike, *, source: str, 
     The model's own format (:meth:`~attnviz.models.base.LoadedModel.save_pruned`); ``transformers_copy``:
     also the copy plain transformers loads, where the format has one.
     """
-    path, copy = outcome.original.save_pruned(
-        out,
-        outcome.pruned,
-        removed=outcome.removed,
-        plans=outcome.plans,
-        source=source,
-        transformers_copy=transformers_copy,
-    )
+    pruned = PrunedCopy(outcome.pruned, outcome.removed, outcome.plans)
+    path, copy = outcome.original.save_pruned(out, pruned, source=source, transformers_copy=transformers_copy)
     outcome.report.transformers_copy = None if copy is None else str(copy)
     outcome.report.output = str(path)
     return path

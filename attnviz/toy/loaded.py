@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from attnviz import io
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.errors import InputError, ParameterError
-from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
 from attnviz.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.reporting import warn
@@ -92,28 +92,16 @@ class ToyModel(LoadedModel):
         """Every toy architecture, encoder-decoder included, is judged by its task's loss."""
 
     def objective(
-        self,
-        batches: Sequence[EncodedBatch],
-        *,
-        probes: int = 8,
-        seed: int = 0,
-        parallel: DataParallel = SINGLE_PROCESS,
+        self, batches: list[EncodedBatch], *, probes: int = 8, seed: int = 0, parallel: DataParallel = SINGLE_PROCESS
     ) -> TaskObjective:
         return TaskObjective(self, batches, parallel=parallel)
 
     def save_pruned(
-        self,
-        directory: str | os.PathLike,
-        pruned: LoadedModel,
-        *,
-        removed: Mapping[AttentionSite, Sequence[int]],
-        plans: dict | None,
-        source: str,
-        transformers_copy: bool = True,
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
     ) -> tuple[Path, None]:
         """A toy checkpoint (its config records the heads per layer, its metadata what was removed)."""
         with io.staged_directory(Path(directory)) as stage:
-            write_checkpoint_files(pruned, stage)
+            write_checkpoint_files(pruned.model, stage)
         return Path(directory), None
 
     def source_paths(self) -> list[Path]:

@@ -13,7 +13,7 @@ from tiny_models import TEXTS
 
 from attnviz.core import AttentionSite
 from attnviz.errors import InputError, UnsupportedModelError
-from attnviz.models.base import LoadedModel
+from attnviz.models.base import LoadedModel, PrunedCopy
 from attnviz.models.hf import HFModel
 from attnviz.models.objective import LanguageModelObjective, RepresentationObjective
 from attnviz.models.specs import load_model
@@ -196,7 +196,7 @@ def test_save_pruned_round_trips_on_both_kinds(tiny_models, tiny_dirs, toy, tmp_
     for name, loaded in (("gpt2", gpt2), ("toy", toy)):
         pruned, plans = loaded.remove_heads({S0: [1]})
         out = tmp_path / name
-        path, copy = loaded.save_pruned(out, pruned, removed={S0: [1]}, plans=plans, source=name)
+        path, copy = loaded.save_pruned(out, PrunedCopy(pruned, {S0: [1]}, plans), source=name)
         reloaded = load_model(str(path), device="cpu")
         assert reloaded.layout() == pruned.layout() and reloaded.layout()[S0] == loaded.layout()[S0] - 1
         batch = pruned.encode(["1 2 3 4" if name == "toy" else TEXTS[0]])
