@@ -61,20 +61,8 @@ def token_lengths(loaded: LoadedModel, texts: Sequence[str], max_length: int | N
     """Tokens of each text as ``loaded`` encodes it (capped at the length limit)."""
     limits = [limit for limit in (max_length, loaded.max_length) if limit]
     limit = min(limits) if limits else None
-    tokenizer = getattr(loaded, "tokenizer", None)
-    if _is_hf_tokenizer(tokenizer):
-        lengths = [len(ids) for ids in tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
-    else:  # toy models: their encode is cheap and exact
-        lengths = [len(loaded.encode([text], max_length=max_length).tokens[0]) for text in texts]
+    lengths = loaded.token_counts(texts, max_length=max_length)
     return [min(length, limit) if limit else length for length in lengths]
-
-
-def _is_hf_tokenizer(tokenizer) -> bool:
-    if tokenizer is None:
-        return False
-    from transformers import PreTrainedTokenizerBase
-
-    return isinstance(tokenizer, PreTrainedTokenizerBase)
 
 
 def encode_batch(

@@ -148,29 +148,9 @@ def generate_capture(
 
 
 def _generative_model(loaded: LoadedModel):
-    """The model with its language-model head, or a clear refusal."""
-    from attnviz.models.hf import HFModel
-
-    if not isinstance(loaded, HFModel):
-        raise UnsupportedModelError(
-            f"{loaded.name} is not a Hugging Face model: generation needs a causal LM or an encoder-decoder model"
-        )
-    if loaded.fallback:
-        raise UnsupportedModelError(
-            f"{loaded.model.config.model_type} models do not route through attnviz's attention core, "
-            "so their generation cannot be captured step by step"
-        )
-    model = loaded.model
-    if (
-        not (loaded.causal or loaded.encoder_decoder)
-        or not hasattr(model, "get_output_embeddings")
-        or (model.get_output_embeddings() is None)
-    ):
-        raise UnsupportedModelError(
-            f"{loaded.name} has no language-model head (an encoder such as BERT cannot write text): "
-            "use a causal LM such as smollm2 or an encoder-decoder model"
-        )
-    return model
+    """The model with its language-model head, or a clear refusal (:meth:`LoadedModel.check_generation`)."""
+    loaded.check_generation()
+    return loaded.model
 
 
 def _eos_ids(model) -> set[int]:

@@ -41,7 +41,7 @@ from attnviz.models.heads import removal_mask, total_heads
 from attnviz.models.physical import prune_heads_physically
 from attnviz.models.specs import load_model
 from attnviz.prune import PruneConfig, PruneStrategy, prune_model
-from attnviz.prune.objective import build_objective, text_batches
+from attnviz.prune.objective import text_batches
 from attnviz.prune.strategy import run_pruning
 
 
@@ -56,8 +56,8 @@ def smollm2_quality(args) -> dict:
     loaded = load_model("smollm2", device="cpu")
     layout = loaded.layout()
     count = round(0.2 * total_heads(layout))
-    scoring = build_objective(loaded, text_batches(loaded, scoring_texts, batch_size=8))
-    heldout = build_objective(loaded, text_batches(loaded, heldout_texts, batch_size=8))
+    scoring = loaded.objective(text_batches(loaded, scoring_texts, batch_size=8))
+    heldout = loaded.objective(text_batches(loaded, heldout_texts, batch_size=8))
     print(
         f"SmolLM2: {total_heads(layout)} heads in {len(layout)} layers; removing {count} (20%); "
         f"scoring on {scoring.total_units()} predicted tokens, perplexity on {heldout.total_units()} held-out tokens",

@@ -8,17 +8,24 @@ texts into an :class:`EncodedBatch` and runs a forward pass with an
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
-from attnviz.errors import UnsupportedModelError
+from attnviz.errors import InputError, UnsupportedModelError
+from attnviz.models.probing import ProbeBatch
+from attnviz.parallel import SINGLE_PROCESS, DataParallel
+
+if TYPE_CHECKING:  # the objectives are built on top of this module
+    from attnviz.models.objective import Objective
 
 
 @dataclass
@@ -76,6 +83,15 @@ TOY_MARKER = "attnviz-toy.json"
 PRUNED_MARKER = "attnviz-pruned.json"
 
 
+@dataclass(frozen=True)
+class PrunedCopy:
+    """What :meth:`LoadedModel.remove_heads` made of a model, as :meth:`LoadedModel.save_pruned` writes it."""
+
+    model: LoadedModel  # the smaller model
+    removed: Mapping[AttentionSite, Sequence[int]]  # heads removed, in the original model's numbering
+    plans: dict | None = None  # the per-site plan remove_heads returned (Hugging Face families)
+
+
 class LoadedModel(ABC):
     """A model ready for attnviz: encodes text, runs through the attention core."""
 
@@ -108,8 +124,19 @@ class LoadedModel(ABC):
         """Tokenise ``texts`` (and decoder ``targets``) into a right-padded batch on the model's device."""
 
     @abstractmethod
-    def forward(self, batch: EncodedBatch, context: AttentionContext | None = None) -> Any:
-        """Run the model on ``batch``; every attention call goes through the core with ``context``."""
+    def forward(self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = False) -> Any:
+        """Run the model on ``batch``; every attention call goes through the core with ``context``.
+
+        ``logits``: also project onto the vocabulary where that is a separate step (a Hugging Face LM head);
+        models that always compute logits ignore it.
+        """
+
+    def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:
+        """Tokens each text encodes to, special tokens included (callers cap them at the length limit).
+
+        This default encodes each text (exact; cheap for small vocabularies); tokenizers count faster.
+        """
+        return [len(self.encode([text], max_length=max_length).tokens[0]) for text in texts]
 
     def stacks(self) -> tuple[str, ...]:
         """The attention stacks this model has, in the order they run."""
@@ -150,6 +177,16 @@ class LoadedModel(ABC):
         """
         return None
 
+    def own_example_batches(self, num_examples: int, *, batch_size: int, seed: int) -> list[EncodedBatch] | None:
+        """``num_examples`` of the model's own data in batches of at most ``batch_size``, or None when it has none.
+
+        Batch ``i`` is :meth:`own_examples` drawn with seed ``seed * 1_000_003 + i``, so the same
+        arguments give the same data however often they are drawn.
+        """
+        sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
+        batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
+        return None if not batches or batches[0] is None else batches
+
     def with_model(self, model: nn.Module) -> LoadedModel:
         """The same kind of loaded model (same tokenizer and name) around another torch module."""
         raise UnsupportedModelError(f"{self.name}: attnviz cannot rewrap this kind of model")
@@ -161,6 +198,64 @@ class LoadedModel(ABC):
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[LoadedModel, dict | None]:
         """A copy without the heads in ``removed`` (this model is left unchanged), and the per-site plan if any."""
         raise UnsupportedModelError(f"{self.name}: attnviz cannot remove heads from this kind of model")
+
+    def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
+        """One example of ``tokens`` positions (at most the model's maximum length) to time forward passes on.
+
+        Text models cut it from ``texts`` repeated; models with their own vocabulary may draw it with ``seed``.
+        """
+        return self.encode([" ".join(texts)], max_length=tokens)
+
+    def default_probe_length(self, longest: int) -> int:
+        """Random tokens per probe block when none is given: ``longest``, or less where the model reads
+        fewer positions (two blocks and two framing tokens must fit)."""
+        if self.max_length is not None:
+            return max(2, min(longest, (self.max_length - 2) // 2))
+        return longest
+
+    def probe_batches(self, length: int, sequences: int, *, seed: int, batch_size: int) -> list[ProbeBatch]:
+        """``sequences`` probe sequences of ``length`` random tokens written twice, drawn with ``seed`` from the
+        model's own vocabulary, in batches of ``batch_size`` (the probes of :mod:`attnviz.heads.probes`)."""
+        raise InputError(f"{self.name}: attnviz cannot build probe sequences for this kind of model")
+
+    def check_generation(self) -> None:
+        """Raise :class:`~attnviz.errors.UnsupportedModelError` unless the model writes text token by token
+        through the attention core (a causal LM or an encoder-decoder model with its language-model head)."""
+        raise UnsupportedModelError(
+            f"{self.name} cannot write text through attnviz: generation needs a Hugging Face causal LM or "
+            "encoder-decoder model"
+        )
+
+    # -- pruning: how heads are judged, and the pruned model on disk -------------------------------
+
+    def check_objective(self) -> None:
+        """Raise :class:`~attnviz.errors.UnsupportedModelError` unless :meth:`objective` can judge these heads."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot judge the heads of this kind of model")
+
+    def objective(
+        self, batches: list[EncodedBatch], *, probes: int = 8, seed: int = 0, parallel: DataParallel = SINGLE_PROCESS
+    ) -> Objective:
+        """The loss this model's heads are judged by on ``batches`` (see :mod:`attnviz.models.objective`).
+
+        ``probes``, ``seed``: the random output probes of a label-free objective (gradient importance);
+        ``parallel``: this process's share of a data-parallel run.
+        """
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot judge the heads of this kind of model")
+
+    def save_pruned(
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
+    ) -> tuple[Path, Path | None]:
+        """Write ``pruned`` (what :meth:`remove_heads` made of this model) to ``directory``, atomically, in a form
+        :func:`attnviz.models.specs.load_model` reads back.
+
+        ``source``: the spec this model was loaded from (recorded); ``transformers_copy``: also write a copy
+        that plain transformers loads, where the format has one. Returns (the directory, that copy or None).
+        """
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot save a pruned copy of this kind of model")
+
+    def source_paths(self) -> list[Path]:
+        """Files and directories this model was read from (outputs must never overwrite them)."""
+        return []
 
     def context(self, observers: Sequence = (), head_mask=None) -> AttentionContext:
         """An :class:`AttentionContext` whose sites are named for this model."""

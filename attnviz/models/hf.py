@@ -6,6 +6,7 @@ import os
 import re
 import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,8 +14,14 @@ from torch import nn
 
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.errors import InputError, ModelSpecError, ParameterError, UnsupportedModelError
-from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
+from attnviz.models.hf_checks import check_loading_info, first_line, quiet_transformers, refuse_custom_code
+from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
+from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
+from attnviz.models.probing import ProbeBatch
+from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
+from attnviz.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.reporting import warn
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
@@ -54,7 +61,7 @@ def load_hf_model(
 
     source = str(source)
     register_attention()
-    _quiet_transformers()
+    quiet_transformers()
     refuse_custom_code(source)
     # Never run code shipped with a model, and never ask on stdin whether to.
     extra: dict[str, Any] = {"trust_remote_code": False}
@@ -115,65 +122,11 @@ def load_hf_model(
     return loaded
 
 
-def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message (its type when it has none)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
-
-
-def refuse_custom_code(source: str) -> None:
-    """Refuse a local model directory whose config or tokenizer config points at Python code it ships."""
-    import json
-    from pathlib import Path
-
-    folder = Path(source).expanduser()
-    if not folder.is_dir():
-        return
-    for name in ("config.json", "tokenizer_config.json"):
-        try:
-            document = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # missing or damaged: transformers reports it below
-        if isinstance(document, dict) and document.get("auto_map"):
-            raise ModelSpecError(
-                f"model {source!r} needs custom code shipped with it ('auto_map' in {name}): attnviz does not run "
-                "code from a model folder; use a model that transformers supports natively"
-            )
-
-
-def check_loading_info(info: dict, source: str) -> None:
-    """Refuse weights that leave parameters at random values, or that hold tensors the model does not have.
-
-    transformers only logs these (``info`` is ``from_pretrained(..., output_loading_info=True)[1]``);
-    tied weights it fills itself are not listed as missing.
-    """
-    for key, what, advice in (
-        ("missing_keys", "lack {n} tensor(s) the model needs", "those would be random"),
-        ("unexpected_keys", "hold {n} tensor(s) the model does not have", "they are not this model's weights"),
-        ("mismatched_keys", "have {n} tensor(s) of the wrong shape", "they do not fit its config"),
-    ):
-        names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(key) or ())
-        if names:
-            shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
-            raise ModelSpecError(
-                f"the weights of model {source!r} {what.format(n=len(names))} ({shown}): {advice}; "
-                "give a complete checkpoint"
-            )
-    errors = info.get("error_msgs") or []
-    if errors:
-        raise ModelSpecError(f"the weights of model {source!r} do not load: {first_line(Exception(errors[0]))}")
-
-
-def _quiet_transformers() -> None:
-    """transformers' own progress bars and info logs would clutter attnviz's stderr."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-
-
 class HFModel(LoadedModel):
     """A transformers model whose attention runs through attnviz's core."""
+
+    #: the pruned checkpoint directory this model was read from (set by :mod:`attnviz.models.pruned`)
+    checkpoint_path: str | None = None
 
     def __init__(self, model: nn.Module, tokenizer: Any, *, name: str, fallback: bool = False):
         self.model = model
@@ -206,6 +159,65 @@ class HFModel(LoadedModel):
 
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[HFModel, dict]:
         return prune_heads_physically(self, removed)
+
+    def check_generation(self) -> None:
+        if self.fallback:
+            raise UnsupportedModelError(
+                f"{self.model.config.model_type} models do not route through attnviz's attention core, "
+                "so their generation cannot be captured step by step"
+            )
+        if not (self.causal or self.encoder_decoder) or not has_lm_head(self):
+            raise UnsupportedModelError(
+                f"{self.name} has no language-model head (an encoder such as BERT cannot write text): "
+                "use a causal LM such as smollm2 or an encoder-decoder model"
+            )
+
+    def check_objective(self) -> None:
+        if self.encoder_decoder:
+            raise UnsupportedModelError(
+                f"{self.name} is an encoder-decoder model: attnviz prune supports encoder-only and decoder-only "
+                "Hugging Face models and attnviz toy models"
+            )
+        if self.fallback:
+            raise UnsupportedModelError(
+                f"{self.name} does not route through transformers' attention interface, so attnviz cannot "
+                "mask or prune its heads"
+            )
+
+    def objective(
+        self, batches: list[EncodedBatch], *, probes: int = 8, seed: int = 0, parallel: DataParallel = SINGLE_PROCESS
+    ) -> Objective:
+        """Next-token loss for a causal LM with its LM head, else the label-free representation distortion."""
+        self.check_objective()
+        if self.causal and has_lm_head(self):
+            return LanguageModelObjective(self, batches, parallel=parallel)
+        return RepresentationObjective(self, batches, probes=probes, seed=seed, parallel=parallel)
+
+    def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
+        return text_timing_batch(self, texts, tokens)
+
+    def probe_batches(self, length: int, sequences: int, *, seed: int, batch_size: int) -> list[ProbeBatch]:
+        return text_probe_batches(self, length, sequences, seed=seed, batch_size=batch_size)
+
+    def save_pruned(
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
+    ) -> tuple[Path, Path | None]:
+        """The pruned-checkpoint format of :mod:`attnviz.models.pruned_format` (with the masked-weights copy)."""
+        path = save_pruned_checkpoint(
+            directory,
+            source=source,
+            original=self,
+            pruned=pruned.model,
+            plans=pruned.plans,
+            removed=pruned.removed,
+            transformers_copy=transformers_copy,
+        )
+        return path, (path / TRANSFORMERS_COPY if transformers_copy else None)
+
+    def source_paths(self) -> list[Path]:
+        sources = [getattr(self.model.config, "_name_or_path", None) or getattr(self.model, "name_or_path", None)]
+        sources.append(self.checkpoint_path)
+        return [Path(source).resolve() for source in sources if source and Path(source).exists()]
 
     def site_of(self, module: nn.Module) -> AttentionSite | None:
         if module not in self._sites:
@@ -262,6 +274,9 @@ class HFModel(LoadedModel):
                 words = list(range(length))
             word_ids.append([None if s else w for w, s in zip(words, special[-1])])
         return enc, tokens, special, word_ids, truncated
+
+    def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:
+        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
 
     def encode(
         self,

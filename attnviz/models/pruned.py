@@ -3,7 +3,7 @@
 Layers of a pruned checkpoint may keep different numbers of heads, which a transformers config
 cannot express: the model is built at full size from ``config.json``, each attention site is
 shrunk to the head counts recorded in ``attnviz-pruned.json`` (its format is described in
-:mod:`attnviz.prune.checkpoint`, which writes it), and then the weights are read.
+:mod:`attnviz.models.pruned_format`, which writes it), and then the weights are read.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from transformers.initialization import no_init_weights
 from attnviz.core import ATTENTION_NAME, AttentionSite, register_attention
 from attnviz.errors import ModelSpecError
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
-from attnviz.models.hf import HFModel, first_line, model_class_for, refuse_custom_code
+from attnviz.models.hf import HFModel, model_class_for
+from attnviz.models.hf_checks import first_line, refuse_custom_code
 from attnviz.models.physical import shrink_to_counts
-
-FORMAT_NAME = "attnviz-pruned"
-FORMAT_VERSION = 1
+from attnviz.models.pruned_format import FORMAT_NAME, FORMAT_VERSION
 
 
 def read_pruned_metadata(path: str | os.PathLike) -> dict:

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from attnviz.core import AttentionSite, HeadMask
 from attnviz.errors import InputError
 from attnviz.models.heads import RemovedHeads, keep_matrix, merge_removed, normalize_removed, removal_mask
-from attnviz.prune.objective import Objective
+from attnviz.models.objective import Objective
 
 METHODS = ("gradient", "ablation", "entropy", "confidence", "random")
 

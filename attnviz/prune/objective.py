@@ -1,333 +1,31 @@
-"""What "quality" means when heads are removed: the loss that importance is measured on.
+"""The data a pruning run judges heads on, and the objectives over it.
 
-Three objectives, picked by :func:`build_objective` from the model:
-
-* :class:`LanguageModelObjective` (causal LMs): next-token cross-entropy through
-  the model's LM head; the metric is perplexity.
-* :class:`TaskObjective` (attnviz toy models): the toy task's own loss
-  (``loaded.task_loss``); the metric is task accuracy.
-* :class:`RepresentationObjective` (encoders without a task head, e.g. MiniLM):
-  there are no labels (likewise for a decoder checkpoint without its LM head),
-  so quality is *how little the output changes*: the loss is
-  the relative distortion of the final hidden states,
-  ``D = Σₜ‖hₜ − h⁰ₜ‖² / Σₜ‖h⁰ₜ‖²`` over all real tokens, where ``h⁰`` are the
-  unpruned model's states; the metric is their mean cosine similarity (1 before
-  pruning).
-
-``D`` is minimal (0) at the unpruned model, so its gradient with respect to a
-head-mask variable at ξ = 1 is exactly zero and useless for Michel et al.'s
-gradient importance. For gradient importance the representation objective
-therefore differentiates *random linear probes* of the output,
-``Σₜ rₜ·hₜ`` with ``rₜ ~ N(0, I)`` (seeded): ``E|∂/∂ξₕ Σₜ rₜ·hₜ|`` is
-proportional to ``‖∂h/∂ξₕ‖``, how strongly head ``h`` moves the output, whose
-square is the second-order (Gauss–Newton) estimate of the distortion that
-removing the head causes.
-
-Every objective works on a fixed list of batches and returns *sums* and *counts*
-per batch, so that the mean over the whole data set is exact however it is
-batched.
+Which loss judges a model's heads is the model's own business
+(:meth:`attnviz.models.base.LoadedModel.objective`, :mod:`attnviz.models.objective`);
+this module decides the data: the model's own examples where it has some (a toy
+model's task, drawn fresh with the run's seed), else the texts the caller gives.
 """
 
 from __future__ import annotations
 
-import math
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-import torch
-from torch import Tensor
 
 from attnviz.batching import token_batches
-from attnviz.core import AttentionContext, HeadMask
-from attnviz.errors import ParameterError, UnsupportedModelError
+from attnviz.errors import ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.objective import Objective
 from attnviz.parallel import SINGLE_PROCESS, DataParallel
 
-#: Fewest loss-bearing units (predicted tokens, tokens, or task examples) worth scoring heads on.
-MIN_SCORING_UNITS = 8
-
-
-@dataclass(frozen=True)
-class Quality:
-    """How good a (possibly masked or pruned) model is on an objective's data."""
-
-    loss: float  # the objective's mean loss (lower is better)
-    metric: float  # the objective's metric (perplexity, accuracy or cosine similarity)
-    metric_name: str  # "perplexity", "accuracy", "cosine_similarity" or "loss"
-    higher_is_better: bool  # whether a larger metric is better
-
-    @property
-    def score(self) -> float:
-        """Higher-is-better quality for minimum-score comparisons (1/perplexity for perplexity)."""
-        if self.higher_is_better:
-            return self.metric
-        return 1.0 / self.metric if self.metric > 0 else math.inf
-
-
-def _at_least_float32(tensor: Tensor) -> Tensor:
-    """Half-precision tensors as float32 (losses are summed in float32 or better); others unchanged."""
-    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
-
-
-class Objective(ABC):
-    """A loss over a fixed list of batches, evaluated through the attention core."""
-
-    #: name of the metric reported before and after pruning
-    metric_name: str
-    #: whether a larger metric is better
-    higher_is_better: bool
-    #: what one loss unit is ("predicted tokens", "tokens", "examples")
-    unit_name: str
-
-    def __init__(
-        self, loaded: LoadedModel, batches: Sequence[EncodedBatch], *, parallel: DataParallel = SINGLE_PROCESS
-    ):
-        self.loaded = loaded
-        self.batches = list(batches)
-        #: this process's share of a data-parallel run: every process holds every batch, and the
-        #: passes over them (:meth:`evaluate`, :meth:`loss`, gradient importance) each run over
-        #: :meth:`local_indices` and sum across processes
-        self.parallel = parallel
-        self._total_units: int | None = None
-        self._local_indices: list[int] | None = None
-
-    def local_indices(self) -> list[int]:
-        """Indices of the batches this process handles (all of them in a single process)."""
-        if self._local_indices is None:
-            costs = [len(batch) * max(batch.lengths, default=0) for batch in self.batches]  # padded tokens
-            self._local_indices = self.parallel.shard(costs)
-        return self._local_indices
-
-    # -- per batch --------------------------------------------------------------------------
-
-    @abstractmethod
-    def batch_loss(self, index: int, context: AttentionContext) -> tuple[Tensor, int]:
-        """(sum of the loss over batch ``index``'s units, number of units); differentiable."""
-
-    def gradient_losses(self, index: int, context: AttentionContext) -> list[Tensor]:
-        """Scalars whose gradients with respect to the head mask measure importance on batch ``index``.
-
-        Each is normalised by the data set's total unit count, so summing them
-        over batches gives the gradient of the data set's mean loss. Several
-        entries are independent estimates whose absolute gradients are averaged.
-        """
-        total, _ = self.batch_loss(index, context)
-        return [total / self.total_units()]
-
-    @abstractmethod
-    def batch_quality(self, index: int, context: AttentionContext) -> tuple[float, float, int]:
-        """(loss sum, metric sum, units) of batch ``index``, from one forward pass, without gradients."""
-
-    def finish_metric(self, metric_sum: float, loss_mean: float, units: int) -> float:
-        """The data set's metric from the summed per-batch values (a mean by default)."""
-        return metric_sum / max(units, 1)
-
-    # -- over all batches -------------------------------------------------------------------
-
-    def units(self, index: int) -> int:
-        """Loss units of batch ``index``."""
-        return self._units(self.batches[index])
-
-    @abstractmethod
-    def _units(self, batch: EncodedBatch) -> int: ...
-
-    def total_units(self) -> int:
-        """Loss units over all batches."""
-        if self._total_units is None:
-            self._total_units = sum(self._units(batch) for batch in self.batches)
-        return self._total_units
-
-    def check_enough_data(self, what: str = "scoring data") -> None:
-        """Raise :class:`InputError` when there is too little to score or evaluate on."""
-        units = self.total_units()
-        if units < MIN_SCORING_UNITS:
-            raise ParameterError(
-                "texts",
-                f"the {what} has only {units} {self.unit_name} to score on; at least {MIN_SCORING_UNITS} "
-                "are needed: give more or longer text with {texts}",
-            )
-
-    def evaluate(self, head_mask: HeadMask | None = None, progress=None) -> Quality:
-        """Mean loss and metric over all batches with ``head_mask`` applied (no gradients).
-
-        ``progress``: called once per batch (to advance a progress bar).
-        """
-        loss_sum, metric_sum, units = 0.0, 0.0, 0
-        context = self.loaded.context(head_mask=head_mask)
-        with torch.no_grad():
-            for index in self.local_indices():
-                batch_loss, batch_metric, count = self.batch_quality(index, context)
-                loss_sum += batch_loss
-                metric_sum += batch_metric
-                units += count
-                if progress is not None:
-                    progress()
-        loss_sum, metric_sum, units = self.parallel.sum_numbers([loss_sum, metric_sum, units])
-        units = int(units)
-        loss = loss_sum / max(units, 1)
-        return Quality(loss, self.finish_metric(metric_sum, loss, units), self.metric_name, self.higher_is_better)
-
-    def loss(self, head_mask: HeadMask | None = None) -> float:
-        """Mean loss over all batches with ``head_mask`` applied (no gradients)."""
-        loss_sum, units = 0.0, 0
-        context = self.loaded.context(head_mask=head_mask)
-        with torch.no_grad():
-            for index in self.local_indices():
-                total, count = self.batch_loss(index, context)
-                loss_sum += float(total)
-                units += count
-        loss_sum, units = self.parallel.sum_numbers([loss_sum, units])
-        return loss_sum / max(units, 1)
-
-    def for_model(self, loaded: LoadedModel) -> Objective:
-        """The same objective and data on another model (e.g. the physically pruned copy)."""
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__)
-        clone.loaded = loaded
-        return clone
-
-
-class LanguageModelObjective(Objective):
-    """Next-token cross-entropy of a causal LM, over every non-padding position; metric perplexity."""
-
-    metric_name = "perplexity"
-    higher_is_better = False
-    unit_name = "predicted tokens"
-
-    def __init__(
-        self, loaded: LoadedModel, batches: Sequence[EncodedBatch], *, parallel: DataParallel = SINGLE_PROCESS
-    ):
-        super().__init__(loaded, batches, parallel=parallel)
-        if not has_lm_head(loaded):
-            raise UnsupportedModelError(
-                f"{loaded.name} is a causal model without a language-modelling head, so its loss cannot be "
-                "computed: give a *ForCausalLM checkpoint"
-            )
-
-    def _units(self, batch: EncodedBatch) -> int:
-        return sum(max(length - 1, 0) for length in batch.lengths)
-
-    def batch_loss(self, index: int, context: AttentionContext) -> tuple[Tensor, int]:
-        batch = self.batches[index]
-        logits = self.loaded.forward(batch, context, logits=True).logits  # [b, t, vocab]
-        input_ids = batch.inputs["input_ids"]
-        valid = batch.inputs["attention_mask"][:, 1:].bool()  # [b, t-1]: position t+1 is a real token
-        targets = input_ids[:, 1:]  # [b, t-1]
-        vocab = logits.shape[-1]
-        nll = torch.nn.functional.cross_entropy(
-            _at_least_float32(logits[:, :-1]).reshape(-1, vocab),  # [b·(t-1), vocab]
-            targets.reshape(-1),  # [b·(t-1)]
-            reduction="none",
-        ).view_as(targets)  # [b, t-1]
-        return (nll * valid).sum(), int(valid.sum())
-
-    def batch_quality(self, index: int, context: AttentionContext) -> tuple[float, float, int]:
-        total, count = self.batch_loss(index, context)
-        return float(total), 0.0, count  # perplexity is exp(mean loss): see finish_metric
-
-    def finish_metric(self, metric_sum: float, loss_mean: float, units: int) -> float:
-        return math.exp(min(loss_mean, 700.0))
-
-
-class TaskObjective(Objective):
-    """A toy model's task loss (``loaded.task_loss``); metric task accuracy (``loaded.task_metrics``).
-
-    Both are means over the labelled output tokens of a batch; batches are
-    weighted by their labelled tokens, so the data set's numbers are token means too.
-    """
-
-    metric_name = "accuracy"
-    higher_is_better = True
-    unit_name = "labelled tokens"
-
-    def _units(self, batch: EncodedBatch) -> int:
-        labels = batch.inputs.get("labels")
-        return int((labels != -100).sum()) if labels is not None else len(batch)
-
-    def batch_loss(self, index: int, context: AttentionContext) -> tuple[Tensor, int]:
-        count = self.units(index)
-        return self.loaded.task_loss(self.batches[index], context) * count, count  # task_loss is a token mean
-
-    def batch_quality(self, index: int, context: AttentionContext) -> tuple[float, float, int]:
-        metrics = self.loaded.task_metrics(self.batches[index], context)
-        count = self.units(index)
-        return float(metrics["loss"]) * count, float(metrics.get("accuracy", float("nan"))) * count, count
-
-
-class RepresentationObjective(Objective):
-    """Label-free: distortion of the final hidden states relative to the unpruned model (see module docstring)."""
-
-    metric_name = "cosine_similarity"
-    higher_is_better = True
-    unit_name = "tokens"
-
-    def __init__(
-        self,
-        loaded: LoadedModel,
-        batches: Sequence[EncodedBatch],
-        *,
-        probes: int = 8,
-        seed: int = 0,
-        parallel: DataParallel = SINGLE_PROCESS,
-    ):
-        super().__init__(loaded, batches, parallel=parallel)
-        #: random output probes per batch for gradient importance
-        self.probes = probes
-        #: seed of the probes
-        self.seed = seed
-        # The unpruned model's final hidden states, one [b, t, e] tensor per batch.
-        with torch.no_grad():
-            self.references = [self._hidden(index, loaded.context()).detach() for index in range(len(self.batches))]
-        energy = sum(float((ref**2).sum(-1)[self._valid(i)].sum()) for i, ref in enumerate(self.references))
-        #: mean squared norm of a reference token state: the distortion's denominator
-        self.mean_energy = max(energy / max(self.total_units(), 1), 1e-12)
-
-    def _units(self, batch: EncodedBatch) -> int:
-        return sum(batch.lengths)
-
-    def _valid(self, index: int) -> Tensor:
-        return self.batches[index].inputs["attention_mask"].bool()  # [b, t]
-
-    def _hidden(self, index: int, context: AttentionContext) -> Tensor:
-        outputs = self.loaded.forward(self.batches[index], context)
-        hidden = outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs[0]
-        return _at_least_float32(hidden)  # [b, t, e]
-
-    def batch_loss(self, index: int, context: AttentionContext) -> tuple[Tensor, int]:
-        hidden = self._hidden(index, context)  # [b, t, e]
-        valid = self._valid(index)  # [b, t]
-        squared_error = ((hidden - self.references[index]) ** 2).sum(-1)  # [b, t]
-        return (squared_error * valid).sum() / self.mean_energy, int(valid.sum())
-
-    def gradient_losses(self, index: int, context: AttentionContext) -> list[Tensor]:
-        hidden = self._hidden(index, context)  # [b, t, e]
-        valid = self._valid(index).to(hidden.dtype)[..., None]  # [b, t, 1]
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        scale = self.total_units() * math.sqrt(self.mean_energy)
-        losses = []
-        for _ in range(self.probes):
-            probe = torch.randn(hidden.shape, generator=generator).to(hidden.device)  # [b, t, e]
-            losses.append((probe * valid * hidden).sum() / scale)
-        return losses
-
-    def batch_quality(self, index: int, context: AttentionContext) -> tuple[float, float, int]:
-        hidden = self._hidden(index, context)  # [b, t, e]
-        valid = self._valid(index)  # [b, t]
-        reference = self.references[index]  # [b, t, e]
-        squared_error = ((hidden - reference) ** 2).sum(-1)  # [b, t]
-        cosine = torch.nn.functional.cosine_similarity(hidden, reference, dim=-1)  # [b, t]
-        return float(squared_error[valid].sum()) / self.mean_energy, float(cosine[valid].sum()), int(valid.sum())
-
-
-# -- building batches and objectives ---------------------------------------------------------------
+#: examples per batch when none is given: own examples (small toy tasks) and texts
+OWN_EXAMPLES_PER_BATCH = 64
+TEXTS_PER_BATCH = 8
 
 
 def text_batches(
     loaded: LoadedModel,
     texts: Sequence[str],
     *,
-    batch_size: int | None = 8,
+    batch_size: int | None = TEXTS_PER_BATCH,
     max_tokens_per_batch: int | None = None,
     max_length: int | None = None,
 ) -> list[EncodedBatch]:
@@ -343,51 +41,57 @@ def text_batches(
     )
 
 
-def task_batches(loaded: LoadedModel, *, examples: int, batch_size: int, seed: int) -> list[EncodedBatch]:
-    """Batches of a toy model's task (``loaded.task_batch``), ``examples`` in all, seeded."""
-    sizes = [min(batch_size, examples - start) for start in range(0, examples, batch_size)]
-    return [loaded.task_batch(size, seed=seed * 1_000_003 + i) for i, size in enumerate(sizes)]
-
-
-def is_toy(loaded: LoadedModel) -> bool:
-    """Toy models carry their task: they have ``task_loss`` and ``task_batch``."""
-    return hasattr(loaded, "task_loss") and hasattr(loaded, "task_batch")
-
-
-def has_lm_head(loaded: LoadedModel) -> bool:
-    """Whether ``loaded`` can produce next-token logits (a ``*ForCausalLM`` / ``*LMHeadModel`` checkpoint)."""
-    return getattr(loaded.model, "get_output_embeddings", lambda: None)() is not None
-
-
-def objective_kind(loaded: LoadedModel) -> str:
-    """``"task"``, ``"language_model"`` or ``"representation"``; raises for models pruning cannot handle."""
-    if is_toy(loaded):
-        return "task"  # every toy architecture, encoder-decoder included: the task gives the loss
-    if getattr(loaded, "encoder_decoder", False):
-        raise UnsupportedModelError(
-            f"{loaded.name} is an encoder-decoder model: attnviz prune supports encoder-only and decoder-only "
-            "Hugging Face models and attnviz toy models"
-        )
-    if getattr(loaded, "fallback", False):
-        raise UnsupportedModelError(
-            f"{loaded.name} does not route through transformers' attention interface, so attnviz cannot "
-            "mask or prune its heads"
-        )
-    return "language_model" if loaded.causal and has_lm_head(loaded) else "representation"
-
-
-def build_objective(
+def judging_batches(
     loaded: LoadedModel,
-    batches: Sequence[EncodedBatch],
+    texts: Sequence[str] | None,
+    eval_texts: Sequence[str] | None,
     *,
-    probes: int = 8,
-    seed: int = 0,
+    own_examples: int,
+    batch_size: int | None,
+    max_tokens_per_batch: int | None,
+    max_length: int | None,
+    seed: int,
+) -> tuple[list[EncodedBatch], list[EncodedBatch]]:
+    """(scoring batches, evaluation batches) for ``loaded``.
+
+    A model with its own examples is scored on ``own_examples`` of them drawn with ``seed`` and
+    evaluated on as many drawn with ``seed + 1`` (``texts`` are not used). Otherwise the texts are
+    encoded; without ``eval_texts`` the evaluation batches are the scoring batches (the same list).
+    """
+    size = batch_size or OWN_EXAMPLES_PER_BATCH
+    scoring = loaded.own_example_batches(own_examples, batch_size=size, seed=seed)
+    if scoring is not None:
+        evaluation = loaded.own_example_batches(own_examples, batch_size=size, seed=seed + 1)
+        return scoring, evaluation
+    if not texts:
+        raise ParameterError("texts", "no text to score heads on: give text with {texts}")
+    batching = {
+        "batch_size": batch_size or TEXTS_PER_BATCH,
+        "max_tokens_per_batch": max_tokens_per_batch,
+        "max_length": max_length,
+    }
+    scoring = text_batches(loaded, texts, **batching)
+    return scoring, (scoring if not eval_texts else text_batches(loaded, eval_texts, **batching))
+
+
+def objectives_for(
+    loaded: LoadedModel,
+    scoring: list[EncodedBatch],
+    evaluation: list[EncodedBatch],
+    *,
+    probes: int,
+    seed: int,
     parallel: DataParallel = SINGLE_PROCESS,
-) -> Objective:
-    """The objective that fits ``loaded`` (see the module docstring); ``parallel``: see :class:`Objective`."""
-    kind = objective_kind(loaded)
-    if kind == "task":
-        return TaskObjective(loaded, batches, parallel=parallel)
-    if kind == "language_model":
-        return LanguageModelObjective(loaded, batches, parallel=parallel)
-    return RepresentationObjective(loaded, batches, probes=probes, seed=seed, parallel=parallel)
+) -> tuple[Objective, Objective]:
+    """(scoring objective, evaluation objective), one object when the batches are the same list.
+
+    Raises :class:`~attnviz.errors.ParameterError` when either has too little data to judge heads on.
+    """
+    common = {"probes": probes, "seed": seed, "parallel": parallel}
+    scoring_objective = loaded.objective(scoring, **common)
+    scoring_objective.check_enough_data("scoring data")
+    if evaluation is scoring:
+        return scoring_objective, scoring_objective
+    evaluation_objective = loaded.objective(evaluation, **common)
+    evaluation_objective.check_enough_data("evaluation data")
+    return scoring_objective, evaluation_objective

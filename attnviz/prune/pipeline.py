@@ -1,8 +1,8 @@
 """The whole pruning workflow, as the ``attnviz prune`` command runs it.
 
     load model -> score heads (objective, importance) -> choose heads (strategy)
-    -> remove them physically (physical / toy) -> measure before and after -> report
-    -> write the checkpoint (checkpoint)
+    -> remove them physically (the model's remove_heads) -> measure before and after -> report
+    -> write the checkpoint (the model's save_pruned)
 
 :func:`prune_model` does everything but writing, so it is usable from Python
 and testable without touching the disk; :func:`save_outcome` writes the result.
@@ -17,27 +17,14 @@ from pathlib import Path
 
 from attnviz.core import AttentionSite
 from attnviz.errors import ParameterError
-from attnviz.models.base import LoadedModel
+from attnviz.models.base import LoadedModel, PrunedCopy
 from attnviz.models.heads import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
+from attnviz.models.objective import Objective, Quality
 from attnviz.models.physical import SitePlan
 from attnviz.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.prune.importance import METHODS
-from attnviz.prune.measure import (
-    forward_output,
-    measure_latency,
-    parameter_count,
-    text_latency_batch,
-    toy_latency_batch,
-)
-from attnviz.prune.objective import (
-    Objective,
-    Quality,
-    build_objective,
-    is_toy,
-    objective_kind,
-    task_batches,
-    text_batches,
-)
+from attnviz.prune.measure import forward_output, measure_latency, parameter_count
+from attnviz.prune.objective import judging_batches, objectives_for
 from attnviz.prune.report import PruneReport, build_report
 from attnviz.prune.strategy import PruneRun, PruneStrategy, default_steps, run_pruning
 from attnviz.reporting import status
@@ -51,7 +38,7 @@ class PruneConfig:
     count: int | None = None  # number of heads to remove (instead of ratio)
     importance: str = "gradient"  # importance method: gradient, ablation, entropy, confidence or random
     strategy: PruneStrategy = field(default_factory=PruneStrategy)  # scope, iterative, steps, min_score
-    seed: int = 0  # seeds random importance, the encoder objective's probes and toy task data
+    seed: int = 0  # seeds random importance, the encoder objective's probes and a model's own examples
     normalize: bool | None = None  # per-layer ℓ2 normalisation of scores; None: the method's default
     batch_size: int | None = None  # examples per scoring / evaluation batch (None: 8 texts, 64 toy examples)
     max_tokens_per_batch: int | None = None  # padded tokens per text batch (None: no token limit)
@@ -59,7 +46,7 @@ class PruneConfig:
     latency_tokens: int = 256  # length of the input the latency is measured on
     latency_repeats: int = 5  # timed forward passes per model (the median is reported)
     probes: int = 8  # random output probes per batch (gradient importance of encoders)
-    toy_examples: int = 256  # task examples drawn for toy models, for scoring and again for evaluation
+    toy_examples: int = 256  # own examples drawn (toy tasks), for scoring and again for evaluation
 
     def validate(self) -> None:
         """Check the options on their own (before any model is loaded); raises :class:`InputError`."""
@@ -157,33 +144,22 @@ def build_objectives(
 
     ``parallel``: in a data-parallel run each process scores and evaluates its share of the batches.
     """
-    if is_toy(loaded):
-        size = config.batch_size or 64
-        scoring = task_batches(loaded, examples=config.toy_examples, batch_size=size, seed=config.seed)
-        evaluation = task_batches(loaded, examples=config.toy_examples, batch_size=size, seed=config.seed + 1)
-    else:
-        if not texts:
-            raise ParameterError("texts", "no text to score heads on: give text with {texts}")
-        batching = {
-            "batch_size": config.batch_size or 8,
-            "max_tokens_per_batch": config.max_tokens_per_batch,
-            "max_length": config.max_length,
-        }
-        scoring = text_batches(loaded, texts, **batching)
-        evaluation = scoring if not eval_texts else text_batches(loaded, eval_texts, **batching)
-    common = {"probes": config.probes, "seed": config.seed, "parallel": parallel}
-    scoring_objective = build_objective(loaded, scoring, **common)
-    scoring_objective.check_enough_data("scoring data")
-    if evaluation is scoring:
-        return scoring_objective, scoring_objective
-    evaluation_objective = build_objective(loaded, evaluation, **common)
-    evaluation_objective.check_enough_data("evaluation data")
-    return scoring_objective, evaluation_objective
+    scoring, evaluation = judging_batches(
+        loaded,
+        texts,
+        eval_texts,
+        own_examples=config.toy_examples,
+        batch_size=config.batch_size,
+        max_tokens_per_batch=config.max_tokens_per_batch,
+        max_length=config.max_length,
+        seed=config.seed,
+    )
+    return objectives_for(loaded, scoring, evaluation, probes=config.probes, seed=config.seed, parallel=parallel)
 
 
 def check_prunable(loaded: LoadedModel) -> None:
     """Raise :class:`~attnviz.errors.UnsupportedModelError` unless ``loaded`` can be scored and pruned."""
-    objective_kind(loaded)
+    loaded.check_objective()
     loaded.check_head_removal()
 
 
@@ -233,12 +209,8 @@ def prune_model(
         mask = removal_mask(layout, removed)
         quality_masked = evaluation.evaluate(mask)
         quality_after = evaluation.for_model(pruned).evaluate()
-        if is_toy(loaded):
-            latency_batch = toy_latency_batch(loaded, config.latency_tokens, seed=config.seed)
-        else:
-            latency_batch = text_latency_batch(
-                loaded, list(texts or []) + list(eval_texts or []), config.latency_tokens
-            )
+        latency_texts = list(texts or []) + list(eval_texts or [])
+        latency_batch = loaded.timing_batch(config.latency_tokens, texts=latency_texts, seed=config.seed)
         masked_output = forward_output(loaded, latency_batch, loaded.context(head_mask=mask))
         pruned_output = forward_output(pruned, latency_batch)
         max_abs_diff = float((masked_output - pruned_output).abs().max())
@@ -267,24 +239,14 @@ def prune_model(
 
 
 def save_outcome(outcome: PruneOutcome, out: str | os.PathLike, *, source: str, transformers_copy: bool = True) -> Path:
-    """Write the pruned checkpoint of ``outcome`` to ``out`` (already checked by ``check_output_dir``)."""
-    from attnviz.prune.checkpoint import TRANSFORMERS_COPY, save_pruned_checkpoint, save_toy_checkpoint
+    """Write the pruned checkpoint of ``outcome`` to ``out`` (already checked by ``check_output_dir``).
 
-    if is_toy(outcome.original):
-        path = save_toy_checkpoint(out, outcome.pruned)
-        outcome.report.transformers_copy = None
-    else:
-        assert outcome.plans is not None
-        path = save_pruned_checkpoint(
-            out,
-            source=source,
-            original=outcome.original,
-            pruned=outcome.pruned,
-            plans=outcome.plans,
-            removed=outcome.removed,
-            transformers_copy=transformers_copy,
-        )
-        outcome.report.transformers_copy = str(path / TRANSFORMERS_COPY) if transformers_copy else None
+    The model's own format (:meth:`~attnviz.models.base.LoadedModel.save_pruned`); ``transformers_copy``:
+    also the copy plain transformers loads, where the format has one.
+    """
+    pruned = PrunedCopy(outcome.pruned, outcome.removed, outcome.plans)
+    path, copy = outcome.original.save_pruned(out, pruned, source=source, transformers_copy=transformers_copy)
+    outcome.report.transformers_copy = None if copy is None else str(copy)
     outcome.report.output = str(path)
     return path
 

@@ -45,7 +45,7 @@ from rich.table import Table
 from attnviz.core import AttentionSite
 from attnviz.io import check_output_path, write_text_atomic
 from attnviz.models.heads import heads_as_records, normalize_removed
-from attnviz.prune.objective import Objective, Quality
+from attnviz.models.objective import Objective, Quality
 
 FORMAT_NAME = "attnviz-prune-report"
 FORMAT_VERSION = 1
@@ -130,8 +130,6 @@ def build_report(
     max_abs_diff: float,
 ) -> PruneReport:
     """Assemble a :class:`PruneReport` from a finished run (see :func:`attnviz.prune.pipeline.prune_model`)."""
-    from attnviz.prune.objective import objective_kind
-
     removed = normalize_removed(run.removed)
     if plans is not None:
         sliced = {site: plan.sliced for site, plan in plans.items()}
@@ -149,7 +147,7 @@ def build_report(
     ]
     return PruneReport(
         model=model,
-        objective=objective_kind(objective.loaded),
+        objective=objective.kind,
         importance_method=run.importance.method,
         normalized=run.importance.normalized,
         strategy={

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from attnviz.core import AttentionSite
 from attnviz.errors import InputError, ParameterError
 from attnviz.models.heads import RemovedHeads, count_removed, max_removable, merge_removed, removal_mask
+from attnviz.models.objective import Objective, Quality
 from attnviz.prune.importance import HeadImportance, Scores, compute_importance, scoring_passes
-from attnviz.prune.objective import Objective, Quality
 from attnviz.reporting import progress_bar
 
 SCOPES = ("global", "per-layer")
@@ -217,7 +217,9 @@ def run_pruning(
             quality = None
             if strategy.min_score is not None:
                 assert quality_before is not None
-                task = progress.add_task(f"checking quality (step {step})", total=len(evaluation.local_indices()), status="")
+                task = progress.add_task(
+                    f"checking quality (step {step})", total=len(evaluation.local_indices()), status=""
+                )
                 quality = evaluation.evaluate(
                     removal_mask(layout, candidate), progress=lambda task=task: progress.advance(task)
                 )

@@ -22,7 +22,6 @@ a half-written checkpoint never replaces a good one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -33,18 +32,12 @@ import torch
 
 from attnviz import io
 from attnviz.errors import AttnvizError, ModelSpecError, OutputError
-from attnviz.models.base import TOY_MARKER
 from attnviz.toy.config import ToyConfig
+from attnviz.toy.files import FORMAT_NAME, FORMAT_VERSION, MARKER, WEIGHTS, sha256_of, write_checkpoint_files
 from attnviz.toy.loaded import ToyModel
 from attnviz.toy.model import ToyTransformer
 from attnviz.toy.tasks import TaskSettings
 from attnviz.toy.tokenizer import ToyTokenizer
-
-MARKER = TOY_MARKER
-WEIGHTS = "model.safetensors"
-FORMAT_NAME = "attnviz-toy"
-FORMAT_VERSION = 1
-
 
 # -- writing ---------------------------------------------------------------------------------------
 
@@ -71,32 +64,6 @@ def staged_directory(path: str | os.PathLike) -> Iterator[Path]:
         yield stage
 
 
-def write_checkpoint_files(
-    loaded: ToyModel, directory: Path, *, step: int | None = None, series: list[dict] | None = None
-) -> None:
-    """Write weights and JSON of ``loaded`` into an existing ``directory``.
-
-    Not atomic by itself: :func:`save_toy_model` and ``attnviz train`` call it on a staged directory.
-    """
-    from safetensors.torch import save_file
-
-    state = {name: tensor.detach().to("cpu").contiguous() for name, tensor in loaded.model.state_dict().items()}
-    weights = directory / WEIGHTS
-    save_file(state, str(weights), metadata={"format": FORMAT_NAME})
-    document = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "config": loaded.config.to_dict(),
-        "tokenizer": loaded.tokenizer.to_dict(),
-        "task": loaded.task_settings.to_dict(),
-        "weights_sha256": _sha256(weights),
-        "step": step if step is not None else loaded.metadata.get("step"),
-        "metadata": {k: v for k, v in loaded.metadata.items() if k != "step"},
-        "series": series or [],
-    }
-    (directory / MARKER).write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 def save_toy_model(loaded: ToyModel, path: str | os.PathLike, *, step: int | None = None) -> Path:
     """Save ``loaded`` as a toy checkpoint directory that ``attnviz.models.specs.load_model(path)`` reads back.
 
@@ -110,10 +77,6 @@ def save_toy_model(loaded: ToyModel, path: str | os.PathLike, *, step: int | Non
     with staged_directory(path) as stage:
         write_checkpoint_files(loaded, stage, step=step)
     return path
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # -- reading ---------------------------------------------------------------------------------------------
@@ -170,7 +133,7 @@ def load_toy_model(
     if not weights.is_file():
         raise _damaged(path, f"{WEIGHTS} is missing")
     expected = document.get("weights_sha256")
-    if expected is not None and _sha256(weights) != expected:
+    if expected is not None and sha256_of(weights) != expected:
         raise _damaged(path, f"{WEIGHTS} does not match its checksum (the file was changed or cut short)")
     try:
         state = load_file(str(weights))

@@ -16,19 +16,27 @@ should predict, ``-100`` where nothing is scored.
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attnviz import io
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.errors import InputError, ParameterError
-from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
+from attnviz.models.probing import ProbeBatch
+from attnviz.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.reporting import warn
 from attnviz.toy.config import ToyConfig
+from attnviz.toy.files import write_checkpoint_files
+from attnviz.toy.inputs import random_symbols_batch, symbol_probe_batches
 from attnviz.toy.model import ToyOutput, ToyTransformer
+from attnviz.toy.objective import TaskObjective
 from attnviz.toy.pruning import prune_toy_heads
 from attnviz.toy.tasks import Task, TaskSettings, ToyExample, get_task
 from attnviz.toy.tokenizer import EOS, SEP, SPECIAL_TOKENS, ToyTokenizer
@@ -71,11 +79,45 @@ class ToyModel(LoadedModel):
 
     # -- LoadedModel --------------------------------------------------------------------------------
 
+    def with_model(self, model: nn.Module) -> ToyModel:
+        return type(self)(model, self.tokenizer, self.task_settings, name=self.name, metadata=self.metadata)
+
     def check_head_removal(self) -> None:
         """Every toy attention variant can lose heads."""
 
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[ToyModel, None]:
         return prune_toy_heads(self, removed), None
+
+    def check_objective(self) -> None:
+        """Every toy architecture, encoder-decoder included, is judged by its task's loss."""
+
+    def objective(
+        self, batches: list[EncodedBatch], *, probes: int = 8, seed: int = 0, parallel: DataParallel = SINGLE_PROCESS
+    ) -> TaskObjective:
+        return TaskObjective(self, batches, parallel=parallel)
+
+    def save_pruned(
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
+    ) -> tuple[Path, None]:
+        """A toy checkpoint (its config records the heads per layer, its metadata what was removed)."""
+        with io.staged_directory(Path(directory)) as stage:
+            write_checkpoint_files(pruned.model, stage)
+        return Path(directory), None
+
+    def source_paths(self) -> list[Path]:
+        return [Path(self.source_path).resolve()] if self.source_path is not None else []
+
+    def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
+        return random_symbols_batch(self, tokens, seed)
+
+    def default_probe_length(self, longest: int) -> int:
+        """The task's longest sequence (the induction toy: 8), at most as many symbols as there are, so the
+        probe looks like what the model was trained on."""
+        fits = (self.config.max_positions - 1) // 2
+        return max(2, min(self.task_settings.max_length, len(self.tokenizer.symbols), fits))
+
+    def probe_batches(self, length: int, sequences: int, *, seed: int, batch_size: int) -> list[ProbeBatch]:
+        return symbol_probe_batches(self, length, sequences, seed=seed, batch_size=batch_size)
 
     def site_of(self, module: nn.Module) -> AttentionSite | None:
         return self._sites.get(module)

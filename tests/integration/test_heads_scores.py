@@ -9,8 +9,9 @@ import torch
 
 from attnviz.core import AttentionContext, AttentionSite, attend
 from attnviz.heads import FunctionThresholds, HeadFunctions, ProbeSettings, probe_batches
-from attnviz.heads.probes import ProbeBatch, ordinary_token_ids
+from attnviz.heads.probes import ProbeBatch
 from attnviz.heads.scores import SCORE_INDEX, SCORE_NAMES, ProbeScoreAccumulator
+from attnviz.models.hf_inputs import ordinary_token_ids
 
 T = 6  # block length of the planted probe
 START = 1  # [BOS] first

@@ -70,11 +70,10 @@ def test_importance_finds_the_shipped_induction_circuit():
     from pathlib import Path
 
     from attnviz.prune.importance import compute_importance
-    from attnviz.prune.objective import build_objective, task_batches
 
     checkpoint = Path(__file__).resolve().parents[2] / "sample_data" / "toy" / "induction"
     loaded = load_model(str(checkpoint), device="cpu")
-    objective = build_objective(loaded, task_batches(loaded, examples=128, batch_size=64, seed=0))
+    objective = loaded.objective(loaded.own_example_batches(128, batch_size=64, seed=0))
     layout = loaded.layout()
     site0, site1 = AttentionSite("self", 0), AttentionSite("self", 1)
     for method in ("gradient", "ablation"):

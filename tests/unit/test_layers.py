@@ -13,10 +13,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "attnviz"
 
 #: bottom to top; a module may import its own layer and the layers below, never one above
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"errors", "reporting", "io", "staging", "data", "words", "compact"}),
+    ("foundation", {"errors", "reporting", "io", "staging", "data", "words", "compact", "parallel"}),
     ("core", {"core"}),
     ("models", {"models", "toy"}),
-    ("analysis", {"captures", "capture_checks", "batching", "stats", "heads", "generation", "alignment", "parallel"}),
+    ("analysis", {"captures", "capture_checks", "batching", "stats", "heads", "generation", "alignment"}),
     ("output", {"render", "atlas", "prune", "selection"}),
     ("cli", {"cli", "console", "__main__"}),
 ]

@@ -12,6 +12,7 @@ from attnviz.core import AttentionSite, HeadMask
 from attnviz.errors import InputError
 from attnviz.models.heads import removal_mask
 from attnviz.models.hf import HFModel
+from attnviz.models.objective import LanguageModelObjective, RepresentationObjective
 from attnviz.prune.importance import (
     ablation_importance,
     compute_importance,
@@ -19,12 +20,7 @@ from attnviz.prune.importance import (
     normalize_per_layer,
     random_importance,
 )
-from attnviz.prune.objective import (
-    LanguageModelObjective,
-    RepresentationObjective,
-    build_objective,
-    text_batches,
-)
+from attnviz.prune.objective import text_batches
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
 
@@ -147,7 +143,7 @@ def test_representation_objective_is_zero_before_pruning_and_grows(tiny_models):
 def test_ablation_importance_equals_loss_differences(tiny_models):
     loaded = tiny_models["gpt2"]
     layout = loaded.layout()
-    objective = build_objective(loaded, text_batches(loaded, TEXTS, batch_size=4))
+    objective = loaded.objective(text_batches(loaded, TEXTS, batch_size=4))
     site1 = AttentionSite("self", 1)
     scores = ablation_importance(objective, layout, {site1: [3]})
     base = objective.loss(removal_mask(layout, {site1: [3]}))
@@ -193,7 +189,7 @@ def test_normalize_per_layer_gives_unit_norm_ignoring_nan():
 
 def test_compute_importance_defaults_and_errors(tiny_models):
     loaded = tiny_models["llama"]
-    objective = build_objective(loaded, text_batches(loaded, TEXTS[:2], batch_size=2))
+    objective = loaded.objective(text_batches(loaded, TEXTS[:2], batch_size=2))
     gradient = compute_importance("gradient", objective, loaded.layout())
     assert gradient.normalized
     for values in gradient.scores.values():
@@ -211,7 +207,7 @@ def test_proxy_importance_comes_from_attnviz_stats(tiny_models, proxy, statistic
     from attnviz.stats import compute_statistics
 
     loaded = tiny_models["bert"]
-    objective = build_objective(loaded, text_batches(loaded, TEXTS, batch_size=3), probes=1)
+    objective = loaded.objective(text_batches(loaded, TEXTS, batch_size=3), probes=1)
     importance = compute_importance(proxy, objective, loaded.layout(), {AttentionSite("self", 1): [2]})
     reference = compute_statistics(loaded, batches=objective.batches, progress=False).matrix(statistic)
     assert not importance.normalized

@@ -13,13 +13,9 @@ from attnviz.errors import ModelSpecError, OutputError, UnsupportedModelError
 from attnviz.models.heads import removal_mask
 from attnviz.models.physical import find_attention_blocks, plan_site, prune_heads_physically
 from attnviz.models.pruned import load_pruned_model
+from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint, write_directory_atomically
 from attnviz.models.specs import PRUNED_MARKER, load_model
-from attnviz.prune.checkpoint import (
-    TRANSFORMERS_COPY,
-    check_output_dir,
-    save_pruned_checkpoint,
-    write_directory_atomically,
-)
+from attnviz.prune.checkpoint import check_output_dir
 from attnviz.prune.measure import parameter_count
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)

@@ -9,7 +9,7 @@ from tiny_models import TEXTS
 from attnviz.core import AttentionSite
 from attnviz.errors import InputError
 from attnviz.models.heads import count_removed, removal_mask
-from attnviz.prune.objective import build_objective, text_batches
+from attnviz.prune.objective import text_batches
 from attnviz.prune.strategy import PruneStrategy, layer_quotas, run_pruning, select_heads, step_targets
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
@@ -65,7 +65,7 @@ def test_strategy_validation():
 @pytest.fixture(scope="module")
 def gpt2_objective(tiny_models):
     loaded = tiny_models["gpt2"]
-    return build_objective(loaded, text_batches(loaded, TEXTS, batch_size=6))
+    return loaded.objective(text_batches(loaded, TEXTS, batch_size=6))
 
 
 def test_one_shot_ablation_removes_the_lowest_ablation_scores(gpt2_objective):

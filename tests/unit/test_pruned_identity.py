@@ -10,8 +10,8 @@ from tiny_models import TEXTS
 from attnviz.captures import AttentionCapture, capture
 from attnviz.core import AttentionSite
 from attnviz.models.physical import prune_heads_physically
+from attnviz.models.pruned_format import save_pruned_checkpoint
 from attnviz.models.specs import load_model
-from attnviz.prune.checkpoint import save_pruned_checkpoint
 from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.html_view import attention_view_payload
 from attnviz.stats import compute_statistics, detect_heads, stats_record

@@ -1,0 +1,126 @@
+"""The pruned Hugging Face checkpoint format, and writing it (:mod:`attnviz.models.pruned` loads it back).
+
+``attnviz prune … --out DIR`` writes, for a Hugging Face model:
+
+* ``DIR/`` — the **physically pruned** checkpoint: ``config.json`` (the original
+  configuration, unchanged), ``model.safetensors`` with the smaller weights,
+  the tokenizer files, and ``attnviz-pruned.json`` (the marker; see below).
+  Layers may keep different numbers of heads, which a transformers config
+  cannot express, so plain ``transformers`` refuses this directory (size
+  mismatch); ``attnviz.models.specs.load_model(DIR)`` — and every attnviz
+  command — loads it through :func:`load_pruned_model`.
+* ``DIR/transformers-masked/`` — the **masked-weights** form (unless disabled):
+  an ordinary full-size checkpoint whose removed heads have zeroed
+  output-projection weights. ``AutoModel.from_pretrained`` loads it with no
+  attnviz installed and gets the same outputs, but no speed-up.
+
+``attnviz-pruned.json``::
+
+    {"format": "attnviz-pruned", "version": 1,
+     "source": "<model spec pruned>", "family": "bert" | "gpt2" | "llama",
+     "architecture": "<transformers class>",
+     "sites": [{"stack": "self", "layer": 0,
+                "heads": 9, "kv_heads": 3,          # what the weights hold now
+                "original_heads": 12,                # before pruning
+                "kept_heads": [0, 1, …],             # original index of each kept query head, in order
+                "kept_kv_heads": [0, 1, 2],
+                "removed_heads": [3, …],             # every removed head (original indices)
+                "masked_heads": [5]}, …],            # removed heads kept with zeroed output (GQA)
+     "transformers_copy": "transformers-masked" | null}
+
+:meth:`attnviz.models.hf.HFModel.save_pruned` writes it; toy models save themselves in the
+toy checkpoint format instead (it holds per-layer head counts itself).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from attnviz.core import AttentionSite
+from attnviz.io import staged_directory
+from attnviz.models.base import PRUNED_MARKER, LoadedModel
+from attnviz.models.physical import SitePlan, find_attention_blocks, masked_weights_model
+
+FORMAT_NAME = "attnviz-pruned"
+FORMAT_VERSION = 1
+#: sub-directory of the plain-transformers, masked-weights copy
+TRANSFORMERS_COPY = "transformers-masked"
+
+
+def write_directory_atomically(out: Path, write: Callable[[Path], None]) -> Path:
+    """Run ``write(tmp_dir)`` in a temporary directory next to ``out``, then move it into place.
+
+    An existing ``out`` (when the caller allows replacing it) is replaced only once the new
+    directory is complete; on any error nothing at ``out`` changes.
+    """
+    with staged_directory(out) as tmp:
+        write(tmp)
+    return Path(out)
+
+
+def pruned_metadata(
+    source: str,
+    original: LoadedModel,
+    plans: Mapping[AttentionSite, SitePlan],
+    transformers_copy: str | None,
+) -> dict:
+    """The content of ``attnviz-pruned.json`` (see the module docstring)."""
+    blocks = find_attention_blocks(original)
+    families = {block.family for block in blocks.values()}
+    sites = []
+    for site, plan in sorted(plans.items()):
+        block = blocks[site]
+        sites.append(
+            {
+                "stack": site.stack,
+                "layer": site.layer,
+                "heads": len(plan.keep_heads),
+                "kv_heads": len(plan.keep_kv_heads),
+                "original_heads": block.num_heads,
+                "original_kv_heads": block.num_kv_heads,
+                "kept_heads": plan.keep_heads,
+                "kept_kv_heads": plan.keep_kv_heads,
+                "removed_heads": plan.removed,
+                "masked_heads": plan.masked,
+            }
+        )
+    return {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "source": source,
+        "family": families.pop() if len(families) == 1 else sorted(families),
+        "architecture": type(original.model).__name__,
+        "sites": sites,
+        "transformers_copy": transformers_copy,
+    }
+
+
+def save_pruned_checkpoint(
+    out: str | os.PathLike,
+    *,
+    source: str,
+    original: LoadedModel,
+    pruned: LoadedModel,
+    plans: Mapping[AttentionSite, SitePlan],
+    removed: Mapping[AttentionSite, list[int]],
+    transformers_copy: bool = True,
+) -> Path:
+    """Write the physically pruned ``pruned`` (and the masked-weights copy) to ``out``, atomically.
+
+    ``out`` must have passed :func:`check_output_dir`.
+    """
+    metadata = pruned_metadata(source, original, plans, TRANSFORMERS_COPY if transformers_copy else None)
+
+    def write(tmp: Path) -> None:
+        pruned.model.save_pretrained(tmp)
+        pruned.tokenizer.save_pretrained(tmp)
+        (tmp / PRUNED_MARKER).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+        if transformers_copy:
+            masked = masked_weights_model(original, removed)
+            masked.save_pretrained(tmp / TRANSFORMERS_COPY)
+            original.tokenizer.save_pretrained(tmp / TRANSFORMERS_COPY)
+
+    return write_directory_atomically(Path(out), write)
