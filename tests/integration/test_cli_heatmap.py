@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 from cli_helpers import assert_clean_error, run_cli
@@ -14,23 +12,15 @@ from attnviz.captures import AttentionCapture
 SENTENCE = "The cat sat on the mat because it was tired."
 
 
-def test_readme_command_end_to_end(tmp_path):
+def test_readme_command_end_to_end(tmp_path, capsys):
     """The README's first command, in a fresh process, offline, with no other flag."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    done = subprocess.run(
-        [sys.executable, "-m", "attnviz", "heatmap", SENTENCE],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    result = run_cli(capsys, "heatmap", SENTENCE, subprocess=True, cwd=tmp_path, timeout=300)
+    assert result.exit_code == 0, result.stderr
     path = tmp_path / "heatmap.png"
-    assert path.is_file() and path.stat().st_size > 50_000
-    assert done.stdout.strip().endswith("heatmap.png")
-    assert "6 layers × 12 heads" in done.stderr
+    assert result.stdout.strip().endswith("heatmap.png")
+    assert "6 layers × 12 heads" in result.stderr
+    # the default view: every head of the last layer, one panel per head, tokens as labels
+    assert_figure(path, panels=12, labels=["[CLS]", "cat", "tired", "[SEP]"])
 
 
 def test_help_explains_every_option_with_examples(capsys):
