@@ -13,10 +13,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 import torch
-from tiny_models import FAMILIES, SHARP_FAMILIES, build_tiny_model
 
 # headless chromium (one browser for the whole session: two sync Playwright instances cannot coexist)
 from browser import browser, open_page  # noqa: F401
+from tiny_models import FAMILIES, SHARP_FAMILIES, build_tiny_model
 
 
 @pytest.fixture(scope="session")
