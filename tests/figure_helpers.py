@@ -23,9 +23,9 @@ class SvgFigure:
         """``(layer, head)`` of every head panel of a grid, in drawing order."""
         return [(int(m[1]), int(m[2])) for text in self.texts if (m := PANEL_TITLE.match(text))]
 
-    def numbers(self) -> list[float]:
-        """Every text that is a number (annotated weights, colour-bar ticks)."""
-        return [float(text) for text in self.texts if re.fullmatch(r"-?\d+(\.\d+)?", text)]
+    def annotations(self) -> list[float]:
+        """The values written into the cells, row by row (two decimals; tick labels have fewer)."""
+        return [float(text) for text in self.texts if re.fullmatch(r"-?\d+\.\d\d", text)]
 
 
 def read_svg(path: Path) -> SvgFigure:

@@ -72,7 +72,8 @@ def test_words_option_and_single_head(capsys, tmp_path):
     assert figure.texts[: len(words)] == words and figure.texts.count("unbelievably") == 2  # keys and queries
     assert figure.texts[-1].endswith("layer 1, head 2") and figure.images == 2  # one panel and its colour bar
     # one annotated weight per (query word, key word): each row of the word-level pattern sums to 1
-    weights = figure.numbers()[: len(words) ** 2]
+    weights = figure.annotations()
+    assert len(weights) == len(words) ** 2
     for row in range(len(words)):
         assert sum(weights[row * len(words) : (row + 1) * len(words)]) == pytest.approx(1.0, abs=0.04)
 
