@@ -53,9 +53,7 @@ def run_cli(
         if stdin is not None or cwd is not None or env is not None or processes != 1 or while_running is not None:
             raise TypeError("stdin, cwd, env, processes and while_running need subprocess=True")
         return _run_in_process(capsys, [str(arg) for arg in args])
-    return _run_in_subprocess(
-        [str(arg) for arg in args], stdin, cwd, env or {}, processes, while_running, timeout
-    )
+    return _run_in_subprocess([str(arg) for arg in args], stdin, cwd, env or {}, processes, while_running, timeout)
 
 
 def _run_in_process(capsys, args: list[str]) -> CliResult:

@@ -186,7 +186,8 @@ def test_error_from_a_fresh_process(tmp_path, capsys):
     result = run_cli(capsys, "stats", "--data", missing, subprocess=True, timeout=120)
     assert result.exit_code != 0
     assert "Traceback" not in result.stderr
-    assert result.stderr.strip().count("\n") == 0 and "does not exist" in result.stderr and str(missing) in result.stderr
+    assert result.stderr.strip().count("\n") == 0  # one line
+    assert "does not exist" in result.stderr and str(missing) in result.stderr
 
 
 def test_statistics_figure_marks_flagged_heads():
