@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-PANEL_TITLE = re.compile(r"^L(\d+) H(\d+)$")  # the title of one head's panel in a grid: "L5 H0"
+PANEL_TITLE = re.compile(r"^L(\d+) H(\d+)( \(masked\))?$")  # one head's panel in a grid: "L5 H0", "L1 H3 (masked)"
 
 
 @dataclass

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from cli_helpers import assert_clean_error, run_cli
+from figure_helpers import read_svg
 from tiny_models import TEXTS, main_output
 
 from attnviz.models.heads import removal_mask
@@ -76,14 +77,18 @@ def test_prune_llama_writes_checkpoint_and_report(capsys, tiny_dirs, tiny_models
 def test_pruned_checkpoint_works_with_heatmap_and_stats(capsys, tiny_dirs, data_file, tmp_path):
     out = tmp_path / "pruned"
     assert _prune(capsys, tiny_dirs["bert"], out, "--count", "3", "--data", data_file).exit_code == 0
-    figure = tmp_path / "heat.png"
+    kept = {site["layer"]: site["kept_heads"] for site in json.loads((out / PRUNED_MARKER).read_text())["sites"]}
+    assert sum(len(heads) for heads in kept.values()) == 2 * 4 - 3
+    figure = tmp_path / "heat.svg"
     result = run_cli(capsys, "heatmap", TEXTS[0], "--model", out, "--layer", "0", "--out", figure)
     assert result.exit_code == 0, result.stderr
-    assert figure.stat().st_size > 0
+    assert read_svg(figure).panel_titles() == [(0, head) for head in kept[0]]  # the kept heads, original numbers
     stats_json = tmp_path / "stats.json"
     result = run_cli(capsys, "stats", out, "--data", data_file, "--json", stats_json)
     assert result.exit_code == 0, result.stderr
-    assert stats_json.stat().st_size > 0
+    record = json.loads(stats_json.read_text())
+    assert [(h["layer"], h["head"]) for h in record["heads"]] == [(l, h) for l in (0, 1) for h in kept[l]]
+    assert record["num_examples"] == len(TEXTS)
 
 
 def test_force_replaces_and_iterative_per_layer_options(capsys, tiny_dirs, data_file, tmp_path):
