@@ -95,7 +95,7 @@ def test_cross_attention_heatmap(capsys, tmp_path, tiny_model_dirs):
     assert result.exit_code == 0, result.stderr
     figure = read_svg(out)
     # T5's last cross-attention layer, all 4 heads: the 5 target tokens (queries) attend to the 6 source tokens
-    assert "6 tokens → 5 target tokens" in result.stderr
+    assert "6 tokens → 5 target tokens" in " ".join(result.stderr.split())  # rich may wrap the line
     assert figure.panel_titles() == [(1, head) for head in range(4)] and figure.images == 4 + 1  # and a colour bar
     assert {"le", "chat", "the", "cat", "sat"} <= set(figure.texts) and "cross-attention layer 1" in figure.texts[-2]
     result = run_cli(capsys, "heatmap", "The cat sat.", "--model", tiny_model_dirs["t5"], "--cross", "--out", out)
