@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import assert_clean_error, run_cli
+from figure_helpers import read_svg
 
 from attnviz.alignment import (
     AlignmentPair,
@@ -136,14 +137,19 @@ def test_cli_align_table_json_plot_and_stdin(tmp_path, capsys, monkeypatch):
 
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _reverse_pairs(20, seed=1)))
-    out_json, out_plot = tmp_path / "align.json", tmp_path / "align.png"
+    out_json, out_plot = tmp_path / "align.json", tmp_path / "align.svg"
     result = run_cli(capsys, "align", REVERSE, "--data", data, "--json", out_json, "--plot", out_plot)
     assert result.exit_code == 0, result.stderr
     record = json.loads(out_json.read_text())
     assert record["format"] == "attnviz-align" and record["pairs"] == 20
     known = next(h for h in record["heads"] if h["layer"] == 1 and h["head"] == 2)
     assert known["aer"] <= 0.1
-    assert out_plot.stat().st_size > 10_000
+    # the plot: one cell per (layer, head) and the layer mean, annotated with the JSON's error rates
+    figure = read_svg(out_plot)
+    aer = {(h["layer"], h["head"]): h["aer"] for h in record["heads"]}
+    expected = [aer[layer, head] for layer in (0, 1) for head in (0, 1, 2, 3, None)]
+    assert figure.annotations() == pytest.approx(expected, abs=0.005)
+    assert "cross-attention AER" in " ".join(figure.texts)
     assert "AER" in result.stderr
     monkeypatch.setattr("sys.stdin", io.StringIO(data.read_text()))
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)

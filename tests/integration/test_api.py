@@ -37,7 +37,7 @@ def test_top_level_flow_matches_eager_attention(tiny_model_dirs):
     ids = model.tokenizer("The cat sat on the mat.", return_tensors="pt")
     with torch.no_grad():
         reference = eager(**ids, output_attentions=True).attentions
-    assert patterns.shape == (2, 6, ids["input_ids"].shape[1], ids["input_ids"].shape[1])
+    assert patterns.shape == (2, 8, ids["input_ids"].shape[1], ids["input_ids"].shape[1])
     for layer, expected in enumerate(reference):
         torch.testing.assert_close(patterns[layer], expected[0], atol=1e-6, rtol=0)
 

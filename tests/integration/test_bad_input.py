@@ -233,34 +233,24 @@ def test_full_disk_is_one_line_and_leaves_nothing(in_workspace, capsys, monkeypa
     assert_one_error_line(result, ["no space left on device writing"])
 
 
-def test_stdin_is_never_asked(workspace, tmp_path):
+def test_stdin_is_never_asked(workspace, tmp_path, capsys):
     """A remote-code model with 'y' waiting on stdin: refused, no prompt, no code run."""
-    import subprocess
-    import sys
-
     before = snapshot(workspace)
-    process = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attnviz",
-            "heatmap",
-            "The cat",
-            "--model",
-            "m_remote",
-            "--out",
-            str(tmp_path / "h.png"),
-        ],
-        input="y\ny\n",
-        check=False,
-        capture_output=True,
-        text=True,
+    result = run_cli(
+        capsys,
+        "heatmap",
+        "The cat",
+        "--model",
+        "m_remote",
+        "--out",
+        tmp_path / "h.png",
+        subprocess=True,
+        stdin="y\ny\n",
         cwd=workspace,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         timeout=300,
     )
-    assert process.returncode == 2, process.stderr
-    assert [line for line in process.stderr.splitlines() if line.startswith("error:")], process.stderr
-    assert "does not run code" in process.stderr and "Traceback" not in process.stderr
+    assert result.exit_code == 2, result.stderr
+    assert result.error_lines(), result.stderr
+    assert "does not run code" in result.stderr and "Traceback" not in result.stderr
     assert not (workspace / MARKER_NAME).exists()
     assert changes(before, snapshot(workspace)) == [] and list(tmp_path.iterdir()) == []

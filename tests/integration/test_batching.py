@@ -6,8 +6,10 @@ import json
 
 import pytest
 import torch
+from cli_helpers import assert_clean_error, run_cli
 
 from attnviz.batching import plan_batches, token_batches, token_lengths
+from attnviz.captures import AttentionCapture
 from attnviz.errors import InputError
 
 TEXTS = [
@@ -107,37 +109,26 @@ def test_device_map_auto_on_a_cpu_machine_means_cpu(tiny_model_dirs, minilm):
     assert torch.equal(expected, got)
 
 
-def test_cli_device_map_and_max_tokens_per_batch(tiny_model_dirs, tmp_path):
-    from typer.testing import CliRunner
-
-    from attnviz.cli.app import app
-
-    runner = CliRunner()
+def test_cli_device_map_and_max_tokens_per_batch(tiny_model_dirs, tmp_path, capsys):
     out = tmp_path / "stats.json"
     args = ["stats", str(tiny_model_dirs["bert"]), "--text", "The cat sat.", "--text", "Dogs bark at night."]
-    result = runner.invoke(app, [*args, "--device-map", "auto", "--max-tokens-per-batch", "16", "--json", str(out)])
-    assert result.exit_code == 0, result.output
+    result = run_cli(capsys, *args, "--device-map", "auto", "--max-tokens-per-batch", "16", "--json", out)
+    assert result.exit_code == 0, result.stderr
     record = json.loads(out.read_text())
     assert record["num_examples"] == 2 and record["tokens_per_second"] > 0 and record["seconds"] > 0
-    assert "tokens/s" in result.output
-    bad = runner.invoke(app, [*args, "--device-map", "balanced"])
-    assert bad.exit_code != 0 and "auto" in bad.output
-    bad = runner.invoke(app, [*args, "--max-tokens-per-batch", "0"])
-    assert bad.exit_code != 0
-    capture = runner.invoke(
-        app,
-        [
-            "capture",
-            "The cat sat.",
-            "-m",
-            str(tiny_model_dirs["bert"]),
-            "--device-map",
-            "auto",
-            "-o",
-            str(tmp_path / "c.safetensors"),
-        ],
+    assert "tokens/s" in result.stdout + result.stderr
+    bad = run_cli(capsys, *args, "--device-map", "balanced")
+    assert_clean_error(bad, "auto")
+    bad = run_cli(capsys, *args, "--max-tokens-per-batch", "0")
+    assert_clean_error(bad, "--max-tokens-per-batch")
+    capture_path = tmp_path / "c.safetensors"
+    result = run_cli(
+        capsys, "capture", "The cat sat.", "-m", tiny_model_dirs["bert"], "--device-map", "auto", "-o", capture_path
     )
-    assert capture.exit_code == 0, capture.output
+    assert result.exit_code == 0, result.stderr
+    captured = AttentionCapture.load(capture_path)  # on CPU, auto places the whole model on the CPU
+    assert captured.tokens == ["[CLS]", "the", "cat", "sat", ".", "[SEP]"]
+    assert captured.num_layers() == 2 and captured.layer(0).shape == (4, 6, 6)  # [head, query, key]
 
 
 @pytest.mark.gpu

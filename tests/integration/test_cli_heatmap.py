@@ -3,34 +3,25 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 from cli_helpers import assert_clean_error, run_cli
+from figure_helpers import distinct_colours, png_pixels, read_svg
 
 from attnviz.captures import AttentionCapture
 
 SENTENCE = "The cat sat on the mat because it was tired."
 
 
-def test_readme_command_end_to_end(tmp_path):
+def test_readme_command_end_to_end(tmp_path, capsys):
     """The README's first command, in a fresh process, offline, with no other flag."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    done = subprocess.run(
-        [sys.executable, "-m", "attnviz", "heatmap", SENTENCE],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    result = run_cli(capsys, "heatmap", SENTENCE, subprocess=True, cwd=tmp_path, timeout=300)
+    assert result.exit_code == 0, result.stderr
     path = tmp_path / "heatmap.png"
-    assert path.is_file() and path.stat().st_size > 50_000
-    assert done.stdout.strip().endswith("heatmap.png")
-    assert "6 layers × 12 heads" in done.stderr
+    assert result.stdout.strip().endswith("heatmap.png")
+    assert "6 layers × 12 heads" in result.stderr
+    pixels = png_pixels(path)  # [height, width, RGBA]
+    assert pixels.shape[0] > 500 and pixels.shape[1] > 500 and distinct_colours(pixels) > 100
 
 
 def test_help_explains_every_option_with_examples(capsys):
@@ -71,16 +62,24 @@ def test_capture_then_render_without_model(capsys, tmp_path):
 
 
 def test_words_option_and_single_head(capsys, tmp_path):
-    out = tmp_path / "words.png"
+    out = tmp_path / "words.svg"
     result = run_cli(
         capsys, "heatmap", "Unbelievably tokenized sentence.", "--words", "--layer", "1", "--head", "2", "--out", out
     )
     assert result.exit_code == 0, result.stderr
-    assert out.stat().st_size > 10_000
+    figure = read_svg(out)
+    words = ["[CLS]", "unbelievably", "tokenized", "sentence", ".", "[SEP]"]
+    assert figure.texts[: len(words)] == words and figure.texts.count("unbelievably") == 2  # keys and queries
+    assert figure.texts[-1].endswith("layer 1, head 2") and figure.images == 2  # one panel and its colour bar
+    # one annotated weight per (query word, key word): each row of the word-level pattern sums to 1
+    weights = figure.annotations()
+    assert len(weights) == len(words) ** 2
+    for row in range(len(words)):
+        assert sum(weights[row * len(words) : (row + 1) * len(words)]) == pytest.approx(1.0, abs=0.04)
 
 
 def test_cross_attention_heatmap(capsys, tmp_path, tiny_model_dirs):
-    out = tmp_path / "cross.png"
+    out = tmp_path / "cross.svg"
     result = run_cli(
         capsys,
         "heatmap",
@@ -94,7 +93,11 @@ def test_cross_attention_heatmap(capsys, tmp_path, tiny_model_dirs):
         out,
     )
     assert result.exit_code == 0, result.stderr
-    assert out.is_file()
+    figure = read_svg(out)
+    # T5's last cross-attention layer, all 4 heads: the 5 target tokens (queries) attend to the 6 source tokens
+    assert "6 tokens → 5 target tokens" in " ".join(result.stderr.split())  # rich may wrap the line
+    assert figure.panel_titles() == [(1, head) for head in range(4)] and figure.images == 4 + 1  # and a colour bar
+    assert {"le", "chat", "the", "cat", "sat"} <= set(figure.texts) and "cross-attention layer 1" in figure.texts[-2]
     result = run_cli(capsys, "heatmap", "The cat sat.", "--model", tiny_model_dirs["t5"], "--cross", "--out", out)
     assert_clean_error(result, "--target")
 

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from cli_helpers import run_cli
+from figure_helpers import read_svg
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -105,7 +106,9 @@ def test_cli_bits_and_heatmap_from_an_eight_bit_capture(tmp_path, capsys):
     assert result.exit_code == 0, result.stderr
     with safe_open(str(out), framework="pt") as handle:
         assert handle.get_tensor("self.0").dtype == torch.uint8
-    figure = tmp_path / "h.png"
-    result = run_cli(capsys, "heatmap", "--from-capture", out, "--head", "0", "--out", figure)
+    figure = tmp_path / "h.svg"
+    result = run_cli(capsys, "heatmap", "--from-capture", out, "--head", "0", "--annotate", "--out", figure)
     assert result.exit_code == 0, result.stderr
-    assert figure.stat().st_size > 10_000
+    # the drawn weights are the 8-bit capture's, de-quantised (last layer, head 0, every cell annotated)
+    pattern = AttentionCapture.load(out).layer(-1)[0]  # [query, key]
+    assert read_svg(figure).annotations() == pytest.approx(pattern.flatten().tolist(), abs=0.005)

@@ -73,7 +73,7 @@ def test_patterns_and_outputs_match_eager(family, tiny_model_dirs):
 def test_gqa_heads_count_query_heads(tiny_model_dirs):
     loaded = load_hf_model(str(tiny_model_dirs["llama"]), name="llama")
     assert loaded.causal
-    assert loaded.layout() == {AttentionSite("self", 0): 6, AttentionSite("self", 1): 6}
+    assert loaded.layout() == {AttentionSite("self", 0): 8, AttentionSite("self", 1): 8}
 
 
 def test_real_minilm_matches_eager(minilm, minilm_dir):

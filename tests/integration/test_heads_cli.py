@@ -8,13 +8,14 @@ import json
 import pytest
 import torch
 from cli_helpers import assert_clean_error, run_cli
+from figure_helpers import read_svg
 
 TOY = "sample_data/toy/induction"
 
 
 def test_json_contract_csv_and_figures_on_the_toy_model(capsys, tmp_path):
     out_json, out_csv = tmp_path / "heads.json", tmp_path / "heads.csv"
-    plot, similarity = tmp_path / "heads.png", tmp_path / "similarity.png"
+    plot, similarity = tmp_path / "heads.svg", tmp_path / "similarity.svg"
     result = run_cli(
         capsys,
         "heads",
@@ -53,7 +54,17 @@ def test_json_contract_csv_and_figures_on_the_toy_model(capsys, tmp_path):
     assert all(matrix[i][i] == 0.0 and matrix[i][j] == matrix[j][i] for i in range(8) for j in range(8))
     rows = list(csv.DictReader(out_csv.open()))
     assert len(rows) == 8 and float(rows[0]["induction"]) == pytest.approx(record["heads"][0]["induction"])
-    assert plot.stat().st_size > 10_000 and similarity.stat().st_size > 10_000
+    # the probe figure: one layer × head panel per score (and its colour bar), a legend of the labels found
+    probes = read_svg(plot)
+    assert [t for t in probes.texts if t in ("induction", "duplicate token", "previous token")][:3] == [
+        "induction",
+        "duplicate token",
+        "previous token",
+    ]
+    assert probes.images == 3 * 2 and probes.texts[-2:] == ["induction", "previous-token"]
+    # the similarity figure: every head on both matrix axes and as one point of the 2-D embedding
+    heads = [f"L{layer}H{head}" for layer in range(2) for head in range(4)]
+    assert sorted(t for t in read_svg(similarity).texts if t in heads) == sorted(heads * 3)
     assert "IND" in result.stderr and "PRV" in result.stderr  # the layer × head grid of main labels
 
 
@@ -108,9 +119,14 @@ def test_rollout_view_and_capture(capsys, tmp_path, tiny_model_dirs):
     assert matrix.dtype == torch.float32 and matrix.shape == (len(saved.tokens), len(saved.tokens))
     torch.testing.assert_close(matrix, rollout(saved))
     assert float(matrix.triu(1).abs().max()) == 0.0  # causal
-    png = tmp_path / "r.png"
-    result = run_cli(capsys, "heatmap", "--from-capture", out, "--view", "rollout", "--out", png)
-    assert result.exit_code == 0 and png.stat().st_size > 10_000, result.stderr
+    drawn = tmp_path / "r.svg"
+    result = run_cli(capsys, "heatmap", "--from-capture", out, "--view", "rollout", "--out", drawn)
+    assert result.exit_code == 0, result.stderr
+    figure = read_svg(drawn)  # the saved rollout, annotated on and below the diagonal (the rest is masked)
+    n = len(saved.tokens)
+    visible = [float(matrix[q, k]) for q in range(n) for k in range(q + 1)]  # row by row
+    assert figure.annotations() == pytest.approx(visible, abs=0.005)
+    assert figure.texts[:n] == saved.tokens and "attention rollout over 2 layers" in " ".join(figure.texts)
 
 
 @pytest.mark.parametrize(
@@ -141,10 +157,18 @@ def test_help_lists_choices_and_examples(capsys, monkeypatch):
 
 
 def test_flow_view_draws_short_inputs_and_refuses_long_ones(capsys, tmp_path, tiny_model_dirs):
+    from attnviz.captures import capture
+    from attnviz.heads.rollout import attention_flow
+    from attnviz.models.hf import load_hf_model
+
     model = str(tiny_model_dirs["bert"])
-    png = tmp_path / "flow.png"
-    result = run_cli(capsys, "heatmap", "The cat sat on the mat.", "--model", model, "--view", "flow", "--out", png)
-    assert result.exit_code == 0 and png.stat().st_size > 10_000, result.stderr
+    drawn = tmp_path / "flow.svg"
+    result = run_cli(capsys, "heatmap", "The cat sat on the mat.", "--model", model, "--view", "flow", "--out", drawn)
+    assert result.exit_code == 0, result.stderr
+    flow = attention_flow(capture(load_hf_model(model, device="cpu"), "The cat sat on the mat."))  # [query, key]
+    figure = read_svg(drawn)
+    assert figure.annotations() == pytest.approx(flow.flatten().tolist(), abs=0.005)
+    assert "attention flow over 2 layers" in " ".join(figure.texts)
     long_text = " ".join(["word"] * 40)
-    result = run_cli(capsys, "heatmap", long_text, "--model", model, "--view", "flow", "--out", png)
+    result = run_cli(capsys, "heatmap", long_text, "--model", model, "--view", "flow", "--out", drawn)
     assert_clean_error(result, "at most 32 tokens", "rollout")

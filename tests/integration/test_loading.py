@@ -16,7 +16,7 @@ from attnviz.models.specs import load_model, resolve_dtype, smollm2_path
 def test_directory_spec_loads_tiny_models(tiny_model_dirs):
     loaded = load_model(str(tiny_model_dirs["gpt2"]), device="cpu")
     assert loaded.causal and not loaded.encoder_decoder
-    assert loaded.max_length == 64
+    assert loaded.max_length == 128
     assert loaded.num_layers() == 2 and loaded.num_heads() == 4
     bart = load_model(str(tiny_model_dirs["bart"]))
     assert bart.encoder_decoder and bart.stacks() == ("encoder", "decoder", "cross")

@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import CliResult, run_cli
 
 from attnviz.parallel import SINGLE_PROCESS, DataParallel, launched_by_torchrun
 
@@ -24,22 +23,9 @@ CORPUS = REPO / "sample_data" / "corpus.txt"
 TIMING_FIELDS = {"seconds", "tokens_per_second", "latency_before_ms", "latency_after_ms", "output", "speedup"}
 
 
-def _environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    env["HF_HUB_OFFLINE"] = "1"
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
-        env.pop(name, None)
-    return env
-
-
-def _run(args: list[str], *, processes: int, cwd: Path) -> subprocess.CompletedProcess:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    command = (launcher if processes > 1 else [sys.executable]) + ["-m", "attnviz", *args]
-    result = subprocess.run(
-        command, check=False, cwd=cwd, env=_environment(), capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+def _run(args: list[str], *, processes: int, cwd: Path) -> CliResult:
+    result = run_cli(None, *args, subprocess=True, processes=processes, cwd=cwd)
+    assert result.exit_code == 0, result.stderr[-3000:]
     return result
 
 
@@ -108,7 +94,7 @@ def test_torchrun_stats_equal_one_process(stats_runs):
     assert len(one) == len(two) == 2
     compared = _compare(one, two)
     heads = sum(len(record["heads"]) for record in one)
-    assert heads == 2 * 6 + 2 * 4
+    assert heads == 2 * 8 + 2 * 4
     assert compared > heads * 20  # every statistic and its std of every head was compared
     for record in one:
         assert record["num_examples"] == 18
@@ -152,5 +138,5 @@ def test_torchrun_gradient_importance_equals_one_process(tiny_model_dirs, tmp_pa
         reports[processes] = json.loads(report.read_text())
     one, two = reports[1], reports[2]
     scores = [item["score"] for item in one["importance"]]
-    assert len(scores) == 2 * 6 and all(score > 0 for score in scores)
+    assert len(scores) == 2 * 8 and all(score > 0 for score in scores)
     _compare(one, two)  # importance scores, heads removed, perplexity before and after

@@ -7,7 +7,9 @@ import json
 import pytest
 import torch
 from cli_helpers import assert_clean_error, run_cli
+from figure_helpers import read_svg
 from tiny_models import TEXTS, main_output
+from transformers import AutoModelForCausalLM
 
 from attnviz.models.heads import removal_mask
 from attnviz.models.specs import PRUNED_MARKER, TOY_MARKER, load_model
@@ -43,7 +45,8 @@ def test_prune_llama_writes_checkpoint_and_report(capsys, tiny_dirs, tiny_models
     out, report_path = tmp_path / "pruned", tmp_path / "report.json"
     result = _prune(capsys, tiny_dirs["llama"], out, "--ratio", "0.3", "--data", data_file, "--json", report_path)
     assert result.exit_code == 0, result.stderr
-    assert (out / PRUNED_MARKER).is_file() and (out / "transformers-masked" / "config.json").is_file()
+    marker = json.loads((out / PRUNED_MARKER).read_text())
+    assert marker["transformers_copy"] == "transformers-masked"
     report = json.loads(report_path.read_text())
     for name, kind in REQUIRED_FIELDS.items():
         assert isinstance(report[name], kind), name
@@ -54,11 +57,13 @@ def test_prune_llama_writes_checkpoint_and_report(capsys, tiny_dirs, tiny_models
     assert report["max_abs_diff"] <= 1e-5
     # the reported "after" metric is the reloaded checkpoint's perplexity on the same data
     original, reloaded = tiny_models["llama"], load_model(str(out), device="cpu")
-    assert (
-        report["heads_per_layer_after"]
-        == [{"stack": s.stack, "layer": s.layer, "heads": h} for s, h in reloaded.layout().items()]
-        or sum(item["heads"] for item in report["heads_per_layer_after"]) == report["heads_after"]
-    )
+    # heads left per layer: the weights keep a removed GQA head whose key/value group survives (output zeroed)
+    assert [len(site["kept_heads"]) for site in marker["sites"]] == list(reloaded.layout().values())
+    left = [
+        {"stack": "self", "layer": site["layer"], "heads": site["original_heads"] - len(site["removed_heads"])}
+        for site in marker["sites"]
+    ]
+    assert report["heads_per_layer_after"] == left and report["heads_after"] == 16 - len(report["pruned"])
     assert parameter_count(reloaded.model) == report["params_after"]
     removed = {}
     for item in report["pruned"]:
@@ -67,6 +72,11 @@ def test_prune_llama_writes_checkpoint_and_report(capsys, tiny_dirs, tiny_models
     valid = batch.inputs["attention_mask"].bool()
     masked = main_output(original, batch, original.context(head_mask=removal_mask(original.layout(), removed)))
     assert (masked[valid] - main_output(reloaded, batch)[valid]).abs().max() <= 1e-5
+    # the plain-transformers copy (removed heads' output weights zeroed) gives the same logits without attnviz
+    plain = AutoModelForCausalLM.from_pretrained(out / "transformers-masked", attn_implementation="eager").eval()
+    with torch.no_grad():
+        plain_logits = plain(**batch.inputs).logits.double()
+    assert (masked[valid] - plain_logits[valid]).abs().max() <= 1e-5
     assert "head importance" in result.stderr and "latency" in result.stderr
     # the importance table marks exactly the removed heads with "*" (visible without colour)
     importance_rows = result.stderr.split("head importance", 1)[1].split("* removed", 1)[0]
@@ -76,14 +86,18 @@ def test_prune_llama_writes_checkpoint_and_report(capsys, tiny_dirs, tiny_models
 def test_pruned_checkpoint_works_with_heatmap_and_stats(capsys, tiny_dirs, data_file, tmp_path):
     out = tmp_path / "pruned"
     assert _prune(capsys, tiny_dirs["bert"], out, "--count", "3", "--data", data_file).exit_code == 0
-    figure = tmp_path / "heat.png"
+    kept = {site["layer"]: site["kept_heads"] for site in json.loads((out / PRUNED_MARKER).read_text())["sites"]}
+    assert sum(len(heads) for heads in kept.values()) == 2 * 4 - 3
+    figure = tmp_path / "heat.svg"
     result = run_cli(capsys, "heatmap", TEXTS[0], "--model", out, "--layer", "0", "--out", figure)
     assert result.exit_code == 0, result.stderr
-    assert figure.stat().st_size > 0
+    assert read_svg(figure).panel_titles() == [(0, head) for head in kept[0]]  # the kept heads, original numbers
     stats_json = tmp_path / "stats.json"
     result = run_cli(capsys, "stats", out, "--data", data_file, "--json", stats_json)
     assert result.exit_code == 0, result.stderr
-    assert stats_json.stat().st_size > 0
+    record = json.loads(stats_json.read_text())
+    assert [(h["layer"], h["head"]) for h in record["heads"]] == [(l, h) for l in (0, 1) for h in kept[l]]
+    assert record["num_examples"] == len(TEXTS)
 
 
 def test_force_replaces_and_iterative_per_layer_options(capsys, tiny_dirs, data_file, tmp_path):

@@ -9,8 +9,8 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -190,44 +190,39 @@ def test_internal_errors_are_one_line_unless_debug(tmp_path, capsys, monkeypatch
 # -- signals (a real process) --------------------------------------------------------------------------
 
 
-def _start_training(directory: Path) -> subprocess.Popen:
-    """A long ``attnviz train`` that writes step checkpoints into a staged directory until stopped."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "attnviz", "train", "copy", "--out", "run", "--steps", "1000000",
-         "--checkpoint-every", "2", "--width", "16", "--heads", "2", "--layers", "1"],
-        cwd=directory,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+def _train_until(directory: Path, capsys, stop: Callable[[subprocess.Popen], None]):
+    """A long ``attnviz train`` writing step checkpoints into a staged directory, stopped by ``stop(process)``."""
+
+    def once_training(process: subprocess.Popen) -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # wait until it is training (the staged directory exists)
+            staged = [p for p in directory.iterdir() if p.name.startswith(staging.TEMP_PREFIX)]
+            if staged and any((staged[0] / "steps").glob("step-*")):
+                return stop(process)
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.2)
+        raise AssertionError("training did not start")
+
+    return run_cli(
+        capsys,
+        "train", "copy", "--out", "run", "--steps", "1000000", "--checkpoint-every", "2",
+        "--width", "16", "--heads", "2", "--layers", "1",
+        subprocess=True, cwd=directory, while_running=once_training, timeout=120,
     )  # fmt: skip
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:  # wait until it is training (the staged directory exists)
-        staged = [p for p in directory.iterdir() if p.name.startswith(staging.TEMP_PREFIX)]
-        if staged and any((staged[0] / "steps").glob("step-*")):
-            return process
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.2)
-    process.kill()
-    raise AssertionError("training did not start")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
-def test_signals_remove_temporaries_and_exit_128_plus_signal(tmp_path, signum):
-    process = _start_training(tmp_path)
-    process.send_signal(signum)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 128 + signum, stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: interrupted by {signum.name}: unfinished outputs were discarded"], stderr
-    assert "Traceback" not in stderr
+def test_signals_remove_temporaries_and_exit_128_plus_signal(tmp_path, capsys, signum):
+    result = _train_until(tmp_path, capsys, lambda process: process.send_signal(signum))
+    assert result.exit_code == 128 + signum, result.stderr
+    assert result.error_lines() == [f"error: interrupted by {signum.name}: unfinished outputs were discarded"]
+    assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_killed_run_leaves_temporaries_the_next_run_removes(tmp_path, capsys, toy_capture):
-    process = _start_training(tmp_path)
-    process.kill()  # SIGKILL: nothing can clean up
-    process.communicate(timeout=60)
+    killed = _train_until(tmp_path, capsys, lambda process: process.kill())  # SIGKILL: nothing can clean up
+    assert killed.exit_code == -signal.SIGKILL
     assert [p for p in tmp_path.iterdir() if p.name.startswith(staging.TEMP_PREFIX)]
     result = run_cli(capsys, "heatmap", "--from-capture", str(toy_capture), "--out", str(tmp_path / "h.png"))
     assert result.exit_code == 0, result.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from cli_helpers import run_cli
+from figure_helpers import read_svg
 
 from attnviz.reporting import AttnvizWarning, Reporter, progress_bar, status, use_reporter, warn
 
@@ -39,15 +41,10 @@ def test_installed_reporter_receives_notices_and_is_restored():
     assert collecting.messages == ["one", "two"]
 
 
-def test_cli_prints_library_warnings_as_one_line(tmp_path):
-    from typer.testing import CliRunner
-
-    from attnviz.cli.app import app
-
+def test_cli_prints_library_warnings_as_one_line(tmp_path, capsys):
     long_text = " ".join(["word"] * 40)
-    result = CliRunner().invoke(
-        app, ["heatmap", long_text, "--max-length", "8", "--out", str(tmp_path / "h.png")], catch_exceptions=False
-    )
-    assert result.exit_code == 0, result.output
+    result = run_cli(capsys, "heatmap", long_text, "--max-length", "8", "--out", tmp_path / "h.svg")
+    assert result.exit_code == 0, result.stderr
     warning_lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert warning_lines == ["warning: 1 text(s) longer than 8 tokens were truncated to 8"]
+    assert read_svg(tmp_path / "h.svg").texts[:8] == ["[CLS]", *["word"] * 6, "[SEP]"]  # the 8 tokens drawn

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -184,19 +181,13 @@ def test_output_may_not_overwrite_the_data(capsys, tmp_path):
     assert data.read_text() == "hello there\n"
 
 
-def test_error_from_a_fresh_process(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    done = subprocess.run(
-        [sys.executable, "-m", "attnviz", "stats", "--data", str(tmp_path / "nope.txt")],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert done.returncode != 0
-    assert "Traceback" not in done.stderr
-    assert done.stderr.strip().count("\n") == 0 and "does not exist" in done.stderr
+def test_error_from_a_fresh_process(tmp_path, capsys):
+    missing = tmp_path / "nope.txt"
+    result = run_cli(capsys, "stats", "--data", missing, subprocess=True, timeout=120)
+    assert result.exit_code != 0
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0  # one line
+    assert "does not exist" in result.stderr and str(missing) in result.stderr
 
 
 def test_statistics_figure_marks_flagged_heads():

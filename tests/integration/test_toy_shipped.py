@@ -120,12 +120,15 @@ def test_sample_readme_lists_the_checkpoints():
 
 def test_heatmap_command_on_the_shipped_reverse_model(capsys, tmp_path):
     from cli_helpers import run_cli
+    from figure_helpers import read_svg
 
-    out = tmp_path / "reverse-cross.png"
+    out = tmp_path / "reverse-cross.svg"
     args = ("heatmap", "3 1 4 1 5", "--model", TOY / "reverse", "--cross", "--target", "5 1 4 1 3")
     result = run_cli(capsys, *args, "--layer", "1", "--head", "2", "--out", out)
     assert result.exit_code == 0, result.stderr
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    figure = read_svg(out)
+    assert figure.texts[:6] == ["3", "1", "4", "1", "5", "<eos>"]  # keys: the source
+    assert figure.texts[7:13] == ["<bos>", "5", "1", "4", "1", "3"]  # queries: the target
     # the same head, saved as a capture, holds the anti-diagonal the figure shows
     saved = tmp_path / "reverse.safetensors"
     result = run_cli(
@@ -136,6 +139,7 @@ def test_heatmap_command_on_the_shipped_reverse_model(capsys, tmp_path):
 
     cross = AttentionCapture.load(saved).layer(1, "cross")[2]  # [target, source]
     assert min(float(cross[t, 4 - t]) for t in range(5)) > 0.8
+    assert figure.annotations() == pytest.approx(cross.flatten().tolist(), abs=0.005)  # drawn row by row
 
 
 def test_prune_command_on_the_shipped_reverse_model(capsys, tmp_path):

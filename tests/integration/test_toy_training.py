@@ -7,12 +7,10 @@ import os
 
 import pytest
 import torch
-import typer
-from typer.testing import CliRunner
+from cli_helpers import assert_clean_error, run_cli
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from attnviz.cli import train_cmd
 from attnviz.errors import AttnvizError
 from attnviz.models.specs import load_model
 from attnviz.toy import TrainingSettings, build_toy_model, checkpoint_series, train_toy_model
@@ -71,28 +69,15 @@ def test_training_settings_errors():
 # -- the command ----------------------------------------------------------------------------------------------
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-    train_cmd.register(app)
-
-    @app.callback()
-    def _root() -> None:  # a group, so the command is called by name as in attnviz
-        pass
-
-    return app
-
-
-def _invoke(*args: str):
-    return CliRunner().invoke(_app(), ["train", *args], catch_exceptions=True)
-
-
-def test_train_command_saves_a_series(tmp_path):
+def test_train_command_saves_a_series(tmp_path, capsys):
     out = tmp_path / "toy-copy"
-    result = _invoke(
+    result = run_cli(
+        capsys,
+        "train",
         "copy", "--out", str(out), "--steps", "6", "--checkpoint-every", "2", "--width", "16", "--heads", "2",
         "--layers", "1", "--lengths", "2:4", "--batch-size", "8", "--eval-examples", "20",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 0, result.stderr
     document = json.loads((out / "attnviz-toy.json").read_text())
     assert document["step"] == 6 and document["metadata"]["held_out"]["examples"] == 20
     series = checkpoint_series(out)
@@ -112,18 +97,17 @@ def test_train_command_saves_a_series(tmp_path):
         (["reverse", "--lengths", "three"], "is not MIN:MAX"),
     ],
 )
-def test_train_command_bad_input(tmp_path, args, message):
-    result = _invoke(*args, "--out", str(tmp_path / "out"), "--steps", "1")
-    assert result.exit_code != 0
-    assert isinstance(result.exception, AttnvizError) and message in str(result.exception)
+def test_train_command_bad_input(tmp_path, capsys, args, message):
+    result = run_cli(capsys, "train", *args, "--out", tmp_path / "out", "--steps", "1")
+    assert_clean_error(result, message)
     assert not (tmp_path / "out").exists()
 
 
-def test_train_command_refuses_a_foreign_directory(tmp_path):
+def test_train_command_refuses_a_foreign_directory(tmp_path, capsys):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "thesis.tex").write_text("mine")
-    result = _invoke("copy", "--out", str(tmp_path / "out"), "--steps", "1")
-    assert "not an attnviz toy checkpoint" in str(result.exception)
+    result = run_cli(capsys, "train", "copy", "--out", tmp_path / "out", "--steps", "1")
+    assert_clean_error(result, "not an attnviz toy checkpoint")
     assert (tmp_path / "out" / "thesis.tex").read_text() == "mine"
 
 
@@ -136,8 +120,6 @@ def test_train_command_refuses_a_foreign_directory(tmp_path):
     ],
 )
 def test_train_choices_are_closed_sets(capsys, tmp_path, args, fragments):
-    from cli_helpers import run_cli
-
     result = run_cli(capsys, "train", *args, "--out", str(tmp_path / "out"), "--steps", "1")
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()  # one line, with every allowed value
@@ -146,8 +128,6 @@ def test_train_choices_are_closed_sets(capsys, tmp_path, args, fragments):
 
 
 def test_train_help_lists_the_choices(capsys, monkeypatch):
-    from cli_helpers import run_cli
-
     monkeypatch.setenv("COLUMNS", "300")  # one help row per option, so a choice list is not wrapped
     result = run_cli(capsys, "train", "--help")
     text = " ".join(result.stdout.split())

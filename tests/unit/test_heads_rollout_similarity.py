@@ -73,7 +73,7 @@ def test_head_similarity_on_a_model_and_its_embedding(tiny_model_dirs):
     loaded = load_hf_model(str(tiny_model_dirs["llama"]), device="cpu")
     similarity = head_similarity(loaded, texts=["The cat sat on the mat.", "Bees dance."], max_tokens=6)
     n = len(similarity.heads)
-    assert n == 2 * 6 and similarity.source == "corpus" and similarity.examples == 2
+    assert n == 2 * 8 and similarity.source == "corpus" and similarity.examples == 2
     matrix = similarity.divergence
     assert torch.equal(matrix, matrix.T) and float(matrix.diagonal().abs().max()) == 0.0
     assert float(matrix.min()) >= 0.0 and float(matrix.max()) <= math.log(2) + 1e-6

@@ -23,7 +23,7 @@ S0, S1 = AttentionSite("self", 0), AttentionSite("self", 1)
 
 @pytest.fixture(scope="module")
 def pruned_llama(tiny_dirs, tiny_models, tmp_path_factory):
-    """Tiny LLaMA (6 query heads, 3 key/value groups): remove 1, 2 of layer 0 and 0, 1, 2, 3, 5 of layer 1."""
+    """Tiny LLaMA (8 query heads, 2 key/value groups of 4): remove 1, 2 of layer 0 and 0, 1, 2, 3, 5 of layer 1."""
     loaded = tiny_models["llama"]
     removed = {S0: [1, 2], S1: [0, 1, 2, 3, 5]}
     pruned, plans = prune_heads_physically(loaded, removed)
