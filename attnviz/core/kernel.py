@@ -77,7 +77,9 @@ def _source() -> str:
 
 def _compiler_flags() -> list[str]:
     """-O3 everywhere; AVX2/FMA or AVX-512 code where this CPU (as torch sees it) has them."""
-    flags = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math"]
+    # -fopenmp: at::parallel_for splits the rows over torch's OpenMP threads (the library torch ships
+    # is already loaded, with the soname the extension asks for, so no second runtime comes in).
+    flags = ["-O3", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math"]
     capability = torch.backends.cpu.get_cpu_capability()
     if capability in ("AVX2", "AVX512"):
         flags += ["-mavx2", "-mfma"]
@@ -117,7 +119,9 @@ def prepare_kernel(*, build: bool = True) -> bool:
             name = f"attnviz_softmax_rows_{digest}"
             notice = status(BUILD_NOTICE) if not _is_built(cpp_extension, name) else contextlib.nullcontext()
             with notice:
-                _module = cpp_extension.load_inline(name=name, cpp_sources=[source], extra_cflags=flags, verbose=False)
+                _module = cpp_extension.load_inline(
+                    name=name, cpp_sources=[source], extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False
+                )
         except Exception as exc:  # noqa: BLE001 (no compiler, no ninja, a build error, …): stay on torch
             _state, _failure = "unavailable", f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
             return False
