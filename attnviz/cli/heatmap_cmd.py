@@ -214,10 +214,11 @@ def heatmap(
       attnviz heatmap "The capital of France is" --model smollm2 --generate 8 --head mean
     """
     from attnviz.captures import AttentionCapture
+    from attnviz.cli.selection import check_one_pattern, parse_head_option, parse_layer_option
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
-    from attnviz.render.capture_view import FigureStyle, capture_heatmap, check_terminal_selection
+    from attnviz.render.capture_view import FigureStyle, capture_heatmap
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
     from attnviz.render.html_page import HTML_SUFFIXES
 
@@ -226,11 +227,16 @@ def heatmap(
         raise InputError(f"--words applies to --view heads only: --view {view.value} draws sub-word tokens")
     if view != HeatmapView.heads and terminal:
         raise InputError(f"--terminal draws one head's pattern: --view {view.value} is a figure (give --out)")
+    # figures and the terminal default to the last layer, pages to every layer
+    layers = parse_layer_option(layer) if layer is not None else [-1]
+    heads = parse_head_option(head)
     if terminal:
-        check_terminal_selection(layer or "-1", head)
+        one_layer, one_head = check_one_pattern(layers, heads)
     else:
         out = check_output_path(out, FIGURE_SUFFIXES + (HTML_SUFFIXES if view == HeatmapView.heads else ()))
         html = out.suffix.lower() in HTML_SUFFIXES
+        if html and layer is None:
+            layers = None
     style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
     style.check()
     text = text_or_stdin(text)
@@ -262,7 +268,7 @@ def heatmap(
 
         console.print(
             terminal_heatmap(
-                result, layer=layer or "-1", head=head, stack=stack, words=words, width=console.width, style=style
+                result, layer=one_layer, head=one_head, stack=stack, words=words, width=console.width, style=style
             )
         )
         _summary(result, stack)
@@ -275,10 +281,10 @@ def heatmap(
     elif html:
         from attnviz.render.html_view import write_attention_view
 
-        path = write_attention_view(out, result, words=words, layer=layer or "all", stacks=[stack] if stack else None)
+        path = write_attention_view(out, result, words=words, layers=layers, stacks=[stack] if stack else None)
     else:
         figure = capture_heatmap(
-            result, layer=layer or "-1", head=head, stack=stack, words=words, annotate=annotate, style=style
+            result, layers=layers, heads=heads, stack=stack, words=words, annotate=annotate, style=style
         )
         path = save_figure(figure, out, dpi=dpi)
     _summary(result, stack)
