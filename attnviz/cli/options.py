@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 MODEL_PANEL = "Model"
 INPUT_PANEL = "Input"
 OUTPUT_PANEL = "Output"
+VIEW_PANEL = "What to show"
+
+CheckpointArgument = Annotated[
+    str,
+    typer.Argument(
+        help="Model spec: 'minilm' (default, BERT encoder), 'smollm2' (LLaMA-architecture causal LM), a Hugging Face "
+        "model directory, a .gguf file, a hub id in the local cache, or an attnviz toy or pruned checkpoint "
+        "directory. Example: smollm2",
+    ),
+]
 
 ModelOption = Annotated[
     str,
@@ -26,20 +37,75 @@ ModelOption = Annotated[
     ),
 ]
 
+
+def choice_parser(choices: type[Enum], what: str, aliases: dict[str, str] | None = None) -> Callable[[Any], str]:
+    """A Typer ``parser`` for a closed set (an Enum whose members the help lists) that returns the plain value.
+
+    Case and ``-``/``_`` do not matter (``--sort Normalized-Entropy``), ``aliases`` name a choice another way
+    (``fp16`` for ``float16``); anything else is refused as ``unknown WHAT 'x': use one of ...``.
+    """
+    values = [choice.value for choice in choices]
+    known = {_choice_key(value): value for value in values}
+    known.update({_choice_key(alias): target for alias, target in (aliases or {}).items()})
+
+    def parse(value: Any) -> str:
+        if isinstance(value, Enum):
+            return value.value
+        key = _choice_key(str(value))
+        if key not in known:
+            raise typer.BadParameter(f"unknown {what} {value!r}: use one of {', '.join(values)}")
+        return known[key]
+
+    return parse
+
+
+def _choice_key(value: str) -> str:
+    return value.strip().lower().replace("-", "_")
+
+
+#: the forms --device takes; the library (attnviz.models.specs.resolve_device) accepts the same
+DEVICE_FORMS = ("auto", "cpu", "cuda", "cuda:N")
+
+
+def parse_device(value: Any) -> str:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (any case) -> the lower-case form; anything else is refused."""
+    device = str(value).strip().lower()
+    if device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdecimal()):
+        return device
+    raise typer.BadParameter(f"unknown device {value!r}: use {', '.join(DEVICE_FORMS)} (N: the GPU number)")
+
+
+def complete_device(incomplete: str) -> list[str]:
+    """Shell completion of --device (the GPU numbers are not probed: that would import torch)."""
+    return [form for form in ("auto", "cpu", "cuda", "cuda:0", "cuda:1") if form.startswith(incomplete.lower())]
+
+
 DeviceOption = Annotated[
     str,
     typer.Option(
         "--device",
-        help="cpu, cuda or auto (CUDA when available). Example: --device cpu",
+        parser=parse_device,
+        metavar="<" + "|".join(DEVICE_FORMS) + ">",
+        autocompletion=complete_device,
+        help="Where the model runs: auto (CUDA when available, else the CPU), cpu, cuda, or cuda:N for GPU number N. "
+        "Example: --device cpu",
         rich_help_panel=MODEL_PANEL,
     ),
 ]
 
+# Spelled out (attnviz.models.specs imports torch); tests/unit/test_cli_choices.py checks them against
+# attnviz.models.specs.DTYPES.
+DTYPE_NAMES = ("auto", "float32", "float16", "bfloat16")
+DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+Dtype = Enum("Dtype", {name: name for name in DTYPE_NAMES}, type=str)
+
 DtypeOption = Annotated[
-    str,
+    Dtype,
     typer.Option(
         "--dtype",
-        help="auto (float32), float32, float16 or bfloat16. Example: --dtype bfloat16",
+        parser=choice_parser(Dtype, "dtype", DTYPE_ALIASES),
+        help="Precision of the weights: auto (float32, exact patterns), float32, float16 or bfloat16 (half the "
+        "memory; fp32, fp16 and bf16 work too). Example: --dtype bfloat16",
         rich_help_panel=MODEL_PANEL,
     ),
 ]
@@ -145,6 +211,27 @@ SampleSeedOption = Annotated[
 ]
 
 
+BatchSizeOption = Annotated[
+    int,
+    typer.Option(
+        "--batch-size",
+        "-b",
+        min=1,
+        help="Examples per forward pass. Example: --batch-size 16",
+        rich_help_panel=INPUT_PANEL,
+    ),
+]
+
+ToyExamplesOption = Annotated[
+    int,
+    typer.Option(
+        "--toy-examples",
+        min=1,
+        help="Toy checkpoints (without --data): task examples to draw. Example: --toy-examples 256",
+        rich_help_panel=INPUT_PANEL,
+    ),
+]
+
 DataOption = Annotated[
     Path | None,
     typer.Option(
@@ -167,6 +254,58 @@ TextOption = Annotated[
 ]
 
 
+# -- tables of per-head results (stats, heads) and their files ------------------------------------------------
+
+LimitOption = Annotated[
+    int | None,
+    typer.Option(
+        "--limit",
+        "-n",
+        min=0,
+        help="Show at most this many table rows. Example: --limit 20",
+        rich_help_panel=VIEW_PANEL,
+    ),
+]
+
+AscendingOption = Annotated[
+    bool,
+    typer.Option(
+        "--ascending",
+        help="With --sort: smallest first. Example: --sort entropy --ascending",
+        rich_help_panel=VIEW_PANEL,
+    ),
+]
+
+NoTableOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-table",
+        help="Skip the per-head table (grid and summary only). Example: --no-table",
+        rich_help_panel=VIEW_PANEL,
+    ),
+]
+
+JsonOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--json",
+        help="Write the results as JSON (schema in the README). Example: --json heads.json",
+        rich_help_panel=OUTPUT_PANEL,
+        show_default=False,
+    ),
+]
+
+CsvOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--csv",
+        help="Write one row per head as CSV. Example: --csv heads.csv",
+        rich_help_panel=OUTPUT_PANEL,
+        show_default=False,
+    ),
+]
+
+
 class StackChoice(str, Enum):
     """An attention stack (see :data:`attnviz.core.stacks.STACKS`)."""
 
@@ -179,3 +318,15 @@ class StackChoice(str, Enum):
 def stack_value(choice: StackChoice | None) -> str | None:
     """The stack name of a ``--stack`` choice (None: all stacks / the first)."""
     return choice.value if choice is not None else None
+
+
+StackOption = Annotated[
+    StackChoice | None,
+    typer.Option(
+        "--stack",
+        help="Encoder-decoder models: the stack to show, encoder, decoder or cross (default: all). "
+        "Example: --stack decoder",
+        rich_help_panel=VIEW_PANEL,
+        show_default=False,
+    ),
+]
