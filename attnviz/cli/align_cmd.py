@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption
+from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, BatchSizeOption, DeviceOption, DtypeOption, MaxLengthOption
 
 ALIGN_PANEL = "Alignment"
 
@@ -81,12 +81,7 @@ def align(
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = None,
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            "--batch-size", "-b", min=1, help="Pairs per forward pass. Example: -b 32", rich_help_panel=INPUT_PANEL
-        ),
-    ] = 16,
+    batch_size: BatchSizeOption = 16,
     max_length: MaxLengthOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",

@@ -88,7 +88,7 @@ def capture(
 
       attnviz capture "The capital of France is" --model smollm2 --generate 10 --bits 8 --out gen.safetensors
     """
-    from attnviz.cli.heatmap_cmd import _capture, _generation_settings, _summary
+    from attnviz.cli.capturing import capture_text, generation_settings, print_summary
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
@@ -97,8 +97,8 @@ def capture(
     text = text_or_stdin(text)
     if not text.strip():
         raise InputError("the text is empty: give at least one word")
-    generation = _generation_settings(generate, sample, temperature, seed, target)
-    result = _capture(
+    generation = generation_settings(generate, sample, temperature, seed, target)
+    result = capture_text(
         text,
         target,
         model,
@@ -114,7 +114,7 @@ def capture(
 
         result.extras["rollout"] = rollout(result)
     path = result.save(out, bits=int(bits.value))
-    _summary(result, None)
+    print_summary(result, None)
     print(path)
 
 

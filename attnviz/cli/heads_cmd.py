@@ -11,16 +11,24 @@ import typer
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
+    VIEW_PANEL,
+    AscendingOption,
+    BatchSizeOption,
+    CheckpointArgument,
+    CsvOption,
     DeviceOption,
     DtypeOption,
+    JsonOption,
+    LimitOption,
     MaxLengthOption,
-    StackChoice,
+    NoTableOption,
+    StackOption,
     TextOption,
+    stack_value,
 )
 
 PROBE_PANEL = "Probes"
 LABEL_PANEL = "Label thresholds"
-VIEW_PANEL = "What to show"
 SIMILARITY_PANEL = "Head similarity"
 
 
@@ -39,13 +47,7 @@ def _threshold(option: str, help_text: str):
 
 
 def heads(
-    checkpoint: Annotated[
-        str,
-        typer.Argument(
-            help="Model spec: 'minilm' (default), 'smollm2', a Hugging Face directory, a .gguf file, a hub id in the "
-            "local cache, or an attnviz toy checkpoint. Example: attnviz heads smollm2",
-        ),
-    ] = "minilm",
+    checkpoint: CheckpointArgument = "minilm",
     length: Annotated[
         int | None,
         typer.Option(
@@ -67,16 +69,7 @@ def heads(
     seed: Annotated[
         int, typer.Option("--seed", help="Seed of the probe tokens. Example: --seed 1", rich_help_panel=PROBE_PANEL)
     ] = 0,
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            "--batch-size",
-            "-b",
-            min=1,
-            help="Sequences (probes or corpus examples) per forward pass. Example: --batch-size 4",
-            rich_help_panel=PROBE_PANEL,
-        ),
-    ] = 16,
+    batch_size: BatchSizeOption = 16,
     data: Annotated[
         Path | None,
         typer.Option(
@@ -111,56 +104,18 @@ def heads(
             rich_help_panel=VIEW_PANEL,
         ),
     ] = None,
-    ascending: Annotated[
-        bool,
-        typer.Option(
-            "--ascending",
-            help="With --sort: smallest first. Example: --sort previous_token --ascending",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = False,
+    ascending: AscendingOption = False,
     labelled_only: Annotated[
         bool,
         typer.Option(
             "--labelled-only", help="List only heads with a label. Example: --labelled-only", rich_help_panel=VIEW_PANEL
         ),
     ] = False,
-    limit: Annotated[
-        int | None,
-        typer.Option(
-            "--limit",
-            "-n",
-            min=0,
-            help="Show at most this many table rows. Example: --limit 20",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
-    no_table: Annotated[
-        bool,
-        typer.Option("--no-table", help="Skip the per-head table. Example: --no-table", rich_help_panel=VIEW_PANEL),
-    ] = False,
-    stack: Annotated[
-        StackChoice | None,
-        typer.Option(
-            "--stack",
-            help="Encoder-decoder models: the stack to show (default: all). Example: --stack decoder",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
-    json_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--json",
-            help="Write the results as JSON (schema in the README). Example: --json heads.json",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
-    csv_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--csv", help="Write one row per head as CSV. Example: --csv heads.csv", rich_help_panel=OUTPUT_PANEL
-        ),
-    ] = None,
+    limit: LimitOption = None,
+    no_table: NoTableOption = False,
+    stack: StackOption = None,
+    json_path: JsonOption = None,
+    csv_path: CsvOption = None,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -259,8 +214,9 @@ def heads(
             similarity_tokens=similarity_tokens,
             reporter=status.update,
         )
-    _show(result, stack.value if stack else None, labelled_only, sort, ascending, limit, no_table)
-    _write(result, json_path, csv_path, plot, similarity, stack.value if stack else None)
+    stack = stack_value(stack)
+    _show(result, stack, labelled_only, sort, ascending, limit, no_table)
+    _write(result, json_path, csv_path, plot, similarity, stack)
 
 
 def _show(result, stack, labelled_only, sort, ascending, limit, no_table) -> None:

@@ -214,6 +214,7 @@ def heatmap(
       attnviz heatmap "The capital of France is" --model smollm2 --generate 8 --head mean
     """
     from attnviz.captures import AttentionCapture
+    from attnviz.cli.capturing import capture_text, generation_settings, print_summary
     from attnviz.cli.selection import check_one_pattern, parse_head_option, parse_layer_option
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.errors import InputError
@@ -258,8 +259,8 @@ def heatmap(
             raise InputError("the text is empty: give at least one word")
         if stack == "cross" and target is None and generate is None:
             raise InputError('cross-attention needs the decoder text: add --target "..." (or --generate N)')
-        generation = _generation_settings(generate, sample, temperature, seed, target)
-        result = _capture(text, target, model, max_length, no_truncate, device, dtype, generation=generation)
+        generation = generation_settings(generate, sample, temperature, seed, target)
+        result = capture_text(text, target, model, max_length, no_truncate, device, dtype, generation=generation)
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
     if terminal:
@@ -271,7 +272,7 @@ def heatmap(
                 result, layer=one_layer, head=one_head, stack=stack, words=words, width=console.width, style=style
             )
         )
-        _summary(result, stack)
+        print_summary(result, stack)
         return
     if view != HeatmapView.heads:
         from attnviz.render.heads_plots import capture_rollout_figure
@@ -287,54 +288,8 @@ def heatmap(
             result, layers=layers, heads=heads, stack=stack, words=words, annotate=annotate, style=style
         )
         path = save_figure(figure, out, dpi=dpi)
-    _summary(result, stack)
+    print_summary(result, stack)
     print(path)
-
-
-def _generation_settings(generate, sample, temperature, seed, target) -> dict | None:
-    """Keyword arguments of ``generate_capture`` from the options, or None without --generate."""
-    from attnviz.errors import InputError
-
-    if generate is None:
-        if sample or seed is not None or temperature != 1.0:
-            raise InputError("--sample, --temperature and --seed apply only with --generate N")
-        return None
-    if target is not None:
-        raise InputError("give either --target (a fixed decoder text) or --generate N, not both")
-    if not sample and (seed is not None or temperature != 1.0):
-        raise InputError("--temperature and --seed apply only with --sample (greedy decoding has no randomness)")
-    return {"max_new_tokens": generate, "sample": sample, "temperature": temperature, "seed": seed}
-
-
-def _capture(text, target, model, max_length, no_truncate, device, dtype, device_map=None, generation=None):
-    from attnviz.captures import capture
-    from attnviz.console import console
-    from attnviz.models.specs import load_model
-
-    with console.status(f"loading {model}"):
-        loaded = load_model(model, device=device, dtype=dtype, device_map=device_map)
-    if generation is None:
-        return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
-    from attnviz.generation import generate_capture
-
-    with console.status(f"generating up to {generation['max_new_tokens']} tokens"):
-        result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)
-    console.print(f"[bold]generated:[/bold] {result.text!r} ({len(result.token_ids)} tokens)", highlight=False)
-    return result.capture
-
-
-def _summary(result, stack) -> None:
-    from attnviz.console import console
-
-    stack = stack or result.stacks[0]
-    queries, keys = result.axis_tokens(stack)
-    kind = "causal" if result.causal else "encoder-decoder" if result.encoder_decoder else "bidirectional"
-    console.print(
-        f"[bold]{result.model}[/bold] ({kind}) · {len(keys)} tokens"
-        + (f" → {len(queries)} target tokens" if stack in ("cross", "decoder") else "")
-        + f" · {result.num_layers(stack)} layers × {result.num_heads(stack)} heads",
-        highlight=False,
-    )
 
 
 def register(app: typer.Typer) -> None:

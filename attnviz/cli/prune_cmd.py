@@ -18,6 +18,8 @@ Scope = Enum("Scope", {name: name for name in ("global", "per-layer")}, type=str
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
+    CheckpointArgument,
+    DataOption,
     DeviceMapOption,
     DeviceOption,
     DtypeOption,
@@ -32,13 +34,7 @@ MEASURE_PANEL = "Measuring"
 
 
 def prune(
-    checkpoint: Annotated[
-        str,
-        typer.Argument(
-            help="Model to prune: 'minilm', 'smollm2', a Hugging Face model directory, a .gguf file, or an "
-            "attnviz toy checkpoint directory. Example: minilm",
-        ),
-    ] = "minilm",
+    checkpoint: CheckpointArgument = "minilm",
     out: Annotated[
         Path | None,
         typer.Option(
@@ -123,17 +119,7 @@ def prune(
             rich_help_panel=HOW_PANEL,
         ),
     ] = 0,
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            "--data",
-            "-d",
-            help="Text to score heads on: one example per line, or .jsonl with a 'text' field (default: the "
-            "shipped corpus). Ignored for toy models, which use their task. Example: --data notes.txt",
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
+    data: DataOption = None,
     text: TextOption = None,
     eval_data: Annotated[
         Path | None,
