@@ -48,7 +48,7 @@ SortStatisticOption = Annotated[
     typer.Option(
         "--sort",
         parser=choice_parser(Statistic, "statistic"),
-        help="Sort the table by a statistic, largest first. Example: --sort entropy",
+        help=f"Sort the table by a statistic, largest first: {', '.join(STATISTIC_NAMES)}. Example: --sort entropy",
         rich_help_panel=VIEW_PANEL,
         show_default=False,
     ),
@@ -59,7 +59,8 @@ ColorByOption = Annotated[
     typer.Option(
         "--color-by",
         parser=choice_parser(Statistic, "statistic"),
-        help="Statistic that colours the layer × head overview. Example: --color-by first_token",
+        help=f"Statistic that colours the layer × head overview: {', '.join(STATISTIC_NAMES)}. "
+        "Example: --color-by first_token",
         rich_help_panel=VIEW_PANEL,
     ),
 ]
