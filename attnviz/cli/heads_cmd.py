@@ -132,7 +132,7 @@ def heads(
             help="Figure of the mean Jensen–Shannon divergence between heads (clustered heatmap coloured by layer, "
             "and a 2-D MDS map), over --data/--text or else the probes; --json then holds the matrix. "
             "Example: --similarity similarity.png",
-            rich_help_panel=SIMILARITY_PANEL,
+            rich_help_panel=OUTPUT_PANEL,
         ),
     ] = None,
     similarity_examples: Annotated[
@@ -170,7 +170,6 @@ def heads(
     """
     from attnviz.cli.stdin import corpus_from_options
     from attnviz.console import console
-    from attnviz.errors import InputError
     from attnviz.heads import FunctionThresholds, ProbeSettings, head_functions
     from attnviz.io import check_output_path
     from attnviz.models.specs import load_model
@@ -183,20 +182,15 @@ def heads(
         next_token_min=next_token_min,
     )
     probe = ProbeSettings(length=length, sequences=sequences, seed=seed, batch_size=batch_size)
-    outputs = [
-        check_output_path(path, suffixes)
-        for path, suffixes in (
-            (json_path, (".json",)),
-            (csv_path, (".csv",)),
-            (plot, FIGURE_SUFFIXES),
-            (similarity, FIGURE_SUFFIXES),
-        )
-        if path is not None
-    ]
-    if len({p.resolve() for p in outputs}) < len(outputs):
-        raise InputError("--json, --csv, --plot and --similarity must be different files")
-    if data is not None and any(p.resolve() == data.expanduser().resolve() for p in outputs):
-        raise InputError(f"an output path would overwrite the --data input {data}: choose another path")
+    # the guard already refuses outputs that overlap each other or an input (--data, the model)
+    for path, suffixes in (
+        (json_path, (".json",)),
+        (csv_path, (".csv",)),
+        (plot, FIGURE_SUFFIXES),
+        (similarity, FIGURE_SUFFIXES),
+    ):
+        if path is not None:
+            check_output_path(path, suffixes)
     texts = corpus_from_options(data, text)
 
     with console.status(f"loading {checkpoint}"):

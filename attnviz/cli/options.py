@@ -85,7 +85,7 @@ DeviceOption = Annotated[
     typer.Option(
         "--device",
         parser=parse_device,
-        metavar="<" + "|".join(DEVICE_FORMS) + ">",
+        metavar="<device>",  # the forms are listed in the help: a long metavar squeezes the help column
         autocompletion=complete_device,
         help="Where the model runs: auto (CUDA when available, else the CPU), cpu, cuda, or cuda:N for GPU number N. "
         "Example: --device cpu",
@@ -104,6 +104,7 @@ DtypeOption = Annotated[
     typer.Option(
         "--dtype",
         parser=choice_parser(Dtype, "dtype", DTYPE_ALIASES),
+        metavar="<dtype>",  # the choices are listed in the help: a long metavar squeezes the help column
         help="Precision of the weights: auto (float32, exact patterns), float32, float16 or bfloat16 (half the "
         "memory; fp32, fp16 and bf16 work too). Example: --dtype bfloat16",
         rich_help_panel=MODEL_PANEL,

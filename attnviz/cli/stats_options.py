@@ -39,7 +39,7 @@ PresetOption = Annotated[
         parser=choice_parser(Preset, "threshold preset"),
         help="Threshold set: normalized (length-independent, default) or seed (collapsed if mean entropy "
         "< 1.0 nats, unfocused if mean max weight < 0.3). Example: --preset seed",
-        rich_help_panel=DETECT_PANEL,
+        rich_help_panel=STATS_PANEL,
     ),
 ]
 
@@ -48,6 +48,7 @@ SortStatisticOption = Annotated[
     typer.Option(
         "--sort",
         parser=choice_parser(Statistic, "statistic"),
+        metavar="<statistic>",  # the names are listed in the help
         help=f"Sort the table by a statistic, largest first: {', '.join(STATISTIC_NAMES)}. Example: --sort entropy",
         rich_help_panel=VIEW_PANEL,
         show_default=False,
@@ -59,6 +60,7 @@ ColorByOption = Annotated[
     typer.Option(
         "--color-by",
         parser=choice_parser(Statistic, "statistic"),
+        metavar="<statistic>",  # the names are listed in the help
         help=f"Statistic that colours the layer × head overview: {', '.join(STATISTIC_NAMES)}. "
         "Example: --color-by first_token",
         rich_help_panel=VIEW_PANEL,

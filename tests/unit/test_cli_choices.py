@@ -130,7 +130,10 @@ def test_help_lists_the_choices(capsys, monkeypatch, command, option, choices):
     assert result.exit_code == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if re.match(rf"│\s*{option}\s", line)]
     assert lines, f"{' '.join(command)} --help has no {option}"
-    assert "<" + "|".join(choices) + ">" in lines[0], f"{' '.join(command)} --help does not list {choices}"
+    # as the metavar (<a|b|c>), or in the help text where a long list would squeeze the help column
+    row = lines[0].split(option, 1)[1]
+    missing = [choice for choice in choices if not re.search(rf"(?<![\w-]){re.escape(choice)}(?![\w-])", row)]
+    assert missing == [], f"{' '.join(command)} --help does not list {missing} for {option}"
 
 
 @pytest.mark.parametrize(
