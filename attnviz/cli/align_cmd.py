@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, BatchSizeOption, DeviceOption, DtypeOption, MaxLengthOption
+from attnviz.cli.options import (
+    INPUT_PANEL,
+    OUTPUT_PANEL,
+    BatchSizeOption,
+    DeviceOption,
+    DtypeOption,
+    MaxLengthOption,
+    choice_parser,
+)
 
 ALIGN_PANEL = "Alignment"
 
@@ -56,6 +64,7 @@ def align(
         RowChoice,
         typer.Option(
             "--rows",
+            parser=choice_parser(RowChoice, "row choice"),
             help="Decoder rows of a target word: 'predicting' (the step that predicts it) or 'reading' "
             "(the step that reads it). Example: --rows reading",
             rich_help_panel=ALIGN_PANEL,

@@ -21,6 +21,7 @@ from attnviz.cli.options import (
     SampleSeedOption,
     TargetOption,
     TemperatureOption,
+    choice_parser,
 )
 
 
@@ -52,6 +53,7 @@ def capture(
         Bits,
         typer.Option(
             "--bits",
+            parser=choice_parser(Bits, "number of bits"),
             help="Bits per weight: 32 exact float32; 16 float16; 8 one byte per weight plus one scale per row "
             "(error at most row max / 510, file about 4x smaller). Example: --bits 8",
             rich_help_panel=OUTPUT_PANEL,

@@ -24,6 +24,7 @@ from attnviz.cli.options import (
     NoTableOption,
     StackOption,
     TextOption,
+    choice_parser,
     stack_value,
 )
 
@@ -100,6 +101,7 @@ def heads(
         ScoreName | None,
         typer.Option(
             "--sort",
+            parser=choice_parser(ScoreName, "probe score"),
             help="Sort the table by a probe score, largest first. Example: --sort induction",
             rich_help_panel=VIEW_PANEL,
         ),

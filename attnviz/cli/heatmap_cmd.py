@@ -22,6 +22,7 @@ from attnviz.cli.options import (
     StackChoice,
     TargetOption,
     TemperatureOption,
+    choice_parser,
     stack_value,
 )
 
@@ -112,6 +113,7 @@ def heatmap(
         StackChoice | None,
         typer.Option(
             "--stack",
+            parser=choice_parser(StackChoice, "stack"),
             help="Encoder-decoder models: encoder, decoder or cross (default encoder; --cross means cross). "
             "Example: --stack decoder",
             rich_help_panel=VIEW_PANEL,
@@ -121,6 +123,7 @@ def heatmap(
         HeatmapView,
         typer.Option(
             "--view",
+            parser=choice_parser(HeatmapView, "view"),
             help="heads: the patterns of --layer/--head; rollout: attention rollout through every layer "
             "(Abnar & Zuidema 2020; the encoder's for encoder-decoder models); flow: attention flow, the max-flow "
             "variant (at most 32 tokens). Example: --view rollout",
@@ -158,6 +161,7 @@ def heatmap(
         ColourScale,
         typer.Option(
             "--scale",
+            parser=choice_parser(ColourScale, "colour scale"),
             help="Colour scale: linear, sqrt (square root) or log (three decades below the top). "
             "Small weights stay visible on sqrt and log. Example: --scale sqrt",
             rich_help_panel=FIGURE_PANEL,

@@ -38,23 +38,21 @@ ModelOption = Annotated[
 ]
 
 
-def choice_parser(choices: type[Enum], what: str, aliases: dict[str, str] | None = None) -> Callable[[Any], str]:
-    """A Typer ``parser`` for a closed set (an Enum whose members the help lists) that returns the plain value.
+def choice_parser(choices: type[Enum], what: str) -> Callable[[Any], Enum]:
+    """A Typer ``parser`` for a closed set: the Enum member named, whatever its case and ``-``/``_``.
 
-    Case and ``-``/``_`` do not matter (``--sort Normalized-Entropy``), ``aliases`` name a choice another way
-    (``fp16`` for ``float16``); anything else is refused as ``unknown WHAT 'x': use one of ...``.
+    Typer still lists the members in ``--help`` and completes them; anything else is refused
+    as ``unknown WHAT 'x': use one of ...`` (one line, before any model loads).
     """
-    values = [choice.value for choice in choices]
-    known = {_choice_key(value): value for value in values}
-    known.update({_choice_key(alias): target for alias, target in (aliases or {}).items()})
+    members = {_choice_key(member.value): member for member in choices}
 
-    def parse(value: Any) -> str:
-        if isinstance(value, Enum):
-            return value.value
-        key = _choice_key(str(value))
-        if key not in known:
-            raise typer.BadParameter(f"unknown {what} {value!r}: use one of {', '.join(values)}")
-        return known[key]
+    def parse(value: Any) -> Enum:
+        if isinstance(value, choices):
+            return value
+        member = members.get(_choice_key(str(value)))
+        if member is None:
+            raise typer.BadParameter(f"unknown {what} {value!r}: use one of {', '.join(m.value for m in choices)}")
+        return member
 
     return parse
 
@@ -94,22 +92,38 @@ DeviceOption = Annotated[
 ]
 
 # Spelled out (attnviz.models.specs imports torch); tests/unit/test_cli_choices.py checks them against
-# attnviz.models.specs.DTYPES.
+# attnviz.models.specs.DTYPES. Like --device, the command gets the plain name the library takes.
 DTYPE_NAMES = ("auto", "float32", "float16", "bfloat16")
 DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-Dtype = Enum("Dtype", {name: name for name in DTYPE_NAMES}, type=str)
+
+
+def parse_dtype(value: Any) -> str:
+    """A precision name or alias (any case) -> its name in :data:`DTYPE_NAMES`; anything else is refused."""
+    dtype = str(value).strip().lower()
+    dtype = DTYPE_ALIASES.get(dtype, dtype)
+    if dtype not in DTYPE_NAMES:
+        raise typer.BadParameter(f"unknown dtype {value!r}: use one of {', '.join(DTYPE_NAMES)}")
+    return dtype
+
+
+def complete_dtype(incomplete: str) -> list[str]:
+    """Shell completion of --dtype."""
+    return [name for name in DTYPE_NAMES if name.startswith(incomplete.lower())]
+
 
 DtypeOption = Annotated[
-    Dtype,
+    str,
     typer.Option(
         "--dtype",
-        parser=choice_parser(Dtype, "dtype", DTYPE_ALIASES),
-        metavar="<dtype>",  # the choices are listed in the help: a long metavar squeezes the help column
+        parser=parse_dtype,
+        metavar="<dtype>",
+        autocompletion=complete_dtype,
         help="Precision of the weights: auto (float32, exact patterns), float32, float16 or bfloat16 (half the "
         "memory; fp32, fp16 and bf16 work too). Example: --dtype bfloat16",
         rich_help_panel=MODEL_PANEL,
     ),
 ]
+
 
 MaxLengthOption = Annotated[
     int | None,
@@ -151,6 +165,7 @@ DeviceMapOption = Annotated[
     DeviceMap | None,
     typer.Option(
         "--device-map",
+        parser=choice_parser(DeviceMap, "device map"),
         help="auto: spread a model too big for one device over the GPUs and CPU memory (accelerate); "
         "means the CPU on machines without CUDA. Overrides --device. Example: --device-map auto",
         rich_help_panel=MODEL_PANEL,
@@ -325,6 +340,7 @@ StackOption = Annotated[
     StackChoice | None,
     typer.Option(
         "--stack",
+        parser=choice_parser(StackChoice, "stack"),
         help="Encoder-decoder models: the stack to show, encoder, decoder or cross (default: all). "
         "Example: --stack decoder",
         rich_help_panel=VIEW_PANEL,

@@ -26,6 +26,7 @@ from attnviz.cli.options import (
     MaxLengthOption,
     MaxTokensPerBatchOption,
     TextOption,
+    choice_parser,
 )
 
 HOW_MUCH_PANEL = "How much to prune"
@@ -77,6 +78,7 @@ def prune(
         ImportanceMethod,
         typer.Option(
             "--importance",
+            parser=choice_parser(ImportanceMethod, "importance method"),
             help="How heads are scored: gradient (Michel et al.), ablation, entropy, confidence or random. "
             "Example: --importance ablation",
             rich_help_panel=HOW_PANEL,
@@ -86,6 +88,7 @@ def prune(
         Scope,
         typer.Option(
             "--strategy",
+            parser=choice_parser(Scope, "strategy"),
             help="global (least important heads of the whole model) or per-layer (the same share from every "
             "layer). Example: --strategy per-layer",
             rich_help_panel=HOW_PANEL,

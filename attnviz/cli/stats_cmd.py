@@ -144,7 +144,7 @@ def stats(
     from attnviz.stats.measure import measure_checkpoints
 
     # Check everything cheap before loading any model (the guard already refuses outputs over inputs).
-    thresholds = preset_thresholds(preset).override(
+    thresholds = preset_thresholds(preset.value).override(
         collapsed_max_weight=collapsed_max_weight,
         collapsed_normalized_entropy=collapsed_normalized_entropy,
         collapsed_entropy=collapsed_entropy,
@@ -182,9 +182,14 @@ def stats(
         )
         if parallel.is_main:  # only rank 0 prints and writes
             stack = stack_value(stack)
-            view = {"flagged_only": flagged_only, "sort": sort, "ascending": ascending, "limit": limit}
-            _show(results, stack, **view, color_by=color_by, no_table=no_table)
-            _write(results, preset, json_path, csv_path, plot, stack)
+            view = {
+                "flagged_only": flagged_only,
+                "sort": sort.value if sort else None,
+                "ascending": ascending,
+                "limit": limit,
+            }
+            _show(results, stack, **view, color_by=color_by.value, no_table=no_table)
+            _write(results, preset.value, json_path, csv_path, plot, stack)
 
 
 def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_table) -> None:

@@ -19,10 +19,10 @@ from attnviz.cli.options import (
     DEVICE_FORMS,
     DTYPE_ALIASES,
     DTYPE_NAMES,
-    Dtype,
     StackChoice,
     choice_parser,
     parse_device,
+    parse_dtype,
 )
 from attnviz.cli.prune_cmd import ImportanceMethod, Scope
 from attnviz.cli.stats_options import PRESET_NAMES, STATISTIC_NAMES, Statistic
@@ -63,10 +63,11 @@ def test_cli_choices_equal_the_library_sets():
 def test_dtype_names_and_aliases_are_the_librarys():
     """Every --dtype the CLI takes (names and aliases) is one the library resolves, to the same precision."""
     assert set(DTYPE_NAMES) | set(DTYPE_ALIASES) == {"auto"} | set(DTYPES)
-    parse = choice_parser(Dtype, "dtype", DTYPE_ALIASES)
     for given in [*DTYPE_NAMES, *DTYPE_ALIASES, "BF16", "Float16"]:
-        assert resolve_dtype(parse(given)) == resolve_dtype(given)
-    assert parse("fp16") == "float16" and parse("auto") == "auto"
+        assert resolve_dtype(parse_dtype(given)) == resolve_dtype(given)
+    assert parse_dtype("fp16") == "float16" and parse_dtype("auto") == "auto"
+    with pytest.raises(Exception, match="unknown dtype 'int8'"):
+        parse_dtype("int8")
 
 
 def test_device_forms_are_the_librarys():
@@ -92,8 +93,9 @@ def test_device_forms_are_the_librarys():
 
 def test_choice_parser_ignores_case_and_dashes_and_names_the_choices():
     parse = choice_parser(Statistic, "statistic")
-    assert parse("Normalized-Entropy") == "normalized_entropy"
-    assert parse(Statistic.max_weight) == "max_weight"
+    assert parse("Normalized-Entropy") is Statistic.normalized_entropy
+    assert parse(Statistic.max_weight) is Statistic.max_weight
+    assert choice_parser(Scope, "strategy")("PER_LAYER") is Scope("per-layer")
     with pytest.raises(Exception, match="unknown statistic 'bogus': use one of entropy, normalized_entropy"):
         parse("bogus")
 
