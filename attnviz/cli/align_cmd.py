@@ -14,6 +14,7 @@ from attnviz.cli.options import (
     BatchSizeOption,
     DeviceOption,
     DtypeOption,
+    JsonOption,
     MaxLengthOption,
     choice_parser,
 )
@@ -76,12 +77,7 @@ def align(
             "--limit", min=1, help="Show only the N best heads. Example: --limit 10", rich_help_panel=OUTPUT_PANEL
         ),
     ] = None,
-    json_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--json", help="Write every head's AER as JSON. Example: --json align.json", rich_help_panel=OUTPUT_PANEL
-        ),
-    ] = None,
+    json_path: JsonOption = None,
     plot: Annotated[
         Path | None,
         typer.Option(

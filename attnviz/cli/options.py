@@ -14,26 +14,20 @@ INPUT_PANEL = "Input"
 OUTPUT_PANEL = "Output"
 VIEW_PANEL = "What to show"
 
+MODEL_SPECS = (
+    "'minilm' (default, BERT encoder), 'smollm2' (LLaMA-architecture causal LM), a Hugging Face model directory, "
+    "a .gguf file, a hub id in the local cache, or an attnviz toy or pruned checkpoint directory"
+)
+
 CheckpointArgument = Annotated[
     str,
-    typer.Argument(
-        help="Model spec: 'minilm' (default, BERT encoder), 'smollm2' (LLaMA-architecture causal LM), a Hugging Face "
-        "model directory, a .gguf file, a hub id in the local cache, or an attnviz toy or pruned checkpoint "
-        "directory. Example: smollm2",
-    ),
+    typer.Argument(help=f"Model spec: {MODEL_SPECS}. Example: smollm2"),
 ]
 
 ModelOption = Annotated[
     str,
     typer.Option(
-        "--model",
-        "-m",
-        help=(
-            "Model spec: 'minilm' (default, BERT encoder), 'smollm2' (LLaMA-architecture causal LM), "
-            "a Hugging Face model directory, a .gguf file, a hub id in the local cache, or an attnviz "
-            "toy or pruned checkpoint directory. Example: --model smollm2"
-        ),
-        rich_help_panel=MODEL_PANEL,
+        "--model", "-m", help=f"Model spec: {MODEL_SPECS}. Example: --model smollm2", rich_help_panel=MODEL_PANEL
     ),
 ]
 
@@ -305,7 +299,7 @@ JsonOption = Annotated[
     Path | None,
     typer.Option(
         "--json",
-        help="Write the results as JSON (schema in the README). Example: --json heads.json",
+        help="Write the results as JSON (schema in the README). Example: --json results.json",
         rich_help_panel=OUTPUT_PANEL,
         show_default=False,
     ),
@@ -315,7 +309,7 @@ CsvOption = Annotated[
     Path | None,
     typer.Option(
         "--csv",
-        help="Write one row per head as CSV. Example: --csv heads.csv",
+        help="Write one row per head as CSV. Example: --csv results.csv",
         rich_help_panel=OUTPUT_PANEL,
         show_default=False,
     ),
