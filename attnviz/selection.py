@@ -1,60 +1,78 @@
-"""Parsing which layers and heads the user asked for (``--layer``, ``--head``)."""
+"""Which layers and heads to draw, as integers: checked against what a capture holds.
+
+The library takes typed selections only: a sequence of layer indices (negative ones count
+from the end, as in Python) or None for every layer; for heads, a sequence of head numbers,
+None for every head, or :data:`MEAN_OF_HEADS` for their average. Turning command-line text
+(``"all"``, ``"-1"``, ``"0,3"``, ``"mean"``) into these lives in :mod:`attnviz.cli.selection`.
+"""
 
 from __future__ import annotations
 
-from attnviz.errors import InputError
+from collections.abc import Sequence
 
-MEAN = "mean"
+from attnviz.errors import ParameterError
+
+__all__ = ["MEAN_OF_HEADS", "HeadSelection", "LayerSelection", "MeanOfHeads", "resolve_heads", "resolve_layers"]
 
 
-def _parse_index(item: str, count: int, what: str) -> int:
-    try:
-        index = int(item)
-    except ValueError:
-        raise InputError(f"{what} {item!r} is not a number: give an index like 0, -1 or a list like 0,3") from None
+class MeanOfHeads:
+    """The average of a layer's heads, drawn as one pattern, instead of the heads one by one."""
+
+    def __repr__(self) -> str:
+        return "MEAN_OF_HEADS"
+
+
+#: select the mean over a layer's heads (``heads=MEAN_OF_HEADS``)
+MEAN_OF_HEADS = MeanOfHeads()
+
+#: layer indices (negative: from the end), or None for every layer
+LayerSelection = Sequence[int] | None
+#: head numbers (negative: from the end), None for every head, or :data:`MEAN_OF_HEADS`
+HeadSelection = Sequence[int] | MeanOfHeads | None
+
+
+def resolve_layers(layers: LayerSelection, count: int) -> list[int]:
+    """The chosen layers as indices in ``0..count-1`` (None: all of them); refuses an empty or out-of-range choice."""
+    if layers is None:
+        return list(range(count))
+    if len(layers) == 0:
+        raise ParameterError("layers", "no layer given in {layers}: give an index, a list of indices, or all")
+    return [_in_range(index, count, "layers", "layer") for index in layers]
+
+
+def resolve_heads(heads: HeadSelection, original_ids: Sequence[int]) -> list[int] | MeanOfHeads:
+    """Positions (in the layer's pattern tensor) of the chosen heads, or :data:`MEAN_OF_HEADS`.
+
+    ``original_ids[i]`` is the number of the head at position ``i``: ``0..n-1`` for an unpruned
+    layer, the numbers from before pruning for a pruned one. Head numbers in ``heads`` are those
+    numbers (negative ones count back from the layer's original head count); a head pruned away
+    from the layer is refused, naming the heads it kept.
+    """
+    if isinstance(heads, MeanOfHeads):
+        return heads
+    if heads is None:
+        return list(range(len(original_ids)))
+    if len(heads) == 0:
+        raise ParameterError("heads", "no head given in {heads}: give an index, a list of indices, all or mean")
+    position = {original: index for index, original in enumerate(original_ids)}
+    original_count = max(original_ids, default=-1) + 1
+    chosen = []
+    for number in heads:
+        original = _in_range(number, original_count, "heads", "head")
+        if original not in position:
+            kept = ", ".join(map(str, original_ids))
+            raise ParameterError("heads", f"head {original} was pruned from this layer: it keeps heads {kept}", number)
+        chosen.append(position[original])
+    return chosen
+
+
+def _in_range(index: int, count: int, parameter: str, what: str) -> int:
+    """``index`` in ``0..count-1``, a negative one counted from the end; refused (naming ``parameter``) otherwise."""
     if not -count <= index < count:
-        raise InputError(
-            f"{what} {index} is out of range: the model has {count} {what}s (0–{count - 1}, or -1 for the last)"
+        raise ParameterError(
+            parameter,
+            f"{{{parameter}}}: {what} {index} is out of range: the model has {count} {what}s "
+            f"(0–{count - 1}, or -1 for the last)",
+            index,
         )
     return index % count
-
-
-def parse_layers(spec: str, num_layers: int) -> list[int]:
-    """``all``, an index (negative counts from the end) or a comma list -> layer indices."""
-    spec = spec.strip().lower()
-    if spec == "all":
-        return list(range(num_layers))
-    return [_parse_index(item.strip(), num_layers, "layer") for item in spec.split(",") if item.strip()] or _empty(
-        "layer"
-    )
-
-
-def parse_heads(spec: str, num_heads: int) -> list[int] | str:
-    """``all``, ``mean``, an index or a comma list -> head indices, or :data:`MEAN`."""
-    spec = spec.strip().lower()
-    if spec == MEAN:
-        return MEAN
-    if spec == "all":
-        return list(range(num_heads))
-    return [_parse_index(item.strip(), num_heads, "head") for item in spec.split(",") if item.strip()] or _empty("head")
-
-
-def parse_original_heads(spec: str, original_ids: list[int]) -> list[int] | str:
-    """:func:`parse_heads` for a pruned model whose heads keep their original numbers.
-
-    ``original_ids[i]`` is the original number of the head at position ``i``; numbers in ``spec``
-    are original numbers, and the positions of those heads come back. A pruned-away head is refused.
-    """
-    selection = parse_heads(spec, max(original_ids, default=-1) + 1)
-    if selection == MEAN or spec.strip().lower() == "all":
-        return MEAN if selection == MEAN else list(range(len(original_ids)))
-    position = {original: index for index, original in enumerate(original_ids)}
-    pruned = [head for head in selection if head not in position]
-    if pruned:
-        kept = ", ".join(map(str, original_ids))
-        raise InputError(f"head {pruned[0]} was pruned from this layer: it keeps heads {kept}")
-    return [position[head] for head in selection]
-
-
-def _empty(what: str):
-    raise InputError(f"no {what} given: use an index, a comma list, or 'all'")

@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import INPUT_PANEL, OUTPUT_PANEL, DeviceOption, DtypeOption, MaxLengthOption
+from attnviz.cli.options import (
+    INPUT_PANEL,
+    OUTPUT_PANEL,
+    BatchSizeOption,
+    DeviceOption,
+    DtypeOption,
+    JsonOption,
+    MaxLengthOption,
+    choice_parser,
+)
 
 ALIGN_PANEL = "Alignment"
 
@@ -56,6 +65,7 @@ def align(
         RowChoice,
         typer.Option(
             "--rows",
+            parser=choice_parser(RowChoice, "row choice"),
             help="Decoder rows of a target word: 'predicting' (the step that predicts it) or 'reading' "
             "(the step that reads it). Example: --rows reading",
             rich_help_panel=ALIGN_PANEL,
@@ -67,12 +77,7 @@ def align(
             "--limit", min=1, help="Show only the N best heads. Example: --limit 10", rich_help_panel=OUTPUT_PANEL
         ),
     ] = None,
-    json_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--json", help="Write every head's AER as JSON. Example: --json align.json", rich_help_panel=OUTPUT_PANEL
-        ),
-    ] = None,
+    json_path: JsonOption = None,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -81,12 +86,7 @@ def align(
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = None,
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            "--batch-size", "-b", min=1, help="Pairs per forward pass. Example: -b 32", rich_help_panel=INPUT_PANEL
-        ),
-    ] = 16,
+    batch_size: BatchSizeOption = 16,
     max_length: MaxLengthOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",

@@ -21,6 +21,7 @@ from attnviz.cli.options import (
     SampleSeedOption,
     TargetOption,
     TemperatureOption,
+    choice_parser,
 )
 
 
@@ -52,6 +53,7 @@ def capture(
         Bits,
         typer.Option(
             "--bits",
+            parser=choice_parser(Bits, "number of bits"),
             help="Bits per weight: 32 exact float32; 16 float16; 8 one byte per weight plus one scale per row "
             "(error at most row max / 510, file about 4x smaller). Example: --bits 8",
             rich_help_panel=OUTPUT_PANEL,
@@ -88,7 +90,7 @@ def capture(
 
       attnviz capture "The capital of France is" --model smollm2 --generate 10 --bits 8 --out gen.safetensors
     """
-    from attnviz.cli.heatmap_cmd import _capture, _generation_settings, _summary
+    from attnviz.cli.capturing import capture_text, generation_settings, print_summary
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
@@ -97,8 +99,8 @@ def capture(
     text = text_or_stdin(text)
     if not text.strip():
         raise InputError("the text is empty: give at least one word")
-    generation = _generation_settings(generate, sample, temperature, seed, target)
-    result = _capture(
+    generation = generation_settings(generate, sample, temperature, seed, target)
+    result = capture_text(
         text,
         target,
         model,
@@ -114,7 +116,7 @@ def capture(
 
         result.extras["rollout"] = rollout(result)
     path = result.save(out, bits=int(bits.value))
-    _summary(result, None)
+    print_summary(result, None)
     print(path)
 
 

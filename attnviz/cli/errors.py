@@ -13,6 +13,8 @@ FLAG_NAMES = {
     "min_score": "--min-score",
     "importance": "--importance",
     "max_new_tokens": "--generate",
+    "layers": "--layer",
+    "heads": "--head",
 }
 
 

@@ -11,16 +11,25 @@ import typer
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
+    VIEW_PANEL,
+    AscendingOption,
+    BatchSizeOption,
+    CheckpointArgument,
+    CsvOption,
     DeviceOption,
     DtypeOption,
+    JsonOption,
+    LimitOption,
     MaxLengthOption,
-    StackChoice,
+    NoTableOption,
+    StackOption,
     TextOption,
+    choice_parser,
+    stack_value,
 )
 
 PROBE_PANEL = "Probes"
 LABEL_PANEL = "Label thresholds"
-VIEW_PANEL = "What to show"
 SIMILARITY_PANEL = "Head similarity"
 
 
@@ -39,13 +48,7 @@ def _threshold(option: str, help_text: str):
 
 
 def heads(
-    checkpoint: Annotated[
-        str,
-        typer.Argument(
-            help="Model spec: 'minilm' (default), 'smollm2', a Hugging Face directory, a .gguf file, a hub id in the "
-            "local cache, or an attnviz toy checkpoint. Example: attnviz heads smollm2",
-        ),
-    ] = "minilm",
+    checkpoint: CheckpointArgument = "minilm",
     length: Annotated[
         int | None,
         typer.Option(
@@ -67,16 +70,7 @@ def heads(
     seed: Annotated[
         int, typer.Option("--seed", help="Seed of the probe tokens. Example: --seed 1", rich_help_panel=PROBE_PANEL)
     ] = 0,
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            "--batch-size",
-            "-b",
-            min=1,
-            help="Sequences (probes or corpus examples) per forward pass. Example: --batch-size 4",
-            rich_help_panel=PROBE_PANEL,
-        ),
-    ] = 16,
+    batch_size: BatchSizeOption = 16,
     data: Annotated[
         Path | None,
         typer.Option(
@@ -107,60 +101,23 @@ def heads(
         ScoreName | None,
         typer.Option(
             "--sort",
+            parser=choice_parser(ScoreName, "probe score"),
             help="Sort the table by a probe score, largest first. Example: --sort induction",
             rich_help_panel=VIEW_PANEL,
         ),
     ] = None,
-    ascending: Annotated[
-        bool,
-        typer.Option(
-            "--ascending",
-            help="With --sort: smallest first. Example: --sort previous_token --ascending",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = False,
+    ascending: AscendingOption = False,
     labelled_only: Annotated[
         bool,
         typer.Option(
             "--labelled-only", help="List only heads with a label. Example: --labelled-only", rich_help_panel=VIEW_PANEL
         ),
     ] = False,
-    limit: Annotated[
-        int | None,
-        typer.Option(
-            "--limit",
-            "-n",
-            min=0,
-            help="Show at most this many table rows. Example: --limit 20",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
-    no_table: Annotated[
-        bool,
-        typer.Option("--no-table", help="Skip the per-head table. Example: --no-table", rich_help_panel=VIEW_PANEL),
-    ] = False,
-    stack: Annotated[
-        StackChoice | None,
-        typer.Option(
-            "--stack",
-            help="Encoder-decoder models: the stack to show (default: all). Example: --stack decoder",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
-    json_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--json",
-            help="Write the results as JSON (schema in the README). Example: --json heads.json",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
-    csv_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--csv", help="Write one row per head as CSV. Example: --csv heads.csv", rich_help_panel=OUTPUT_PANEL
-        ),
-    ] = None,
+    limit: LimitOption = None,
+    no_table: NoTableOption = False,
+    stack: StackOption = None,
+    json_path: JsonOption = None,
+    csv_path: CsvOption = None,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -177,7 +134,7 @@ def heads(
             help="Figure of the mean Jensen–Shannon divergence between heads (clustered heatmap coloured by layer, "
             "and a 2-D MDS map), over --data/--text or else the probes; --json then holds the matrix. "
             "Example: --similarity similarity.png",
-            rich_help_panel=SIMILARITY_PANEL,
+            rich_help_panel=OUTPUT_PANEL,
         ),
     ] = None,
     similarity_examples: Annotated[
@@ -215,7 +172,6 @@ def heads(
     """
     from attnviz.cli.stdin import corpus_from_options
     from attnviz.console import console
-    from attnviz.errors import InputError
     from attnviz.heads import FunctionThresholds, ProbeSettings, head_functions
     from attnviz.io import check_output_path
     from attnviz.models.specs import load_model
@@ -228,20 +184,15 @@ def heads(
         next_token_min=next_token_min,
     )
     probe = ProbeSettings(length=length, sequences=sequences, seed=seed, batch_size=batch_size)
-    outputs = [
-        check_output_path(path, suffixes)
-        for path, suffixes in (
-            (json_path, (".json",)),
-            (csv_path, (".csv",)),
-            (plot, FIGURE_SUFFIXES),
-            (similarity, FIGURE_SUFFIXES),
-        )
-        if path is not None
-    ]
-    if len({p.resolve() for p in outputs}) < len(outputs):
-        raise InputError("--json, --csv, --plot and --similarity must be different files")
-    if data is not None and any(p.resolve() == data.expanduser().resolve() for p in outputs):
-        raise InputError(f"an output path would overwrite the --data input {data}: choose another path")
+    # the guard already refuses outputs that overlap each other or an input (--data, the model)
+    for path, suffixes in (
+        (json_path, (".json",)),
+        (csv_path, (".csv",)),
+        (plot, FIGURE_SUFFIXES),
+        (similarity, FIGURE_SUFFIXES),
+    ):
+        if path is not None:
+            check_output_path(path, suffixes)
     texts = corpus_from_options(data, text)
 
     with console.status(f"loading {checkpoint}"):
@@ -259,8 +210,9 @@ def heads(
             similarity_tokens=similarity_tokens,
             reporter=status.update,
         )
-    _show(result, stack.value if stack else None, labelled_only, sort, ascending, limit, no_table)
-    _write(result, json_path, csv_path, plot, similarity, stack.value if stack else None)
+    stack = stack_value(stack)
+    _show(result, stack, labelled_only, sort, ascending, limit, no_table)
+    _write(result, json_path, csv_path, plot, similarity, stack)
 
 
 def _show(result, stack, labelled_only, sort, ascending, limit, no_table) -> None:

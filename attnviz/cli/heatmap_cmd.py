@@ -22,6 +22,7 @@ from attnviz.cli.options import (
     StackChoice,
     TargetOption,
     TemperatureOption,
+    choice_parser,
     stack_value,
 )
 
@@ -112,6 +113,7 @@ def heatmap(
         StackChoice | None,
         typer.Option(
             "--stack",
+            parser=choice_parser(StackChoice, "stack"),
             help="Encoder-decoder models: encoder, decoder or cross (default encoder; --cross means cross). "
             "Example: --stack decoder",
             rich_help_panel=VIEW_PANEL,
@@ -121,6 +123,7 @@ def heatmap(
         HeatmapView,
         typer.Option(
             "--view",
+            parser=choice_parser(HeatmapView, "view"),
             help="heads: the patterns of --layer/--head; rollout: attention rollout through every layer "
             "(Abnar & Zuidema 2020; the encoder's for encoder-decoder models); flow: attention flow, the max-flow "
             "variant (at most 32 tokens). Example: --view rollout",
@@ -158,6 +161,7 @@ def heatmap(
         ColourScale,
         typer.Option(
             "--scale",
+            parser=choice_parser(ColourScale, "colour scale"),
             help="Colour scale: linear, sqrt (square root) or log (three decades below the top). "
             "Small weights stay visible on sqrt and log. Example: --scale sqrt",
             rich_help_panel=FIGURE_PANEL,
@@ -214,10 +218,12 @@ def heatmap(
       attnviz heatmap "The capital of France is" --model smollm2 --generate 8 --head mean
     """
     from attnviz.captures import AttentionCapture
+    from attnviz.cli.capturing import capture_text, generation_settings, print_summary
+    from attnviz.cli.selection import check_one_pattern, parse_head_option, parse_layer_option
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
-    from attnviz.render.capture_view import FigureStyle, capture_heatmap, check_terminal_selection
+    from attnviz.render.capture_view import FigureStyle, capture_heatmap
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
     from attnviz.render.html_page import HTML_SUFFIXES
 
@@ -226,11 +232,16 @@ def heatmap(
         raise InputError(f"--words applies to --view heads only: --view {view.value} draws sub-word tokens")
     if view != HeatmapView.heads and terminal:
         raise InputError(f"--terminal draws one head's pattern: --view {view.value} is a figure (give --out)")
+    # figures and the terminal default to the last layer, pages to every layer
+    layers = parse_layer_option(layer) if layer is not None else [-1]
+    heads = parse_head_option(head)
     if terminal:
-        check_terminal_selection(layer or "-1", head)
+        one_layer, one_head = check_one_pattern(layers, heads)
     else:
         out = check_output_path(out, FIGURE_SUFFIXES + (HTML_SUFFIXES if view == HeatmapView.heads else ()))
         html = out.suffix.lower() in HTML_SUFFIXES
+        if html and layer is None:
+            layers = None
     style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
     style.check()
     text = text_or_stdin(text)
@@ -252,8 +263,8 @@ def heatmap(
             raise InputError("the text is empty: give at least one word")
         if stack == "cross" and target is None and generate is None:
             raise InputError('cross-attention needs the decoder text: add --target "..." (or --generate N)')
-        generation = _generation_settings(generate, sample, temperature, seed, target)
-        result = _capture(text, target, model, max_length, no_truncate, device, dtype, generation=generation)
+        generation = generation_settings(generate, sample, temperature, seed, target)
+        result = capture_text(text, target, model, max_length, no_truncate, device, dtype, generation=generation)
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
     if terminal:
@@ -262,10 +273,10 @@ def heatmap(
 
         console.print(
             terminal_heatmap(
-                result, layer=layer or "-1", head=head, stack=stack, words=words, width=console.width, style=style
+                result, layer=one_layer, head=one_head, stack=stack, words=words, width=console.width, style=style
             )
         )
-        _summary(result, stack)
+        print_summary(result, stack)
         return
     if view != HeatmapView.heads:
         from attnviz.render.heads_plots import capture_rollout_figure
@@ -275,60 +286,14 @@ def heatmap(
     elif html:
         from attnviz.render.html_view import write_attention_view
 
-        path = write_attention_view(out, result, words=words, layer=layer or "all", stacks=[stack] if stack else None)
+        path = write_attention_view(out, result, words=words, layers=layers, stacks=[stack] if stack else None)
     else:
         figure = capture_heatmap(
-            result, layer=layer or "-1", head=head, stack=stack, words=words, annotate=annotate, style=style
+            result, layers=layers, heads=heads, stack=stack, words=words, annotate=annotate, style=style
         )
         path = save_figure(figure, out, dpi=dpi)
-    _summary(result, stack)
+    print_summary(result, stack)
     print(path)
-
-
-def _generation_settings(generate, sample, temperature, seed, target) -> dict | None:
-    """Keyword arguments of ``generate_capture`` from the options, or None without --generate."""
-    from attnviz.errors import InputError
-
-    if generate is None:
-        if sample or seed is not None or temperature != 1.0:
-            raise InputError("--sample, --temperature and --seed apply only with --generate N")
-        return None
-    if target is not None:
-        raise InputError("give either --target (a fixed decoder text) or --generate N, not both")
-    if not sample and (seed is not None or temperature != 1.0):
-        raise InputError("--temperature and --seed apply only with --sample (greedy decoding has no randomness)")
-    return {"max_new_tokens": generate, "sample": sample, "temperature": temperature, "seed": seed}
-
-
-def _capture(text, target, model, max_length, no_truncate, device, dtype, device_map=None, generation=None):
-    from attnviz.captures import capture
-    from attnviz.console import console
-    from attnviz.models.specs import load_model
-
-    with console.status(f"loading {model}"):
-        loaded = load_model(model, device=device, dtype=dtype, device_map=device_map)
-    if generation is None:
-        return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
-    from attnviz.generation import generate_capture
-
-    with console.status(f"generating up to {generation['max_new_tokens']} tokens"):
-        result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)
-    console.print(f"[bold]generated:[/bold] {result.text!r} ({len(result.token_ids)} tokens)", highlight=False)
-    return result.capture
-
-
-def _summary(result, stack) -> None:
-    from attnviz.console import console
-
-    stack = stack or result.stacks[0]
-    queries, keys = result.axis_tokens(stack)
-    kind = "causal" if result.causal else "encoder-decoder" if result.encoder_decoder else "bidirectional"
-    console.print(
-        f"[bold]{result.model}[/bold] ({kind}) · {len(keys)} tokens"
-        + (f" → {len(queries)} target tokens" if stack in ("cross", "decoder") else "")
-        + f" · {result.num_layers(stack)} layers × {result.num_heads(stack)} heads",
-        highlight=False,
-    )
 
 
 def register(app: typer.Typer) -> None:

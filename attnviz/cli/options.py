@@ -2,47 +2,122 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 MODEL_PANEL = "Model"
 INPUT_PANEL = "Input"
 OUTPUT_PANEL = "Output"
+VIEW_PANEL = "What to show"
+
+MODEL_SPECS = (
+    "'minilm' (default, BERT encoder), 'smollm2' (LLaMA-architecture causal LM), a Hugging Face model directory, "
+    "a .gguf file, a hub id in the local cache, or an attnviz toy or pruned checkpoint directory"
+)
+
+CheckpointArgument = Annotated[
+    str,
+    typer.Argument(help=f"Model spec: {MODEL_SPECS}. Example: smollm2"),
+]
 
 ModelOption = Annotated[
     str,
     typer.Option(
-        "--model",
-        "-m",
-        help=(
-            "Model spec: 'minilm' (default, BERT encoder), 'smollm2' (LLaMA-architecture causal LM), "
-            "a Hugging Face model directory, a .gguf file, a hub id in the local cache, or an attnviz "
-            "toy or pruned checkpoint directory. Example: --model smollm2"
-        ),
-        rich_help_panel=MODEL_PANEL,
+        "--model", "-m", help=f"Model spec: {MODEL_SPECS}. Example: --model smollm2", rich_help_panel=MODEL_PANEL
     ),
 ]
+
+
+def choice_parser(choices: type[Enum], what: str) -> Callable[[Any], Enum]:
+    """A Typer ``parser`` for a closed set: the Enum member named, whatever its case and ``-``/``_``.
+
+    Typer still lists the members in ``--help`` and completes them; anything else is refused
+    as ``unknown WHAT 'x': use one of ...`` (one line, before any model loads).
+    """
+    members = {_choice_key(member.value): member for member in choices}
+
+    def parse(value: Any) -> Enum:
+        if isinstance(value, choices):
+            return value
+        member = members.get(_choice_key(str(value)))
+        if member is None:
+            raise typer.BadParameter(f"unknown {what} {value!r}: use one of {', '.join(m.value for m in choices)}")
+        return member
+
+    return parse
+
+
+def _choice_key(value: str) -> str:
+    return value.strip().lower().replace("-", "_")
+
+
+#: the forms --device takes; the library (attnviz.models.specs.resolve_device) accepts the same
+DEVICE_FORMS = ("auto", "cpu", "cuda", "cuda:N")
+
+
+def parse_device(value: Any) -> str:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (any case) -> the lower-case form; anything else is refused."""
+    device = str(value).strip().lower()
+    if device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdecimal()):
+        return device
+    raise typer.BadParameter(f"unknown device {value!r}: use {', '.join(DEVICE_FORMS)} (N: the GPU number)")
+
+
+def complete_device(incomplete: str) -> list[str]:
+    """Shell completion of --device (the GPU numbers are not probed: that would import torch)."""
+    return [form for form in ("auto", "cpu", "cuda", "cuda:0", "cuda:1") if form.startswith(incomplete.lower())]
+
 
 DeviceOption = Annotated[
     str,
     typer.Option(
         "--device",
-        help="cpu, cuda or auto (CUDA when available). Example: --device cpu",
+        parser=parse_device,
+        metavar="<device>",  # the forms are listed in the help: a long metavar squeezes the help column
+        autocompletion=complete_device,
+        help="Where the model runs: auto (CUDA when available, else the CPU), cpu, cuda, or cuda:N for GPU number N. "
+        "Example: --device cpu",
         rich_help_panel=MODEL_PANEL,
     ),
 ]
+
+# Spelled out (attnviz.models.specs imports torch); tests/unit/test_cli_choices.py checks them against
+# attnviz.models.specs.DTYPES. Like --device, the command gets the plain name the library takes.
+DTYPE_NAMES = ("auto", "float32", "float16", "bfloat16")
+DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def parse_dtype(value: Any) -> str:
+    """A precision name or alias (any case) -> its name in :data:`DTYPE_NAMES`; anything else is refused."""
+    dtype = str(value).strip().lower()
+    dtype = DTYPE_ALIASES.get(dtype, dtype)
+    if dtype not in DTYPE_NAMES:
+        raise typer.BadParameter(f"unknown dtype {value!r}: use one of {', '.join(DTYPE_NAMES)}")
+    return dtype
+
+
+def complete_dtype(incomplete: str) -> list[str]:
+    """Shell completion of --dtype."""
+    return [name for name in DTYPE_NAMES if name.startswith(incomplete.lower())]
+
 
 DtypeOption = Annotated[
     str,
     typer.Option(
         "--dtype",
-        help="auto (float32), float32, float16 or bfloat16. Example: --dtype bfloat16",
+        parser=parse_dtype,
+        metavar="<dtype>",
+        autocompletion=complete_dtype,
+        help="Precision of the weights: auto (float32, exact patterns), float32, float16 or bfloat16 (half the "
+        "memory; fp32, fp16 and bf16 work too). Example: --dtype bfloat16",
         rich_help_panel=MODEL_PANEL,
     ),
 ]
+
 
 MaxLengthOption = Annotated[
     int | None,
@@ -84,6 +159,7 @@ DeviceMapOption = Annotated[
     DeviceMap | None,
     typer.Option(
         "--device-map",
+        parser=choice_parser(DeviceMap, "device map"),
         help="auto: spread a model too big for one device over the GPUs and CPU memory (accelerate); "
         "means the CPU on machines without CUDA. Overrides --device. Example: --device-map auto",
         rich_help_panel=MODEL_PANEL,
@@ -145,6 +221,27 @@ SampleSeedOption = Annotated[
 ]
 
 
+BatchSizeOption = Annotated[
+    int,
+    typer.Option(
+        "--batch-size",
+        "-b",
+        min=1,
+        help="Examples per forward pass. Example: --batch-size 16",
+        rich_help_panel=INPUT_PANEL,
+    ),
+]
+
+ToyExamplesOption = Annotated[
+    int,
+    typer.Option(
+        "--toy-examples",
+        min=1,
+        help="Toy checkpoints (without --data): task examples to draw. Example: --toy-examples 256",
+        rich_help_panel=INPUT_PANEL,
+    ),
+]
+
 DataOption = Annotated[
     Path | None,
     typer.Option(
@@ -167,6 +264,58 @@ TextOption = Annotated[
 ]
 
 
+# -- tables of per-head results (stats, heads) and their files ------------------------------------------------
+
+LimitOption = Annotated[
+    int | None,
+    typer.Option(
+        "--limit",
+        "-n",
+        min=0,
+        help="Show at most this many table rows. Example: --limit 20",
+        rich_help_panel=VIEW_PANEL,
+    ),
+]
+
+AscendingOption = Annotated[
+    bool,
+    typer.Option(
+        "--ascending",
+        help="With --sort: smallest first. Example: --sort entropy --ascending",
+        rich_help_panel=VIEW_PANEL,
+    ),
+]
+
+NoTableOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-table",
+        help="Skip the per-head table (grid and summary only). Example: --no-table",
+        rich_help_panel=VIEW_PANEL,
+    ),
+]
+
+JsonOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--json",
+        help="Write the results as JSON (schema in the README). Example: --json results.json",
+        rich_help_panel=OUTPUT_PANEL,
+        show_default=False,
+    ),
+]
+
+CsvOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--csv",
+        help="Write one row per head as CSV. Example: --csv results.csv",
+        rich_help_panel=OUTPUT_PANEL,
+        show_default=False,
+    ),
+]
+
+
 class StackChoice(str, Enum):
     """An attention stack (see :data:`attnviz.core.stacks.STACKS`)."""
 
@@ -179,3 +328,16 @@ class StackChoice(str, Enum):
 def stack_value(choice: StackChoice | None) -> str | None:
     """The stack name of a ``--stack`` choice (None: all stacks / the first)."""
     return choice.value if choice is not None else None
+
+
+StackOption = Annotated[
+    StackChoice | None,
+    typer.Option(
+        "--stack",
+        parser=choice_parser(StackChoice, "stack"),
+        help="Encoder-decoder models: the stack to show, encoder, decoder or cross (default: all). "
+        "Example: --stack decoder",
+        rich_help_panel=VIEW_PANEL,
+        show_default=False,
+    ),
+]

@@ -18,12 +18,15 @@ Scope = Enum("Scope", {name: name for name in ("global", "per-layer")}, type=str
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
+    CheckpointArgument,
+    DataOption,
     DeviceMapOption,
     DeviceOption,
     DtypeOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
     TextOption,
+    choice_parser,
 )
 
 HOW_MUCH_PANEL = "How much to prune"
@@ -32,13 +35,7 @@ MEASURE_PANEL = "Measuring"
 
 
 def prune(
-    checkpoint: Annotated[
-        str,
-        typer.Argument(
-            help="Model to prune: 'minilm', 'smollm2', a Hugging Face model directory, a .gguf file, or an "
-            "attnviz toy checkpoint directory. Example: minilm",
-        ),
-    ] = "minilm",
+    checkpoint: CheckpointArgument = "minilm",
     out: Annotated[
         Path | None,
         typer.Option(
@@ -81,6 +78,7 @@ def prune(
         ImportanceMethod,
         typer.Option(
             "--importance",
+            parser=choice_parser(ImportanceMethod, "importance method"),
             help="How heads are scored: gradient (Michel et al.), ablation, entropy, confidence or random. "
             "Example: --importance ablation",
             rich_help_panel=HOW_PANEL,
@@ -90,6 +88,7 @@ def prune(
         Scope,
         typer.Option(
             "--strategy",
+            parser=choice_parser(Scope, "strategy"),
             help="global (least important heads of the whole model) or per-layer (the same share from every "
             "layer). Example: --strategy per-layer",
             rich_help_panel=HOW_PANEL,
@@ -123,17 +122,7 @@ def prune(
             rich_help_panel=HOW_PANEL,
         ),
     ] = 0,
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            "--data",
-            "-d",
-            help="Text to score heads on: one example per line, or .jsonl with a 'text' field (default: the "
-            "shipped corpus). Ignored for toy models, which use their task. Example: --data notes.txt",
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
+    data: DataOption = None,
     text: TextOption = None,
     eval_data: Annotated[
         Path | None,

@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 
 from attnviz.cli.options import (
-    INPUT_PANEL,
     OUTPUT_PANEL,
+    BatchSizeOption,
+    CheckpointArgument,
     DataOption,
     DeviceOption,
     DtypeOption,
@@ -21,13 +22,7 @@ REPORT_PANEL = "Report"
 
 
 def report(
-    checkpoint: Annotated[
-        str,
-        typer.Argument(
-            help="Model spec: 'minilm' (default), 'smollm2', a Hugging Face directory, a .gguf file, or an attnviz "
-            "toy or pruned checkpoint. Example: attnviz report smollm2",
-        ),
-    ] = "minilm",
+    checkpoint: CheckpointArgument = "minilm",
     out: Annotated[
         Path,
         typer.Option(
@@ -55,16 +50,7 @@ def report(
             rich_help_panel=REPORT_PANEL,
         ),
     ] = 3,
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            "--batch-size",
-            "-b",
-            min=1,
-            help="Examples per forward pass. Example: --batch-size 16",
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = 8,
+    batch_size: BatchSizeOption = 8,
     max_length: MaxLengthOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",

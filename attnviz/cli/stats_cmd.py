@@ -11,30 +11,42 @@ import typer
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
+    AscendingOption,
+    BatchSizeOption,
     DataOption,
     DeviceMapOption,
     DeviceOption,
     DtypeOption,
+    LimitOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
+    NoTableOption,
     NoTruncateOption,
-    StackChoice,
+    StackOption,
     TextOption,
+    ToyExamplesOption,
     stack_value,
 )
+from attnviz.cli.stats_options import (
+    CollapsedEntropy,
+    CollapsedMaxWeight,
+    CollapsedNormalizedEntropy,
+    ColorByOption,
+    DiagonalMin,
+    FirstTokenMin,
+    FlaggedOnlyOption,
+    LocalRatioMin,
+    LocalWindowOption,
+    PresetOption,
+    PreviousTokenMin,
+    SortStatisticOption,
+    SpecialTokensMin,
+    UnfocusedMaxWeight,
+    UnfocusedNormalizedEntropy,
+)
 
-STATS_PANEL = "Statistics"
 #: ``--json -`` / ``--csv -``: write the document to stdout
 STDOUT = Path("-")
-DETECT_PANEL = "Detection thresholds (override the preset)"
-VIEW_PANEL = "What to show"
-
-
-def _threshold(option: str, help_text: str):
-    return Annotated[
-        float | None,
-        typer.Option(option, help=help_text, rich_help_panel=DETECT_PANEL, show_default=False),
-    ]
 
 
 def stats(
@@ -49,24 +61,9 @@ def stats(
     ] = None,
     data: DataOption = None,
     text: TextOption = None,
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            "--batch-size",
-            "-b",
-            help="Examples per forward pass. Example: --batch-size 16",
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = 8,
+    batch_size: BatchSizeOption = 8,
     max_tokens_per_batch: MaxTokensPerBatchOption = None,
-    toy_examples: Annotated[
-        int,
-        typer.Option(
-            "--toy-examples",
-            help="Toy checkpoints without --data: task examples to draw. Example: --toy-examples 256",
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = 128,
+    toy_examples: ToyExamplesOption = 128,
     seed: Annotated[
         int,
         typer.Option("--seed", help="Seed of the toy task examples. Example: --seed 1", rich_help_panel=INPUT_PANEL),
@@ -76,120 +73,25 @@ def stats(
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
     device_map: DeviceMapOption = None,
-    local_window: Annotated[
-        int,
-        typer.Option(
-            "--local-window",
-            "-w",
-            help="w of local_ratio: mass within ±w positions. Example: -w 3",
-            rich_help_panel=STATS_PANEL,
-        ),
-    ] = 2,
-    stack: Annotated[
-        StackChoice | None,
-        typer.Option(
-            "--stack",
-            help="Encoder-decoder models: encoder, decoder or cross (default: all). Example: --stack decoder",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
-    preset: Annotated[
-        str,
-        typer.Option(
-            "--preset",
-            help="Threshold set: 'normalized' (length-independent, default) or 'seed' (collapsed if mean entropy "
-            "< 1.0 nats, unfocused if mean max weight < 0.3). Example: --preset seed",
-            rich_help_panel=DETECT_PANEL,
-        ),
-    ] = "normalized",
-    collapsed_max_weight: _threshold(
-        "--collapsed-max-weight",
-        "collapsed if mean max weight ≥ this (normalized 0.9; seed: off). Example: --collapsed-max-weight 0.85",
-    ) = None,
-    collapsed_normalized_entropy: _threshold(
-        "--collapsed-normalized-entropy",
-        "collapsed if mean normalized entropy < this (normalized 0.1; seed: off). "
-        "Example: --collapsed-normalized-entropy 0.15",
-    ) = None,
-    collapsed_entropy: _threshold(
-        "--collapsed-entropy",
-        "collapsed if mean entropy < this many nats (seed 1.0; normalized: off). Example: --collapsed-entropy 0.5",
-    ) = None,
-    unfocused_normalized_entropy: _threshold(
-        "--unfocused-normalized-entropy",
-        "unfocused needs mean normalized entropy ≥ this (normalized 0.9; seed: off). "
-        "Example: --unfocused-normalized-entropy 0.95",
-    ) = None,
-    unfocused_max_weight: _threshold(
-        "--unfocused-max-weight",
-        "unfocused needs mean max weight < this (normalized 0.5; seed 0.3). Example: --unfocused-max-weight 0.4",
-    ) = None,
-    diagonal_min: _threshold(
-        "--diagonal-min", "diagonal if mean weight on the own position ≥ this (0.5). Example: --diagonal-min 0.6"
-    ) = None,
-    previous_token_min: _threshold(
-        "--previous-token-min",
-        "previous-token if mean weight on the previous token ≥ this (0.5). Example: --previous-token-min 0.6",
-    ) = None,
-    first_token_min: _threshold(
-        "--first-token-min",
-        "first-token-sink if mean weight on the first token ≥ this (0.5). Example: --first-token-min 0.7",
-    ) = None,
-    special_tokens_min: _threshold(
-        "--special-tokens-min",
-        "special-token if mean weight on special tokens ≥ this (0.5). Example: --special-tokens-min 0.6",
-    ) = None,
-    local_ratio_min: _threshold(
-        "--local-ratio-min", "local if mean weight within ±w positions ≥ this (0.8). Example: --local-ratio-min 0.9"
-    ) = None,
-    flagged_only: Annotated[
-        bool,
-        typer.Option(
-            "--flagged-only",
-            help="List only heads with a flag. Example: --flagged-only --sort max_weight",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = False,
-    sort: Annotated[
-        str | None,
-        typer.Option(
-            "--sort",
-            help="Sort the table by a statistic, largest first: entropy, normalized_entropy, "
-            "max_weight, mean_distance, normalized_distance, diagonal, previous_token, local_ratio, "
-            "first_token or special_tokens. Example: --sort entropy",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
-    ascending: Annotated[
-        bool,
-        typer.Option(
-            "--ascending",
-            help="With --sort: smallest first. Example: --sort entropy --ascending",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = False,
-    limit: Annotated[
-        int | None,
-        typer.Option(
-            "--limit", "-n", help="Show at most this many table rows. Example: --limit 20", rich_help_panel=VIEW_PANEL
-        ),
-    ] = None,
-    color_by: Annotated[
-        str,
-        typer.Option(
-            "--color-by",
-            help="Statistic that colours the layer × head overview. Example: --color-by first_token",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = "normalized_entropy",
-    no_table: Annotated[
-        bool,
-        typer.Option(
-            "--no-table",
-            help="Skip the per-head table (overview and summary only). Example: --no-table",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = False,
+    local_window: LocalWindowOption = 2,
+    stack: StackOption = None,
+    preset: PresetOption = "normalized",
+    collapsed_max_weight: CollapsedMaxWeight = None,
+    collapsed_normalized_entropy: CollapsedNormalizedEntropy = None,
+    collapsed_entropy: CollapsedEntropy = None,
+    unfocused_normalized_entropy: UnfocusedNormalizedEntropy = None,
+    unfocused_max_weight: UnfocusedMaxWeight = None,
+    diagonal_min: DiagonalMin = None,
+    previous_token_min: PreviousTokenMin = None,
+    first_token_min: FirstTokenMin = None,
+    special_tokens_min: SpecialTokensMin = None,
+    local_ratio_min: LocalRatioMin = None,
+    flagged_only: FlaggedOnlyOption = False,
+    sort: SortStatisticOption = None,
+    ascending: AscendingOption = False,
+    limit: LimitOption = None,
+    color_by: ColorByOption = "normalized_entropy",
+    no_table: NoTableOption = False,
     json_path: Annotated[
         Path | None,
         typer.Option(
@@ -233,16 +135,16 @@ def stats(
 
       torchrun --standalone --nproc-per-node 4 -m attnviz stats smollm2 --data corpus.txt --json stats.json
     """
-    from attnviz.data import load_texts
+    from attnviz.cli.distributed import cli_session
+    from attnviz.cli.stdin import corpus_from_options
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
     from attnviz.render.stats_plots import FIGURE_SUFFIXES
-    from attnviz.stats.definitions import statistic_index
     from attnviz.stats.detect import preset_thresholds
+    from attnviz.stats.measure import measure_checkpoints
 
-    # Check everything cheap before loading any model.
-    checkpoints = list(checkpoints or ["minilm"])
-    thresholds = preset_thresholds(preset).override(
+    # Check everything cheap before loading any model (the guard already refuses outputs over inputs).
+    thresholds = preset_thresholds(preset.value).override(
         collapsed_max_weight=collapsed_max_weight,
         collapsed_normalized_entropy=collapsed_normalized_entropy,
         collapsed_entropy=collapsed_entropy,
@@ -254,81 +156,40 @@ def stats(
         special_tokens_min=special_tokens_min,
         local_ratio_min=local_ratio_min,
     )
-    if sort is not None:
-        statistic_index(sort)
-    statistic_index(color_by)
-    for name, value, least in (
-        ("--batch-size", batch_size, 1),
-        ("--toy-examples", toy_examples, 1),
-        ("--local-window", local_window, 0),
-        ("--limit", limit, 0),
-    ):
-        if value is not None and value < least:
-            raise InputError(f"{name} must be at least {least}, got {value}")
-    stack = stack_value(stack)
     if json_path == STDOUT and csv_path == STDOUT:
         raise InputError("only one of --json and --csv can write to stdout ('-')")
-    outputs = [
-        check_output_path(path, suffixes)
-        for path, suffixes in ((json_path, (".json",)), (csv_path, (".csv",)), (plot, FIGURE_SUFFIXES))
-        if path is not None and path != STDOUT
-    ]
-    if len({p.resolve() for p in outputs}) < len(outputs):
-        raise InputError("--json, --csv and --plot must be different files")
-    from attnviz.cli.stdin import STDIN, read_stdin
-
-    if data is not None and str(data) == STDIN:
-        from attnviz.data import examples_from_text
-
-        texts = examples_from_text(read_stdin("data")) + (load_texts(None, text) if text else [])
-    elif data is not None and any(p.resolve() == data.expanduser().resolve() for p in outputs):
-        raise InputError(f"an output path would overwrite the --data input {data}: choose another path")
-    else:
-        texts = load_texts(data, text) if data is not None or text else None
-
-    from attnviz.cli.distributed import cli_session
+    for path, suffixes in ((json_path, (".json",)), (csv_path, (".csv",)), (plot, FIGURE_SUFFIXES)):
+        if path is not None and path != STDOUT:
+            check_output_path(path, suffixes)
+    texts = corpus_from_options(data, text)
 
     with cli_session(device, device_map) as parallel:
-        results = [
-            _run_one(
-                spec,
-                texts,
-                thresholds,
-                batch_size=batch_size,
-                max_tokens_per_batch=max_tokens_per_batch,
-                max_length=max_length,
-                truncate=not no_truncate,
-                device=parallel.device_for(device),
-                device_map=device_map.value if device_map else None,
-                dtype=dtype,
-                local_window=local_window,
-                toy_examples=toy_examples,
-                seed=seed,
-                parallel=parallel,
-            )
-            for spec in checkpoints
-        ]
+        results = measure_checkpoints(
+            checkpoints or ["minilm"],
+            texts,
+            thresholds=thresholds,
+            toy_examples=toy_examples,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            device_map=device_map.value if device_map else None,
+            local_window=local_window,
+            parallel=parallel,
+            batch_size=batch_size,
+            max_tokens_per_batch=max_tokens_per_batch,
+            max_length=max_length,
+            truncate=not no_truncate,
+        )
         if parallel.is_main:  # only rank 0 prints and writes
-            view = {"flagged_only": flagged_only, "sort": sort, "ascending": ascending, "limit": limit}
-            _show(results, stack, **view, color_by=color_by, no_table=no_table)
-            _write(results, preset, json_path, csv_path, plot, stack)
-
-
-def _run_one(spec, texts, thresholds, *, device, device_map, dtype, toy_examples, seed, parallel, **common):
-    """Load one checkpoint, compute its statistics over the texts (or its toy task), flag its heads."""
-    from attnviz.console import console
-    from attnviz.data import load_texts
-    from attnviz.models.specs import load_model
-    from attnviz.stats import compute_statistics, detect_heads
-
-    with console.status(f"loading {spec}"):
-        loaded = load_model(spec, device=device, dtype=dtype, device_map=device_map)
-    own = loaded.own_examples(toy_examples, seed) if texts is None else None
-    if own is not None:
-        stats = compute_statistics(loaded, batches=[own], local_window=common["local_window"], parallel=parallel)
-    else:
-        stats = compute_statistics(loaded, texts if texts is not None else load_texts(), parallel=parallel, **common)
-    return stats, detect_heads(stats, thresholds)
+            stack = stack_value(stack)
+            view = {
+                "flagged_only": flagged_only,
+                "sort": sort.value if sort else None,
+                "ascending": ascending,
+                "limit": limit,
+            }
+            _show(results, stack, **view, color_by=color_by.value, no_table=no_table)
+            _write(results, preset.value, json_path, csv_path, plot, stack)
 
 
 def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_table) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import OUTPUT_PANEL, DeviceOption
+from attnviz.cli.options import OUTPUT_PANEL, DeviceOption, choice_parser
 
 # Closed sets as Enums, so --help lists the choices and Click refuses anything else. They are spelled out
 # here so that starting the CLI does not import torch through attnviz.toy; a unit test checks that they
@@ -42,6 +42,7 @@ def train(
     task: Annotated[
         TaskName,
         typer.Argument(
+            parser=choice_parser(TaskName, "task"),
             help="The synthetic task (its known solution is an attention pattern). Example: attnviz train reverse",
             show_default=False,
         ),
@@ -69,6 +70,7 @@ def train(
         Architecture | None,
         typer.Option(
             "--architecture",
+            parser=choice_parser(Architecture, "architecture"),
             help="Which stacks the model has (default: the task's; reverse is encoder-decoder). "
             "Example: --architecture decoder",
             rich_help_panel=TASK_PANEL,
@@ -138,6 +140,7 @@ def train(
         AttentionVariant | None,
         typer.Option(
             "--attention",
+            parser=choice_parser(AttentionVariant, "attention variant"),
             help="Attention variant (default scaled-dot; induction: relative). Example: --attention performer",
             rich_help_panel=VARIANT_PANEL,
         ),

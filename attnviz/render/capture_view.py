@@ -6,10 +6,10 @@ from attnviz.captures import AttentionCapture
 from attnviz.errors import InputError
 from attnviz.models.names import full_model_name
 from attnviz.render.heatmap import FigureStyle, HeatmapPanel, causal_visibility, render_heatmaps
-from attnviz.selection import MEAN, parse_heads, parse_layers, parse_original_heads
+from attnviz.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
 from attnviz.words import display_token, merge_visibility, merge_words, word_groups, word_label
 
-__all__ = ["FigureStyle", "capture_heatmap", "capture_panels", "check_terminal_selection", "model_title"]
+__all__ = ["FigureStyle", "capture_heatmap", "capture_panels", "model_title"]
 
 STACK_TITLES = {"self": "", "encoder": "encoder ", "decoder": "decoder ", "cross": "cross-attention "}
 
@@ -20,22 +20,22 @@ def model_title(capture: AttentionCapture) -> str:
     return full if full == capture.model else f"{full} ({capture.model})"
 
 
-def check_terminal_selection(layer: str, head: str) -> None:
-    """A terminal shows one pattern: one layer and one head (or the mean); checked before any model loads."""
-    if layer.strip().lower() == "all" or "," in layer:
-        raise InputError(f"the terminal shows one layer at a time, not {layer!r}: pick one, e.g. 0 or -1")
-    if head.strip().lower() == "all" or "," in head:
-        raise InputError(f"the terminal shows one head at a time, not {head!r}: pick one, e.g. 3, or 'mean'")
-
-
 def capture_panels(
-    capture: AttentionCapture, *, layer: str = "-1", head: str = "all", stack: str | None = None, words: bool = False
+    capture: AttentionCapture,
+    *,
+    layers: LayerSelection = (-1,),
+    heads: HeadSelection = None,
+    stack: str | None = None,
+    words: bool = False,
 ) -> tuple[list[list[HeatmapPanel]], list[str], list[str], str]:
-    """Panels of the chosen layers and heads (one list per layer), the query and key labels, and a title."""
+    """Panels of the chosen layers and heads (one list per layer), the query and key labels, and a title.
+
+    Selections as in :mod:`attnviz.selection`; a pruned model's heads are chosen by their original numbers.
+    """
     stack = stack or capture.stacks[0]
     if stack not in capture.patterns:
         raise InputError(f"this capture has no {stack} attention (it has {', '.join(capture.stacks)})")
-    layers = parse_layers(layer, capture.num_layers(stack))
+    layer_indices = resolve_layers(layers, capture.num_layers(stack))
     query_tokens, key_tokens = capture.axis_tokens(stack)
     query_words, key_words = capture.axis_word_ids(stack)
     if words and (not query_words or not key_words):
@@ -44,14 +44,14 @@ def capture_panels(
     query_boundary, key_boundary = generated_boundaries(capture, stack, words)
     rows: list[list[HeatmapPanel]] = []
     long_titles: list[str] = []
-    for layer_index in layers:
+    for layer_index in layer_indices:
         patterns = capture.layer(layer_index, stack)  # [head, query, key]
         ids = capture.identity.ids(stack, layer_index, patterns.shape[0]) if capture.identity else None
         # a pruned model's heads are chosen by their original numbers, as its figures name them
-        selection = parse_heads(head, patterns.shape[0]) if ids is None else parse_original_heads(head, ids)
-        if selection == MEAN:
-            heads = patterns.shape[0]
-            chosen = [(f"L{layer_index} mean", f"layer {layer_index}, mean of {heads} heads", patterns.mean(dim=0))]
+        selection = resolve_heads(heads, ids if ids is not None else range(patterns.shape[0]))
+        if isinstance(selection, MeanOfHeads):
+            head_count = patterns.shape[0]
+            chosen = [(f"L{layer_index} mean", f"layer {layer_index}, mean of {head_count} heads", patterns.mean(dim=0))]
         else:
             masked = set(capture.identity.masked_ids(stack, layer_index)) if capture.identity else set()
             chosen = []
@@ -91,11 +91,11 @@ def capture_panels(
     name = model_title(capture)
     if len(long_titles) == 1:
         title = f"{name} · {STACK_TITLES[stack]}{long_titles[0]}"
-    elif len(layers) == 1:
-        title = f"{name} · {STACK_TITLES[stack]}layer {layers[0]}"
+    elif len(layer_indices) == 1:
+        title = f"{name} · {STACK_TITLES[stack]}layer {layer_indices[0]}"
     else:
         per_row = " (one row per layer)" if any(len(row) > 1 for row in rows) else ""
-        title = f"{name} · {STACK_TITLES[stack]}layers {_ranges(layers)}{per_row}"
+        title = f"{name} · {STACK_TITLES[stack]}layers {_ranges(layer_indices)}{per_row}"
     if capture.generated_from is not None:
         title += " · generated after the dashed line"
     return rows, query_labels, key_labels, title
@@ -130,8 +130,8 @@ def _ranges(indices: list[int]) -> str:
 def capture_heatmap(
     capture: AttentionCapture,
     *,
-    layer: str = "-1",
-    head: str = "all",
+    layers: LayerSelection = (-1,),
+    heads: HeadSelection = None,
     stack: str | None = None,
     words: bool = False,
     annotate: bool | None = None,
@@ -139,9 +139,10 @@ def capture_heatmap(
 ):
     """A figure of ``capture``'s attention for the chosen layers and heads.
 
-    ``layer``/``head`` are as on the command line (``all``, ``mean``, indices, negative
-    indices, comma lists); ``stack`` defaults to ``self`` (or ``encoder`` for
-    encoder-decoder captures). Several layers are drawn one row per layer, heads across.
+    ``layers``: indices (negative from the end) or None for all, default the last layer;
+    ``heads``: head numbers, None for all (default) or :data:`attnviz.selection.MEAN_OF_HEADS`.
+    ``stack`` defaults to ``self`` (or ``encoder`` for encoder-decoder captures). Several
+    layers are drawn one row per layer, heads across.
     """
-    rows, query_labels, key_labels, title = capture_panels(capture, layer=layer, head=head, stack=stack, words=words)
+    rows, query_labels, key_labels, title = capture_panels(capture, layers=layers, heads=heads, stack=stack, words=words)
     return render_heatmaps(rows, query_labels, key_labels, title=title, annotate=annotate, style=style)

@@ -16,7 +16,7 @@ from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title
 from attnviz.render.heatmap import causal_visibility
 from attnviz.render.html_page import build_page, quantize_rows, write_page
-from attnviz.selection import parse_layers
+from attnviz.selection import LayerSelection, resolve_layers
 from attnviz.words import display_token, merge_visibility, merge_words, word_groups, word_label
 
 STACK_NAMES = {
@@ -90,11 +90,14 @@ def attention_view_payload(
     *,
     title: str | None = None,
     words: bool = False,
-    layer: str = "all",
+    layers: LayerSelection = None,
     stacks: Sequence[str] | None = None,
     identity: HeadIdentity | None = None,
 ) -> dict:
-    """Everything the page shows: the model's title and one :func:`stack_payload` per stack."""
+    """Everything the page shows: the model's title and one :func:`stack_payload` per stack.
+
+    ``layers``: indices (negative from the end) of the layers on the page, None (default) for all.
+    """
     chosen = list(stacks) if stacks else capture.stacks
     for stack in chosen:
         if stack not in capture.patterns:
@@ -110,7 +113,7 @@ def attention_view_payload(
                 capture,
                 stack,
                 words=words,
-                layers=parse_layers(layer, capture.num_layers(stack)),
+                layers=resolve_layers(layers, capture.num_layers(stack)),
                 identity=identity,
             )
             for stack in chosen

@@ -12,6 +12,7 @@ from rich.text import Text
 from attnviz.captures import AttentionCapture
 from attnviz.render.capture_view import capture_panels
 from attnviz.render.heatmap import MASKED_LABEL, FigureStyle
+from attnviz.selection import MeanOfHeads
 
 _LABEL_CHARS = 12
 _CELL = 2  # characters per cell
@@ -27,20 +28,23 @@ def _colour(value: float, norm, cmap) -> str:
 def terminal_heatmap(
     capture: AttentionCapture,
     *,
-    layer: str = "-1",
-    head: str = "0",
+    layer: int = -1,
+    head: int | MeanOfHeads = 0,
     stack: str | None = None,
     words: bool = False,
     width: int = 100,
     max_rows: int = 80,
     style: FigureStyle | None = None,
 ) -> Group:
-    """A rich renderable of one head (or the mean of a layer's heads) that fits ``width`` columns."""
+    """A rich renderable of one head (or :data:`~attnviz.selection.MEAN_OF_HEADS`) that fits ``width`` columns."""
     import numpy as np
 
     style = style or FigureStyle()
     style.check()
-    rows, query_labels, key_labels, title = capture_panels(capture, layer=layer, head=head, stack=stack, words=words)
+    heads = head if isinstance(head, MeanOfHeads) else [head]
+    rows, query_labels, key_labels, title = capture_panels(
+        capture, layers=[layer], heads=heads, stack=stack, words=words
+    )
     panel = rows[0][0]
     data = panel.pattern.detach().float().cpu().numpy()  # [query, key]
     visible = None if panel.visible is None else panel.visible.cpu().numpy().astype(bool)  # [query, key]

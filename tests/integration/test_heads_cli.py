@@ -134,7 +134,7 @@ def test_rollout_view_and_capture(capsys, tmp_path, tiny_model_dirs):
     [
         (["--json", "out.txt"], "unsupported output file type"),
         (["--length", "40"], "probe length of at most 12"),
-        (["--plot", "same.png", "--similarity", "same.png"], "different files"),
+        (["--plot", "same.png", "--similarity", "same.png"], "overlap"),
         (["--data", "missing.txt"], "does not exist"),
     ],
 )

@@ -114,9 +114,9 @@ def test_train_command_refuses_a_foreign_directory(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["add"], ["'add' is not one of", "'copy'", "'induction'"]),
-        (["reverse", "--attention", "flash"], ["'flash' is not one of", "'performer'", "'scaled-dot'"]),
-        (["reverse", "--architecture", "both"], ["'both' is not one of", "'encoder-decoder'"]),
+        (["add"], ["unknown task 'add': use one of copy", "induction"]),
+        (["reverse", "--attention", "flash"], ["unknown attention variant 'flash'", "performer", "scaled-dot"]),
+        (["reverse", "--architecture", "both"], ["unknown architecture 'both'", "encoder-decoder"]),
     ],
 )
 def test_train_choices_are_closed_sets(capsys, tmp_path, args, fragments):

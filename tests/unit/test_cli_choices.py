@@ -2,23 +2,158 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import typing
 
+import pytest
+from cli_helpers import assert_clean_error, run_cli
+
+from attnviz.alignment import RowChoice as LibraryRowChoice
+from attnviz.cli.align_cmd import RowChoice
+from attnviz.cli.capture_cmd import Bits
+from attnviz.cli.heads_cmd import ScoreName
+from attnviz.cli.heatmap_cmd import ColourScale
+from attnviz.cli.options import (
+    DEVICE_FORMS,
+    DTYPE_ALIASES,
+    DTYPE_NAMES,
+    StackChoice,
+    choice_parser,
+    parse_device,
+    parse_dtype,
+)
 from attnviz.cli.prune_cmd import ImportanceMethod, Scope
+from attnviz.cli.stats_options import PRESET_NAMES, STATISTIC_NAMES, Statistic
 from attnviz.cli.train_cmd import ARCHITECTURE_NAMES, ATTENTION_VARIANTS, TASK_NAMES
+from attnviz.compact import CAPTURE_BITS
+from attnviz.core.stacks import STACKS
+from attnviz.errors import InputError, ParameterError
+from attnviz.heads.scores import SCORE_NAMES
+from attnviz.models.specs import DTYPES, resolve_device, resolve_dtype
 from attnviz.prune.importance import METHODS
 from attnviz.prune.strategy import SCOPES
+from attnviz.render.heatmap import SCALES
+from attnviz.stats.definitions import STATISTIC_NAMES as LIBRARY_STATISTICS
+from attnviz.stats.detect import PRESETS
 from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES
 from attnviz.toy.tasks import TASKS
+
+
+def _values(choices) -> tuple:
+    return tuple(choice.value for choice in choices)
 
 
 def test_cli_choices_equal_the_library_sets():
     assert TASK_NAMES == tuple(TASKS)
     assert ARCHITECTURE_NAMES == tuple(ARCHITECTURES)
     assert ATTENTION_VARIANTS == tuple(VARIANT_NAMES)
-    assert tuple(method.value for method in ImportanceMethod) == tuple(METHODS)
-    assert tuple(scope.value for scope in Scope) == tuple(SCOPES)
+    assert _values(ImportanceMethod) == tuple(METHODS)
+    assert _values(Scope) == tuple(SCOPES)
+    assert STATISTIC_NAMES == LIBRARY_STATISTICS
+    assert PRESET_NAMES == tuple(PRESETS)
+    assert _values(ScoreName) == SCORE_NAMES
+    assert _values(ColourScale) == SCALES
+    assert _values(StackChoice) == tuple(STACKS)
+    assert tuple(int(bits) for bits in _values(Bits)) == CAPTURE_BITS
+    assert _values(RowChoice) == typing.get_args(LibraryRowChoice)
+
+
+def test_dtype_names_and_aliases_are_the_librarys():
+    """Every --dtype the CLI takes (names and aliases) is one the library resolves, to the same precision."""
+    assert set(DTYPE_NAMES) | set(DTYPE_ALIASES) == {"auto"} | set(DTYPES)
+    for given in [*DTYPE_NAMES, *DTYPE_ALIASES, "BF16", "Float16"]:
+        assert resolve_dtype(parse_dtype(given)) == resolve_dtype(given)
+    assert parse_dtype("fp16") == "float16" and parse_dtype("auto") == "auto"
+    with pytest.raises(Exception, match="unknown dtype 'int8'"):
+        parse_dtype("int8")
+
+
+def test_device_forms_are_the_librarys():
+    """The CLI's --device forms resolve in the library (CUDA ones fail only for want of a GPU); others fail in both."""
+    import torch
+
+    assert DEVICE_FORMS == ("auto", "cpu", "cuda", "cuda:N")
+    for given in ["auto", "cpu", "CPU", "cuda", "cuda:0", "Cuda:1"]:
+        device = parse_device(given)
+        assert device == given.lower()
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            with pytest.raises(ParameterError, match="no CUDA GPU"):
+                resolve_device(device)
+        else:
+            assert resolve_device(device).type in ("cpu", "cuda")
+    for refused in ["tpu", "mps", "gpu", "cuda:x", "cuda:"]:
+        with pytest.raises(Exception, match="unknown device"):
+            parse_device(refused)
+    for refused in ["tpu", "mps", "gpu"]:
+        with pytest.raises(InputError, match="unknown device"):
+            resolve_device(refused)
+
+
+def test_choice_parser_ignores_case_and_dashes_and_names_the_choices():
+    parse = choice_parser(Statistic, "statistic")
+    assert parse("Normalized-Entropy") is Statistic.normalized_entropy
+    assert parse(Statistic.max_weight) is Statistic.max_weight
+    assert choice_parser(Scope, "strategy")("PER_LAYER") is Scope("per-layer")
+    with pytest.raises(Exception, match="unknown statistic 'bogus': use one of entropy, normalized_entropy"):
+        parse("bogus")
+
+
+#: (command line, option, choices its --help must list)
+HELP_CHOICES = [
+    (["heatmap"], "--device", DEVICE_FORMS),
+    (["heatmap"], "--dtype", DTYPE_NAMES),
+    (["heatmap"], "--view", ("heads", "rollout", "flow")),
+    (["heatmap"], "--scale", SCALES),
+    (["heatmap"], "--stack", tuple(STACKS)),
+    (["capture"], "--bits", ("8", "16", "32")),
+    (["stats"], "--preset", PRESET_NAMES),
+    (["stats"], "--sort", STATISTIC_NAMES),
+    (["stats"], "--color-by", STATISTIC_NAMES),
+    (["stats"], "--dtype", DTYPE_NAMES),
+    (["heads"], "--sort", SCORE_NAMES),
+    (["heads"], "--device", DEVICE_FORMS),
+    (["prune"], "--importance", tuple(METHODS)),
+    (["prune"], "--strategy", tuple(SCOPES)),
+    (["prune"], "--dtype", DTYPE_NAMES),
+    (["report"], "--dtype", DTYPE_NAMES),
+    (["align"], "--rows", typing.get_args(LibraryRowChoice)),
+    (["train"], "--attention", ATTENTION_VARIANTS),
+    (["train"], "--architecture", ARCHITECTURE_NAMES),
+    (["train"], "--device", DEVICE_FORMS),
+]
+
+
+@pytest.mark.parametrize(("command", "option", "choices"), HELP_CHOICES, ids=lambda v: str(v)[:30])
+def test_help_lists_the_choices(capsys, monkeypatch, command, option, choices):
+    monkeypatch.setenv("COLUMNS", "1000")  # wide enough that rich wraps no metavar
+    result = run_cli(capsys, *command, "--help")
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if re.match(rf"│\s*{option}\s", line)]
+    assert lines, f"{' '.join(command)} --help has no {option}"
+    # as the metavar (<a|b|c>), or in the help text where a long list would squeeze the help column
+    row = lines[0].split(option, 1)[1]
+    missing = [choice for choice in choices if not re.search(rf"(?<![\w-]){re.escape(choice)}(?![\w-])", row)]
+    assert missing == [], f"{' '.join(command)} --help does not list {missing} for {option}"
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "fragment"),
+    [
+        (["stats", "--sort", "bogus"], "--sort", "unknown statistic 'bogus'"),
+        (["stats", "--color-by", "bogus"], "--color-by", "unknown statistic 'bogus'"),
+        (["stats", "--preset", "strict"], "--preset", "unknown threshold preset 'strict': use one of normalized, seed"),
+        (["heatmap", "x", "--dtype", "int3"], "--dtype", "unknown dtype 'int3'"),
+        (["heatmap", "x", "--device", "tpu"], "--device", "unknown device 'tpu'"),
+        (["prune", "toy-copy", "--device", "mps", "--count", "1", "--out", "p"], "--device", "unknown device 'mps'"),
+    ],
+)
+def test_a_bad_choice_is_one_error_line_naming_the_option(capsys, args, option, fragment):
+    """Refused while parsing, before any model loads: exit 2 and one line."""
+    result = run_cli(capsys, *args)
+    assert_clean_error(result, option, fragment)
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_starting_the_cli_does_not_import_torch():

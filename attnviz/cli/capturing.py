@@ -1,0 +1,51 @@
+"""What ``heatmap`` and ``capture`` share: the --generate settings, loading and capturing, the summary line."""
+
+from __future__ import annotations
+
+
+def generation_settings(generate, sample, temperature, seed, target) -> dict | None:
+    """Keyword arguments of ``generate_capture`` from the options, or None without --generate."""
+    from attnviz.errors import InputError
+
+    if generate is None:
+        if sample or seed is not None or temperature != 1.0:
+            raise InputError("--sample, --temperature and --seed apply only with --generate N")
+        return None
+    if target is not None:
+        raise InputError("give either --target (a fixed decoder text) or --generate N, not both")
+    if not sample and (seed is not None or temperature != 1.0):
+        raise InputError("--temperature and --seed apply only with --sample (greedy decoding has no randomness)")
+    return {"max_new_tokens": generate, "sample": sample, "temperature": temperature, "seed": seed}
+
+
+def capture_text(text, target, model, max_length, no_truncate, device, dtype, device_map=None, generation=None):
+    """Load ``model`` and capture ``text`` (with ``generation``: while the model continues it)."""
+    from attnviz.captures import capture
+    from attnviz.console import console
+    from attnviz.models.specs import load_model
+
+    with console.status(f"loading {model}"):
+        loaded = load_model(model, device=device, dtype=dtype, device_map=device_map)
+    if generation is None:
+        return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
+    from attnviz.generation import generate_capture
+
+    with console.status(f"generating up to {generation['max_new_tokens']} tokens"):
+        result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)
+    console.print(f"[bold]generated:[/bold] {result.text!r} ({len(result.token_ids)} tokens)", highlight=False)
+    return result.capture
+
+
+def print_summary(result, stack) -> None:
+    """One line on stderr: the model, its kind, the tokens, layers × heads of ``stack``."""
+    from attnviz.console import console
+
+    stack = stack or result.stacks[0]
+    queries, keys = result.axis_tokens(stack)
+    kind = "causal" if result.causal else "encoder-decoder" if result.encoder_decoder else "bidirectional"
+    console.print(
+        f"[bold]{result.model}[/bold] ({kind}) · {len(keys)} tokens"
+        + (f" → {len(queries)} target tokens" if stack in ("cross", "decoder") else "")
+        + f" · {result.num_layers(stack)} layers × {result.num_heads(stack)} heads",
+        highlight=False,
+    )

@@ -1,0 +1,137 @@
+"""Options of ``attnviz stats`` alone: the threshold preset and overrides, the statistic to sort and colour by.
+
+The closed sets are spelled out (attnviz.stats imports torch; the CLI starts without it);
+tests/unit/test_cli_choices.py checks them against attnviz.stats.STATISTIC_NAMES and PRESETS.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from attnviz.cli.options import VIEW_PANEL, choice_parser
+
+DETECT_PANEL = "Detection thresholds (override the preset)"
+STATS_PANEL = "Statistics"
+
+STATISTIC_NAMES = (
+    "entropy",
+    "normalized_entropy",
+    "max_weight",
+    "mean_distance",
+    "normalized_distance",
+    "diagonal",
+    "previous_token",
+    "local_ratio",
+    "first_token",
+    "special_tokens",
+)
+PRESET_NAMES = ("normalized", "seed")
+Statistic = Enum("Statistic", {name: name for name in STATISTIC_NAMES}, type=str)
+Preset = Enum("Preset", {name: name for name in PRESET_NAMES}, type=str)
+
+PresetOption = Annotated[
+    Preset,
+    typer.Option(
+        "--preset",
+        parser=choice_parser(Preset, "threshold preset"),
+        help="Threshold set: normalized (length-independent, default) or seed (collapsed if mean entropy "
+        "< 1.0 nats, unfocused if mean max weight < 0.3). Example: --preset seed",
+        rich_help_panel=STATS_PANEL,
+    ),
+]
+
+SortStatisticOption = Annotated[
+    Statistic | None,
+    typer.Option(
+        "--sort",
+        parser=choice_parser(Statistic, "statistic"),
+        metavar="<statistic>",  # the names are listed in the help
+        help=f"Sort the table by a statistic, largest first: {', '.join(STATISTIC_NAMES)}. Example: --sort entropy",
+        rich_help_panel=VIEW_PANEL,
+        show_default=False,
+    ),
+]
+
+ColorByOption = Annotated[
+    Statistic,
+    typer.Option(
+        "--color-by",
+        parser=choice_parser(Statistic, "statistic"),
+        metavar="<statistic>",  # the names are listed in the help
+        help=f"Statistic that colours the layer × head overview: {', '.join(STATISTIC_NAMES)}. "
+        "Example: --color-by first_token",
+        rich_help_panel=VIEW_PANEL,
+    ),
+]
+
+LocalWindowOption = Annotated[
+    int,
+    typer.Option(
+        "--local-window",
+        "-w",
+        min=0,
+        help="w of local_ratio: mass within ±w positions. Example: -w 3",
+        rich_help_panel=STATS_PANEL,
+    ),
+]
+
+FlaggedOnlyOption = Annotated[
+    bool,
+    typer.Option(
+        "--flagged-only",
+        help="List only heads with a flag. Example: --flagged-only --sort max_weight",
+        rich_help_panel=VIEW_PANEL,
+    ),
+]
+
+
+def _threshold(option: str, help_text: str):
+    return Annotated[
+        float | None,
+        typer.Option(option, help=help_text, rich_help_panel=DETECT_PANEL, show_default=False),
+    ]
+
+
+CollapsedMaxWeight = _threshold(
+    "--collapsed-max-weight",
+    "collapsed if mean max weight ≥ this (normalized 0.9; seed: off). Example: --collapsed-max-weight 0.85",
+)
+CollapsedNormalizedEntropy = _threshold(
+    "--collapsed-normalized-entropy",
+    "collapsed if mean normalized entropy < this (normalized 0.1; seed: off). "
+    "Example: --collapsed-normalized-entropy 0.15",
+)
+CollapsedEntropy = _threshold(
+    "--collapsed-entropy",
+    "collapsed if mean entropy < this many nats (seed 1.0; normalized: off). Example: --collapsed-entropy 0.5",
+)
+UnfocusedNormalizedEntropy = _threshold(
+    "--unfocused-normalized-entropy",
+    "unfocused needs mean normalized entropy ≥ this (normalized 0.9; seed: off). "
+    "Example: --unfocused-normalized-entropy 0.95",
+)
+UnfocusedMaxWeight = _threshold(
+    "--unfocused-max-weight",
+    "unfocused needs mean max weight < this (normalized 0.5; seed 0.3). Example: --unfocused-max-weight 0.4",
+)
+DiagonalMin = _threshold(
+    "--diagonal-min", "diagonal if mean weight on the own position ≥ this (0.5). Example: --diagonal-min 0.6"
+)
+PreviousTokenMin = _threshold(
+    "--previous-token-min",
+    "previous-token if mean weight on the previous token ≥ this (0.5). Example: --previous-token-min 0.6",
+)
+FirstTokenMin = _threshold(
+    "--first-token-min",
+    "first-token-sink if mean weight on the first token ≥ this (0.5). Example: --first-token-min 0.7",
+)
+SpecialTokensMin = _threshold(
+    "--special-tokens-min",
+    "special-token if mean weight on special tokens ≥ this (0.5). Example: --special-tokens-min 0.6",
+)
+LocalRatioMin = _threshold(
+    "--local-ratio-min", "local if mean weight within ±w positions ≥ this (0.8). Example: --local-ratio-min 0.9"
+)

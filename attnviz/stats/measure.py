@@ -1,0 +1,54 @@
+"""From model specs to flagged statistics: what ``attnviz stats`` measures, one checkpoint after another.
+
+Each spec is loaded, measured over the given texts (without texts: the model's own
+examples, as a toy model's task, or else the shipped corpus) and its heads flagged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attnviz.data import load_texts
+from attnviz.models.specs import load_model
+from attnviz.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.reporting import status
+from attnviz.stats.compute import compute_statistics
+from attnviz.stats.detect import Detection, Thresholds, detect_heads
+from attnviz.stats.result import HeadStatistics
+
+__all__ = ["measure_checkpoints"]
+
+
+def measure_checkpoints(
+    specs: Sequence[str],
+    texts: Sequence[str] | None = None,
+    *,
+    thresholds: Thresholds | None = None,
+    toy_examples: int = 128,
+    seed: int = 0,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    local_window: int = 2,
+    parallel: DataParallel = SINGLE_PROCESS,
+    **batching,
+) -> list[tuple[HeadStatistics, Detection]]:
+    """``(statistics, flags)`` of every model in ``specs``, in order.
+
+    Without ``texts`` a model measures its own examples (``toy_examples`` task examples drawn
+    with ``seed``) when it has them, else the shipped corpus. ``batching`` goes to
+    :func:`~attnviz.stats.compute.compute_statistics` (``batch_size``, ``max_tokens_per_batch``,
+    ``max_length``, ``truncate``). Under ``parallel`` each process loads its own copy on its device.
+    """
+    results = []
+    for spec in specs:
+        with status(f"loading {spec}"):
+            loaded = load_model(spec, device=parallel.device_for(device), dtype=dtype, device_map=device_map)
+        own = loaded.own_examples(toy_examples, seed) if texts is None else None
+        if own is not None:
+            stats = compute_statistics(loaded, batches=[own], local_window=local_window, parallel=parallel)
+        else:
+            corpus = texts if texts is not None else load_texts()
+            stats = compute_statistics(loaded, corpus, local_window=local_window, parallel=parallel, **batching)
+        results.append((stats, detect_heads(stats, thresholds)))
+    return results
