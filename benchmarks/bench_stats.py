@@ -192,9 +192,9 @@ class ObserveTimer:
     def __enter__(self) -> ObserveTimer:  # noqa: PYI034 (never subclassed)
         timer, observe = self, self._observe
 
-        def timed(accumulator, site, pattern, query_start, scores=None):
+        def timed(accumulator, site, pattern, query_start, scores=None, summary=None):
             start = time.perf_counter()
-            observe(accumulator, site, pattern, query_start, scores)
+            observe(accumulator, site, pattern, query_start, scores, summary)
             timer.seconds += time.perf_counter() - start
 
         StatisticsAccumulator.observe = timed
