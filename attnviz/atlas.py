@@ -8,7 +8,7 @@ and writes one self-contained HTML page (:mod:`attnviz.render.atlas`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -18,10 +18,12 @@ from attnviz.data import load_texts
 from attnviz.errors import InputError
 from attnviz.io import check_output_path, read_text_file
 from attnviz.models.base import LoadedModel
+from attnviz.models.specs import load_model
 from attnviz.render.atlas import ExtraColumns, HeadKey, write_atlas
 from attnviz.render.html_page import HTML_SUFFIXES
-from attnviz.stats import compute_statistics, detect_heads
+from attnviz.reporting import status
 from attnviz.stats.detect import Thresholds
+from attnviz.stats.measure import measure_model
 
 #: Example texts longer than this many characters are passed over (their patterns would be unreadably small).
 _EXAMPLE_MAX_CHARS = 120
@@ -77,7 +79,6 @@ def build_head_atlas(
     device: str = "auto",
     dtype: str = "auto",
     progress: bool = True,
-    on_loading: Callable[[str], None] | None = None,
 ) -> Path:
     """Measure ``checkpoint`` and write its head atlas to ``out`` (``.html``); returns the path.
 
@@ -85,8 +86,6 @@ def build_head_atlas(
     without either: its own task). ``extra_columns`` adds per-head columns
     (``{name: {(stack, layer, head): value}}``), e.g. head-function scores.
     """
-    from attnviz.models.specs import load_model
-
     out = check_output_path(out, HTML_SUFFIXES)
     if data is not None and Path(data).expanduser().resolve() == out.resolve():
         raise InputError(f"the output would overwrite the data file {data}: choose another path")
@@ -95,16 +94,20 @@ def build_head_atlas(
     importance = read_importance(prune_report) if prune_report is not None else None
     if texts is None and data is not None:
         texts = load_texts(data)
-    if on_loading is not None:
-        on_loading(checkpoint)
-    loaded = load_model(checkpoint, device=device, dtype=dtype)
-    own = loaded.own_examples(toy_examples, seed) if texts is None else None
-    if own is not None:
-        stats = compute_statistics(loaded, batches=[own], progress=progress)
-    else:
-        texts = list(texts) if texts is not None else load_texts()
-        stats = compute_statistics(loaded, texts, batch_size=batch_size, max_length=max_length, progress=progress)
-    detection = detect_heads(stats, thresholds)
+    with status(f"loading {checkpoint} and measuring every head"):
+        loaded = load_model(checkpoint, device=device, dtype=dtype)
+    if texts is None and loaded.own_examples(1, seed) is None:
+        texts = load_texts()  # no own task: the shipped corpus, for the statistics and the examples alike
+    stats, detection = measure_model(
+        loaded,
+        texts,
+        thresholds=thresholds,
+        toy_examples=toy_examples,
+        seed=seed,
+        progress=progress,
+        batch_size=batch_size,
+        max_length=max_length,
+    )
     captured = example_captures(loaded, texts, examples, seed=seed)
     columns = dict(extra_columns or {})
     if importance is not None:

@@ -67,10 +67,6 @@ def report(
     """
     from attnviz.atlas import build_head_atlas
     from attnviz.cli.stdin import corpus_from_options
-    from attnviz.console import console
-
-    def loading(spec: str) -> None:
-        console.print(f"loading {spec} and measuring every head", highlight=False)
 
     path = build_head_atlas(
         checkpoint,
@@ -82,7 +78,6 @@ def report(
         max_length=max_length,
         device=device,
         dtype=dtype,
-        on_loading=loading,
     )
     print(path)
 

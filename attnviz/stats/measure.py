@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from attnviz.data import load_texts
+from attnviz.models.base import LoadedModel
 from attnviz.models.specs import load_model
 from attnviz.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.reporting import status
@@ -16,7 +17,7 @@ from attnviz.stats.compute import compute_statistics
 from attnviz.stats.detect import Detection, Thresholds, detect_heads
 from attnviz.stats.result import HeadStatistics
 
-__all__ = ["measure_checkpoints"]
+__all__ = ["measure_checkpoints", "measure_model"]
 
 
 def measure_checkpoints(
@@ -44,11 +45,42 @@ def measure_checkpoints(
     for spec in specs:
         with status(f"loading {spec}"):
             loaded = load_model(spec, device=parallel.device_for(device), dtype=dtype, device_map=device_map)
-        own = loaded.own_examples(toy_examples, seed) if texts is None else None
-        if own is not None:
-            stats = compute_statistics(loaded, batches=[own], local_window=local_window, parallel=parallel)
-        else:
-            corpus = texts if texts is not None else load_texts()
-            stats = compute_statistics(loaded, corpus, local_window=local_window, parallel=parallel, **batching)
-        results.append((stats, detect_heads(stats, thresholds)))
+        results.append(
+            measure_model(
+                loaded,
+                texts,
+                thresholds=thresholds,
+                toy_examples=toy_examples,
+                seed=seed,
+                local_window=local_window,
+                parallel=parallel,
+                **batching,
+            )
+        )
     return results
+
+
+def measure_model(
+    loaded: LoadedModel,
+    texts: Sequence[str] | None = None,
+    *,
+    thresholds: Thresholds | None = None,
+    toy_examples: int = 128,
+    seed: int = 0,
+    local_window: int = 2,
+    parallel: DataParallel = SINGLE_PROCESS,
+    progress: bool = True,
+    **batching,
+) -> tuple[HeadStatistics, Detection]:
+    """``(statistics, flags)`` of one loaded model: over ``texts``, else its own examples, else the corpus."""
+    own = loaded.own_examples(toy_examples, seed) if texts is None else None
+    if own is not None:
+        stats = compute_statistics(
+            loaded, batches=[own], local_window=local_window, parallel=parallel, progress=progress
+        )
+    else:
+        corpus = texts if texts is not None else load_texts()
+        stats = compute_statistics(
+            loaded, corpus, local_window=local_window, parallel=parallel, progress=progress, **batching
+        )
+    return stats, detect_heads(stats, thresholds)
