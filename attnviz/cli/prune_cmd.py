@@ -220,9 +220,7 @@ def prune(
     from attnviz.data import load_texts
     from attnviz.errors import InputError
     from attnviz.io import check_output_path
-    from attnviz.models.specs import load_model
-    from attnviz.prune.checkpoint import check_output_dir, model_source_paths
-    from attnviz.prune.pipeline import PruneConfig, check_prunable, prune_model, save_outcome
+    from attnviz.prune.pipeline import PruneConfig, prune_checkpoint
     from attnviz.prune.report import importance_table, summary_lines, summary_table, write_report_json
     from attnviz.prune.strategy import PruneStrategy
 
@@ -241,9 +239,6 @@ def prune(
         latency_tokens=latency_tokens,
         latency_repeats=latency_repeats,
     )
-    config.validate()
-    # Check every output before the (slow) work, so bad input writes nothing.
-    check_output_dir(out, force=force, inputs=model_source_paths(checkpoint))
     if json_path is not None:
         json_path = check_output_path(json_path, (".json",))
         if json_path.resolve().is_relative_to(out.expanduser().resolve()):
@@ -254,13 +249,20 @@ def prune(
     from attnviz.cli.distributed import cli_session
 
     with cli_session(device, device_map) as parallel:
-        placement = device_map.value if device_map else None
-        loaded = load_model(checkpoint, device=parallel.device_for(device), dtype=dtype, device_map=placement)
-        check_prunable(loaded)
-        check_output_dir(out, force=force, inputs=model_source_paths(checkpoint, loaded))
-        outcome = prune_model(loaded, config, texts=texts, eval_texts=eval_texts, parallel=parallel)
-        if parallel.is_main:  # every process chose the same heads; rank 0 writes and reports
-            save_outcome(outcome, out, source=checkpoint, transformers_copy=transformers_copy)
+        outcome = prune_checkpoint(
+            checkpoint,
+            out,
+            config,
+            texts=texts,
+            eval_texts=eval_texts,
+            force=force,
+            transformers_copy=transformers_copy,
+            device=device,
+            dtype=dtype,
+            device_map=device_map.value if device_map else None,
+            parallel=parallel,
+        )
+        if parallel.is_main:  # rank 0 reports
             if json_path is not None:
                 write_report_json(outcome.report, json_path)
             console.print(importance_table(outcome.report))

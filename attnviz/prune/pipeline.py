@@ -21,7 +21,9 @@ from attnviz.models.base import LoadedModel, PrunedCopy
 from attnviz.models.heads import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
 from attnviz.models.objective import Objective, Quality
 from attnviz.models.physical import SitePlan
+from attnviz.models.specs import load_model
 from attnviz.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.prune.checkpoint import check_output_dir, model_source_paths
 from attnviz.prune.importance import METHODS
 from attnviz.prune.measure import forward_output, measure_latency, parameter_count
 from attnviz.prune.objective import judging_batches, objectives_for
@@ -251,4 +253,43 @@ def save_outcome(outcome: PruneOutcome, out: str | os.PathLike, *, source: str, 
     return path
 
 
-__all__ = ["PruneConfig", "PruneOutcome", "Quality", "check_prunable", "prune_model", "save_outcome"]
+def prune_checkpoint(
+    checkpoint: str,
+    out: str | os.PathLike,
+    config: PruneConfig,
+    *,
+    texts: Sequence[str],
+    eval_texts: Sequence[str] | None = None,
+    force: bool = False,
+    transformers_copy: bool = True,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    parallel: DataParallel = SINGLE_PROCESS,
+) -> PruneOutcome:
+    """``attnviz prune`` as one call: load ``checkpoint``, prune it by ``config``, write the result to ``out``.
+
+    ``out`` is checked against the model's own files once it is loaded (before anything is scored);
+    under ``parallel`` every process loads and scores its share, and only the main process writes.
+    The returned outcome's report names what was written.
+    """
+    config.validate()
+    check_output_dir(out, force=force, inputs=model_source_paths(checkpoint))
+    loaded = load_model(checkpoint, device=parallel.device_for(device), dtype=dtype, device_map=device_map)
+    check_prunable(loaded)
+    check_output_dir(out, force=force, inputs=model_source_paths(checkpoint, loaded))
+    outcome = prune_model(loaded, config, texts=texts, eval_texts=eval_texts, parallel=parallel)
+    if parallel.is_main:  # every process chose the same heads; the main one writes
+        save_outcome(outcome, out, source=checkpoint, transformers_copy=transformers_copy)
+    return outcome
+
+
+__all__ = [
+    "PruneConfig",
+    "PruneOutcome",
+    "Quality",
+    "check_prunable",
+    "prune_checkpoint",
+    "prune_model",
+    "save_outcome",
+]
