@@ -197,19 +197,17 @@ def heads(
 
     with console.status(f"loading {checkpoint}"):
         loaded = load_model(checkpoint, device=device, dtype=dtype)
-    with console.status("probing") as status:
-        result = head_functions(
-            loaded,
-            probe=probe,
-            thresholds=thresholds,
-            texts=texts,
-            batch_size=batch_size,
-            max_length=max_length,
-            similarity=similarity is not None,
-            similarity_examples=similarity_examples,
-            similarity_tokens=similarity_tokens,
-            reporter=status.update,
-        )
+    result = head_functions(  # its status lines go through the CLI's reporter
+        loaded,
+        probe=probe,
+        thresholds=thresholds,
+        texts=texts,
+        batch_size=batch_size,
+        max_length=max_length,
+        similarity=similarity is not None,
+        similarity_examples=similarity_examples,
+        similarity_tokens=similarity_tokens,
+    )
     stack = stack_value(stack)
     _show(result, stack, labelled_only, sort, ascending, limit, no_table)
     _write(result, json_path, csv_path, plot, similarity, stack)

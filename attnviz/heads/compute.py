@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -13,9 +13,7 @@ from attnviz.heads.probes import ProbeSettings, probe_batches, resolve_settings
 from attnviz.heads.result import HeadFunctions
 from attnviz.heads.scores import ProbeScoreAccumulator
 from attnviz.models.base import LoadedModel
-
-#: ``reporter(message)``: progress notices for the caller to show (the library never prints).
-Reporter = Callable[[str], None]
+from attnviz.reporting import status
 
 
 def probe_scores(loaded: LoadedModel, settings: ProbeSettings | None = None) -> tuple[ProbeSettings, dict]:
@@ -47,7 +45,6 @@ def head_functions(
     similarity: bool = False,
     similarity_examples: int | None = None,
     similarity_tokens: int | None = None,
-    reporter: Reporter | None = None,
 ) -> HeadFunctions:
     """Score and label every head of ``loaded``.
 
@@ -59,13 +56,11 @@ def head_functions(
             (``stats_thresholds``: their :class:`~attnviz.stats.Thresholds`, default ``normalized``).
         similarity: also compute the mean Jensen–Shannon divergence between heads, over
             ``texts`` when given, else over the probes (:func:`attnviz.heads.similarity.head_similarity`).
-        reporter: called with short progress notices.
     """
-    report = reporter or (lambda message: None)
     thresholds = thresholds or FunctionThresholds()
     settings = resolve_settings(loaded, probe or ProbeSettings())
-    report(f"probing {loaded.name}: {settings.sequences} sequences of 2 × {settings.length} random tokens")
-    settings, scores = probe_scores(loaded, settings)
+    with status(f"probing {loaded.name}: {settings.sequences} sequences of 2 × {settings.length} random tokens"):
+        settings, scores = probe_scores(loaded, settings)
     result = HeadFunctions(
         model=loaded.name, causal=loaded.causal, probe=settings, scores=scores, thresholds=thresholds
     )
@@ -73,20 +68,20 @@ def head_functions(
         from attnviz.stats import compute_statistics, detect_heads
 
         texts = list(texts)
-        report(f"corpus statistics over {len(texts)} examples")
-        result.statistics = compute_statistics(
-            loaded, texts, batch_size=batch_size, max_length=max_length, truncate=truncate, progress=False
-        )
+        with status(f"corpus statistics over {len(texts)} examples"):
+            result.statistics = compute_statistics(
+                loaded, texts, batch_size=batch_size, max_length=max_length, truncate=truncate, progress=False
+            )
         result.detection = detect_heads(result.statistics, stats_thresholds)
     if similarity:
         from attnviz.heads.similarity import head_similarity
 
-        report("head similarity (Jensen–Shannon divergence)")
-        result.similarity = head_similarity(
-            loaded,
-            texts=texts,
-            probe=settings,
-            max_examples=similarity_examples,
-            max_tokens=similarity_tokens,
-        )
+        with status("head similarity (Jensen–Shannon divergence)"):
+            result.similarity = head_similarity(
+                loaded,
+                texts=texts,
+                probe=settings,
+                max_examples=similarity_examples,
+                max_tokens=similarity_tokens,
+            )
     return result
