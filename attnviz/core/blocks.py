@@ -143,7 +143,8 @@ def attend_in_buffers(
             summary_buffer = None
             if want_summary:
                 summary_buffer = _workspace.get("summary", (3, batch, heads, rows), torch.float32, query.device)
-            fused_softmax_(scores, mask_block, pattern_fn.scaling, start, summary_buffer)  # in place
+            if not fused_softmax_(scores, mask_block, pattern_fn.scaling, start, summary_buffer):  # in place
+                raise RuntimeError("the fused kernel refused inputs that kernel_applies accepted")  # a bug, not input
             pattern = scores
             if summary_buffer is not None:
                 summary = RowSummary(*summary_buffer.unbind(0))  # each [b, h, blk]

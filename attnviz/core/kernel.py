@@ -15,8 +15,8 @@ in well under a second. A forward pass uses it when its :class:`AttentionContext
 (:attr:`~attnviz.core.attention.AttentionContext.fused_softmax`) and :func:`prepare_kernel` has loaded it: the corpus passes
 (statistics, head probes) do both, because there the build (about a minute on two cores) pays
 for itself. Captures and views keep torch's softmax, so their patterns equal transformers'
-eager attention to the rounding of the matrix products alone. Without a compiler, on another
-platform, or with ``ATTNVIZ_KERNEL=0``, everything runs on torch's operations, with the same
+eager attention to the rounding of the matrix products alone. Without a compiler, on a CPU without AVX2
+(or not x86), or with ``ATTNVIZ_KERNEL=0``, everything runs on torch's operations, with the same
 statistics to float32 rounding (≤ 1e-5).
 
 The kernel's patterns equal torch's softmax to about 2 ulp (its ``exp`` is a polynomial, its
@@ -75,17 +75,16 @@ def _source() -> str:
     return resources.files("attnviz.core").joinpath("kernels/softmax_rows.cpp").read_text(encoding="utf-8")
 
 
-def _compiler_flags() -> list[str]:
-    """-O3 everywhere; AVX2/FMA or AVX-512 code where this CPU (as torch sees it) has them."""
+def _compiler_flags(capability: str) -> list[str]:
+    """-O3 with AVX2/FMA, and AVX-512 where this CPU (as torch sees it) has it."""
     # -fopenmp: at::parallel_for splits the rows over torch's OpenMP threads (the library torch ships
     # is already loaded, with the soname the extension asks for, so no second runtime comes in).
-    flags = ["-O3", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math"]
-    capability = torch.backends.cpu.get_cpu_capability()
-    if capability in ("AVX2", "AVX512"):
-        flags += ["-mavx2", "-mfma"]
-    if capability == "AVX512":
-        flags += ["-mavx512f"]
-    return flags
+    flags = ["-O3", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-mavx2", "-mfma"]
+    return flags + (["-mavx512f"] if capability == "AVX512" else [])
+
+
+#: CPU capabilities (``torch.backends.cpu.get_cpu_capability()``) the kernel is written for
+VECTOR_CAPABILITIES = ("AVX2", "AVX512")
 
 
 def kernel_disabled() -> bool:
@@ -107,11 +106,15 @@ def prepare_kernel(*, build: bool = True) -> bool:
             return False
         if _state == "unavailable" or not build:
             return False
+        capability = torch.backends.cpu.get_cpu_capability()
+        if capability not in VECTOR_CAPABILITIES:  # elsewhere torch's own vectorised softmax is the faster one
+            _state, _failure = "unavailable", f"the kernel needs AVX2; this CPU offers {capability}"
+            return False
         start = time.perf_counter()
         try:
             from torch.utils import cpp_extension  # imported late: it is slow to import
 
-            flags = _compiler_flags()
+            flags = _compiler_flags(capability)
             source = _source()
             # The name carries a hash of the source and flags: a new attnviz version or another
             # CPU capability builds its own copy instead of loading a stale one.

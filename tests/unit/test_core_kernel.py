@@ -163,3 +163,31 @@ def test_disabled_and_failed_builds_fall_back_to_torch(monkeypatch):
         output = attend(query, query, query)
     expected = torch.softmax(query @ query.transpose(2, 3) / math.sqrt(8), -1) @ query
     assert (output - expected.transpose(1, 2)).abs().max() <= 1e-6
+
+
+def test_the_avx2_build_gives_torchs_softmax_too(loaded_kernel):
+    """This machine runs the AVX-512 lanes; CPUs with AVX2 only run the 8-lane build of the same routine."""
+    from torch.utils import cpp_extension
+
+    flags = kernel._compiler_flags("AVX2")
+    assert "-mavx512f" not in flags
+    avx2 = cpp_extension.load_inline(
+        name="attnviz_softmax_rows_avx2_test",
+        cpp_sources=[kernel._source()],
+        extra_cflags=flags,
+        extra_ldflags=["-fopenmp"],
+    )
+    generator = torch.Generator().manual_seed(3)
+    rows, width, query_start = 16, 83, 67  # 83 = 10 vectors of 8 and a tail of 3
+    raw = torch.randn(2, 3, rows, width, generator=generator) * 12
+    mask = causal_mask(rows, width, query_start)
+    reference = torch.softmax(raw * 0.125 + mask, dim=-1).double()
+    pattern, summary = raw.clone(), torch.empty(3, 2, 3, rows)
+    avx2.softmax_rows_(pattern, mask, 0.125, query_start, summary)
+    assert (pattern - reference).abs().max() <= 1e-6
+    query = torch.arange(query_start, query_start + rows, dtype=torch.float64)[:, None]
+    distance = (reference * (query - torch.arange(width)[None, :]).abs()).sum(-1)
+    entropy = -(reference * torch.where(reference > 0, reference.log(), 0.0)).sum(-1)
+    assert (summary[0].double() - reference.amax(-1)).abs().max() <= 1e-6
+    assert (summary[1].double() - entropy).abs().max() <= 1e-5
+    assert ((summary[2].double() - distance).abs() / distance).max() <= 1e-5

@@ -8,280 +8,198 @@
 // cost no further pass over the block. The pattern does not depend on whether the summary is asked for.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <immintrin.h>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
-// exp(x) for float, vectorisable: Cody-Waite range reduction and a degree-6 polynomial (< 2 ulp).
+// Built with -mavx2 -mfma (and -mavx512f where the CPU has it): attnviz.core.kernel only builds it there.
+// One routine per row, written once over a "lanes" type: Lanes1 (the tail of a row), Lanes8 (AVX2) and
+// Lanes16 (AVX-512) give the same operations, so every element gets the same numbers whichever runs it.
+
+struct Lanes1 {
+  using V = float;
+  static constexpr int64_t width = 1;
+  static V load(const float* p) { return *p; }
+  static void store(float* p, V v) { *p = v; }
+  static V set(float v) { return v; }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V mul(V a, V b) { return a * b; }
+  static V fmadd(V a, V b, V c) { return std::fma(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return std::fma(-a, b, c); }
+  static V max(V a, V b) { return a > b ? a : b; }
+  static V clamp(V x, V lo, V hi) { return std::isnan(x) ? x : (x < lo ? lo : (x > hi ? hi : x)); }
+  static V round(V x) { return std::nearbyint(x); }
+  static V abs(V x) { return std::fabs(x); }
+  static V times_power_of_two(V p, V n) {  // p · 2ⁿ, n an integral float in [-125, 127]
+    int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, sizeof(scale));
+    return p * scale;
+  }
+  static V zero_below(V x, V value, V lo) { return x < lo ? 0.0f : value; }
+  static V product_where_positive(V e, V s) { return e > 0.0f ? e * s : 0.0f; }
+  static V iota() { return 0.0f; }
+  static float sum(V v) { return v; }
+  static float largest(V v) { return v; }
+};
+
+struct Lanes8 {
+  using V = __m256;
+  static constexpr int64_t width = 8;
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V set(float v) { return _mm256_set1_ps(v); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V clamp(V x, V lo, V hi) { return _mm256_min_ps(hi, _mm256_max_ps(lo, x)); }  // NaN stays NaN
+  static V round(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V abs(V x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+  static V times_power_of_two(V p, V n) {
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  }
+  static V zero_below(V x, V value, V lo) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), value); }
+  static V product_where_positive(V e, V s) {
+    return _mm256_and_ps(_mm256_cmp_ps(e, _mm256_setzero_ps(), _CMP_GT_OQ), _mm256_mul_ps(e, s));
+  }
+  static V iota() { return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7); }
+  static float sum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+  }
+  static float largest(V v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_shuffle_ps(s, s, 1)));
+  }
+};
+
+#if defined(__AVX512F__)
+struct Lanes16 {
+  using V = __m512;
+  static constexpr int64_t width = 16;
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V set(float v) { return _mm512_set1_ps(v); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V clamp(V x, V lo, V hi) { return _mm512_min_ps(hi, _mm512_max_ps(lo, x)); }
+  static V round(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V abs(V x) { return _mm512_abs_ps(x); }
+  static V times_power_of_two(V p, V n) {
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+  }
+  static V zero_below(V x, V value, V lo) {
+    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ)), value);
+  }
+  static V product_where_positive(V e, V s) {
+    return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(e, _mm512_setzero_ps(), _CMP_GT_OQ), e, s);
+  }
+  static V iota() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  static float largest(V v) { return _mm512_reduce_max_ps(v); }
+};
+using Wide = Lanes16;
+#else
+using Wide = Lanes8;
+#endif
+
+// exp(x): Cody-Waite range reduction and a degree-6 polynomial (< 2 ulp, as accurate as torch's exp).
 // Below -86.5 it returns exactly 0: masked keys get weight 0, and no result is ever subnormal
 // (exp(-86.5) ≈ 2.6e-38; a subnormal product would cost a microcode assist per element).
-static inline float exp_approx(float x) {
-  const float hi = 88.0f, lo = -86.5f;
-  float clamped = x > hi ? hi : x;
-  clamped = clamped < lo ? lo : clamped;
-  float n = std::nearbyint(clamped * 1.44269504088896341f);
-  float r = std::fma(-n, 0.693359375f, clamped);
-  r = std::fma(-n, -2.12194440e-4f, r);
-  float p = 1.9875691500E-4f;
-  p = std::fma(p, r, 1.3981999507E-3f);
-  p = std::fma(p, r, 8.3334519073E-3f);
-  p = std::fma(p, r, 4.1665795894E-2f);
-  p = std::fma(p, r, 1.6666665459E-1f);
-  p = std::fma(p, r, 5.0000001201E-1f);
-  p = std::fma(p, r * r, r + 1.0f);
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  float result = p * scale;
-  return x < lo ? 0.0f : result;
+template <class T>
+static inline typename T::V exp_approx(typename T::V x) {
+  using V = typename T::V;
+  const V lo = T::set(-86.5f);
+  V c = T::clamp(x, lo, T::set(88.0f));
+  V n = T::round(T::mul(c, T::set(1.44269504088896341f)));
+  V r = T::fnmadd(n, T::set(0.693359375f), c);
+  r = T::fnmadd(n, T::set(-2.12194440e-4f), r);
+  V p = T::set(1.9875691500E-4f);
+  p = T::fmadd(p, r, T::set(1.3981999507E-3f));
+  p = T::fmadd(p, r, T::set(8.3334519073E-3f));
+  p = T::fmadd(p, r, T::set(4.1665795894E-2f));
+  p = T::fmadd(p, r, T::set(1.6666665459E-1f));
+  p = T::fmadd(p, r, T::set(5.0000001201E-1f));
+  p = T::fmadd(p, T::mul(r, r), T::add(r, T::set(1.0f)));
+  return T::zero_below(x, T::times_power_of_two(p, n), lo);
+}
+
+// Running sums of one pass over a row, in the lanes of T.
+template <class T>
+struct RowSums {
+  typename T::V total = T::set(0.0f), shift = T::set(0.0f), distance = T::set(0.0f);
+};
+
+// Elements [begin, end) of a row in steps of T::width: pass 1 (scale, mask, running max) ...
+template <class T, bool HasMask>
+static inline typename T::V scale_and_max(float* x, const float* mrow, int64_t begin, int64_t end, float scale,
+                                          typename T::V top) {
+  for (int64_t j = begin; j < end; j += T::width) {
+    auto s = T::mul(T::load(x + j), T::set(scale));
+    if (HasMask) s = T::add(s, T::load(mrow + j));
+    T::store(x + j, s);
+    top = T::max(top, s);
+  }
+  return top;
+}
+
+// ... and pass 2 (e = exp(s − max) in place, Σ e, and for the summary Σ e·(s − max) and Σ e·|i − j|).
+template <class T, bool Summarise>
+static inline void exponentiate(float* x, int64_t begin, int64_t end, float top, float query, RowSums<T>& sums) {
+  auto column = T::add(T::iota(), T::set(static_cast<float>(begin)));
+  for (int64_t j = begin; j < end; j += T::width) {
+    auto shifted = T::sub(T::load(x + j), T::set(top));
+    auto e = exp_approx<T>(shifted);
+    T::store(x + j, e);
+    sums.total = T::add(sums.total, e);
+    if (Summarise) {
+      sums.shift = T::add(sums.shift, T::product_where_positive(e, shifted));
+      sums.distance = T::fmadd(e, T::abs(T::sub(T::set(query), column)), sums.distance);
+      column = T::add(column, T::set(static_cast<float>(T::width)));
+    }
+  }
 }
 
 // One row: s = raw·scale (+ mask), then the softmax of s in place; optionally its summary.
-// Templated so that the inner loops have no branches and vectorise.
+// The body of the row runs in the wide lanes, the last width % lanes elements one by one.
 template <bool HasMask, bool Summarise>
 static inline void softmax_row(float* x, const float* mrow, int64_t width, float scale, float query,
                                float* max_weight, float* entropy, float* distance) {
-  constexpr int64_t L = 16;  // lanes: partial maxima and sums kept apart, as vector registers would
-  const int64_t body = width - width % L;
-  float top_lane[L];
-  for (int64_t l = 0; l < L; ++l) top_lane[l] = -std::numeric_limits<float>::infinity();
-  for (int64_t j0 = 0; j0 < body; j0 += L) {
-    for (int64_t l = 0; l < L; ++l) {
-      float s = x[j0 + l] * scale;
-      if (HasMask) s = s + mrow[j0 + l];
-      x[j0 + l] = s;
-      top_lane[l] = s > top_lane[l] ? s : top_lane[l];
-    }
-  }
-  for (int64_t j = body; j < width; ++j) {
-    float s = x[j] * scale;
-    if (HasMask) s = s + mrow[j];
-    x[j] = s;
-    top_lane[0] = s > top_lane[0] ? s : top_lane[0];
-  }
-  float top = top_lane[0];
-  for (int64_t l = 1; l < L; ++l) top = top_lane[l] > top ? top_lane[l] : top;
+  const int64_t body = width - width % Wide::width;
+  const float lowest = -std::numeric_limits<float>::infinity();
+  float top = Wide::largest(scale_and_max<Wide, HasMask>(x, mrow, 0, body, scale, Wide::set(lowest)));
+  top = scale_and_max<Lanes1, HasMask>(x, mrow, body, width, scale, top);
 
-  float total_lane[L] = {0}, shift_lane[L] = {0}, distance_lane[L] = {0};
-  for (int64_t j0 = 0; j0 < body; j0 += L) {
-    for (int64_t l = 0; l < L; ++l) {
-      float shifted = x[j0 + l] - top;
-      float e = exp_approx(shifted);
-      x[j0 + l] = e;
-      total_lane[l] += e;
-      if (Summarise) {
-        shift_lane[l] += e > 0.0f ? e * shifted : 0.0f;
-        distance_lane[l] += e * std::fabs(query - static_cast<float>(j0 + l));
-      }
-    }
-  }
-  for (int64_t j = body; j < width; ++j) {
-    float shifted = x[j] - top;
-    float e = exp_approx(shifted);
-    x[j] = e;
-    total_lane[0] += e;
-    if (Summarise) {
-      shift_lane[0] += e > 0.0f ? e * shifted : 0.0f;
-      distance_lane[0] += e * std::fabs(query - static_cast<float>(j));
-    }
-  }
-  float total = 0.0f;
-  double shift = 0.0, dist = 0.0;
-  for (int64_t l = 0; l < L; ++l) {
-    total += total_lane[l];
-    shift += shift_lane[l];
-    dist += distance_lane[l];
-  }
+  RowSums<Wide> wide;
+  RowSums<Lanes1> tail;
+  exponentiate<Wide, Summarise>(x, 0, body, top, query, wide);
+  exponentiate<Lanes1, Summarise>(x, body, width, top, query, tail);
+  const float total = Wide::sum(wide.total) + tail.total;
+
   const float inverse = 1.0f / total;
-  for (int64_t j = 0; j < width; ++j) x[j] *= inverse;
-  if (Summarise) {
-    float h = static_cast<float>(std::log(static_cast<double>(total)) - shift / total);
-    *max_weight = inverse;
-    *entropy = h > 0.0f ? h : 0.0f;
-    *distance = static_cast<float>(dist / total);
-  }
-}
-
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-
-// exp_approx on 8 lanes, the same operations in the same order (so the same numbers).
-static inline __m256 exp_approx8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-86.5f), hi = _mm256_set1_ps(88.0f);
-  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 c = _mm256_min_ps(hi, _mm256_max_ps(lo, x));  // NaN stays NaN (the second operand wins)
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), c);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
-}
-
-static inline float horizontal_sum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
-static inline float horizontal_max(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
-template <bool HasMask, bool Summarise>
-static inline void softmax_row_avx2(float* x, const float* mrow, int64_t width, float scale, float query,
-                                    float* max_weight, float* entropy, float* distance) {
-  const int64_t body = width - width % 8;
-  const __m256 scale8 = _mm256_set1_ps(scale);
-  __m256 top8 = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t j = 0; j < body; j += 8) {
-    __m256 s = _mm256_mul_ps(_mm256_loadu_ps(x + j), scale8);
-    if (HasMask) s = _mm256_add_ps(s, _mm256_loadu_ps(mrow + j));
-    _mm256_storeu_ps(x + j, s);
-    top8 = _mm256_max_ps(top8, s);
-  }
-  float top = horizontal_max(top8);
-  for (int64_t j = body; j < width; ++j) {
-    float s = x[j] * scale;
-    if (HasMask) s = s + mrow[j];
-    x[j] = s;
-    top = s > top ? s : top;
-  }
-  const __m256 top_v = _mm256_set1_ps(top), zero = _mm256_setzero_ps();
-  const __m256 sign = _mm256_set1_ps(-0.0f), query8 = _mm256_set1_ps(query), eight = _mm256_set1_ps(8.0f);
-  __m256 total8 = zero, shift8 = zero, distance8 = zero;
-  __m256 column = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int64_t j = 0; j < body; j += 8) {
-    __m256 shifted = _mm256_sub_ps(_mm256_loadu_ps(x + j), top_v);
-    __m256 e = exp_approx8(shifted);
-    _mm256_storeu_ps(x + j, e);
-    total8 = _mm256_add_ps(total8, e);
-    if (Summarise) {
-      __m256 positive = _mm256_cmp_ps(e, zero, _CMP_GT_OQ);
-      shift8 = _mm256_add_ps(shift8, _mm256_and_ps(positive, _mm256_mul_ps(e, shifted)));
-      __m256 gap = _mm256_andnot_ps(sign, _mm256_sub_ps(query8, column));  // |i - j|
-      distance8 = _mm256_fmadd_ps(e, gap, distance8);
-      column = _mm256_add_ps(column, eight);
-    }
-  }
-  float total = horizontal_sum(total8), shift = horizontal_sum(shift8), dist = horizontal_sum(distance8);
-  for (int64_t j = body; j < width; ++j) {
-    float shifted = x[j] - top;
-    float e = exp_approx(shifted);
-    x[j] = e;
-    total += e;
-    if (Summarise) {
-      shift += e > 0.0f ? e * shifted : 0.0f;
-      dist = std::fma(e, std::fabs(query - static_cast<float>(j)), dist);
-    }
-  }
-  const float inverse = 1.0f / total;
-  const __m256 inverse8 = _mm256_set1_ps(inverse);
-  for (int64_t j = 0; j < body; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), inverse8));
+  for (int64_t j = 0; j < body; j += Wide::width) Wide::store(x + j, Wide::mul(Wide::load(x + j), Wide::set(inverse)));
   for (int64_t j = body; j < width; ++j) x[j] *= inverse;
   if (Summarise) {
-    float h = std::log(total) - shift * inverse;
+    float h = std::log(total) - (Wide::sum(wide.shift) + tail.shift) * inverse;
     *max_weight = inverse;
     *entropy = h > 0.0f ? h : 0.0f;
-    *distance = dist * inverse;
+    *distance = (Wide::sum(wide.distance) + tail.distance) * inverse;
   }
 }
-#define softmax_row softmax_row_avx2
-#if defined(__AVX512F__)
-// The AVX2 routine on 16 lanes, the same operations in the same order.
-static inline __m512 exp_approx16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-86.5f), hi = _mm512_set1_ps(88.0f);
-  const __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  __m512 c = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), _mm512_mul_ps(p, _mm512_castsi512_ps(bits)));
-}
-
-template <bool HasMask, bool Summarise>
-static inline void softmax_row_avx512(float* x, const float* mrow, int64_t width, float scale, float query,
-                                      float* max_weight, float* entropy, float* distance) {
-  const int64_t body = width - width % 16;
-  const __m512 scale16 = _mm512_set1_ps(scale);
-  __m512 top16 = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t j = 0; j < body; j += 16) {
-    __m512 s = _mm512_mul_ps(_mm512_loadu_ps(x + j), scale16);
-    if (HasMask) s = _mm512_add_ps(s, _mm512_loadu_ps(mrow + j));
-    _mm512_storeu_ps(x + j, s);
-    top16 = _mm512_max_ps(top16, s);
-  }
-  float top = _mm512_reduce_max_ps(top16);
-  for (int64_t j = body; j < width; ++j) {
-    float s = x[j] * scale;
-    if (HasMask) s = s + mrow[j];
-    x[j] = s;
-    top = s > top ? s : top;
-  }
-  const __m512 top_v = _mm512_set1_ps(top), zero = _mm512_setzero_ps();
-  const __m512 query16 = _mm512_set1_ps(query), sixteen = _mm512_set1_ps(16.0f);
-  __m512 total16 = zero, shift16 = zero, distance16 = zero;
-  __m512 column = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (int64_t j = 0; j < body; j += 16) {
-    __m512 shifted = _mm512_sub_ps(_mm512_loadu_ps(x + j), top_v);
-    __m512 e = exp_approx16(shifted);
-    _mm512_storeu_ps(x + j, e);
-    total16 = _mm512_add_ps(total16, e);
-    if (Summarise) {
-      const __mmask16 positive = _mm512_cmp_ps_mask(e, zero, _CMP_GT_OQ);
-      shift16 = _mm512_add_ps(shift16, _mm512_maskz_mul_ps(positive, e, shifted));
-      distance16 = _mm512_fmadd_ps(e, _mm512_abs_ps(_mm512_sub_ps(query16, column)), distance16);
-      column = _mm512_add_ps(column, sixteen);
-    }
-  }
-  float total = _mm512_reduce_add_ps(total16), shift = _mm512_reduce_add_ps(shift16);
-  float dist = _mm512_reduce_add_ps(distance16);
-  for (int64_t j = body; j < width; ++j) {
-    float shifted = x[j] - top;
-    float e = exp_approx(shifted);
-    x[j] = e;
-    total += e;
-    if (Summarise) {
-      shift += e > 0.0f ? e * shifted : 0.0f;
-      dist = std::fma(e, std::fabs(query - static_cast<float>(j)), dist);
-    }
-  }
-  const float inverse = 1.0f / total;
-  const __m512 inverse16 = _mm512_set1_ps(inverse);
-  for (int64_t j = 0; j < body; j += 16) _mm512_storeu_ps(x + j, _mm512_mul_ps(_mm512_loadu_ps(x + j), inverse16));
-  for (int64_t j = body; j < width; ++j) x[j] *= inverse;
-  if (Summarise) {
-    float h = std::log(total) - shift * inverse;
-    *max_weight = inverse;
-    *entropy = h > 0.0f ? h : 0.0f;
-    *distance = dist * inverse;
-  }
-}
-#undef softmax_row
-#define softmax_row softmax_row_avx512
-#endif
-#endif
 
 // Softmax of scaled, masked scores, row by row, in place, with optional per-row summaries.
 // scores:  float32 [b, h, r, c] contiguous: raw Q·Kᵀ, overwritten with the pattern.
