@@ -104,6 +104,19 @@ class DataParallel:
         (summed,) = self.sum([torch.tensor([float(number) for number in numbers], dtype=torch.float64)])
         return summed.tolist()
 
+    def from_main(self, numbers: Sequence[float] | None, count: int) -> list[float]:
+        """The main process's ``count`` numbers, on every process; the others pass ``None``.
+
+        For what is measured once rather than shared out (a latency, a check on one input):
+        every process measuring it would be waste, and processes timing side by side on
+        the same cores would disturb each other's timings. Exact: the others add zeros.
+        """
+        if not self.distributed:
+            return [float(number) for number in numbers or []]
+        if self.is_main and (numbers is None or len(numbers) != count):
+            raise ValueError(f"the main process must give {count} numbers, not {numbers!r}")
+        return self.sum_numbers(list(numbers) if self.is_main else [0.0] * count)
+
     def barrier(self) -> None:
         if self.distributed:
             import torch.distributed as dist

@@ -170,6 +170,29 @@ def physically_prune(loaded: LoadedModel, removed: RemovedHeads) -> tuple[Loaded
     return loaded.remove_heads(removed)
 
 
+def _check_and_time(
+    loaded: LoadedModel,
+    pruned: LoadedModel,
+    mask,
+    config: PruneConfig,
+    texts: Sequence[str] | None,
+    eval_texts: Sequence[str] | None,
+) -> list[float]:
+    """[max |masked − pruned| output, latency before (ms), latency after (ms), tokens timed] on one input.
+
+    The physically pruned model must compute what the original computes with the same heads
+    masked; the latency input is the model's :meth:`~attnviz.models.base.LoadedModel.timing_batch`.
+    """
+    latency_texts = list(texts or []) + list(eval_texts or [])
+    latency_batch = loaded.timing_batch(config.latency_tokens, texts=latency_texts, seed=config.seed)
+    masked_output = forward_output(loaded, latency_batch, loaded.context(head_mask=mask))
+    pruned_output = forward_output(pruned, latency_batch)
+    max_abs_diff = float((masked_output - pruned_output).abs().max())
+    latency_before, latency_after = measure_latency([loaded, pruned], latency_batch, repeats=config.latency_repeats)
+    tokens = int(latency_batch.lengths[0]) if latency_batch.tokens else 0
+    return [max_abs_diff, latency_before, latency_after, float(tokens)]
+
+
 def prune_model(
     loaded: LoadedModel,
     config: PruneConfig,
@@ -211,12 +234,10 @@ def prune_model(
         mask = removal_mask(layout, removed)
         quality_masked = evaluation.evaluate(mask)
         quality_after = evaluation.for_model(pruned).evaluate()
-        latency_texts = list(texts or []) + list(eval_texts or [])
-        latency_batch = loaded.timing_batch(config.latency_tokens, texts=latency_texts, seed=config.seed)
-        masked_output = forward_output(loaded, latency_batch, loaded.context(head_mask=mask))
-        pruned_output = forward_output(pruned, latency_batch)
-        max_abs_diff = float((masked_output - pruned_output).abs().max())
-        latency_before, latency_after = measure_latency([loaded, pruned], latency_batch, repeats=config.latency_repeats)
+        # Measured by the main process alone while the others wait: the numbers describe the
+        # models, not the data, and processes timing side by side would slow each other down.
+        measured = _check_and_time(loaded, pruned, mask, config, texts, eval_texts) if parallel.is_main else None
+        max_abs_diff, latency_before, latency_after, latency_tokens = parallel.from_main(measured, 4)
     report = build_report(
         model=loaded.name,
         config=config,
@@ -234,7 +255,7 @@ def prune_model(
         params_after=parameter_count(pruned.model),
         latency_before_ms=latency_before,
         latency_after_ms=latency_after,
-        latency_tokens=int(latency_batch.lengths[0]) if latency_batch.tokens else 0,
+        latency_tokens=int(latency_tokens),
         max_abs_diff=max_abs_diff,
     )
     return PruneOutcome(report=report, original=loaded, pruned=pruned, removed=removed, plans=plans, run=run)

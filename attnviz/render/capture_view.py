@@ -51,7 +51,9 @@ def capture_panels(
         selection = resolve_heads(heads, ids if ids is not None else range(patterns.shape[0]))
         if isinstance(selection, MeanOfHeads):
             head_count = patterns.shape[0]
-            chosen = [(f"L{layer_index} mean", f"layer {layer_index}, mean of {head_count} heads", patterns.mean(dim=0))]
+            chosen = [
+                (f"L{layer_index} mean", f"layer {layer_index}, mean of {head_count} heads", patterns.mean(dim=0))
+            ]
         else:
             masked = set(capture.identity.masked_ids(stack, layer_index)) if capture.identity else set()
             chosen = []
@@ -144,5 +146,7 @@ def capture_heatmap(
     ``stack`` defaults to ``self`` (or ``encoder`` for encoder-decoder captures). Several
     layers are drawn one row per layer, heads across.
     """
-    rows, query_labels, key_labels, title = capture_panels(capture, layers=layers, heads=heads, stack=stack, words=words)
+    rows, query_labels, key_labels, title = capture_panels(
+        capture, layers=layers, heads=heads, stack=stack, words=words
+    )
     return render_heatmaps(rows, query_labels, key_labels, title=title, annotate=annotate, style=style)

@@ -82,7 +82,9 @@ def test_grid_and_long_inputs_stay_bounded(tmp_path):
         special=[False] * n,
         word_ids=list(range(n)),
     )
-    width, height = png_size(save_figure(capture_heatmap(result, layers=None, heads=MEAN_OF_HEADS), tmp_path / "grid.png"))
+    width, height = png_size(
+        save_figure(capture_heatmap(result, layers=None, heads=MEAN_OF_HEADS), tmp_path / "grid.png")
+    )
     assert width <= 30 * 150 and height <= 30 * 150
 
 

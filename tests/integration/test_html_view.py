@@ -18,7 +18,6 @@ SENTENCE = "The cat sat on the mat because it was tired."
 TOLERANCE = 1 / 255
 
 
-
 def _payload(path):
     text = path.read_text(encoding="utf-8")
     return json.loads(

@@ -72,6 +72,37 @@ def test_single_process_sum_is_the_local_value_in_float64():
     assert not launched_by_torchrun() or os.environ.get("WORLD_SIZE") == "1"
 
 
+class _SecondOfTwo(DataParallel):
+    """Rank 1 of 2 without a process group: every collective returns this process's own values."""
+
+    def sum(self, tensors):
+        return SINGLE_PROCESS.sum(tensors)
+
+
+def test_from_main_passes_the_main_process_numbers_and_checks_their_count():
+    assert SINGLE_PROCESS.from_main([1.5, 2], 2) == [1.5, 2.0]
+    assert _SecondOfTwo(1, 2).from_main(None, 3) == [0.0, 0.0, 0.0]  # adds zeros to the main's numbers
+    with pytest.raises(ValueError, match="2 numbers"):
+        _SecondOfTwo(0, 2).from_main([1.0], 2)
+
+
+def test_only_the_main_process_times_and_checks_the_pruned_model(tiny_models, monkeypatch):
+    """A second process scores its share but leaves latency and the masked-vs-pruned check to rank 0."""
+    from attnviz.data import default_corpus_path, read_examples
+    from attnviz.prune import PruneConfig, pipeline
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a process other than rank 0 ran a forward pass for timing or checking")
+
+    monkeypatch.setattr(pipeline, "measure_latency", refuse)
+    monkeypatch.setattr(pipeline, "forward_output", refuse)
+    config = PruneConfig(count=2, importance="entropy", batch_size=1, latency_repeats=1, latency_tokens=8)
+    texts = read_examples(default_corpus_path())[:6]
+    outcome = pipeline.prune_model(tiny_models["llama"], config, texts=texts, parallel=_SecondOfTwo(1, 2))
+    assert (outcome.report.latency_before_ms, outcome.report.max_abs_diff) == (0.0, 0.0)  # rank 0's, summed in
+    assert outcome.report.heads_after == outcome.report.heads_before - 2
+
+
 # -- torchrun against one process ----------------------------------------------------------------------------
 
 

@@ -16,7 +16,6 @@ TEXTS = ["The cat sat on the mat.", "Bees can dance.", "The capital of France is
 TOLERANCE = 1 / 255
 
 
-
 def _payload(path):
     text = path.read_text(encoding="utf-8")
     return json.loads(
