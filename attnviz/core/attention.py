@@ -82,7 +82,8 @@ class AttentionObserver(Protocol):
 
     It may also set ``accepts_summary = True``: when the fused kernel computed the block
     (:mod:`attnviz.core.kernel`) it then also receives ``summary=``, a
-    :class:`~attnviz.core.kernel.RowSummary` of each row (max weight, entropy, mean distance)
+    :class:`~attnviz.core.kernel.RowSummary` of each row (max weight, entropy, mean distance,
+    the weights on the keys ``i − r … i + r`` for ``r`` = its ``summary_band_reach``, 1 if unset)
     that it must not keep past ``observe`` either.
     """
 

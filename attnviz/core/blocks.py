@@ -124,7 +124,9 @@ def attend_in_buffers(
     )
     prefix_observers = [observer for observer in observers if getattr(observer, "accepts_key_prefix", False)]
     keep_scores = not use_kernel and any(getattr(observer, "accepts_scores", False) for observer in prefix_observers)
-    want_summary = use_kernel and any(getattr(observer, "accepts_summary", False) for observer in prefix_observers)
+    summarised = [observer for observer in prefix_observers if use_kernel and getattr(observer, "accepts_summary", False)]
+    # the band of weights around the diagonal the summary carries: as wide as the widest request
+    band_reach = max((getattr(observer, "summary_band_reach", 1) for observer in summarised), default=0)
     for start, stop_width in zip(range(0, query_len, block), stops):
         stop = min(start + block, query_len)
         rows = stop - start
@@ -141,13 +143,14 @@ def attend_in_buffers(
         summary = None
         if use_kernel:
             summary_buffer = None
-            if want_summary:
-                summary_buffer = _workspace.get("summary", (3, batch, heads, rows), torch.float32, query.device)
+            if summarised:
+                shape = RowSummary.buffer_shape(batch, heads, rows, band_reach)  # [4 + 2r, b, h, blk]
+                summary_buffer = _workspace.get("summary", shape, torch.float32, query.device)
             if not fused_softmax_(scores, mask_block, pattern_fn.scaling, start, summary_buffer):  # in place
                 raise RuntimeError("the fused kernel refused inputs that kernel_applies accepted")  # a bug, not input
             pattern = scores
             if summary_buffer is not None:
-                summary = RowSummary(*summary_buffer.unbind(0))  # each [b, h, blk]
+                summary = RowSummary(summary_buffer)
         else:
             pattern_fn.adjust_scores_(scores, mask_block, start)
             # Softmax into a reused float32 buffer (torch.softmax has no out=; aten's _softmax.out equals

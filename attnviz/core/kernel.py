@@ -6,7 +6,7 @@ pattern row by row. In torch each of those steps is a separate pass over the ``[
 block (eight to twelve in all). ``kernels/softmax_rows.cpp`` does scale, mask and softmax in
 three passes over one row at a time, a row that stays in the L1 cache, and, while the
 exponentials are at hand, reduces each row to a :class:`RowSummary` (max weight, entropy, mean
-distance), so that the statistics need no pass of their own for those.
+distance, the weights on the keys around the query), so that the statistics need no pass of their own.
 
 The kernel is compiled with :mod:`torch.utils.cpp_extension` (a C++ compiler and ninja are
 needed) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
@@ -61,14 +61,42 @@ _build_seconds = 0.0  # time the last prepare_kernel spent building or loading
 class RowSummary:
     """Per-query reductions of one block's pattern, computed by the kernel alongside it.
 
-    Each is float32 ``[b, h, blk]``: ``max_weight`` is ``max_j Aᵢⱼ``; ``entropy`` is
-    ``−Σⱼ Aᵢⱼ ln Aᵢⱼ`` in nats; ``distance`` is ``Σⱼ Aᵢⱼ |i − j|`` with ``i`` and ``j`` the
-    query's and the key's column (position) in the input.
+    ``values`` is float32 ``[4 + 2·r, b, h, blk]``, the buffer :func:`fused_softmax_` wrote:
+    ``max_weight`` (``max_j Aᵢⱼ``), ``entropy`` (``−Σⱼ Aᵢⱼ ln Aᵢⱼ``, nats), ``distance``
+    (``Σⱼ Aᵢⱼ |i − j|``, ``i`` and ``j`` the query's and the key's position in the input), then
+    the ``band`` of weights on the keys nearest each query: ``band[r + o] = A[i, i − o]`` for
+    ``o = −r … r`` (0 where key ``i − o`` is outside the block's columns); ``band[r]`` is the
+    diagonal, ``band[r + 1]`` the previous key. Each field is a view ``[b, h, blk]`` (the band
+    ``[2·r + 1, b, h, blk]``).
     """
 
-    max_weight: Tensor
-    entropy: Tensor
-    distance: Tensor
+    values: Tensor
+
+    @property
+    def max_weight(self) -> Tensor:
+        return self.values[0]
+
+    @property
+    def entropy(self) -> Tensor:
+        return self.values[1]
+
+    @property
+    def distance(self) -> Tensor:
+        return self.values[2]
+
+    @property
+    def band(self) -> Tensor:
+        return self.values[3:]
+
+    @property
+    def band_reach(self) -> int:
+        """``r``: the band holds the keys ``i − r … i + r``."""
+        return (self.values.shape[0] - 4) // 2
+
+    @staticmethod
+    def buffer_shape(batch: int, heads: int, rows: int, band_reach: int) -> tuple[int, int, int, int]:
+        """Shape of the float32 buffer :func:`fused_softmax_` writes a summary into."""
+        return (4 + 2 * band_reach, batch, heads, rows)
 
 
 def _source() -> str:
@@ -164,9 +192,9 @@ def fused_softmax_(
 ) -> bool:
     """Replace raw ``Q Kᵀ`` scores ``[b, h, blk, c]`` (float32, contiguous, CPU) by their pattern, in place.
 
-    ``mask``: additive float32 ``[b|1, 1|h, blk|1, ≥c]`` or None. ``summary``: float32 ``[3, b, h, blk]``
-    to receive (max weight, entropy, distance), or None. Returns False (and does nothing) when the
-    kernel is not loaded or the inputs are outside what it handles.
+    ``mask``: additive float32 ``[b|1, 1|h, blk|1, ≥c]`` or None. ``summary``: a float32 buffer of
+    :meth:`RowSummary.buffer_shape` to receive the :class:`RowSummary` of every row, or None.
+    Returns False (and does nothing) when the kernel is not loaded or the inputs are outside what it handles.
     """
     if _module is None:
         return False
@@ -174,8 +202,13 @@ def fused_softmax_(
         return False
     if mask is not None and (mask.dtype != torch.float32 or mask.device.type != "cpu" or mask.stride(-1) != 1):
         return False
-    empty = scores.new_empty(0)
-    _module.softmax_rows_(scores, mask, float(scaling), int(query_start), empty if summary is None else summary)
+    if summary is None:
+        _module.softmax_rows_(scores, mask, float(scaling), int(query_start), scores.new_empty(0), 0)
+        return True
+    band_reach = (summary.shape[0] - 4) // 2
+    if summary.shape != RowSummary.buffer_shape(*scores.shape[:3], band_reach):
+        raise ValueError(f"summary buffer of shape {tuple(summary.shape)} does not fit scores {tuple(scores.shape)}")
+    _module.softmax_rows_(scores, mask, float(scaling), int(query_start), summary, band_reach)
     return True
 
 

@@ -23,114 +23,16 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from attnviz.core import AttentionSite
 from attnviz.core.kernel import RowSummary
-from attnviz.core.stacks import stack_of
 from attnviz.models.base import EncodedBatch
 from attnviz.parallel import DataParallel
-from attnviz.stats.definitions import STATISTIC_INDEX, STATISTIC_NAMES
-
-
-def stack_is_causal(stack: str, causal_model: bool) -> bool:
-    """Decoder self-attention is causal; so is ``self`` attention of a causal (decoder-only) model."""
-    return stack_of(stack).is_causal(causal_model)
-
-
-@dataclass
-class StackGeometry:
-    """What :func:`block_statistics` needs to know about one batch on one attention stack."""
-
-    query_lengths: Tensor  # [b] long: real (non-padding) queries per example
-    key_lengths: Tensor  # [b] long: real keys per example
-    key_positions: Tensor  # [b, k, 1] float32: position j of each key (0 at padding, which has no weight)
-    special_columns: list[int]  # sorted key positions that hold a special token in at least one example
-    special_weights: Tensor  # [b, 1, 1, u] float32: 1 where special_columns[u] is special in that example
-    causal: bool  # query i sees keys 0…i only
-
-    @classmethod
-    def from_batch(cls, batch: EncodedBatch, stack: str, causal: bool, device: torch.device) -> StackGeometry:
-        query_lengths, key_lengths = batch.query_key_lengths(stack)
-        _, key_special = batch.query_key_special(stack)
-        width = max(key_lengths)
-        positions = torch.arange(width, dtype=torch.float32)[None, :] * batch.key_padding_mask(stack)  # [b, k]
-        # Special tokens are few ([CLS], [SEP], BOS, EOS): their mass is a sum over a handful of
-        # gathered columns, not a pass over the whole pattern.
-        columns = sorted({j for flags in key_special for j, special in enumerate(flags) if special})
-        weights = torch.tensor([[float(j < len(flags) and flags[j]) for j in columns] for flags in key_special])
-        return cls(
-            query_lengths=torch.tensor(query_lengths, device=device),
-            key_lengths=torch.tensor(key_lengths, device=device),
-            key_positions=positions[:, :, None].to(device),
-            special_columns=columns,
-            special_weights=weights.view(len(key_special), 1, 1, len(columns)).to(device),
-            causal=causal,
-        )
-
-
-@dataclass
-class BlockLayout:
-    """Everything about one block of queries that is the same in every layer (computed once per batch).
-
-    Transformers runs each layer on the same batch with the same blocks, so positions,
-    counts, weights and gather indices are built on the first layer and reused by the rest.
-    """
-
-    width: int  # keys that can carry weight: c
-    query: Tensor  # [blk] float32 positions i
-    log_visible: Tensor  # [b, 1, blk] ln(keys query i may see), at least ln 2
-    reach: Tensor  # [b, 1, blk] the largest distance query i can reach, at least 1
-    distances: Tensor | None  # [blk, c] |i − j| (bidirectional stacks; causal ones need none)
-    band_columns: Tensor  # [blk, o] long: key i − offset for offsets −w…w then 1 (clamped into range)
-    band_valid: Tensor  # [blk, o] float32: 1 where that key exists
-    local_window: int  # w
-    counted: Tensor  # [S, b, 1, blk] bool: the query counts for that statistic
-    counts: Tensor  # [S] float64: queries counted
-
-    @classmethod
-    def build(cls, geometry: StackGeometry, query_start: int, rows: int, width: int, local_window: int):
-        device = geometry.key_lengths.device
-        batch = geometry.key_lengths.shape[0]
-        query = torch.arange(query_start, query_start + rows, device=device)  # [blk] positions i
-        if geometry.causal:
-            width = min(width, query_start + rows)  # keys after the block's last query have weight 0
-        width = min(width, geometry.key_positions.shape[1])  # columns past the longest example are padding
-        query_lengths = geometry.query_lengths[:, None]  # [b, 1]
-        key_lengths = geometry.key_lengths[:, None]  # [b, 1]
-        real_query = query[None, :] < query_lengths  # [b, blk]
-        if geometry.causal:
-            visible_keys = torch.minimum(query[None, :] + 1, key_lengths)  # [b, blk]
-            reach = query[None, :].expand(batch, rows)  # [b, blk] the farthest key is position 0
-            distances = None
-        else:
-            visible_keys = key_lengths.expand(batch, rows)  # [b, blk]
-            reach = torch.maximum(query[None, :], (key_lengths - 1 - query[None, :]).abs())  # [b, blk]
-            distances = (query[:, None] - torch.arange(width, device=device)[None, :]).abs().float()  # [blk, c]
-
-        offsets = list(range(-local_window, local_window + 1)) + ([] if local_window >= 1 else [1])
-        keys = query[:, None] - torch.tensor(offsets, device=device)[None, :]  # [blk, o]
-        band_valid = ((keys >= 0) & (keys < width)).float()  # [blk, o]
-
-        counted = real_query.expand(len(STATISTIC_NAMES), batch, rows).clone()  # [S, b, blk]
-        counted[STATISTIC_INDEX["normalized_entropy"]] &= visible_keys >= 2
-        counted[STATISTIC_INDEX["normalized_distance"]] &= reach >= 1
-        counted[STATISTIC_INDEX["previous_token"]] &= (query[None, :] >= 1) & (query[None, :] - 1 < key_lengths)
-        return cls(
-            width=width,
-            query=query.float(),
-            log_visible=torch.log(visible_keys.clamp(min=2).float())[:, None, :],
-            reach=reach.clamp(min=1).float()[:, None, :],
-            distances=distances,
-            band_columns=keys.clamp(0, width - 1),
-            band_valid=band_valid,
-            local_window=local_window,
-            counted=counted[:, :, None, :],
-            counts=counted.sum(dim=(1, 2)).double(),
-        )
+from attnviz.stats.definitions import STATISTIC_NAMES
+from attnviz.stats.geometry import BlockLayout, StackGeometry, stack_is_causal
 
 
 def block_statistics(
@@ -162,6 +64,8 @@ def block_statistics(
     pattern = pattern[..., : layout.width]  # [b, h, blk, c]
     batch, heads, rows, width = pattern.shape
 
+    if summary is not None and summary.band_reach >= max(layout.local_window, 1):
+        return summary_statistics(summary, pattern[..., 0], special_mass(pattern, geometry), layout)
     if summary is not None:
         max_weight, entropy, distance = summary.max_weight, summary.entropy, summary.distance  # each [b, h, blk]
     else:
@@ -190,18 +94,62 @@ def block_statistics(
         else:
             distance = torch.mul(pattern, layout.distances, out=temporary).sum(-1)  # [b, h, blk]
 
-    # Special tokens are few ([CLS], [SEP], BOS, EOS): gather their columns instead of a pass.
-    columns = geometry.special_columns[: bisect.bisect_left(geometry.special_columns, width)]
-    if columns:
-        special_mass = (pattern[..., columns] * geometry.special_weights[..., : len(columns)]).sum(-1)  # [b, h, blk]
-    else:
-        special_mass = pattern.new_zeros(batch, heads, rows)
-
-    # Weights on keys i − offset (offsets −w…w, then 1): one gather for diagonal, previous and local.
-    band = pattern.gather(-1, layout.band_columns.expand(batch, heads, rows, -1)) * layout.band_valid  # [b, h, blk, o]
+    special = special_mass(pattern, geometry)
+    special = pattern.new_zeros(batch, heads, rows) if special is None else special
+    # weights on keys i − offset (offsets −w…w, then 1): one gather for diagonal, previous and local
     w = layout.local_window
+    band = pattern.gather(-1, layout.band_columns.expand(batch, heads, rows, -1)) * layout.band_valid  # [b, h, blk, o]
     previous = band[..., w + 1] if w >= 1 else band[..., -1]
+    return _stack_statistics(
+        layout,
+        entropy,
+        max_weight,
+        distance,
+        band[..., w],
+        previous,
+        band[..., : 2 * w + 1].sum(-1),
+        pattern[..., 0],
+        special,
+    )
 
+
+def special_mass(pattern: Tensor, geometry: StackGeometry) -> Tensor | None:
+    """``[b, h, blk]``: each query's weight on special tokens, from ``pattern`` ``[b, h, blk, c]``;
+    None where no special token is among the ``c`` keys (the weight is 0).
+
+    Special tokens are few ([CLS], [SEP], BOS, EOS): their columns are gathered, no pass is made.
+    """
+    columns = geometry.special_columns[: bisect.bisect_left(geometry.special_columns, pattern.shape[-1])]
+    if not columns:
+        return None
+    return (pattern[..., columns] * geometry.special_weights[..., : len(columns)]).sum(-1)
+
+
+def summary_statistics(summary: RowSummary, first: Tensor, special: Tensor | None, layout: BlockLayout) -> Tensor:
+    """``[S, b, h, q]`` statistics from the kernel's row summary, whose band reaches the local window.
+
+    ``first``, ``special``: ``[b, h, q]`` weights on key 0 and on special tokens (None: 0);
+    ``layout``: the same queries' positions (:meth:`BlockLayout.rows` suffices).
+    """
+    special = torch.zeros_like(first) if special is None else special
+    reach, w = summary.band_reach, layout.local_window
+    band = summary.band  # [2·reach + 1, b, h, q]: weights on keys i − o, o = −reach … reach
+    local = band[reach - w : reach + w + 1].sum(0)  # [b, h, q]
+    return _stack_statistics(
+        layout,
+        summary.entropy,
+        summary.max_weight,
+        summary.distance,
+        band[reach],
+        band[reach + 1],
+        local,
+        first,
+        special,
+    )
+
+
+def _stack_statistics(layout, entropy, max_weight, distance, diagonal, previous, local, first, special) -> Tensor:
+    """The per-query values (each ``[b, h, q]``) as ``[S, b, h, q]`` in :data:`STATISTIC_NAMES` order."""
     return torch.stack(
         [
             entropy,
@@ -209,13 +157,44 @@ def block_statistics(
             max_weight,
             distance,
             distance / layout.reach,
-            band[..., w],  # diagonal: offset 0
-            previous,
-            band[..., : 2 * w + 1].sum(-1),  # local: |i − j| ≤ w
-            pattern[..., 0],
-            special_mass,
+            diagonal,  # offset 0
+            previous,  # offset 1
+            local,  # |i − j| ≤ w
+            first,
+            special,
         ]
-    )  # [S, b, h, blk]
+    )
+
+
+class _SummarisedRows:
+    """One site's blocks that came with a kernel summary, kept until the site's last block.
+
+    Reducing a whole layer at once takes a handful of operations where a block at a time takes
+    them for every block (about twenty blocks per layer at 2048 tokens): per block, only the
+    summary and two columns are copied. Memory: ``[4 + 2·r + 2, b, h, q]`` float32 per site.
+    """
+
+    def __init__(self, site: AttentionSite, stack_key: tuple, query_start: int) -> None:
+        self.site, self.stack_key, self.query_start = site, stack_key, query_start
+        self.next_start = query_start  # the first query of the block that would continue these
+        self.summaries: list[Tensor] = []  # each [4 + 2·r, b, h, blk]
+        self.first: list[Tensor] = []  # each [b, h, blk]
+        self.special: list[Tensor | None] = []  # each [b, h, blk]; None: no special token in reach
+
+    def add(self, summary: RowSummary, first: Tensor, special: Tensor | None) -> None:
+        self.summaries.append(summary.values.clone())  # the core reuses its buffer for the next block
+        self.first.append(first.clone())
+        self.special.append(special)
+        self.next_start += summary.values.shape[-1]
+
+    def rows(self) -> tuple[RowSummary, Tensor, Tensor | None]:
+        """(summary, first, special) of every query kept, ``[…, q]``; special is None if 0 throughout."""
+        special = None
+        if any(mass is not None for mass in self.special):
+            special = torch.cat(
+                [torch.zeros_like(first) if mass is None else mass for mass, first in zip(self.special, self.first)], -1
+            )
+        return RowSummary(torch.cat(self.summaries, dim=-1)), torch.cat(self.first, dim=-1), special
 
 
 class StatisticsAccumulator:
@@ -231,25 +210,43 @@ class StatisticsAccumulator:
     accepts_key_prefix = True
     #: takes the softmax input as well, to compute the entropy without a logarithm pass
     accepts_scores = True
-    #: takes the fused kernel's row summary: max weight, entropy and distance without a pass of their own
+    #: takes the fused kernel's row summary: max weight, entropy, distance and the weights near the
+    #: diagonal (diagonal, previous, local window) without a pass or a gather of their own
     accepts_summary = True
 
     def __init__(self, *, causal: bool, local_window: int = 2):
         self.causal = causal  # the model is decoder-only causal (its "self" stack is causal)
         self.local_window = local_window  # w of local_ratio
-        self.totals: dict[
-            AttentionSite, Tensor
-        ] = {}  # site -> [2, S, h] float64: Σ value, Σ value² over counted queries
-        self.counts: dict[AttentionSite, Tensor] = {}  # site -> [S] float64: queries counted
+        self._totals: dict[AttentionSite, Tensor] = {}  # site -> [2, S, h] float64: Σ value, Σ value² (counted queries)
+        self._counts: dict[AttentionSite, Tensor] = {}  # site -> [S] float64: queries counted
         self.num_examples = 0
         self.num_tokens = 0  # real tokens of the first stack (source side)
         self._batch: EncodedBatch | None = None
         self._geometry: dict[tuple, StackGeometry] = {}  # per (stack, device), for the current batch
         self._layouts: dict[tuple, BlockLayout] = {}  # per ((stack, device), query_start, rows, width), current batch
         self._scratch: Tensor | None = None  # reused elementwise temporary (see block_statistics)
+        self._pending: _SummarisedRows | None = None  # summarised blocks of the site in progress
+
+    @property
+    def summary_band_reach(self) -> int:
+        """How far either side of the diagonal the kernel's summary reads weights: the local window, at least 1."""
+        return max(self.local_window, 1)
+
+    @property
+    def totals(self) -> dict[AttentionSite, Tensor]:
+        """site -> ``[2, S, h]`` float64: sum and sum of squares of each statistic over the counted queries."""
+        self._flush()
+        return self._totals
+
+    @property
+    def counts(self) -> dict[AttentionSite, Tensor]:
+        """site -> ``[S]`` float64: how many queries each statistic counted."""
+        self._flush()
+        return self._counts
 
     def begin_batch(self, batch: EncodedBatch) -> None:
         """Announce the batch whose patterns come next."""
+        self._flush()  # with the previous batch's geometry
         self._batch = batch
         self._geometry = {}
         self._layouts = {}
@@ -270,29 +267,58 @@ class StatisticsAccumulator:
             raise RuntimeError("StatisticsAccumulator.begin_batch(batch) must be called before the forward pass")
         # Keyed by device too: with a device map (--device-map auto) layers run on different GPUs.
         stack_key = (site.stack, pattern.device)
+        geometry = self._geometry_of(site, stack_key, pattern.device)
+        pending = self._pending
+        if pending is not None and (pending.site != site or pending.next_start != query_start):
+            self._flush()
+        if summary is not None and summary.band_reach >= self.summary_band_reach:
+            if self._pending is None:
+                self._pending = _SummarisedRows(site, stack_key, query_start)
+            self._pending.add(summary, pattern[..., 0], special_mass(pattern, geometry))
+            return
         key = (stack_key, query_start, pattern.shape[2], pattern.shape[3])
         layout = self._layouts.get(key)
         if layout is None:
-            geometry = self._geometry.get(stack_key)
-            if geometry is None:
-                causal = stack_is_causal(site.stack, self.causal)
-                geometry = StackGeometry.from_batch(self._batch, site.stack, causal, pattern.device)
-                self._geometry[stack_key] = geometry
             layout = BlockLayout.build(geometry, query_start, pattern.shape[2], pattern.shape[3], self.local_window)
             self._layouts[key] = layout
         if self._scratch is None or self._scratch.numel() < pattern.numel() or self._scratch.device != pattern.device:
             self._scratch = torch.empty(pattern.numel(), dtype=torch.float32, device=pattern.device)
-        values = block_statistics(
-            pattern, layout, self._geometry[stack_key], self._scratch, scores, summary
-        )  # [S, b, h, blk]
+        values = block_statistics(pattern, layout, geometry, self._scratch, scores, summary)  # [S, b, h, blk]
+        self._add(site, values, layout)
+
+    def _geometry_of(self, site: AttentionSite, stack_key: tuple, device: torch.device) -> StackGeometry:
+        geometry = self._geometry.get(stack_key)
+        if geometry is None:
+            causal = stack_is_causal(site.stack, self.causal)
+            geometry = StackGeometry.from_batch(self._batch, site.stack, causal, device)
+            self._geometry[stack_key] = geometry
+        return geometry
+
+    def _flush(self) -> None:
+        """Reduce the summarised blocks kept for the site in progress (all at once)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        summary, first, special = pending.rows()  # [F, b, h, q], [b, h, q], [b, h, q]
+        key = (pending.stack_key, pending.query_start, "rows", first.shape[-1])
+        layout = self._layouts.get(key)
+        if layout is None:
+            geometry = self._geometry[pending.stack_key]
+            layout = BlockLayout.rows(geometry, pending.query_start, first.shape[-1], self.local_window)
+            self._layouts[key] = layout
+        self._add(pending.site, summary_statistics(summary, first, special, layout), layout)
+
+    def _add(self, site: AttentionSite, values: Tensor, layout: BlockLayout) -> None:
+        """Add per-query ``values`` ``[S, b, h, q]`` of the queries ``layout`` counts to ``site``'s sums."""
         # float64 sums: the variance is E[x²] − E[x]², which float32 would round away
         values = torch.where(layout.counted, values, 0.0).double()  # padding rows may hold anything, even NaN
-        totals = torch.stack((values, values * values)).sum(dim=(2, 4))  # [2, S, h]
-        if site in self.totals:
-            self.totals[site] += totals
-            self.counts[site] += layout.counts
+        sums = values.sum(dim=(1, 3))  # [S, h]
+        totals = torch.stack((sums, values.square_().sum(dim=(1, 3))))  # [2, S, h]
+        if site in self._totals:
+            self._totals[site] += totals
+            self._counts[site] += layout.counts
         else:
-            self.totals[site], self.counts[site] = totals, layout.counts.clone()
+            self._totals[site], self._counts[site] = totals, layout.counts.clone()
 
     def merge_across(self, parallel: DataParallel, layout: Mapping[AttentionSite, int]) -> None:
         """Replace the local sums by the sums over every process of a data-parallel run (float64).
@@ -302,19 +328,20 @@ class StatisticsAccumulator:
         """
         if not parallel.distributed:
             return
+        self._flush()
         sites = sorted(layout)
         statistics = len(STATISTIC_NAMES)
         local = []
         for site in sites:
-            local.append(self.totals.get(site, torch.zeros(2, statistics, layout[site], dtype=torch.float64)))
-            local.append(self.counts.get(site, torch.zeros(statistics, dtype=torch.float64)))
-        seen = torch.tensor([float(site in self.totals) for site in sites], dtype=torch.float64)  # [sites]
+            local.append(self._totals.get(site, torch.zeros(2, statistics, layout[site], dtype=torch.float64)))
+            local.append(self._counts.get(site, torch.zeros(statistics, dtype=torch.float64)))
+        seen = torch.tensor([float(site in self._totals) for site in sites], dtype=torch.float64)  # [sites]
         examples_tokens = torch.tensor([self.num_examples, self.num_tokens], dtype=torch.float64)  # [2]
         *merged, seen, examples_tokens = parallel.sum([*local, seen, examples_tokens])
-        self.totals, self.counts = {}, {}
+        self._totals, self._counts = {}, {}
         for number, site in enumerate(sites):
             if seen[number] > 0:
-                self.totals[site], self.counts[site] = merged[2 * number], merged[2 * number + 1]
+                self._totals[site], self._counts[site] = merged[2 * number], merged[2 * number + 1]
         self.num_examples, self.num_tokens = (int(value) for value in examples_tokens.tolist())
 
     @property

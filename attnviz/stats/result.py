@@ -117,11 +117,11 @@ class HeadStatistics:
     # -- values --------------------------------------------------------------------------------
 
     def matrix(self, name: str, stack: str = "self") -> Tensor:
-        """``[layer, head]`` float32 means of statistic ``name``; NaN where a layer has fewer heads."""
+        """``[layer, head]`` float64 means of statistic ``name`` (as accumulated); NaN where a layer has fewer heads."""
         return self._matrix(name, stack, "mean")
 
     def std_matrix(self, name: str, stack: str = "self") -> Tensor:
-        """``[layer, head]`` float32 standard deviations of statistic ``name``; NaN where a layer has fewer heads."""
+        """``[layer, head]`` float64 standard deviations of statistic ``name``; NaN where a layer has fewer heads."""
         return self._matrix(name, stack, "std")
 
     def original_matrix(self, name: str, stack: str = "self") -> Tensor:
@@ -136,9 +136,9 @@ class HeadStatistics:
         layers = self.layers(stack)
         ids = [self.original_ids(site) for site in layers]
         width = max((max(row) + 1 for row in ids if row), default=0)
-        out = torch.full((len(layers), width), math.nan, dtype=torch.float32)  # [layer, original head]
+        out = torch.full((len(layers), width), math.nan, dtype=torch.float64)  # [layer, original head]
         for row, site in enumerate(layers):
-            out[row, ids[row]] = self.sites[site].mean[index].float()
+            out[row, ids[row]] = self.sites[site].mean[index].double()
         return out
 
     def original_ids(self, site: AttentionSite) -> list[int]:
@@ -148,10 +148,11 @@ class HeadStatistics:
     def _matrix(self, name: str, stack: str, field: str) -> Tensor:
         index = statistic_index(name)
         layers = self.layers(stack)
-        out = torch.full((len(layers), self.num_heads(stack)), math.nan, dtype=torch.float32)  # [layer, head]
+        # float64: the sums are float64, and float32 would round a mean distance of ~1000 to 6e-5
+        out = torch.full((len(layers), self.num_heads(stack)), math.nan, dtype=torch.float64)  # [layer, head]
         for row, site in enumerate(layers):
             values = getattr(self.sites[site], field)[index]  # [h]
-            out[row, : values.shape[0]] = values.float()
+            out[row, : values.shape[0]] = values.double()
         return out
 
     def heads(self) -> Iterator[tuple[AttentionSite, int, dict[str, float]]]:

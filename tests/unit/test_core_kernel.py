@@ -62,7 +62,8 @@ def test_pattern_equals_torch_softmax_and_summary_equals_hand_values(
     reference = torch.softmax(raw * scaling + (0 if mask is None else mask), dim=-1)  # [b, h, r, c]
 
     pattern = raw.clone()
-    summary = torch.empty(3, batch, heads, rows)
+    reach = 2  # the band: weights on keys i − 2 … i + 2
+    summary = torch.empty(kernel.RowSummary.buffer_shape(batch, heads, rows, reach))
     assert kernel.fused_softmax_(pattern, mask, scaling, query_start, summary)
     assert (pattern - reference).abs().max() <= 1e-6
     assert torch.allclose(pattern.sum(-1), torch.ones(batch, heads, rows), atol=1e-6)
@@ -78,6 +79,14 @@ def test_pattern_equals_torch_softmax_and_summary_equals_hand_values(
     assert ((summary[2].double() - distance).abs() / distance.clamp(min=1)).max() <= 1e-5
     assert summary[1, 0, 0, 0] == pytest.approx(math.log(width) if mask_kind == "none" else summary[1, 0, 0, 0])
     assert summary[0, -1, -1, -1] == pytest.approx(1.0) and summary[1, -1, -1, -1] == pytest.approx(0.0, abs=1e-6)
+    band = kernel.RowSummary(summary).band  # [2·reach + 1, b, h, r]
+    for offset in range(-reach, reach + 1):
+        for row in range(rows):
+            key_column = query_start + row - offset
+            expected = pattern[..., row, key_column] if 0 <= key_column < width else torch.zeros(batch, heads)
+            assert torch.equal(band[reach + offset, :, :, row], expected), (offset, row)  # read off the pattern
+    with pytest.raises(ValueError, match="does not fit"):
+        kernel.fused_softmax_(raw.clone(), mask, scaling, query_start, torch.empty(3, batch, heads, rows))
 
     # asking for the summary does not change the pattern, not by one bit
     without = raw.clone()
@@ -126,14 +135,24 @@ def test_core_outputs_match_torch_ops_and_do_not_depend_on_observers(loaded_kern
     assert observed_calls and all(observed_calls)  # every block came with its row summary
 
 
-def test_statistics_with_the_kernel_equal_statistics_on_torch_ops(loaded_kernel, tiny_model_dirs):
-    """Every statistic, both model kinds (causal LLaMA, bidirectional BERT): the kernel's summary path ≈ torch's passes."""
+@pytest.mark.parametrize(
+    ("local_window", "block_elements"),
+    [(2, 2**21), (0, 2**21), (3, 2**21), (2, 600)],  # band reach 2, 1 (for previous), 3; many blocks per layer
+)
+def test_statistics_with_the_kernel_equal_statistics_on_torch_ops(
+    loaded_kernel, tiny_model_dirs, monkeypatch, local_window, block_elements
+):
+    """Every statistic, both model kinds (causal LLaMA, bidirectional BERT): the kernel's summary path ≈ torch's passes.
+
+    The summary path keeps a layer's blocks and reduces them together; torch's path reduces block by block.
+    """
+    monkeypatch.setattr(core_attention, "BLOCK_ELEMENTS", block_elements)
     texts = ["the cat sat on the mat", "a much longer sentence about attention heads and what they do", "hi"]
     for name in ("llama", "bert"):
         loaded = load_model(str(tiny_model_dirs[name]), device="cpu")
-        fused = compute_statistics(loaded, texts, progress=False)
+        fused = compute_statistics(loaded, texts, progress=False, local_window=local_window)
         with kernel.kernel_suspended():
-            plain = compute_statistics(loaded, texts, progress=False)
+            plain = compute_statistics(loaded, texts, progress=False, local_window=local_window)
         for statistic in fused.names:
             difference = (fused.matrix(statistic) - plain.matrix(statistic)).abs().max()
             assert difference <= 1e-5, (name, statistic, float(difference))
@@ -182,8 +201,8 @@ def test_the_avx2_build_gives_torchs_softmax_too(loaded_kernel):
     raw = torch.randn(2, 3, rows, width, generator=generator) * 12
     mask = causal_mask(rows, width, query_start)
     reference = torch.softmax(raw * 0.125 + mask, dim=-1).double()
-    pattern, summary = raw.clone(), torch.empty(3, 2, 3, rows)
-    avx2.softmax_rows_(pattern, mask, 0.125, query_start, summary)
+    pattern, summary = raw.clone(), torch.empty(kernel.RowSummary.buffer_shape(2, 3, rows, 1))
+    avx2.softmax_rows_(pattern, mask, 0.125, query_start, summary, 1)
     assert (pattern - reference).abs().max() <= 1e-6
     query = torch.arange(query_start, query_start + rows, dtype=torch.float64)[:, None]
     distance = (reference * (query - torch.arange(width)[None, :]).abs()).sum(-1)
@@ -191,3 +210,6 @@ def test_the_avx2_build_gives_torchs_softmax_too(loaded_kernel):
     assert (summary[0].double() - reference.amax(-1)).abs().max() <= 1e-6
     assert (summary[1].double() - entropy).abs().max() <= 1e-5
     assert ((summary[2].double() - distance).abs() / distance).max() <= 1e-5
+    rows_at = torch.arange(rows)
+    diagonal, previous = pattern[..., rows_at, query_start + rows_at], pattern[..., rows_at, query_start + rows_at - 1]
+    assert torch.equal(summary[4], diagonal) and torch.equal(summary[5], previous) and not summary[3].any()

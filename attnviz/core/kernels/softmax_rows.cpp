@@ -4,13 +4,15 @@
 //   s = raw·scaling (+ mask);  pattern = exp(s − max s) / Σ exp(s − max s)
 // in three passes over a row that stays in the L1 cache, instead of the five separate passes over the
 // whole block that torch makes (scale, mask, and softmax's three). While the exponentials are at hand it
-// can also reduce each row to a summary the statistics need (max weight, entropy, mean |i − j|), so those
-// cost no further pass over the block. The pattern does not depend on whether the summary is asked for.
+// can also reduce each row to a summary the statistics need (max weight, entropy, mean |i − j|, the weights
+// on the keys nearest the query), so those cost no further pass over the block. The pattern does not
+// depend on whether the summary is asked for.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -138,11 +140,15 @@ static inline typename T::V exp_approx(typename T::V x) {
   return T::zero_below(x, T::times_power_of_two(p, n), lo);
 }
 
-// Running sums of one pass over a row, in the lanes of T.
+// Running sums of one pass over a row: Σ e in the lanes of T; the summary's Σ e·(s − max) and Σ e·|i − j|
+// in float lanes over chunks of CHUNK vectors, then in double (a distance sum reaches ~10³ per lane, where
+// float32 accumulation over a 2048-key row would be off by ~10⁻⁵ relative, a bias that survives averaging).
 template <class T>
 struct RowSums {
-  typename T::V total = T::set(0.0f), shift = T::set(0.0f), distance = T::set(0.0f);
+  typename T::V total = T::set(0.0f);
+  double shift = 0.0, distance = 0.0;
 };
+constexpr int64_t CHUNK = 16;
 
 // Elements [begin, end) of a row in steps of T::width: pass 1 (scale, mask, running max) ...
 template <class T, bool HasMask>
@@ -158,27 +164,44 @@ static inline typename T::V scale_and_max(float* x, const float* mrow, int64_t b
 }
 
 // ... and pass 2 (e = exp(s − max) in place, Σ e, and for the summary Σ e·(s − max) and Σ e·|i − j|).
+// Σ e is added in the same order whether or not the summary is asked for: the pattern does not change.
 template <class T, bool Summarise>
 static inline void exponentiate(float* x, int64_t begin, int64_t end, float top, float query, RowSums<T>& sums) {
-  auto column = T::add(T::iota(), T::set(static_cast<float>(begin)));
-  for (int64_t j = begin; j < end; j += T::width) {
-    auto shifted = T::sub(T::load(x + j), T::set(top));
-    auto e = exp_approx<T>(shifted);
-    T::store(x + j, e);
-    sums.total = T::add(sums.total, e);
+  for (int64_t chunk = begin; chunk < end; chunk += CHUNK * T::width) {
+    const int64_t stop = std::min(end, chunk + CHUNK * T::width);
+    auto column = T::add(T::iota(), T::set(static_cast<float>(chunk)));
+    auto shift = T::set(0.0f), distance = T::set(0.0f);
+    for (int64_t j = chunk; j < stop; j += T::width) {
+      auto shifted = T::sub(T::load(x + j), T::set(top));
+      auto e = exp_approx<T>(shifted);
+      T::store(x + j, e);
+      sums.total = T::add(sums.total, e);
+      if (Summarise) {
+        shift = T::add(shift, T::product_where_positive(e, shifted));
+        distance = T::fmadd(e, T::abs(T::sub(T::set(query), column)), distance);
+        column = T::add(column, T::set(static_cast<float>(T::width)));
+      }
+    }
     if (Summarise) {
-      sums.shift = T::add(sums.shift, T::product_where_positive(e, shifted));
-      sums.distance = T::fmadd(e, T::abs(T::sub(T::set(query), column)), sums.distance);
-      column = T::add(column, T::set(static_cast<float>(T::width)));
+      sums.shift += static_cast<double>(T::sum(shift));
+      sums.distance += static_cast<double>(T::sum(distance));
     }
   }
 }
 
+// Where one row's summary goes: max weight, entropy, mean distance, and the weights on the keys around the
+// query (keys query − o for o = −reach … reach, 0 where there is no such key), each `stride` floats apart.
+struct SummaryOut {
+  float* first;     // the row's max weight; entropy at first[stride], distance at first[2·stride], band after
+  int64_t stride;   // floats between one summary value and the next (b·h·r)
+  int64_t reach;    // band offsets −reach … reach
+};
+
 // One row: s = raw·scale (+ mask), then the softmax of s in place; optionally its summary.
 // The body of the row runs in the wide lanes, the last width % lanes elements one by one.
 template <bool HasMask, bool Summarise>
-static inline void softmax_row(float* x, const float* mrow, int64_t width, float scale, float query,
-                               float* max_weight, float* entropy, float* distance) {
+static inline void softmax_row(float* x, const float* mrow, int64_t width, float scale, int64_t query,
+                               const SummaryOut& out) {
   const int64_t body = width - width % Wide::width;
   const float lowest = -std::numeric_limits<float>::infinity();
   float top = Wide::largest(scale_and_max<Wide, HasMask>(x, mrow, 0, body, scale, Wide::set(lowest)));
@@ -186,27 +209,32 @@ static inline void softmax_row(float* x, const float* mrow, int64_t width, float
 
   RowSums<Wide> wide;
   RowSums<Lanes1> tail;
-  exponentiate<Wide, Summarise>(x, 0, body, top, query, wide);
-  exponentiate<Lanes1, Summarise>(x, body, width, top, query, tail);
+  exponentiate<Wide, Summarise>(x, 0, body, top, static_cast<float>(query), wide);
+  exponentiate<Lanes1, Summarise>(x, body, width, top, static_cast<float>(query), tail);
   const float total = Wide::sum(wide.total) + tail.total;
 
   const float inverse = 1.0f / total;
   for (int64_t j = 0; j < body; j += Wide::width) Wide::store(x + j, Wide::mul(Wide::load(x + j), Wide::set(inverse)));
   for (int64_t j = body; j < width; ++j) x[j] *= inverse;
   if (Summarise) {
-    float h = std::log(total) - (Wide::sum(wide.shift) + tail.shift) * inverse;
-    *max_weight = inverse;
-    *entropy = h > 0.0f ? h : 0.0f;
-    *distance = (Wide::sum(wide.distance) + tail.distance) * inverse;
+    const double h = std::log(static_cast<double>(total)) - (wide.shift + tail.shift) / total;
+    out.first[0] = inverse;
+    out.first[out.stride] = h > 0.0 ? static_cast<float>(h) : 0.0f;
+    out.first[2 * out.stride] = static_cast<float>((wide.distance + tail.distance) / total);
+    for (int64_t offset = -out.reach; offset <= out.reach; ++offset) {
+      const int64_t key = query - offset;
+      out.first[(3 + offset + out.reach) * out.stride] = key >= 0 && key < width ? x[key] : 0.0f;
+    }
   }
 }
 
 // Softmax of scaled, masked scores, row by row, in place, with optional per-row summaries.
 // scores:  float32 [b, h, r, c] contiguous: raw Q·Kᵀ, overwritten with the pattern.
 // mask:    float32 [b|1, h|1, r|1, >=c] additive (last dim stride 1), or None.
-// summary: float32 [3, b, h, r] (max weight, entropy in nats, mean |i - j|) or an empty tensor.
+// summary: float32 [3 + 2·reach + 1, b, h, r] (max weight, entropy in nats, mean |i - j|, then the weight on
+//          key i − o for o = −reach … reach), or an empty tensor.
 void softmax_rows_(at::Tensor scores, c10::optional<at::Tensor> mask_opt, double scaling, int64_t query_start,
-                   at::Tensor summary) {
+                   at::Tensor summary, int64_t reach) {
   TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() == 4);
   const int64_t batch = scores.size(0), heads = scores.size(1), rows = scores.size(2), width = scores.size(3);
   float* data = scores.data_ptr<float>();
@@ -221,25 +249,23 @@ void softmax_rows_(at::Tensor scores, c10::optional<at::Tensor> mask_opt, double
     mask_r = m.size(2) == 1 ? 0 : m.stride(2);
   }
   const bool summarise = summary.numel() > 0;
-  TORCH_CHECK(!summarise || (summary.scalar_type() == at::kFloat && summary.is_contiguous() &&
-                             summary.numel() == 3 * batch * heads * rows));
-  float* out = summarise ? summary.data_ptr<float>() : nullptr;
   const int64_t total = batch * heads * rows;
+  TORCH_CHECK(reach >= 0);
+  TORCH_CHECK(!summarise || (summary.scalar_type() == at::kFloat && summary.is_contiguous() &&
+                             summary.numel() == (4 + 2 * reach) * total));
+  float* out = summarise ? summary.data_ptr<float>() : nullptr;
   const float scale = static_cast<float>(scaling);
   at::parallel_for(0, total, 8, [&](int64_t begin, int64_t end) {
-    float unused[3];
     for (int64_t row = begin; row < end; ++row) {
       const int64_t q = row % rows, bh = row / rows, hd = bh % heads, bt = bh / heads;
       float* x = data + row * width;
       const float* mrow = mask ? mask + bt * mask_b + hd * mask_h + q * mask_r : nullptr;
-      const float query = static_cast<float>(query_start + q);
-      float* mw = summarise ? out + row : unused;
-      float* en = summarise ? out + total + row : unused + 1;
-      float* di = summarise ? out + 2 * total + row : unused + 2;
-      if (mrow && summarise) softmax_row<true, true>(x, mrow, width, scale, query, mw, en, di);
-      else if (mrow) softmax_row<true, false>(x, mrow, width, scale, query, mw, en, di);
-      else if (summarise) softmax_row<false, true>(x, mrow, width, scale, query, mw, en, di);
-      else softmax_row<false, false>(x, mrow, width, scale, query, mw, en, di);
+      const int64_t query = query_start + q;
+      const SummaryOut where{summarise ? out + row : nullptr, total, reach};
+      if (mrow && summarise) softmax_row<true, true>(x, mrow, width, scale, query, where);
+      else if (mrow) softmax_row<true, false>(x, mrow, width, scale, query, where);
+      else if (summarise) softmax_row<false, true>(x, mrow, width, scale, query, where);
+      else softmax_row<false, false>(x, mrow, width, scale, query, where);
     }
   });
 }
