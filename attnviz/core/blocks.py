@@ -124,7 +124,9 @@ def attend_in_buffers(
     )
     prefix_observers = [observer for observer in observers if getattr(observer, "accepts_key_prefix", False)]
     keep_scores = not use_kernel and any(getattr(observer, "accepts_scores", False) for observer in prefix_observers)
-    summarised = [observer for observer in prefix_observers if use_kernel and getattr(observer, "accepts_summary", False)]
+    summarised = [
+        observer for observer in prefix_observers if use_kernel and getattr(observer, "accepts_summary", False)
+    ]
     # the band of weights around the diagonal the summary carries: as wide as the widest request
     band_reach = max((getattr(observer, "summary_band_reach", 1) for observer in summarised), default=0)
     for start, stop_width in zip(range(0, query_len, block), stops):
