@@ -24,6 +24,7 @@ import argparse
 import math
 import os
 import re
+import statistics
 import time
 from pathlib import Path
 
@@ -75,15 +76,33 @@ def peak_memory(fn) -> tuple[float, object]:
     return (_status_kib("VmHWM") - before) * 1024.0, result
 
 
-def interleaved(contenders: dict, rounds: int) -> dict[str, float]:
+class Timings(dict):
+    """Fastest wall time of each contender (the dict), and every round's times (``rounds``)."""
+
+    def __init__(self, best: dict[str, float], rounds: list[dict[str, float]]) -> None:
+        super().__init__(best)
+        self.rounds = rounds
+
+    def round_ratios(self, numerator: str, denominator: str) -> str:
+        """``median (min–max)`` of the per-round ratios: each round times both back to back, so a
+        slow spell of the machine (other tenants of a shared host) divides out."""
+        ratios = sorted(times[numerator] / times[denominator] for times in self.rounds)
+        return f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f})"
+
+
+def interleaved(contenders: dict, rounds: int) -> Timings:
     """Fastest wall time of each contender over ``rounds`` rounds, contenders alternating within a round."""
     best = {name: math.inf for name in contenders}
+    history = []
     for _ in range(rounds):
+        times = {}
         for name, fn in contenders.items():
             start = time.perf_counter()
             fn()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
+            times[name] = time.perf_counter() - start
+            best[name] = min(best[name], times[name])
+        history.append(times)
+    return Timings(best, history)
 
 
 # -- inputs ------------------------------------------------------------------------------------------------------
@@ -207,7 +226,8 @@ class ObserveTimer:
 def ratios_only(loaded, sdpa_model, lengths, rounds) -> None:
     """Section 1 without the eager contender: sdpa, attnviz (fused kernel) and attnviz on torch's operations."""
     print(
-        f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'torch ops':>10} {'attnviz÷sdpa':>13} {'torch÷sdpa':>11} {'max |Δ|':>9}"
+        f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'torch ops':>10} {'attnviz÷sdpa':>13} {'per round':>18} "
+        f"{'torch÷sdpa':>11} {'max |Δ|':>9}"
     )
     for length in lengths:
         batch = corpus_batch(loaded, length)
@@ -224,11 +244,13 @@ def ratios_only(loaded, sdpa_model, lengths, rounds) -> None:
         worst = max(deltas, key=deltas.get)
         print(
             f"{length:>7} {times['sdpa']:>8.2f} {times['attnviz']:>9.2f} {times['torch']:>10.2f} "
-            f"{times['attnviz'] / times['sdpa']:>12.2f}× {times['torch'] / times['sdpa']:>10.2f}× "
+            f"{times['attnviz'] / times['sdpa']:>12.2f}× {times.round_ratios('attnviz', 'sdpa'):>18} "
+            f"{times['torch'] / times['sdpa']:>10.2f}× "
             f"{deltas[worst]:>9.1e} ({worst}; others ≤ {max(v for n, v in deltas.items() if n != worst):.1e})",
             flush=True,
         )
     print("attnviz: the fused kernel; torch ops: the same core on torch's operations; max |Δ|: between the two")
+    print("attnviz÷sdpa: fastest ÷ fastest; per round: median (min–max) of each round's own ratio")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
@@ -308,13 +330,14 @@ def main() -> None:
 
     print("1-2. time: one sequence of N tokens (the corpus run together), seconds")
     print(
-        f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'eager+att':>10} {'attnviz÷sdpa':>13} "
+        f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'eager+att':>10} {'attnviz÷sdpa':>13} {'per round':>18} "
         f"{'eager+att÷attnviz':>18} {'max |Δ|':>9}"
     )
     for length, times, _, agreement, _ in rows:
         print(
             f"{length:>7} {times['sdpa']:>8.2f} {times['attnviz']:>9.2f} {times['eager+attentions']:>10.2f} "
-            f"{times['attnviz'] / times['sdpa']:>12.2f}× {times['eager+attentions'] / times['attnviz']:>17.2f}× "
+            f"{times['attnviz'] / times['sdpa']:>12.2f}× {times.round_ratios('attnviz', 'sdpa'):>18} "
+            f"{times['eager+attentions'] / times['attnviz']:>17.2f}× "
             f"{agreement:>9.1e} ({worst_statistic[length]})"
         )
     print("\n1b. the same core on torch's operations (ATTNVIZ_KERNEL=0, or no C++ compiler), same rounds")
@@ -326,7 +349,8 @@ def main() -> None:
         )
     print("   max |Δ|: torch ops vs eager + output_attentions\n")
     print("   attnviz: forward + streaming statistics; eager+att: eager forward with output_attentions, then the")
-    print("   same statistics vectorised over the stored patterns; max |Δ|: largest difference between the two\n")
+    print("   same statistics vectorised over the stored patterns; max |Δ|: largest difference between the two")
+    print("   attnviz÷sdpa: fastest ÷ fastest; per round: median (min–max) of each round's own ratio\n")
     print("3. peak memory above the resident model (weights are resident already), MB")
     print(f"{'tokens':>7} {'sdpa fwd':>9} {'attnviz':>8} {'eager+att':>10} {'2 layers of patterns':>21}")
     for length, _, (sdpa_peak, attnviz_peak, eager_peak, two_layers), _, _ in rows:

@@ -14,14 +14,16 @@ needed) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
 in well under a second. A forward pass uses it when its :class:`AttentionContext` says so
 (:attr:`~attnviz.core.attention.AttentionContext.fused_softmax`) and :func:`prepare_kernel` has loaded it: the corpus passes
 (statistics, head probes) do both, because there the build (about a minute on two cores) pays
-for itself. Captures and views keep torch's softmax, so their patterns equal transformers'
-eager attention to the rounding of the matrix products alone. Without a compiler, on a CPU without AVX2
-(or not x86), or with ``ATTNVIZ_KERNEL=0``, everything runs on torch's operations, with the same
+for itself. Captures and views keep torch's softmax (the kernel is optional; their numbers must not
+depend on whether it built). Without a compiler, on a CPU without AVX2 (or not x86), or with
+``ATTNVIZ_KERNEL=0``, everything runs on torch's operations, with the same patterns and the
 statistics to float32 rounding (≤ 1e-5).
 
-The kernel's patterns equal torch's softmax to about 2 ulp (its ``exp`` is a polynomial, its
-sums are split over vector lanes), not bit for bit; the choice is made per forward pass, never
-by who observes, so a model's outputs stay bit-for-bit the same with and without observers.
+The kernel's patterns are torch's softmax bit for bit: it computes ``exp`` as SLEEF's
+``expf_u10`` does (the function torch's CPU softmax calls), in torch's vector lanes, and adds in
+torch's order. So a forward pass gives the same outputs with and without it, and the statistics
+drift from transformers' eager attention no more than on torch's operations. The choice is made
+per forward pass, never by who observes.
 """
 
 from __future__ import annotations

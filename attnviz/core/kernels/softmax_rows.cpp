@@ -1,25 +1,30 @@
 // attnviz's fused softmax for the attention core's no-gradient path (see attnviz/core/kernel.py).
 //
 // One block of raw scores Q·Kᵀ [b, h, r, c] becomes its pattern in place: per row,
-//   s = raw·scaling (+ mask);  pattern = exp(s − max s) / Σ exp(s − max s)
+//   s = raw·scaling (+ mask);  pattern = exp(s − max s) · (1 / Σ exp(s − max s))
 // in three passes over a row that stays in the L1 cache, instead of the five separate passes over the
 // whole block that torch makes (scale, mask, and softmax's three). While the exponentials are at hand it
 // can also reduce each row to a summary the statistics need (max weight, entropy, mean |i − j|, the weights
 // on the keys nearest the query), so those cost no further pass over the block. The pattern does not
 // depend on whether the summary is asked for.
+//
+// The numbers are torch's own: the same exp (SLEEF's expf_u10, which torch's CPU softmax calls), the same
+// lanes (16 with AVX-512, 8 with AVX2), Σ exp added lane-wise in column order with the last partial vector
+// added into the first lanes, then the lanes halved pairwise, and a multiplication by 1/Σ. So a pattern is
+// bit for bit torch.softmax of the same scores (tested), and a forward pass through the kernel drifts from
+// transformers' eager attention no more than one through torch's operations.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
-#include <cstring>
 #include <limits>
 
 // Built with -mavx2 -mfma (and -mavx512f where the CPU has it): attnviz.core.kernel only builds it there.
-// One routine per row, written once over a "lanes" type: Lanes1 (the tail of a row), Lanes8 (AVX2) and
-// Lanes16 (AVX-512) give the same operations, so every element gets the same numbers whichever runs it.
 
+// One routine per row, written once over a "lanes" type: Lanes8 (AVX2) or Lanes16 (AVX-512); Lanes1
+// handles the scale-and-max of a row's last width % lanes elements (a max does not depend on order).
 struct Lanes1 {
   using V = float;
   static constexpr int64_t width = 1;
@@ -27,25 +32,8 @@ struct Lanes1 {
   static void store(float* p, V v) { *p = v; }
   static V set(float v) { return v; }
   static V add(V a, V b) { return a + b; }
-  static V sub(V a, V b) { return a - b; }
   static V mul(V a, V b) { return a * b; }
-  static V fmadd(V a, V b, V c) { return std::fma(a, b, c); }
-  static V fnmadd(V a, V b, V c) { return std::fma(-a, b, c); }
   static V max(V a, V b) { return a > b ? a : b; }
-  static V clamp(V x, V lo, V hi) { return std::isnan(x) ? x : (x < lo ? lo : (x > hi ? hi : x)); }
-  static V round(V x) { return std::nearbyint(x); }
-  static V abs(V x) { return std::fabs(x); }
-  static V times_power_of_two(V p, V n) {  // p · 2ⁿ, n an integral float in [-125, 127]
-    int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-    float scale;
-    std::memcpy(&scale, &bits, sizeof(scale));
-    return p * scale;
-  }
-  static V zero_below(V x, V value, V lo) { return x < lo ? 0.0f : value; }
-  static V product_where_positive(V e, V s) { return e > 0.0f ? e * s : 0.0f; }
-  static V iota() { return 0.0f; }
-  static float sum(V v) { return v; }
-  static float largest(V v) { return v; }
 };
 
 struct Lanes8 {
@@ -58,21 +46,20 @@ struct Lanes8 {
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
-  static V clamp(V x, V lo, V hi) { return _mm256_min_ps(hi, _mm256_max_ps(lo, x)); }  // NaN stays NaN
-  static V round(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static V abs(V x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
-  static V times_power_of_two(V p, V n) {
-    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-  }
+  using I = __m256i;
+  static I round_to_int(V x) { return _mm256_cvtps_epi32(x); }
+  static V to_float(I q) { return _mm256_cvtepi32_ps(q); }
+  static I half(I q) { return _mm256_srai_epi32(q, 1); }
+  static I minus(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static V power_of_two(I q) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(q, _mm256_set1_epi32(127)), 23)); }
   static V zero_below(V x, V value, V lo) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), value); }
   static V product_where_positive(V e, V s) {
     return _mm256_and_ps(_mm256_cmp_ps(e, _mm256_setzero_ps(), _CMP_GT_OQ), _mm256_mul_ps(e, s));
   }
   static V iota() { return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7); }
-  static float sum(V v) {
+  static float sum(V v) {  // lanes halved pairwise: (0..3 + 4..7), then (0,1 + 2,3), then 0 + 1, as torch does
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
@@ -95,15 +82,14 @@ struct Lanes16 {
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
-  static V clamp(V x, V lo, V hi) { return _mm512_min_ps(hi, _mm512_max_ps(lo, x)); }
-  static V round(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static V abs(V x) { return _mm512_abs_ps(x); }
-  static V times_power_of_two(V p, V n) {
-    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
-  }
+  using I = __m512i;
+  static I round_to_int(V x) { return _mm512_cvtps_epi32(x); }
+  static V to_float(I q) { return _mm512_cvtepi32_ps(q); }
+  static I half(I q) { return _mm512_srai_epi32(q, 1); }
+  static I minus(I a, I b) { return _mm512_sub_epi32(a, b); }
+  static V power_of_two(I q) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(127)), 23)); }
   static V zero_below(V x, V value, V lo) {
     return _mm512_maskz_mov_ps(static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ)), value);
   }
@@ -111,7 +97,7 @@ struct Lanes16 {
     return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(e, _mm512_setzero_ps(), _CMP_GT_OQ), e, s);
   }
   static V iota() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
-  static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  static float sum(V v) { return _mm512_reduce_add_ps(v); }  // halved pairwise (16 → 8 → 4 → 2 → 1), as torch
   static float largest(V v) { return _mm512_reduce_max_ps(v); }
 };
 using Wide = Lanes16;
@@ -119,38 +105,36 @@ using Wide = Lanes16;
 using Wide = Lanes8;
 #endif
 
-// exp(x): Cody-Waite range reduction and a degree-6 polynomial (< 2 ulp, as accurate as torch's exp).
-// Below -86.5 it returns exactly 0: masked keys get weight 0, and no result is ever subnormal
-// (exp(-86.5) ≈ 2.6e-38; a subnormal product would cost a microcode assist per element).
+// exp(d) for -87 < d ≤ 0 exactly as SLEEF's expf_u10 computes it (the function torch's CPU softmax calls;
+// written out here so that it inlines): d = q·ln 2 + s, a degree-6 polynomial in s, times 2^q in two steps.
+// Tested bit for bit against torch.softmax.
 template <class T>
-static inline typename T::V exp_approx(typename T::V x) {
-  using V = typename T::V;
-  const V lo = T::set(-86.5f);
-  V c = T::clamp(x, lo, T::set(88.0f));
-  V n = T::round(T::mul(c, T::set(1.44269504088896341f)));
-  V r = T::fnmadd(n, T::set(0.693359375f), c);
-  r = T::fnmadd(n, T::set(-2.12194440e-4f), r);
-  V p = T::set(1.9875691500E-4f);
-  p = T::fmadd(p, r, T::set(1.3981999507E-3f));
-  p = T::fmadd(p, r, T::set(8.3334519073E-3f));
-  p = T::fmadd(p, r, T::set(4.1665795894E-2f));
-  p = T::fmadd(p, r, T::set(1.6666665459E-1f));
-  p = T::fmadd(p, r, T::set(5.0000001201E-1f));
-  p = T::fmadd(p, T::mul(r, r), T::add(r, T::set(1.0f)));
-  return T::zero_below(x, T::times_power_of_two(p, n), lo);
+static inline typename T::V sleef_exp(typename T::V d) {
+  const auto q = T::round_to_int(T::mul(d, T::set(1.442695040888963407359924681001892137426645954152985934135449406931f)));
+  const auto qf = T::to_float(q);
+  auto s = T::fmadd(qf, T::set(-0.693145751953125f), d);
+  s = T::fmadd(qf, T::set(-1.428606765330187045e-06f), s);
+  auto u = T::set(0.000198527617612853646278381f);
+  u = T::fmadd(u, s, T::set(0.00139304355252534151077271f));
+  u = T::fmadd(u, s, T::set(0.00833336077630519866943359f));
+  u = T::fmadd(u, s, T::set(0.0416664853692054748535156f));
+  u = T::fmadd(u, s, T::set(0.166666671633720397949219f));
+  u = T::fmadd(u, s, T::set(0.5f));
+  u = T::add(T::set(1.0f), T::fmadd(T::mul(s, s), u, s));
+  const auto half = T::half(q);
+  return T::mul(T::mul(u, T::power_of_two(half)), T::power_of_two(T::minus(q, half)));
 }
 
-// Running sums of one pass over a row: Σ e in the lanes of T; the summary's Σ e·(s − max) and Σ e·|i − j|
-// in float lanes over chunks of CHUNK vectors, then in double (a distance sum reaches ~10³ per lane, where
-// float32 accumulation over a 2048-key row would be off by ~10⁻⁵ relative, a bias that survives averaging).
+// exp(x) for x ≤ 0 as torch's softmax computes it, except that below -86.5 it returns exactly 0 (torch: at
+// most 2.6e-38, which does not change a sum that holds a 1): masked keys get weight 0, and no result is ever
+// subnormal (a subnormal costs a microcode assist per element).
 template <class T>
-struct RowSums {
-  typename T::V total = T::set(0.0f);
-  double shift = 0.0, distance = 0.0;
-};
-constexpr int64_t CHUNK = 16;
+static inline typename T::V guarded_exp(typename T::V x) {
+  const auto lo = T::set(-86.5f);
+  return T::zero_below(x, sleef_exp<T>(T::max(x, lo)), lo);
+}
 
-// Elements [begin, end) of a row in steps of T::width: pass 1 (scale, mask, running max) ...
+// Pass 1 over elements [begin, end) of a row in steps of T::width: scale, mask, running max.
 template <class T, bool HasMask>
 static inline typename T::V scale_and_max(float* x, const float* mrow, int64_t begin, int64_t end, float scale,
                                           typename T::V top) {
@@ -163,30 +147,60 @@ static inline typename T::V scale_and_max(float* x, const float* mrow, int64_t b
   return top;
 }
 
-// ... and pass 2 (e = exp(s − max) in place, Σ e, and for the summary Σ e·(s − max) and Σ e·|i − j|).
+// Pass 2 over a row: e = exp(s − max) in place and Σ e; for the summary also Σ e·(s − max) and Σ e·|i − j|,
+// in float lanes over chunks of CHUNK vectors, then in double (a distance sum reaches ~10³ per lane, where
+// float32 accumulation over a 2048-key row would be off by ~10⁻⁵ relative, a bias that survives averaging).
 // Σ e is added in the same order whether or not the summary is asked for: the pattern does not change.
-template <class T, bool Summarise>
-static inline void exponentiate(float* x, int64_t begin, int64_t end, float top, float query, RowSums<T>& sums) {
-  for (int64_t chunk = begin; chunk < end; chunk += CHUNK * T::width) {
-    const int64_t stop = std::min(end, chunk + CHUNK * T::width);
-    auto column = T::add(T::iota(), T::set(static_cast<float>(chunk)));
-    auto shift = T::set(0.0f), distance = T::set(0.0f);
-    for (int64_t j = chunk; j < stop; j += T::width) {
-      auto shifted = T::sub(T::load(x + j), T::set(top));
-      auto e = exp_approx<T>(shifted);
-      T::store(x + j, e);
-      sums.total = T::add(sums.total, e);
-      if (Summarise) {
-        shift = T::add(shift, T::product_where_positive(e, shifted));
-        distance = T::fmadd(e, T::abs(T::sub(T::set(query), column)), distance);
-        column = T::add(column, T::set(static_cast<float>(T::width)));
-      }
+struct RowSums {
+  float total = 0.0f;
+  double shift = 0.0, distance = 0.0;
+};
+constexpr int64_t CHUNK = 16;
+
+template <bool Summarise>
+static inline RowSums exponentiate(float* x, int64_t width, float top, float query) {
+  using T = Wide;
+  using V = T::V;
+  const int64_t body = width - width % T::width;
+  V total = T::set(0.0f), shift = T::set(0.0f), distance = T::set(0.0f);
+  V column = T::iota();
+  RowSums sums;
+  auto step = [&](V s) -> V {  // one vector of scaled scores -> its exponentials, added to the sums
+    const V shifted = T::sub(s, T::set(top));
+    const V e = guarded_exp<T>(shifted);
+    total = T::add(total, e);
+    if (Summarise) {
+      shift = T::add(shift, T::product_where_positive(e, shifted));
+      distance = T::fmadd(e, T::abs(T::sub(T::set(query), column)), distance);
+      column = T::add(column, T::set(static_cast<float>(T::width)));
     }
+    return e;
+  };
+  auto flush = [&]() {
     if (Summarise) {
       sums.shift += static_cast<double>(T::sum(shift));
       sums.distance += static_cast<double>(T::sum(distance));
+      shift = distance = T::set(0.0f);
     }
+  };
+  for (int64_t j = 0; j < body; j += T::width) {
+    T::store(x + j, step(T::load(x + j)));
+    if ((j / T::width) % CHUNK == CHUNK - 1) flush();
   }
+  if (body < width) {  // the last partial vector, padded with −∞: exp gives 0 there, so it adds into the first lanes
+    alignas(64) float tail[T::width];
+    for (int64_t k = 0; k < T::width; ++k) tail[k] = body + k < width ? x[body + k] : -std::numeric_limits<float>::infinity();
+    T::store(tail, step(T::load(tail)));
+    std::copy(tail, tail + (width - body), x + body);
+  }
+  flush();
+  if (body > 0) {
+    sums.total = T::sum(total);
+  } else {  // a row shorter than one vector: torch adds its elements one after the other
+    sums.total = x[0];
+    for (int64_t j = 1; j < width; ++j) sums.total += x[j];
+  }
+  return sums;
 }
 
 // Where one row's summary goes: max weight, entropy, mean distance, and the weights on the keys around the
@@ -198,7 +212,6 @@ struct SummaryOut {
 };
 
 // One row: s = raw·scale (+ mask), then the softmax of s in place; optionally its summary.
-// The body of the row runs in the wide lanes, the last width % lanes elements one by one.
 template <bool HasMask, bool Summarise>
 static inline void softmax_row(float* x, const float* mrow, int64_t width, float scale, int64_t query,
                                const SummaryOut& out) {
@@ -207,20 +220,16 @@ static inline void softmax_row(float* x, const float* mrow, int64_t width, float
   float top = Wide::largest(scale_and_max<Wide, HasMask>(x, mrow, 0, body, scale, Wide::set(lowest)));
   top = scale_and_max<Lanes1, HasMask>(x, mrow, body, width, scale, top);
 
-  RowSums<Wide> wide;
-  RowSums<Lanes1> tail;
-  exponentiate<Wide, Summarise>(x, 0, body, top, static_cast<float>(query), wide);
-  exponentiate<Lanes1, Summarise>(x, body, width, top, static_cast<float>(query), tail);
-  const float total = Wide::sum(wide.total) + tail.total;
-
-  const float inverse = 1.0f / total;
+  const RowSums sums = exponentiate<Summarise>(x, width, top, static_cast<float>(query));
+  const float inverse = 1.0f / sums.total;
   for (int64_t j = 0; j < body; j += Wide::width) Wide::store(x + j, Wide::mul(Wide::load(x + j), Wide::set(inverse)));
   for (int64_t j = body; j < width; ++j) x[j] *= inverse;
   if (Summarise) {
-    const double h = std::log(static_cast<double>(total)) - (wide.shift + tail.shift) / total;
+    const double total = sums.total;
+    const double h = std::log(total) - sums.shift / total;
     out.first[0] = inverse;
     out.first[out.stride] = h > 0.0 ? static_cast<float>(h) : 0.0f;
-    out.first[2 * out.stride] = static_cast<float>((wide.distance + tail.distance) / total);
+    out.first[2 * out.stride] = static_cast<float>(sums.distance / total);
     for (int64_t offset = -out.reach; offset <= out.reach; ++offset) {
       const int64_t key = query - offset;
       out.first[(3 + offset + out.reach) * out.stride] = key >= 0 && key < width ? x[key] : 0.0f;
