@@ -54,8 +54,8 @@ def block_statistics(
             elementwise temporary (reusing it avoids writing fresh memory every block).
         scores: optional float32 ``[b, h, blk, k']``, the softmax input ``pattern`` came from;
             with it the entropy needs no logarithm over the block.
-        summary: optional per-row max weight, entropy and distance from the core's fused kernel
-            (:class:`~attnviz.core.kernel.RowSummary`); with it none of the three needs a pass.
+        summary: optional row summary from the core's fused kernel (:class:`~attnviz.core.kernel.RowSummary`);
+            when its band reaches the local window (:func:`summary_covers`) no statistic needs a pass.
 
     Returns:
         ``[S, b, h, blk]`` float32 in :data:`STATISTIC_NAMES` order; meaningful where
@@ -64,35 +64,33 @@ def block_statistics(
     pattern = pattern[..., : layout.width]  # [b, h, blk, c]
     batch, heads, rows, width = pattern.shape
 
-    if summary is not None and summary.band_reach >= max(layout.local_window, 1):
+    if summary_covers(summary, layout.local_window):
         return summary_statistics(summary, pattern[..., 0], special_mass(pattern, geometry), layout)
-    if summary is not None:
-        max_weight, entropy, distance = summary.max_weight, summary.entropy, summary.distance  # each [b, h, blk]
+    # no usable summary: every statistic from the pattern
+    temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
+    max_weight = pattern.amax(-1)  # [b, h, blk]
+    if scores is not None:
+        # A = softmax(s), so ln Aᵢⱼ = sᵢⱼ − lseᵢ and the entropy is lseᵢ − Σⱼ Aᵢⱼ sᵢⱼ, where
+        # lseᵢ = maxⱼ sᵢⱼ − ln maxⱼ Aᵢⱼ (the largest score gives the largest weight). Two cheap
+        # passes instead of a logarithm over the block, the costliest step of the statistics.
+        scores = scores[..., :width]  # [b, h, blk, c]
+        weighted = torch.mul(pattern, scores, out=temporary).sum(-1)  # [b, h, blk]
+        if weighted.isnan().any():  # a −inf mask: 0·(−inf) = NaN, where the term is 0 (rare: redo)
+            weighted = torch.mul(pattern, scores, out=temporary).nan_to_num_(nan=0.0).sum(-1)
+        entropy = (scores.amax(-1) - max_weight.log()) - weighted  # [b, h, blk] nats
+        entropy.clamp_(min=0.0)  # rounding can give −1e-7 for a one-hot row
     else:
-        temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
-        max_weight = pattern.amax(-1)  # [b, h, blk]
-        if scores is not None:
-            # A = softmax(s), so ln Aᵢⱼ = sᵢⱼ − lseᵢ and the entropy is lseᵢ − Σⱼ Aᵢⱼ sᵢⱼ, where
-            # lseᵢ = maxⱼ sᵢⱼ − ln maxⱼ Aᵢⱼ (the largest score gives the largest weight). Two cheap
-            # passes instead of a logarithm over the block, the costliest step of the statistics.
-            scores = scores[..., :width]  # [b, h, blk, c]
-            weighted = torch.mul(pattern, scores, out=temporary).sum(-1)  # [b, h, blk]
-            if weighted.isnan().any():  # a −inf mask: 0·(−inf) = NaN, where the term is 0 (rare: redo)
-                weighted = torch.mul(pattern, scores, out=temporary).nan_to_num_(nan=0.0).sum(-1)
-            entropy = (scores.amax(-1) - max_weight.log()) - weighted  # [b, h, blk] nats
-            entropy.clamp_(min=0.0)  # rounding can give −1e-7 for a one-hot row
-        else:
-            # −Σ A log A with A log A = 0 at A = 0 (log of A + tiny), via log2, the fastest log.
-            log_pattern = torch.add(pattern, torch.finfo(torch.float32).tiny, out=temporary).log2_()  # [b, h, blk, c]
-            entropy = log_pattern.mul_(pattern).sum(-1).mul_(-math.log(2))  # [b, h, blk] nats
-        if layout.distances is None:
-            # causal: every visible j ≤ i, so Σ Aᵢⱼ |i − j| = i·Σ Aᵢⱼ − Σ Aᵢⱼ·j, as one matrix-vector product
-            mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
-            flat = pattern.reshape(batch, heads * rows, width)  # [b, h·blk, c] (a view: rows stay contiguous)
-            position_sum = torch.matmul(flat, geometry.key_positions[:, :width]).view(batch, heads, rows)  # [b, h, blk]
-            distance = layout.query * mass - position_sum  # [b, h, blk]
-        else:
-            distance = torch.mul(pattern, layout.distances, out=temporary).sum(-1)  # [b, h, blk]
+        # −Σ A log A with A log A = 0 at A = 0 (log of A + tiny), via log2, the fastest log.
+        log_pattern = torch.add(pattern, torch.finfo(torch.float32).tiny, out=temporary).log2_()  # [b, h, blk, c]
+        entropy = log_pattern.mul_(pattern).sum(-1).mul_(-math.log(2))  # [b, h, blk] nats
+    if layout.distances is None:
+        # causal: every visible j ≤ i, so Σ Aᵢⱼ |i − j| = i·Σ Aᵢⱼ − Σ Aᵢⱼ·j, as one matrix-vector product
+        mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
+        flat = pattern.reshape(batch, heads * rows, width)  # [b, h·blk, c] (a view: rows stay contiguous)
+        position_sum = torch.matmul(flat, geometry.key_positions[:, :width]).view(batch, heads, rows)  # [b, h, blk]
+        distance = layout.query * mass - position_sum  # [b, h, blk]
+    else:
+        distance = torch.mul(pattern, layout.distances, out=temporary).sum(-1)  # [b, h, blk]
 
     special = special_mass(pattern, geometry)
     special = pattern.new_zeros(batch, heads, rows) if special is None else special
@@ -111,6 +109,16 @@ def block_statistics(
         pattern[..., 0],
         special,
     )
+
+
+def band_reach_needed(local_window: int) -> int:
+    """How far either side of the diagonal a row summary must hold weights: the local window and the previous key."""
+    return max(local_window, 1)
+
+
+def summary_covers(summary: RowSummary | None, local_window: int) -> bool:
+    """Whether the kernel's ``summary`` holds every statistic (its band reaches :func:`band_reach_needed`)."""
+    return summary is not None and summary.band_reach >= band_reach_needed(local_window)
 
 
 def special_mass(pattern: Tensor, geometry: StackGeometry) -> Tensor | None:
@@ -229,8 +237,8 @@ class StatisticsAccumulator:
 
     @property
     def summary_band_reach(self) -> int:
-        """How far either side of the diagonal the kernel's summary reads weights: the local window, at least 1."""
-        return max(self.local_window, 1)
+        """How far either side of the diagonal the kernel's summary should read weights (the core asks for it)."""
+        return band_reach_needed(self.local_window)
 
     @property
     def totals(self) -> dict[AttentionSite, Tensor]:
@@ -271,7 +279,7 @@ class StatisticsAccumulator:
         pending = self._pending
         if pending is not None and (pending.site != site or pending.next_start != query_start):
             self._flush()
-        if summary is not None and summary.band_reach >= self.summary_band_reach:
+        if summary_covers(summary, self.local_window):
             if self._pending is None:
                 self._pending = _SummarisedRows(site, stack_key, query_start)
             self._pending.add(summary, pattern[..., 0], special_mass(pattern, geometry))
