@@ -27,9 +27,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "load_model": "attnviz.models.specs",
     "LoadedModel": "attnviz.models.base",
-    "capture": "attnviz.captures",
-    "AttentionCapture": "attnviz.captures",
-    "PatternRecorder": "attnviz.captures",
+    "capture": "attnviz.capture.attention_capture",
+    "AttentionCapture": "attnviz.capture.attention_capture",
+    "PatternRecorder": "attnviz.capture.attention_capture",
     "attend": "attnviz.core",
     "AttentionContext": "attnviz.core",
     "AttentionSite": "attnviz.core",
@@ -48,7 +48,7 @@ _EXPORTS = {
     "build_toy_model": "attnviz.toy",
     "train_toy_model": "attnviz.toy",
     "load_toy_model": "attnviz.toy",
-    "AttnvizError": "attnviz.errors",
+    "AttnvizError": "attnviz.common.errors",
     "head_functions": "attnviz.heads",
     "head_similarity": "attnviz.heads",
     "rollout": "attnviz.heads",
@@ -92,9 +92,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from attnviz.captures import AttentionCapture, PatternRecorder, capture
+    from attnviz.capture.attention_capture import AttentionCapture, PatternRecorder, capture
     from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
-    from attnviz.errors import AttnvizError
+    from attnviz.common.errors import AttnvizError
     from attnviz.heads import FunctionThresholds, HeadFunctions, ProbeSettings, head_functions, head_similarity, rollout
     from attnviz.models.base import LoadedModel
     from attnviz.models.specs import load_model

@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from attnviz.data import default_corpus_path, read_examples
-from attnviz.models.heads import removal_mask, total_heads
+from attnviz.common.texts import default_corpus_path, read_examples
+from attnviz.models.head_sets import removal_mask, total_heads
 from attnviz.models.physical import prune_heads_physically
 from attnviz.models.specs import load_model
 from attnviz.prune import PruneConfig, PruneStrategy, prune_model
-from attnviz.prune.objective import text_batches
+from attnviz.prune.judging import text_batches
 from attnviz.prune.strategy import run_pruning
 
 

@@ -34,7 +34,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 
 from attnviz.core import AttentionSite, kernel
-from attnviz.data import default_corpus_path, read_examples
+from attnviz.common.texts import default_corpus_path, read_examples
 from attnviz.models.base import EncodedBatch
 from attnviz.models.specs import load_model
 from attnviz.stats import HeadStatistics, StatisticsAccumulator, compute_statistics

@@ -147,6 +147,6 @@ def build_tiny_model(family: str, path: Path, *, sharp: bool = False, layers: in
 
 def main_output(loaded, batch, context=None) -> torch.Tensor:
     """Logits for causal LMs, last hidden states for encoders."""
-    from attnviz.prune.measure import forward_output
+    from attnviz.prune.cost import forward_output
 
     return forward_output(loaded, batch, context)

@@ -99,10 +99,10 @@ def align(
 
       cat pairs.jsonl | attnviz align ./my-marian --data - --json align.json --limit 10
     """
-    from attnviz.alignment import align_heads, read_alignment_pairs, write_alignment_json
+    from attnviz.heads.alignment import align_heads, read_alignment_pairs, write_alignment_json
     from attnviz.cli.stdin import STDIN, read_stdin
-    from attnviz.console import console
-    from attnviz.io import check_output_path, check_outputs
+    from attnviz.cli.console import console
+    from attnviz.outputs.files import check_output_path, check_outputs
     from attnviz.models.specs import load_model
     from attnviz.render.align_plot import alignment_grid_figure, alignment_table
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure

@@ -49,8 +49,8 @@ def _root(
     ),
 ) -> None:
     """See what a transformer's attention heads do, and which of them matter."""
-    from attnviz.console import ConsoleReporter
-    from attnviz.reporting import use_reporter
+    from attnviz.cli.console import ConsoleReporter
+    from attnviz.common.progress import use_reporter
 
     _debug["enabled"] = _debug["enabled"] or debug
     # The library reports progress and notices through the current reporter; for the whole

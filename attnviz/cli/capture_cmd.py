@@ -92,8 +92,8 @@ def capture(
     """
     from attnviz.cli.capturing import capture_text, generation_settings, print_summary
     from attnviz.cli.stdin import text_or_stdin
-    from attnviz.errors import InputError
-    from attnviz.io import check_output_path
+    from attnviz.common.errors import InputError
+    from attnviz.outputs.files import check_output_path
 
     out = check_output_path(out, (".safetensors",))
     text = text_or_stdin(text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def generation_settings(generate, sample, temperature, seed, target) -> dict | None:
     """Keyword arguments of ``generate_capture`` from the options, or None without --generate."""
-    from attnviz.errors import InputError
+    from attnviz.common.errors import InputError
 
     if generate is None:
         if sample or seed is not None or temperature != 1.0:
@@ -20,15 +20,15 @@ def generation_settings(generate, sample, temperature, seed, target) -> dict | N
 
 def capture_text(text, target, model, max_length, no_truncate, device, dtype, device_map=None, generation=None):
     """Load ``model`` and capture ``text`` (with ``generation``: while the model continues it)."""
-    from attnviz.captures import capture
-    from attnviz.console import console
+    from attnviz.capture.attention_capture import capture
+    from attnviz.cli.console import console
     from attnviz.models.specs import load_model
 
     with console.status(f"loading {model}"):
         loaded = load_model(model, device=device, dtype=dtype, device_map=device_map)
     if generation is None:
         return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
-    from attnviz.generation import generate_capture
+    from attnviz.capture.generation import generate_capture
 
     with console.status(f"generating up to {generation['max_new_tokens']} tokens"):
         result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)
@@ -38,7 +38,7 @@ def capture_text(text, target, model, max_length, no_truncate, device, dtype, de
 
 def print_summary(result, stack) -> None:
     """One line on stderr: the model, its kind, the tokens, layers × heads of ``stack``."""
-    from attnviz.console import console
+    from attnviz.cli.console import console
 
     stack = stack or result.stacks[0]
     queries, keys = result.axis_tokens(stack)

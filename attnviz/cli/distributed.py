@@ -1,7 +1,7 @@
 """The CLI side of data-parallel runs: join torchrun's process group, let only rank 0 speak.
 
 Commands wrap their work in :func:`cli_session`; without torchrun it yields the
-single-process :data:`attnviz.parallel.SINGLE_PROCESS` and changes nothing.
+single-process :data:`attnviz.common.parallel.SINGLE_PROCESS` and changes nothing.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from attnviz.parallel import DataParallel, distributed_session
+from attnviz.common.parallel import DataParallel, distributed_session
 
 
 @contextlib.contextmanager
 def cli_session(device: str = "auto", device_map=None) -> Iterator[DataParallel]:
     """Join torchrun's process group (if any); silence the console of every rank but 0."""
-    from attnviz.console import console
-    from attnviz.errors import InputError
+    from attnviz.cli.console import console
+    from attnviz.common.errors import InputError
 
     with distributed_session(device) as parallel:
         if parallel.distributed and device_map is not None:

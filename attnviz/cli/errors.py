@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnviz.errors import AttnvizError, ParameterError
+from attnviz.common.errors import AttnvizError, ParameterError
 
 #: library parameter name -> the option that sets it, where it is not ``--`` + the name with dashes
 FLAG_NAMES = {

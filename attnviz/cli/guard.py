@@ -5,7 +5,7 @@ all-or-nothing outputs, signals handled like Ctrl-C, and one ``error:`` line for
 refuses NaN/infinite numbers and text that is not valid UTF-8, records the paths the
 command reads (Path arguments outside the "Output" help panel, and the files behind model
 specs) and refuses outputs (Path options in the "Output" panel) that are, lie inside or
-contain one of them; the body then runs inside :func:`attnviz.io.output_session`, so all its
+contain one of them; the body then runs inside :func:`attnviz.outputs.files.output_session`, so all its
 outputs are renamed into place together at its end, or none. :func:`run` is the entry point.
 """
 
@@ -51,17 +51,17 @@ def guarded(callback: Callable) -> Callable:
 
     @functools.wraps(callback)
     def run_command(*args: Any, **kwargs: Any) -> Any:
-        from attnviz import io
-        from attnviz.errors import OutputError
+        from attnviz.outputs import files
+        from attnviz.common.errors import OutputError
 
         parameters = _parameters()
         _check_values(kwargs, parameters)
         try:
-            with io.output_session():
+            with files.output_session():
                 inputs, outputs = _paths(kwargs, parameters)
                 for path, what in inputs:
-                    io.protect_inputs([path], what)
-                io.check_outputs(outputs)
+                    files.protect_inputs([path], what)
+                files.check_outputs(outputs)
                 return callback(*args, **kwargs)
         except BrokenPipeError:  # stdout closed early (attnviz … | head -0): say so once, not at every flush
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python flushes stdout at exit)
@@ -90,7 +90,7 @@ def _values(value: Any) -> list[Any]:
 
 def _check_values(kwargs: dict[str, Any], parameters: dict[str, Any]) -> None:
     """Refuse NaN/infinite numbers and undecodable text (argv bytes that were not UTF-8)."""
-    from attnviz.errors import InputError
+    from attnviz.common.errors import InputError
 
     for name, value in kwargs.items():
         for item in _values(value):
@@ -132,7 +132,7 @@ def _paths(kwargs: dict[str, Any], parameters: dict[str, Any]) -> tuple[list[tup
 def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
     """Run the command line in ``sys.argv``; return the exit code. Every failure prints one ``error:`` line."""
     from attnviz.cli.errors import error_message
-    from attnviz.errors import AttnvizError, Interrupted
+    from attnviz.common.errors import AttnvizError, Interrupted
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with _signals_raise():
@@ -171,7 +171,7 @@ def error_line(message: str, code: int) -> int:
     """Print ``error: MESSAGE`` as exactly one line on stderr; return ``code``."""
     from rich.text import Text
 
-    from attnviz.console import console
+    from attnviz.cli.console import console
 
     if os.environ.get("RANK", "0") != "0":  # under torchrun every rank meets the same error: rank 0 says it
         return code
@@ -188,7 +188,7 @@ def _exit_later(signum: int) -> None:
     """Last resort: if the raised Interrupted is swallowed or the unwinding hangs, still clean up and exit."""
     import threading
 
-    from attnviz import staging
+    from attnviz.outputs import staging
 
     def watchdog() -> None:
         staging.remove_live_temporaries()
@@ -205,8 +205,8 @@ _watchdogs: list = []
 
 @contextlib.contextmanager
 def _signals_raise() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise :class:`~attnviz.errors.Interrupted`, so ``finally`` blocks clean up."""
-    from attnviz.errors import Interrupted
+    """SIGINT, SIGTERM and SIGHUP raise :class:`~attnviz.common.errors.Interrupted`, so ``finally`` blocks clean up."""
+    from attnviz.common.errors import Interrupted
 
     def interrupt(signum, frame):
         _exit_later(signum)

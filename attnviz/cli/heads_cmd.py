@@ -171,9 +171,9 @@ def heads(
       attnviz heads sample_data/toy/induction
     """
     from attnviz.cli.stdin import corpus_from_options
-    from attnviz.console import console
+    from attnviz.cli.console import console
     from attnviz.heads import FunctionThresholds, ProbeSettings, head_functions
-    from attnviz.io import check_output_path
+    from attnviz.outputs.files import check_output_path
     from attnviz.models.specs import load_model
     from attnviz.render.heads_plots import FIGURE_SUFFIXES
 
@@ -214,8 +214,8 @@ def heads(
 
 
 def _show(result, stack, labelled_only, sort, ascending, limit, no_table) -> None:
-    from attnviz.console import console
-    from attnviz.errors import InputError
+    from attnviz.cli.console import console
+    from attnviz.common.errors import InputError
     from attnviz.heads.tables import head_rows, head_table, label_grid, summary_line
 
     if stack is not None and stack not in result.stacks:

@@ -217,12 +217,12 @@ def heatmap(
 
       attnviz heatmap "The capital of France is" --model smollm2 --generate 8 --head mean
     """
-    from attnviz.captures import AttentionCapture
+    from attnviz.capture.attention_capture import AttentionCapture
     from attnviz.cli.capturing import capture_text, generation_settings, print_summary
     from attnviz.cli.selection import check_one_pattern, parse_head_option, parse_layer_option
     from attnviz.cli.stdin import text_or_stdin
-    from attnviz.errors import InputError
-    from attnviz.io import check_output_path
+    from attnviz.common.errors import InputError
+    from attnviz.outputs.files import check_output_path
     from attnviz.render.capture_view import FigureStyle, capture_heatmap
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
     from attnviz.render.html_page import HTML_SUFFIXES
@@ -268,7 +268,7 @@ def heatmap(
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
     if terminal:
-        from attnviz.console import console
+        from attnviz.cli.console import console
         from attnviz.render.terminal import terminal_heatmap
 
         console.print(

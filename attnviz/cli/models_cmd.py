@@ -22,7 +22,7 @@ def models() -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from attnviz.console import console
+    from attnviz.cli.console import console
     from attnviz.models.gguf import cache_root
     from attnviz.models.inventory import (
         conversion_cache_entries,
@@ -62,7 +62,7 @@ def clear() -> None:
 
       attnviz cache clear
     """
-    from attnviz.console import console
+    from attnviz.cli.console import console
     from attnviz.models.gguf import cache_root
     from attnviz.models.inventory import clear_conversion_cache, human_size
 

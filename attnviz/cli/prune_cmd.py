@@ -216,12 +216,12 @@ def prune(
       torchrun --standalone --nproc-per-node 2 -m attnviz prune smollm2 --ratio 0.2 --data notes.txt --out pruned
     """
     from attnviz.cli.stdin import corpus_from_options
-    from attnviz.console import console
-    from attnviz.data import load_texts
-    from attnviz.errors import InputError
-    from attnviz.io import check_output_path
+    from attnviz.cli.console import console
+    from attnviz.common.texts import load_texts
+    from attnviz.common.errors import InputError
+    from attnviz.outputs.files import check_output_path
     from attnviz.prune.pipeline import PruneConfig, prune_checkpoint
-    from attnviz.prune.report import importance_table, summary_lines, summary_table, write_report_json
+    from attnviz.prune.export import importance_table, summary_lines, summary_table, write_report_json
     from attnviz.prune.strategy import PruneStrategy
 
     if out is None:

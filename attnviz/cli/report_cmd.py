@@ -65,7 +65,7 @@ def report(
 
       attnviz report pruned-minilm --prune-report prune.json --data reviews.txt
     """
-    from attnviz.atlas import build_head_atlas
+    from attnviz.atlas.build import build_head_atlas
     from attnviz.cli.stdin import corpus_from_options
 
     path = build_head_atlas(

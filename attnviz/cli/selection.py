@@ -1,13 +1,13 @@
-"""``--layer`` and ``--head`` text -> the library's typed selections (:mod:`attnviz.selection`).
+"""``--layer`` and ``--head`` text -> the library's typed selections (:mod:`attnviz.render.selection`).
 
 Only the syntax is checked here (before any model loads); whether an index exists is checked
-by the library against the capture (:func:`attnviz.selection.resolve_layers`).
+by the library against the capture (:func:`attnviz.render.selection.resolve_layers`).
 """
 
 from __future__ import annotations
 
-from attnviz.errors import InputError
-from attnviz.selection import MEAN_OF_HEADS, HeadSelection, LayerSelection, MeanOfHeads
+from attnviz.common.errors import InputError
+from attnviz.render.selection import MEAN_OF_HEADS, HeadSelection, LayerSelection, MeanOfHeads
 
 ALL = "all"
 MEAN = "mean"
@@ -22,7 +22,7 @@ def parse_layer_option(spec: str) -> LayerSelection:
 
 
 def parse_head_option(spec: str) -> HeadSelection:
-    """``all`` -> None (every head); ``mean`` -> :data:`~attnviz.selection.MEAN_OF_HEADS`; else a list of numbers."""
+    """``all`` -> None (every head); ``mean`` -> :data:`~attnviz.render.selection.MEAN_OF_HEADS`; else a list of numbers."""
     spec = spec.strip().lower()
     if spec == ALL:
         return None

@@ -137,8 +137,8 @@ def stats(
     """
     from attnviz.cli.distributed import cli_session
     from attnviz.cli.stdin import corpus_from_options
-    from attnviz.errors import InputError
-    from attnviz.io import check_output_path
+    from attnviz.common.errors import InputError
+    from attnviz.outputs.files import check_output_path
     from attnviz.render.stats_plots import FIGURE_SUFFIXES
     from attnviz.stats.detect import preset_thresholds
     from attnviz.stats.measure import measure_checkpoints
@@ -193,7 +193,7 @@ def stats(
 
 
 def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_table) -> None:
-    from attnviz.console import console
+    from attnviz.cli.console import console
     from attnviz.stats.tables import evolution_table, head_rows, head_table, layer_summary, overview, table_statistics
 
     for stats, detection in results:
@@ -221,7 +221,7 @@ def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_
 
 
 def _stacks(stats, stack) -> list[str]:
-    from attnviz.errors import InputError
+    from attnviz.common.errors import InputError
 
     if stack is None:
         return stats.stacks
@@ -252,7 +252,7 @@ def _write(results, preset, json_path, csv_path, plot, stack) -> None:
         written.append(save_figure(figure, plot))
     for path in written:
         if STDOUT in (json_path, csv_path):  # stdout holds the document: the paths go to the terminal
-            from attnviz.console import console
+            from attnviz.cli.console import console
 
             console.print(f"wrote {path}", highlight=False)
         else:

@@ -10,7 +10,7 @@ STDIN = "-"
 
 def read_stdin(what: str) -> str:
     """All of standard input as text; refuses a terminal (nothing piped) and empty input."""
-    from attnviz.errors import InputError
+    from attnviz.common.errors import InputError
 
     if sys.stdin is None or sys.stdin.isatty():
         raise InputError(f"'-' reads the {what} from standard input, but nothing is piped in: echo '...' | attnviz ...")
@@ -32,7 +32,7 @@ def text_or_stdin(text: str | None, what: str = "text") -> str | None:
 
 def corpus_from_options(data, text: list[str] | None) -> list[str] | None:
     """The examples of ``--data`` and ``--text`` together (``--data -`` reads standard input); None without either."""
-    from attnviz.data import examples_from_text, load_texts
+    from attnviz.common.texts import examples_from_text, load_texts
 
     if data is not None and str(data) == STDIN:
         return examples_from_text(read_stdin("data")) + (load_texts(None, text) if text else [])

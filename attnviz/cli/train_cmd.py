@@ -245,7 +245,7 @@ def train(
     The checkpoint directory works as a model spec everywhere, e.g.
     attnviz heatmap "3 1 4 1 5" --model toy-reverse.
     """
-    from attnviz.console import console
+    from attnviz.cli.console import console
     from attnviz.models.base import parameter_count
     from attnviz.models.specs import resolve_device
     from attnviz.toy.checkpoint import check_checkpoint_output
@@ -315,7 +315,7 @@ def train(
 
 def _parse_lengths(text: str | None) -> tuple[int | None, int | None]:
     """``"3:8"`` -> (3, 8); ``"5"`` -> (5, 5); None -> the task's defaults."""
-    from attnviz.errors import InputError
+    from attnviz.common.errors import InputError
 
     if text is None:
         return None, None

@@ -42,7 +42,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnviz.reporting import status
+from attnviz.common.progress import status
 
 #: environment variable: "0" keeps the core on torch's operations (no build, no load)
 KERNEL_VARIABLE = "ATTNVIZ_KERNEL"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from attnviz.heads.result import HeadFunctions
 from attnviz.heads.scores import SCORE_NAMES
-from attnviz.io import write_text_atomic
+from attnviz.outputs.files import write_text_atomic
 
 FORMAT_NAME = "attnviz-heads"
 FORMAT_VERSION = 1

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 from attnviz.heads.scores import SCORE_NAMES
 
 #: label of each score, in :data:`SCORE_NAMES` order

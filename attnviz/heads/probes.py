@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 from attnviz.models.base import LoadedModel
 from attnviz.models.probing import ProbeBatch
 

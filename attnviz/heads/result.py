@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 from attnviz.heads.labels import FunctionThresholds, main_label, merge_labels, probe_labels
 from attnviz.heads.probes import ProbeSettings
 from attnviz.heads.scores import SCORE_INDEX, SCORE_NAMES

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnviz.captures import AttentionCapture
-from attnviz.errors import InputError
+from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.common.errors import InputError
 
 
 def rollout_stack(capture: AttentionCapture) -> str:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 from attnviz.heads.probes import ProbeSettings, probe_batches, resolve_settings
 from attnviz.heads.result import HeadSimilarity
 from attnviz.models.base import LoadedModel

@@ -20,9 +20,9 @@ from torch import Tensor, nn
 
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
-from attnviz.errors import InputError, UnsupportedModelError
+from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.models.probing import ProbeBatch
-from attnviz.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 
 if TYPE_CHECKING:  # the objectives are built on top of this module
     from attnviz.models.objective import Objective
@@ -192,7 +192,7 @@ class LoadedModel(ABC):
         raise UnsupportedModelError(f"{self.name}: attnviz cannot rewrap this kind of model")
 
     def check_head_removal(self) -> None:
-        """Raise :class:`~attnviz.errors.UnsupportedModelError` unless :meth:`remove_heads` can work here."""
+        """Raise :class:`~attnviz.common.errors.UnsupportedModelError` unless :meth:`remove_heads` can work here."""
         raise UnsupportedModelError(f"{self.name}: attnviz cannot remove heads from this kind of model")
 
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[LoadedModel, dict | None]:
@@ -219,7 +219,7 @@ class LoadedModel(ABC):
         raise InputError(f"{self.name}: attnviz cannot build probe sequences for this kind of model")
 
     def check_generation(self) -> None:
-        """Raise :class:`~attnviz.errors.UnsupportedModelError` unless the model writes text token by token
+        """Raise :class:`~attnviz.common.errors.UnsupportedModelError` unless the model writes text token by token
         through the attention core (a causal LM or an encoder-decoder model with its language-model head)."""
         raise UnsupportedModelError(
             f"{self.name} cannot write text through attnviz: generation needs a Hugging Face causal LM or "
@@ -229,7 +229,7 @@ class LoadedModel(ABC):
     # -- pruning: how heads are judged, and the pruned model on disk -------------------------------
 
     def check_objective(self) -> None:
-        """Raise :class:`~attnviz.errors.UnsupportedModelError` unless :meth:`objective` can judge these heads."""
+        """Raise :class:`~attnviz.common.errors.UnsupportedModelError` unless :meth:`objective` can judge these heads."""
         raise UnsupportedModelError(f"{self.name}: attnviz cannot judge the heads of this kind of model")
 
     def objective(

@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from attnviz import staging
-from attnviz.errors import AttnvizError, ModelSpecError, OutputError
-from attnviz.io import cache_root
+from attnviz.outputs import staging
+from attnviz.common.errors import AttnvizError, ModelSpecError, OutputError
+from attnviz.outputs.files import cache_root
 from attnviz.models.hf import first_line, load_hf_model
-from attnviz.reporting import status
+from attnviz.common.progress import status
 
 __all__ = ["cache_root", "converted_gguf_dir"]
 #: conversion directories of attnviz versions before the shared temporary prefix (no owner recorded)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attnviz.errors import ModelSpecError
+from attnviz.common.errors import ModelSpecError
 
 
 def first_line(exc: BaseException) -> str:

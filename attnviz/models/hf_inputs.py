@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 from attnviz.models.base import EncodedBatch
 from attnviz.models.probing import ProbeBatch, check_probe_fits, chunks
 

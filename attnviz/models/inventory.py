@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnviz.errors import ModelSpecError, OutputError
+from attnviz.common.errors import ModelSpecError, OutputError
 from attnviz.models.gguf import cache_root
 from attnviz.models.specs import NAMED_MODELS, TOY_MARKER
 

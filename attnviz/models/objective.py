@@ -5,7 +5,7 @@ Every :class:`~attnviz.models.base.LoadedModel` says which objective judges it
 
 * :class:`LanguageModelObjective` (causal LMs): next-token cross-entropy through
   the model's LM head; the metric is perplexity.
-* :class:`~attnviz.toy.objective.TaskObjective` (attnviz toy models): the toy task's own loss;
+* :class:`~attnviz.toy.task_objective.TaskObjective` (attnviz toy models): the toy task's own loss;
   the metric is task accuracy.
 * :class:`RepresentationObjective` (encoders without a task head, e.g. MiniLM):
   there are no labels (likewise for a decoder checkpoint without its LM head),
@@ -40,9 +40,9 @@ import torch
 from torch import Tensor
 
 from attnviz.core import AttentionContext, HeadMask
-from attnviz.errors import ParameterError, UnsupportedModelError
+from attnviz.common.errors import ParameterError, UnsupportedModelError
 from attnviz.models.base import EncodedBatch, LoadedModel
-from attnviz.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 
 #: Fewest loss-bearing units (predicted tokens, tokens, or task examples) worth scoring heads on.
 MIN_SCORING_UNITS = 8

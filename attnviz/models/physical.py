@@ -43,9 +43,9 @@ import torch
 from torch import nn
 
 from attnviz.core import AttentionContext, AttentionSite
-from attnviz.errors import UnsupportedModelError
+from attnviz.common.errors import UnsupportedModelError
 from attnviz.models.base import LoadedModel
-from attnviz.models.heads import normalize_removed
+from attnviz.models.head_sets import normalize_removed
 from attnviz.models.slicing import slice_conv1d, slice_linear
 
 FAMILIES = ("bert", "gpt2", "llama")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 
 if TYPE_CHECKING:  # the models call this module
     from attnviz.models.base import EncodedBatch, LoadedModel

@@ -19,7 +19,7 @@ from torch import nn
 from transformers.initialization import no_init_weights
 
 from attnviz.core import ATTENTION_NAME, AttentionSite, register_attention
-from attnviz.errors import ModelSpecError
+from attnviz.common.errors import ModelSpecError
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
 from attnviz.models.hf import HFModel, model_class_for
 from attnviz.models.hf_checks import first_line, refuse_custom_code

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from attnviz.data import sample_data_path
-from attnviz.errors import InputError, ModelSpecError, ParameterError
-from attnviz.io import protect_inputs
+from attnviz.common.texts import sample_data_path
+from attnviz.common.errors import InputError, ModelSpecError, ParameterError
+from attnviz.outputs.files import protect_inputs
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 
 DEFAULT_MODEL = "minilm"
@@ -168,7 +168,7 @@ for _name in SHIPPED_TOYS:
 def model_input_paths(spec: str = DEFAULT_MODEL) -> list[Path]:
     """Files and directories loading ``spec`` reads, found without loading it (outputs must not touch them).
 
-    A .gguf file also reads attnviz's cache (always protected by :func:`attnviz.io.output_session`);
+    A .gguf file also reads attnviz's cache (always protected by :func:`attnviz.outputs.files.output_session`);
     a hub id reads the Hugging Face cache.
     """
     spec = (spec or DEFAULT_MODEL).strip()

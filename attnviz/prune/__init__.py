@@ -15,11 +15,11 @@ model that runs through attnviz's attention core:
 * :mod:`.pipeline` — all of it in order (:func:`prune_model`, :func:`save_outcome`).
 """
 
-from attnviz.models.heads import RemovedHeads, removal_mask
+from attnviz.models.head_sets import RemovedHeads, removal_mask
 from attnviz.models.objective import Objective, Quality
 from attnviz.prune.importance import METHODS, HeadImportance, compute_importance
 from attnviz.prune.pipeline import PruneConfig, PruneOutcome, check_prunable, prune_model, save_outcome
-from attnviz.prune.report import PruneReport
+from attnviz.prune.export import PruneReport
 from attnviz.prune.strategy import SCOPES, PruneStrategy
 
 __all__ = [

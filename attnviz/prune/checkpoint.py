@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from attnviz.errors import OutputParameterError
-from attnviz.io import check_output_parent
+from attnviz.common.errors import OutputParameterError
+from attnviz.outputs.files import check_output_parent
 from attnviz.models.base import LoadedModel
 
 

@@ -29,8 +29,8 @@ import torch
 from torch import Tensor, nn
 
 from attnviz.core import AttentionSite, HeadMask
-from attnviz.errors import InputError
-from attnviz.models.heads import RemovedHeads, keep_matrix, merge_removed, normalize_removed, removal_mask
+from attnviz.common.errors import InputError
+from attnviz.models.head_sets import RemovedHeads, keep_matrix, merge_removed, normalize_removed, removal_mask
 from attnviz.models.objective import Objective
 
 METHODS = ("gradient", "ablation", "entropy", "confidence", "random")

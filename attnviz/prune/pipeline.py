@@ -16,20 +16,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from attnviz.core import AttentionSite
-from attnviz.errors import ParameterError
+from attnviz.common.errors import ParameterError
 from attnviz.models.base import LoadedModel, PrunedCopy
-from attnviz.models.heads import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
+from attnviz.models.head_sets import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
 from attnviz.models.objective import Objective, Quality
 from attnviz.models.physical import SitePlan
 from attnviz.models.specs import load_model
-from attnviz.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.prune.checkpoint import check_output_dir, model_source_paths
 from attnviz.prune.importance import METHODS
-from attnviz.prune.measure import forward_output, measure_latency, parameter_count
-from attnviz.prune.objective import judging_batches, objectives_for
-from attnviz.prune.report import PruneReport, build_report
+from attnviz.prune.cost import forward_output, measure_latency, parameter_count
+from attnviz.prune.judging import judging_batches, objectives_for
+from attnviz.prune.export import PruneReport, build_report
 from attnviz.prune.strategy import PruneRun, PruneStrategy, default_steps, run_pruning
-from attnviz.reporting import status
+from attnviz.common.progress import status
 
 
 @dataclass
@@ -160,7 +160,7 @@ def build_objectives(
 
 
 def check_prunable(loaded: LoadedModel) -> None:
-    """Raise :class:`~attnviz.errors.UnsupportedModelError` unless ``loaded`` can be scored and pruned."""
+    """Raise :class:`~attnviz.common.errors.UnsupportedModelError` unless ``loaded`` can be scored and pruned."""
     loaded.check_objective()
     loaded.check_head_removal()
 

@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError, ParameterError
-from attnviz.models.heads import RemovedHeads, count_removed, max_removable, merge_removed, removal_mask
+from attnviz.common.errors import InputError, ParameterError
+from attnviz.models.head_sets import RemovedHeads, count_removed, max_removable, merge_removed, removal_mask
 from attnviz.models.objective import Objective, Quality
 from attnviz.prune.importance import HeadImportance, Scores, compute_importance, scoring_passes
-from attnviz.reporting import progress_bar
+from attnviz.common.progress import progress_bar
 
 SCOPES = ("global", "per-layer")
 

@@ -1,4 +1,4 @@
-"""The layer × head picture of alignment error rates (from :class:`attnviz.alignment.AlignmentResult`)."""
+"""The layer × head picture of alignment error rates (from :class:`attnviz.heads.alignment.AlignmentResult`)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def alignment_grid_figure(grid: Tensor, *, title: str):
 
 
 def alignment_table(result, *, limit: int | None = None):
-    """A rich table of an :class:`~attnviz.alignment.AlignmentResult`, best heads first."""
+    """A rich table of an :class:`~attnviz.heads.alignment.AlignmentResult`, best heads first."""
     from rich.table import Table
 
     table = Table(

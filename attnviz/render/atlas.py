@@ -1,7 +1,7 @@
 """The head atlas page (``attnviz report``): every head's statistics, a layer × head grid, example patterns.
 
 Rendering only: it takes computed statistics, flags, example captures and optional
-per-head columns, and never loads a model (:mod:`attnviz.atlas` does that).
+per-head columns, and never loads a model (:mod:`attnviz.atlas.build` does that).
 
 Extra per-head columns (importance from a prune report, head functions from another
 analysis) are a mapping ``column name -> {(stack, layer, head): value}`` with numbers
@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from attnviz.captures import AttentionCapture
+from attnviz.capture.attention_capture import AttentionCapture
 from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title
 from attnviz.render.html_page import build_page, write_page

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from attnviz.captures import AttentionCapture
-from attnviz.errors import InputError
+from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.common.errors import InputError
 from attnviz.models.names import full_model_name
 from attnviz.render.heatmap import FigureStyle, HeatmapPanel, causal_visibility, render_heatmaps
-from attnviz.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
-from attnviz.words import display_token, merge_visibility, merge_words, word_groups, word_label
+from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
+from attnviz.common.tokens import display_token, merge_visibility, merge_words, word_groups, word_label
 
 __all__ = ["FigureStyle", "capture_heatmap", "capture_panels", "model_title"]
 
@@ -30,7 +30,7 @@ def capture_panels(
 ) -> tuple[list[list[HeatmapPanel]], list[str], list[str], str]:
     """Panels of the chosen layers and heads (one list per layer), the query and key labels, and a title.
 
-    Selections as in :mod:`attnviz.selection`; a pruned model's heads are chosen by their original numbers.
+    Selections as in :mod:`attnviz.render.selection`; a pruned model's heads are chosen by their original numbers.
     """
     stack = stack or capture.stacks[0]
     if stack not in capture.patterns:
@@ -142,7 +142,7 @@ def capture_heatmap(
     """A figure of ``capture``'s attention for the chosen layers and heads.
 
     ``layers``: indices (negative from the end) or None for all, default the last layer;
-    ``heads``: head numbers, None for all (default) or :data:`attnviz.selection.MEAN_OF_HEADS`.
+    ``heads``: head numbers, None for all (default) or :data:`attnviz.render.selection.MEAN_OF_HEADS`.
     ``stack`` defaults to ``self`` (or ``encoder`` for encoder-decoder captures). Several
     layers are drawn one row per layer, heads across.
     """

@@ -172,12 +172,12 @@ __all__ = [
 
 
 def capture_rollout_figure(capture, *, stack: str | None = None, annotate: bool | None = None, flow: bool = False):
-    """The rollout (or, with ``flow``, attention-flow) heatmap of an :class:`~attnviz.captures.AttentionCapture`.
+    """The rollout (or, with ``flow``, attention-flow) heatmap of an :class:`~attnviz.capture.attention_capture.AttentionCapture`.
 
     A stored ``rollout`` tensor is used when the capture has one.
     """
     from attnviz.heads.rollout import attention_flow, rollout, rollout_stack
-    from attnviz.words import display_token
+    from attnviz.common.tokens import display_token
 
     stack = stack or rollout_stack(capture)
     if flow:

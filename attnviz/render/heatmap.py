@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnviz.errors import InputError
-from attnviz.io import atomic_path, check_output_path
+from attnviz.common.errors import InputError
+from attnviz.outputs.files import atomic_path, check_output_path
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 SCALES = ("linear", "sqrt", "log")

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnviz.io import check_output_path, write_text_atomic
+from attnviz.outputs.files import check_output_path, write_text_atomic
 
 HTML_SUFFIXES = (".html", ".htm")
 

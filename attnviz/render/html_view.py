@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnviz.captures import AttentionCapture
-from attnviz.errors import InputError
+from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.common.errors import InputError
 from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title
 from attnviz.render.heatmap import causal_visibility
 from attnviz.render.html_page import build_page, quantize_rows, write_page
-from attnviz.selection import LayerSelection, resolve_layers
-from attnviz.words import display_token, merge_visibility, merge_words, word_groups, word_label
+from attnviz.render.selection import LayerSelection, resolve_layers
+from attnviz.common.tokens import display_token, merge_visibility, merge_words, word_groups, word_label
 
 STACK_NAMES = {
     "self": "self-attention",

@@ -9,10 +9,10 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from attnviz.captures import AttentionCapture
+from attnviz.capture.attention_capture import AttentionCapture
 from attnviz.render.capture_view import capture_panels
 from attnviz.render.heatmap import MASKED_LABEL, FigureStyle
-from attnviz.selection import MeanOfHeads
+from attnviz.render.selection import MeanOfHeads
 
 _LABEL_CHARS = 12
 _CELL = 2  # characters per cell
@@ -36,7 +36,7 @@ def terminal_heatmap(
     max_rows: int = 80,
     style: FigureStyle | None = None,
 ) -> Group:
-    """A rich renderable of one head (or :data:`~attnviz.selection.MEAN_OF_HEADS`) that fits ``width`` columns."""
+    """A rich renderable of one head (or :data:`~attnviz.render.selection.MEAN_OF_HEADS`) that fits ``width`` columns."""
     import numpy as np
 
     style = style or FigureStyle()

@@ -1,7 +1,7 @@
 """Running a model over a corpus with the streaming statistics observer attached.
 
-Texts are batched by token count (:mod:`attnviz.batching`); in a data-parallel run
-(:mod:`attnviz.parallel`) every process takes its share of the batches and the
+Texts are batched by token count (:mod:`attnviz.models.batching`); in a data-parallel run
+(:mod:`attnviz.common.parallel`) every process takes its share of the batches and the
 sufficient statistics are summed across processes at the end.
 """
 
@@ -14,13 +14,13 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from rich.progress import Progress
 
-from attnviz.batching import DEFAULT_MAX_EXAMPLES, encode_batch, plan_batches, token_lengths
+from attnviz.models.batching import DEFAULT_MAX_EXAMPLES, encode_batch, plan_batches, token_lengths
 from attnviz.core.kernel import prepare_kernel
-from attnviz.errors import InputError, ParameterError
+from attnviz.common.errors import InputError, ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import model_identity
-from attnviz.parallel import SINGLE_PROCESS, DataParallel
-from attnviz.reporting import progress_bar
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.progress import progress_bar
 from attnviz.stats.accumulator import StatisticsAccumulator
 from attnviz.stats.result import HeadStatistics
 

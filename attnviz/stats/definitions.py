@@ -53,7 +53,7 @@ STATISTIC_INDEX: dict[str, int] = {name: i for i, name in enumerate(STATISTIC_NA
 
 def statistic_index(name: str) -> int:
     """Position of ``name``; a clear error listing the valid names otherwise."""
-    from attnviz.errors import InputError
+    from attnviz.common.errors import InputError
 
     key = name.strip().lower().replace("-", "_")
     if key not in STATISTIC_INDEX:

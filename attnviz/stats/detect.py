@@ -35,7 +35,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, fields, replace
 
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError, ParameterError
+from attnviz.common.errors import InputError, ParameterError
 from attnviz.stats.definitions import STATISTIC_INDEX
 from attnviz.stats.result import HeadStatistics
 

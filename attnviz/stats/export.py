@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnviz.io import write_text_atomic
+from attnviz.outputs.files import write_text_atomic
 from attnviz.stats.definitions import STATISTIC_NAMES
 from attnviz.stats.detect import Detection
 from attnviz.stats.result import HeadStatistics

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnviz.data import load_texts
+from attnviz.common.texts import load_texts
 from attnviz.models.base import LoadedModel
 from attnviz.models.specs import load_model
-from attnviz.parallel import SINGLE_PROCESS, DataParallel
-from attnviz.reporting import status
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.progress import status
 from attnviz.stats.compute import compute_statistics
 from attnviz.stats.detect import Detection, Thresholds, detect_heads
 from attnviz.stats.result import HeadStatistics

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 from attnviz.models.identity import HeadIdentity
 from attnviz.stats.definitions import STATISTIC_NAMES, statistic_index
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from attnviz import io
-from attnviz.errors import AttnvizError, ModelSpecError, OutputError
+from attnviz.outputs import files
+from attnviz.common.errors import AttnvizError, ModelSpecError, OutputError
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.files import FORMAT_NAME, FORMAT_VERSION, MARKER, WEIGHTS, sha256_of, write_checkpoint_files
 from attnviz.toy.loaded import ToyModel
@@ -53,14 +53,14 @@ def check_checkpoint_output(path: str | os.PathLike) -> Path:
         raise OutputError(f"{path} is a file: give a directory name for the checkpoint")
     if path.is_dir() and any(path.iterdir()) and not (path / MARKER).is_file():
         raise OutputError(f"{path} exists and is not an attnviz toy checkpoint: choose a new or empty directory")
-    io.check_output_parent(path)
+    files.check_output_parent(path)
     return path
 
 
 @contextlib.contextmanager
 def staged_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a fresh directory that replaces the checked checkpoint destination ``path`` on success."""
-    with io.staged_directory(check_checkpoint_output(path)) as stage:
+    with files.staged_directory(check_checkpoint_output(path)) as stage:
         yield stage
 
 
@@ -73,7 +73,7 @@ def save_toy_model(loaded: ToyModel, path: str | os.PathLike, *, step: int | Non
     if loaded.source_path is not None:
         if path.resolve() == Path(loaded.source_path).resolve():
             raise OutputError(f"{path} is the checkpoint this model was loaded from: save to another directory")
-        io.check_outputs([path], [loaded.source_path])
+        files.check_outputs([path], [loaded.source_path])
     with staged_directory(path) as stage:
         write_checkpoint_files(loaded, stage, step=step)
     return path
@@ -114,7 +114,7 @@ def load_toy_model(
     """Load a toy checkpoint directory; a missing, damaged or inconsistent one raises :class:`ModelSpecError`."""
     from safetensors.torch import load_file
 
-    from attnviz.io import protect_inputs
+    from attnviz.outputs.files import protect_inputs
 
     path = Path(path).expanduser()
     protect_inputs([path], "toy checkpoint")

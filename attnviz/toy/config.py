@@ -2,7 +2,7 @@
 
 A :class:`ToyConfig` fully describes the architecture (not the weights): it is
 stored as JSON inside every toy checkpoint. :meth:`ToyConfig.validate` turns a
-configuration that cannot work into an :class:`~attnviz.errors.InputError`
+configuration that cannot work into an :class:`~attnviz.common.errors.InputError`
 whose message says what to change.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 
 #: encoder: bidirectional self-attention; decoder: causal LM; encoder-decoder: both plus cross-attention
 ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")

@@ -25,18 +25,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnviz import io
+from attnviz.outputs import files
 from attnviz.core import AttentionContext, AttentionSite
-from attnviz.errors import InputError, ParameterError
+from attnviz.common.errors import InputError, ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
-from attnviz.parallel import SINGLE_PROCESS, DataParallel
-from attnviz.reporting import warn
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.progress import warn
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.files import write_checkpoint_files
 from attnviz.toy.inputs import random_symbols_batch, symbol_probe_batches
 from attnviz.toy.model import ToyOutput, ToyTransformer
-from attnviz.toy.objective import TaskObjective
+from attnviz.toy.task_objective import TaskObjective
 from attnviz.toy.pruning import prune_toy_heads
 from attnviz.toy.tasks import Task, TaskSettings, ToyExample, get_task
 from attnviz.toy.tokenizer import EOS, SEP, SPECIAL_TOKENS, ToyTokenizer
@@ -100,7 +100,7 @@ class ToyModel(LoadedModel):
         self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
     ) -> tuple[Path, None]:
         """A toy checkpoint (its config records the heads per layer, its metadata what was removed)."""
-        with io.staged_directory(Path(directory)) as stage:
+        with files.staged_directory(Path(directory)) as stage:
             write_checkpoint_files(pruned.model, stage)
         return Path(directory), None
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 from attnviz.models.base import parameter_count
 
 if TYPE_CHECKING:  # ToyModel calls this module; the pruned copy is built with type(loaded)

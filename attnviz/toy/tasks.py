@@ -28,7 +28,7 @@ import random
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 from attnviz.toy.tokenizer import BOS, EOS, SEP
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnviz.errors import InputError
+from attnviz.common.errors import InputError
 
 PAD, BOS, EOS, SEP = "<pad>", "<bos>", "<eos>", "<sep>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, SEP)

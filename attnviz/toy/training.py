@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from attnviz.errors import InputError, ParameterError
-from attnviz.reporting import progress_bar
+from attnviz.common.errors import InputError, ParameterError
+from attnviz.common.progress import progress_bar
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.loaded import ToyModel, label_loss, label_metrics
 from attnviz.toy.model import ToyTransformer

@@ -11,7 +11,7 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 from figure_helpers import read_svg
 
-from attnviz.alignment import (
+from attnviz.heads.alignment import (
     AlignmentPair,
     GoldAlignment,
     align_heads,
@@ -21,7 +21,7 @@ from attnviz.alignment import (
     read_alignment_pairs,
     whitespace_word_ids,
 )
-from attnviz.errors import InputError, UnsupportedModelError
+from attnviz.common.errors import InputError, UnsupportedModelError
 
 REVERSE = Path(__file__).resolve().parents[2] / "sample_data" / "toy" / "reverse"
 
@@ -105,7 +105,7 @@ def test_reverse_toy_known_cross_head_aligns_and_layer_zero_and_random_heads_do_
     assert [h.aer for h in result.heads] == sorted(h.aer for h in result.heads)
     # a head with random attention: AER near 1 − 1/(mean length), far above the known head
     generator = torch.Generator().manual_seed(0)
-    from attnviz.alignment import LinkCounts
+    from attnviz.heads.alignment import LinkCounts
 
     counts = LinkCounts()
     for pair in pairs:

@@ -1,4 +1,4 @@
-"""The one token-count batcher (attnviz.batching), throughput fields, --device-map and half-precision accumulation."""
+"""The one token-count batcher (attnviz.models.batching), throughput fields, --device-map and half-precision accumulation."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 from cli_helpers import assert_clean_error, run_cli
 
-from attnviz.batching import plan_batches, token_batches, token_lengths
-from attnviz.captures import AttentionCapture
-from attnviz.errors import InputError
+from attnviz.models.batching import plan_batches, token_batches, token_lengths
+from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.common.errors import InputError
 
 TEXTS = [
     "A short one.",
@@ -45,7 +45,7 @@ def test_plan_limits_examples_and_isolates_examples_longer_than_the_budget():
 
 
 def test_stats_and_prune_share_the_batcher(minilm):
-    from attnviz.prune.objective import text_batches
+    from attnviz.prune.judging import text_batches
 
     lengths = token_lengths(minilm, TEXTS)
     assert lengths == [len(minilm.encode([text]).tokens[0]) for text in TEXTS]  # exact token counts

@@ -11,9 +11,9 @@ from figure_helpers import read_svg
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from attnviz.captures import AttentionCapture, capture
-from attnviz.compact import decode_patterns, encode_pattern
-from attnviz.errors import CaptureFileError, InputError
+from attnviz.capture.attention_capture import AttentionCapture, capture
+from attnviz.capture.compact import decode_patterns, encode_pattern
+from attnviz.common.errors import CaptureFileError, InputError
 
 TEXT = (
     "The old lighthouse keeper climbed the winding stairs every evening, lit the great lamp, "

@@ -13,7 +13,7 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 from safetensors import safe_open
 
-from attnviz.captures import AttentionCapture
+from attnviz.capture.attention_capture import AttentionCapture
 
 
 def _gguf_bytes(name: str = "blk.0.weight", dims=(4, 2), data: bytes = b"\x00" * 32) -> bytes:
@@ -145,7 +145,7 @@ def test_dash_reads_text_from_standard_input(tmp_path, capsys, monkeypatch):
 
 
 def test_data_dash_reads_examples_from_standard_input(tmp_path, capsys, monkeypatch):
-    from attnviz.data import examples_from_text
+    from attnviz.common.texts import examples_from_text
 
     assert examples_from_text('{"text": "A b."}\n\n{"text": "C d."}\n') == ["A b.", "C d."]
     assert examples_from_text("A b.\nC d.\n") == ["A b.", "C d."]

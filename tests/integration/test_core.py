@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers
 
-from attnviz.captures import PatternRecorder
+from attnviz.capture.attention_capture import PatternRecorder
 from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
 from attnviz.core import attention as core_attention
 from attnviz.models.hf import load_hf_model
@@ -92,7 +92,7 @@ def test_real_minilm_matches_eager(minilm, minilm_dir):
 
 
 def test_unregistered_family_falls_back_to_eager(tiny_model_dirs):
-    from attnviz.reporting import AttnvizWarning
+    from attnviz.common.progress import AttnvizWarning
 
     # the library prints nothing: the notice is a Python warning unless a reporter is installed
     with pytest.warns(AttnvizWarning, match="eager"):

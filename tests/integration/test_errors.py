@@ -6,7 +6,7 @@ import pytest
 from cli_helpers import run_cli
 
 from attnviz.cli.errors import error_message, flag_for
-from attnviz.errors import InputError, ParameterError
+from attnviz.common.errors import InputError, ParameterError
 from attnviz.prune.pipeline import PruneConfig
 from attnviz.stats.detect import Thresholds
 from attnviz.toy.training import TrainingSettings

@@ -10,12 +10,12 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 from rich.console import Console
 
-from attnviz.captures import AttentionCapture, capture
-from attnviz.errors import InputError
+from attnviz.capture.attention_capture import AttentionCapture, capture
+from attnviz.common.errors import InputError
 from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.heatmap import MASKED_LABEL, FigureStyle, label_positions, save_figure
 from attnviz.render.terminal import terminal_heatmap
-from attnviz.selection import MEAN_OF_HEADS
+from attnviz.render.selection import MEAN_OF_HEADS
 
 
 def _synthetic(n=12, causal=True, layers=2, heads=3, model="smollm2"):

@@ -7,12 +7,12 @@ import struct
 import pytest
 import torch
 
-from attnviz.captures import AttentionCapture, capture
-from attnviz.errors import InputError, OutputError
+from attnviz.capture.attention_capture import AttentionCapture, capture
+from attnviz.common.errors import InputError, OutputError
 from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.heatmap import causal_visibility, save_figure
-from attnviz.selection import MEAN_OF_HEADS
-from attnviz.words import display_token, merge_words, word_groups, word_label
+from attnviz.render.selection import MEAN_OF_HEADS
+from attnviz.common.tokens import display_token, merge_words, word_groups, word_label
 
 
 def png_size(path):

@@ -7,9 +7,9 @@ import time
 import pytest
 import torch
 
-from attnviz.captures import capture
+from attnviz.capture.attention_capture import capture
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError, ModelSpecError
+from attnviz.common.errors import InputError, ModelSpecError
 from attnviz.models.specs import load_model, resolve_dtype, smollm2_path
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from attnviz.data import default_corpus_path, read_examples, sample_data_path
+from attnviz.common.texts import default_corpus_path, read_examples, sample_data_path
 from attnviz.models.specs import SHIPPED_TOYS, TOY_MARKER, shipped_toy_path
 
 ROOT = Path(__file__).resolve().parents[2]

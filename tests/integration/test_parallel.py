@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import CliResult, run_cli
 
-from attnviz.parallel import SINGLE_PROCESS, DataParallel, launched_by_torchrun
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel, launched_by_torchrun
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "sample_data" / "corpus.txt"
@@ -88,7 +88,7 @@ def test_from_main_passes_the_main_process_numbers_and_checks_their_count():
 
 def test_only_the_main_process_times_and_checks_the_pruned_model(tiny_models, monkeypatch):
     """A second process scores its share but leaves latency and the masked-vs-pruned check to rank 0."""
-    from attnviz.data import default_corpus_path, read_examples
+    from attnviz.common.texts import default_corpus_path, read_examples
     from attnviz.prune import PruneConfig, pipeline
 
     def refuse(*args, **kwargs):

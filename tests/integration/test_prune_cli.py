@@ -11,9 +11,9 @@ from figure_helpers import read_svg
 from tiny_models import TEXTS, main_output
 from transformers import AutoModelForCausalLM
 
-from attnviz.models.heads import removal_mask
+from attnviz.models.head_sets import removal_mask
 from attnviz.models.specs import PRUNED_MARKER, TOY_MARKER, load_model
-from attnviz.prune.measure import parameter_count
+from attnviz.prune.cost import parameter_count
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
 

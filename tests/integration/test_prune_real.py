@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from attnviz.core import AttentionSite
-from attnviz.data import default_corpus_path, read_examples
-from attnviz.models.heads import removal_mask
+from attnviz.common.texts import default_corpus_path, read_examples
+from attnviz.models.head_sets import removal_mask
 from attnviz.models.physical import prune_heads_physically
 from attnviz.models.specs import load_model
 from attnviz.prune import PruneConfig, prune_model, save_outcome
-from attnviz.prune.measure import forward_output, parameter_count
+from attnviz.prune.cost import forward_output, parameter_count
 
 pytestmark = pytest.mark.slow
 

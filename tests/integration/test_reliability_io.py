@@ -17,8 +17,8 @@ import pytest
 from bad_input_helpers import TOY
 from cli_helpers import run_cli
 
-from attnviz import io, staging
-from attnviz.errors import ModelSpecError, OutputError
+from attnviz.outputs import files, staging
+from attnviz.common.errors import ModelSpecError, OutputError
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def mode(path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def toy_capture(tmp_path_factory):
-    from attnviz.captures import capture
+    from attnviz.capture.attention_capture import capture
     from attnviz.models.specs import load_model
 
     path = tmp_path_factory.mktemp("capture") / "toy.safetensors"
@@ -58,7 +58,7 @@ def test_new_outputs_follow_the_umask_and_replaced_ones_keep_their_mode(tmp_path
     assert render("a.png") == 0
     assert mode(tmp_path / "a.png") == 0o644
     umask(0o022)
-    with io.staged_directory(tmp_path / "d") as stage:
+    with files.staged_directory(tmp_path / "d") as stage:
         (stage / "f.txt").write_text("x")
     assert mode(tmp_path / "d") == 0o755 and mode(tmp_path / "d" / "f.txt") == 0o644
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.png", "d"]
@@ -66,15 +66,15 @@ def test_new_outputs_follow_the_umask_and_replaced_ones_keep_their_mode(tmp_path
 
 def test_a_session_writes_all_outputs_or_none(tmp_path):
     (tmp_path / "a.json").write_text("old")
-    with pytest.raises(OutputError, match="no space left on device writing .*b.txt"), io.output_session():
-        io.write_text_atomic(tmp_path / "a.json", "new")
-        with io.atomic_path(tmp_path / "b.txt") as tmp:
+    with pytest.raises(OutputError, match="no space left on device writing .*b.txt"), files.output_session():
+        files.write_text_atomic(tmp_path / "a.json", "new")
+        with files.atomic_path(tmp_path / "b.txt") as tmp:
             tmp.write_text("partial")
             raise OSError(errno.ENOSPC, "No space left on device")
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"] and (tmp_path / "a.json").read_text() == "old"
-    with io.output_session():
-        io.write_text_atomic(tmp_path / "a.json", "new")
-        io.write_text_atomic(tmp_path / "b.txt", "b")
+    with files.output_session():
+        files.write_text_atomic(tmp_path / "a.json", "new")
+        files.write_text_atomic(tmp_path / "b.txt", "b")
         assert (tmp_path / "a.json").read_text() == "old"  # nothing moves before the session ends
     assert (tmp_path / "a.json").read_text() == "new" and (tmp_path / "b.txt").read_text() == "b"
 
@@ -91,9 +91,9 @@ def test_a_failed_rename_rolls_back_the_earlier_ones(tmp_path, monkeypatch):
         return real_replace(source, destination)
 
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(OutputError, match="input/output error writing .*z.json"), io.output_session():
-        io.write_text_atomic(tmp_path / "a.json", "new a")
-        io.write_text_atomic(tmp_path / "z.json", "new z")
+    with pytest.raises(OutputError, match="input/output error writing .*z.json"), files.output_session():
+        files.write_text_atomic(tmp_path / "a.json", "new a")
+        files.write_text_atomic(tmp_path / "z.json", "new z")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "z.json"]
     assert (tmp_path / "a.json").read_text() == "old a" and (tmp_path / "z.json").read_text() == "old z"
 
@@ -106,7 +106,7 @@ def test_stale_temporaries_of_dead_processes_are_removed_live_ones_kept(tmp_path
     (dead_dir / "model.safetensors").write_text("x")
     live = tmp_path / f"{staging.temp_prefix()}ghi-other.png"  # this process: still writing
     live.write_text("in progress")
-    io.write_text_atomic(tmp_path / "out.txt", "x")
+    files.write_text_atomic(tmp_path / "out.txt", "x")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "out.txt"])
 
 
@@ -133,14 +133,14 @@ def test_outputs_that_touch_inputs_are_refused(tmp_path):
     (tmp_path / "link.json").symlink_to(model / "config.json")
     for output in (model / "config.json", model / "new.png", tmp_path / "link.json", tmp_path):
         with pytest.raises(OutputError, match="would overwrite"):
-            io.check_outputs([output], [model])
-    io.check_outputs([tmp_path / "elsewhere.png"], [model])
+            files.check_outputs([output], [model])
+    files.check_outputs([tmp_path / "elsewhere.png"], [model])
     with pytest.raises(OutputError, match="overlap"):
-        io.check_outputs([tmp_path / "x", tmp_path / "x" / "y.json"])
-    with io.output_session():
-        io.protect_inputs([model])
+        files.check_outputs([tmp_path / "x", tmp_path / "x" / "y.json"])
+    with files.output_session():
+        files.protect_inputs([model])
         with pytest.raises(OutputError, match="would overwrite"):
-            io.write_text_atomic(tmp_path / "link.json", "x")  # caught at write time too
+            files.write_text_atomic(tmp_path / "link.json", "x")  # caught at write time too
     assert (model / "config.json").read_text() == "{}"
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 from cli_helpers import assert_clean_error, run_cli
 
-from attnviz.atlas import build_head_atlas, example_captures
+from attnviz.atlas.build import build_head_atlas, example_captures
 from attnviz.stats import compute_statistics, detect_heads
 from attnviz.stats.definitions import STATISTIC_NAMES
 

@@ -8,7 +8,7 @@ import pytest
 from cli_helpers import run_cli
 from figure_helpers import read_svg
 
-from attnviz.reporting import AttnvizWarning, Reporter, progress_bar, status, use_reporter, warn
+from attnviz.common.progress import AttnvizWarning, Reporter, progress_bar, status, use_reporter, warn
 
 
 class Collecting(Reporter):

@@ -11,7 +11,7 @@ from cli_helpers import assert_clean_error, run_cli
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from attnviz.errors import AttnvizError
+from attnviz.common.errors import AttnvizError
 from attnviz.models.specs import load_model
 from attnviz.toy import TrainingSettings, build_toy_model, checkpoint_series, train_toy_model
 from attnviz.toy.training import learning_rate_at

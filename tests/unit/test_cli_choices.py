@@ -10,7 +10,7 @@ import typing
 import pytest
 from cli_helpers import assert_clean_error, run_cli
 
-from attnviz.alignment import RowChoice as LibraryRowChoice
+from attnviz.heads.alignment import RowChoice as LibraryRowChoice
 from attnviz.cli.align_cmd import RowChoice
 from attnviz.cli.capture_cmd import Bits
 from attnviz.cli.heads_cmd import ScoreName
@@ -27,9 +27,9 @@ from attnviz.cli.options import (
 from attnviz.cli.prune_cmd import ImportanceMethod, Scope
 from attnviz.cli.stats_options import PRESET_NAMES, STATISTIC_NAMES, Statistic
 from attnviz.cli.train_cmd import ARCHITECTURE_NAMES, ATTENTION_VARIANTS, TASK_NAMES
-from attnviz.compact import CAPTURE_BITS
+from attnviz.capture.compact import CAPTURE_BITS
 from attnviz.core.stacks import STACKS
-from attnviz.errors import InputError, ParameterError
+from attnviz.common.errors import InputError, ParameterError
 from attnviz.heads.scores import SCORE_NAMES
 from attnviz.models.specs import DTYPES, resolve_device, resolve_dtype
 from attnviz.prune.importance import METHODS

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnviz.captures import AttentionCapture
+from attnviz.capture.attention_capture import AttentionCapture
 from attnviz.heads.rollout import rollout
 from attnviz.heads.similarity import embedding_2d, head_similarity, pairwise_js
 
@@ -96,7 +96,7 @@ def test_capture_file_keeps_the_rollout(tmp_path):
 
 
 def test_attention_flow_by_hand_and_refusal_of_long_inputs():
-    from attnviz.errors import InputError
+    from attnviz.common.errors import InputError
     from attnviz.heads.rollout import MAX_FLOW_TOKENS, attention_flow
 
     torch.manual_seed(3)

@@ -13,12 +13,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "attnviz"
 
 #: bottom to top; a module may import its own layer and the layers below, never one above
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"errors", "reporting", "io", "staging", "data", "words", "compact", "parallel"}),
+    ("foundation", {"common", "outputs"}),
     ("core", {"core"}),
     ("models", {"models", "toy"}),
-    ("analysis", {"captures", "capture_checks", "batching", "stats", "heads", "generation", "alignment"}),
-    ("output", {"render", "atlas", "prune", "selection"}),
-    ("cli", {"cli", "console", "__main__"}),
+    ("capture", {"capture"}),
+    ("analysis", {"stats", "heads"}),
+    ("output", {"render", "atlas", "prune"}),
+    ("cli", {"cli", "__main__"}),
 ]
 LAYER_OF = {part: index for index, (_, parts) in enumerate(LAYERS) for part in parts}
 
@@ -42,7 +43,7 @@ def imported_modules(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.startswith("attnviz"))
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("attnviz") and node.level == 0:
-            for alias in node.names:  # ``from attnviz import io`` imports the module attnviz.io
+            for alias in node.names:  # ``from attnviz.outputs import files`` imports the module attnviz.outputs.files
                 candidate = f"{node.module}.{alias.name}"
                 as_path = PACKAGE.parent / candidate.replace(".", "/")
                 found.add(candidate if as_path.with_suffix(".py").is_file() or as_path.is_dir() else node.module)
@@ -56,6 +57,12 @@ def import_graph() -> dict[str, set[str]]:
 def layer(module: str) -> int | None:
     parts = module.split(".")
     return LAYER_OF.get(parts[1]) if len(parts) > 1 else None  # the package root re-exports everything
+
+
+def test_no_loose_modules():
+    """Every module lives in its layer's package: only ``__init__`` and ``__main__`` sit at the top."""
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in {"__init__.py", "__main__.py"})
+    assert loose == [], f"move these into a layer's package: {loose}"
 
 
 def test_every_module_has_a_layer():

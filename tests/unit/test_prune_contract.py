@@ -12,17 +12,17 @@ import torch
 from tiny_models import TEXTS
 
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError, UnsupportedModelError
+from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.models.base import LoadedModel, PrunedCopy
 from attnviz.models.hf import HFModel
 from attnviz.models.objective import LanguageModelObjective, RepresentationObjective
 from attnviz.models.specs import load_model
 from attnviz.prune.checkpoint import model_source_paths
-from attnviz.prune.measure import forward_output
-from attnviz.prune.objective import judging_batches
+from attnviz.prune.cost import forward_output
+from attnviz.prune.judging import judging_batches
 from attnviz.toy import build_toy_model
 from attnviz.toy.loaded import ToyModel
-from attnviz.toy.objective import TaskObjective
+from attnviz.toy.task_objective import TaskObjective
 
 PACKAGE = Path(__file__).resolve().parents[2] / "attnviz"
 

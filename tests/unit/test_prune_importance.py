@@ -9,8 +9,8 @@ import torch
 from tiny_models import TEXTS
 
 from attnviz.core import AttentionSite, HeadMask
-from attnviz.errors import InputError
-from attnviz.models.heads import removal_mask
+from attnviz.common.errors import InputError
+from attnviz.models.head_sets import removal_mask
 from attnviz.models.hf import HFModel
 from attnviz.models.objective import LanguageModelObjective, RepresentationObjective
 from attnviz.prune.importance import (
@@ -20,7 +20,7 @@ from attnviz.prune.importance import (
     normalize_per_layer,
     random_importance,
 )
-from attnviz.prune.objective import text_batches
+from attnviz.prune.judging import text_batches
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
 

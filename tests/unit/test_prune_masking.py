@@ -9,7 +9,7 @@ import torch
 from tiny_models import TEXTS, main_output
 
 from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
-from attnviz.models.heads import (
+from attnviz.models.head_sets import (
     keep_matrix,
     layout_after,
     max_removable,

@@ -9,14 +9,14 @@ import torch
 from tiny_models import TEXTS, main_output
 
 from attnviz.core import AttentionSite
-from attnviz.errors import ModelSpecError, OutputError, UnsupportedModelError
-from attnviz.models.heads import removal_mask
+from attnviz.common.errors import ModelSpecError, OutputError, UnsupportedModelError
+from attnviz.models.head_sets import removal_mask
 from attnviz.models.physical import find_attention_blocks, plan_site, prune_heads_physically
 from attnviz.models.pruned import load_pruned_model
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint, write_directory_atomically
 from attnviz.models.specs import PRUNED_MARKER, load_model
 from attnviz.prune.checkpoint import check_output_dir
-from attnviz.prune.measure import parameter_count
+from attnviz.prune.cost import parameter_count
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)
 

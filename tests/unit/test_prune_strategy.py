@@ -7,9 +7,9 @@ import torch
 from tiny_models import TEXTS
 
 from attnviz.core import AttentionSite
-from attnviz.errors import InputError
-from attnviz.models.heads import count_removed, removal_mask
-from attnviz.prune.objective import text_batches
+from attnviz.common.errors import InputError
+from attnviz.models.head_sets import count_removed, removal_mask
+from attnviz.prune.judging import text_batches
 from attnviz.prune.strategy import PruneStrategy, layer_quotas, run_pruning, select_heads, step_targets
 
 # fixtures shared by the pruning tests (tiny BERT, GPT-2 and LLaMA models)

@@ -7,7 +7,7 @@ import json
 import pytest
 from tiny_models import TEXTS
 
-from attnviz.captures import AttentionCapture, capture
+from attnviz.capture.attention_capture import AttentionCapture, capture
 from attnviz.core import AttentionSite
 from attnviz.models.physical import prune_heads_physically
 from attnviz.models.pruned_format import save_pruned_checkpoint
@@ -100,7 +100,7 @@ def test_grid_and_figure_place_heads_at_their_original_numbers(pruned_llama):
 
 
 def test_heads_are_chosen_by_their_original_numbers(pruned_llama):
-    from attnviz.errors import InputError
+    from attnviz.common.errors import InputError
 
     loaded, marker = pruned_llama
     result = capture(loaded, TEXTS[0])

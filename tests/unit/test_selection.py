@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnviz.captures import AttentionCapture
+from attnviz.capture.attention_capture import AttentionCapture
 from attnviz.cli.errors import error_message
 from attnviz.cli.selection import check_one_pattern, parse_head_option, parse_layer_option
-from attnviz.errors import InputError, ParameterError
+from attnviz.common.errors import InputError, ParameterError
 from attnviz.render.capture_view import capture_panels
-from attnviz.selection import MEAN_OF_HEADS, resolve_heads, resolve_layers
+from attnviz.render.selection import MEAN_OF_HEADS, resolve_heads, resolve_layers
 
 
 def test_cli_text_becomes_typed_selections():

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnviz.captures import capture_batch
+from attnviz.capture.attention_capture import capture_batch
 from attnviz.core import AttentionContext, AttentionSite, attend
 from attnviz.core import attention as core_attention
 from attnviz.models.base import EncodedBatch
@@ -350,7 +350,7 @@ def test_seed_preset_depends_on_length_and_normalized_does_not():
 
 
 def test_thresholds_validate_ranges():
-    from attnviz.errors import InputError
+    from attnviz.common.errors import InputError
 
     with pytest.raises(InputError, match="threshold collapsed_max_weight"):
         Thresholds(collapsed_max_weight=1.5)

@@ -10,9 +10,9 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from attnviz.captures import PatternRecorder, capture
+from attnviz.capture.attention_capture import PatternRecorder, capture
 from attnviz.core import AttentionSite, HeadMask
-from attnviz.errors import InputError, ModelSpecError, OutputError
+from attnviz.common.errors import InputError, ModelSpecError, OutputError
 from attnviz.models.specs import load_model
 from attnviz.toy import (
     VARIANT_NAMES,

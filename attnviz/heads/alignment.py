@@ -12,7 +12,7 @@ counted over the whole corpus (the sums run over every sentence pair before divi
 
 A head predicts links from its cross-attention merged into words (attention *to* a source
 word sums its pieces, attention *from* a target word averages its pieces, as in
-:mod:`attnviz.words`; special tokens are left out). The row of a target word is, by default,
+:mod:`attnviz.common.tokens`; special tokens are left out). The row of a target word is, by default,
 the decoder step that *predicts* it (the row one position earlier, whose input is the
 previous token): that is where a translation model looks at the source to choose the
 word. ``rows="reading"`` uses the word's own rows instead. Two rules turn weights into links:
@@ -36,11 +36,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnviz.captures import AttentionCapture, capture_batch
-from attnviz.errors import InputError, ParameterError, UnsupportedModelError
-from attnviz.io import read_text_file
+from attnviz.capture.attention_capture import AttentionCapture, capture_batch
+from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
+from attnviz.outputs.files import read_text_file
 from attnviz.models.base import LoadedModel
-from attnviz.words import display_token, merge_words, word_groups
+from attnviz.common.tokens import display_token, merge_words, word_groups
 
 RowChoice = Literal["predicting", "reading"]
 _LINK = re.compile(r"^(\d+)(?:(-)(\d+)(\?|-[PpSs])?|([?pPsS])(\d+))$")
@@ -336,6 +336,6 @@ def align_heads(
 
 def write_alignment_json(path: str | Path, result: AlignmentResult) -> Path:
     """Write :meth:`AlignmentResult.to_record` as JSON, atomically."""
-    from attnviz.io import write_text_atomic
+    from attnviz.outputs.files import write_text_atomic
 
     return write_text_atomic(path, json.dumps(result.to_record(), indent=2) + "\n")

@@ -2,7 +2,7 @@
 
 Everything human-facing (progress bars, tables, warnings) goes to stderr, so a
 command's stdout stays clean for pipes and scripts. Only :mod:`attnviz.cli` uses this
-module; the library reports through :mod:`attnviz.reporting`, and the CLI installs
+module; the library reports through :mod:`attnviz.common.progress`, and the CLI installs
 :class:`ConsoleReporter` for the whole run.
 """
 
@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager as ContextManager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from attnviz.reporting import Reporter
+from attnviz.common.progress import Reporter
 
 console = Console(stderr=True)
 

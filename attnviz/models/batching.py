@@ -7,14 +7,14 @@ work per forward pass even: many short sentences or a few long documents.
 
 Planning (:func:`plan_batches`) only needs the lengths and returns example indices, so
 the plan is cheap, the same on every process of a distributed run, and can be split
-among processes before anything is encoded (see :mod:`attnviz.parallel`).
+among processes before anything is encoded (see :mod:`attnviz.common.parallel`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from attnviz.errors import InputError, ParameterError
+from attnviz.common.errors import InputError, ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
 
 #: Examples per batch when no limit is given.

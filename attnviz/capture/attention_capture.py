@@ -6,7 +6,7 @@ tensor: ``[head, query, key]``; ``capture.stacked(stack)`` gives
 ``j`` are token ``i`` / ``j`` of the example.
 
 File format (``save``/``load``): a safetensors file with one tensor per
-layer (float32, or compact: see :mod:`attnviz.compact`) named ``{stack}.{layer}`` of shape ``[head, query, key]`` (``self.*``
+layer (float32, or compact: see :mod:`attnviz.capture.compact`) named ``{stack}.{layer}`` of shape ``[head, query, key]`` (``self.*``
 for encoder-only and decoder-only models; ``encoder.*``, ``decoder.*`` and
 ``cross.*`` for encoder-decoder models) and string metadata: ``format``
 (``attnviz-capture``), ``version``, ``model``, ``tokens`` and
@@ -29,12 +29,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnviz.compact import check_bits, decode_patterns, encode_pattern
+from attnviz.capture.compact import check_bits, decode_patterns, encode_pattern
 from attnviz.core import AttentionSite
 from attnviz.core.recorder import PatternRecorder
 from attnviz.core.stacks import stack_of
-from attnviz.errors import CaptureFileError, InputError
-from attnviz.io import atomic_path, check_output_path
+from attnviz.common.errors import CaptureFileError, InputError
+from attnviz.outputs.files import atomic_path, check_output_path
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import HeadIdentity, model_identity
 
@@ -113,7 +113,7 @@ class AttentionCapture:
     def save(self, path: str | Path, *, bits: int = 32) -> Path:
         """Write the capture as safetensors (atomically) with ``bits`` (32, 16 or 8) per weight.
 
-        See the module docstring for the format and :mod:`attnviz.compact` for the error bounds.
+        See the module docstring for the format and :mod:`attnviz.capture.compact` for the error bounds.
         """
         from safetensors.torch import save_file
 
@@ -153,8 +153,8 @@ class AttentionCapture:
         """Read a capture written by :meth:`save` (or by ``attnviz capture``)."""
         from safetensors import safe_open
 
-        from attnviz.capture_checks import capture_fields
-        from attnviz.io import protect_inputs
+        from attnviz.capture.checks import capture_fields
+        from attnviz.outputs.files import protect_inputs
 
         path = Path(path).expanduser()
         if not path.is_file():

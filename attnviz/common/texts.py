@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from attnviz.errors import InputError, ParameterError
-from attnviz.io import read_text_file
+from attnviz.common.errors import InputError, ParameterError
+from attnviz.outputs.files import read_text_file
 
 #: Folder of the data shipped inside the package (read with importlib.resources, so it works installed).
 SAMPLE_DATA = "sample_data"

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import torch
 
-from attnviz.captures import AttentionCapture, PatternRecorder, captures_from_patterns
-from attnviz.data import load_texts
-from attnviz.errors import InputError
-from attnviz.io import check_output_path, read_text_file
+from attnviz.capture.attention_capture import AttentionCapture, PatternRecorder, captures_from_patterns
+from attnviz.common.texts import load_texts
+from attnviz.common.errors import InputError
+from attnviz.outputs.files import check_output_path, read_text_file
 from attnviz.models.base import LoadedModel
 from attnviz.models.specs import load_model
 from attnviz.render.atlas import ExtraColumns, HeadKey, write_atlas
 from attnviz.render.html_page import HTML_SUFFIXES
-from attnviz.reporting import status
+from attnviz.common.progress import status
 from attnviz.stats.detect import Thresholds
 from attnviz.stats.measure import measure_model
 

@@ -2,7 +2,7 @@
 
 A corpus pass (statistics, head importance, …) becomes data-parallel in three steps:
 
-1. every process plans the same batches (deterministic, see :mod:`attnviz.batching`);
+1. every process plans the same batches (deterministic, see :mod:`attnviz.models.batching`);
 2. :meth:`DataParallel.shard` picks this process's share, balanced by cost;
 3. after the local pass, :meth:`DataParallel.sum` adds the sufficient statistics
    (sums, sums of squares, counts) of every process, in float64.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnviz.errors import DistributedError
+from attnviz.common.errors import DistributedError
 
 #: Environment variables torchrun sets for every process it starts.
 RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")

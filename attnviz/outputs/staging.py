@@ -1,6 +1,6 @@
 """Temporary files, all-or-nothing commits and the inputs a run must never overwrite.
 
-The public entry points live in :mod:`attnviz.io`; this module holds the machinery:
+The public entry points live in :mod:`attnviz.outputs.files`; this module holds the machinery:
 
 * every temporary file or directory attnviz creates is named
   ``.attnviz-tmp-<pid>_<start>-<random>-<name>`` (:data:`TEMP_PREFIX`), so one left
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnviz.errors import OutputError
+from attnviz.common.errors import OutputError
 
 #: prefix of every temporary file and directory attnviz creates
 TEMP_PREFIX = ".attnviz-tmp-"

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnviz.captures import AttentionCapture
+from attnviz.capture.attention_capture import AttentionCapture
 from attnviz.core import CONTEXT_KWARG, AttentionSite
-from attnviz.errors import InputError, ParameterError, UnsupportedModelError
+from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.models.base import LoadedModel
 
 # Markers of a token that starts a new word (byte-level BPE, SentencePiece) or continues one (WordPiece).

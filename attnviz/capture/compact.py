@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnviz.errors import ParameterError
+from attnviz.common.errors import ParameterError
 
 #: Bits per weight a capture file may use.
 CAPTURE_BITS = (8, 16, 32)

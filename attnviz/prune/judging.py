@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnviz.batching import token_batches
-from attnviz.errors import ParameterError
+from attnviz.models.batching import token_batches
+from attnviz.common.errors import ParameterError
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.objective import Objective
-from attnviz.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 
 #: examples per batch when none is given: own examples (small toy tasks) and texts
 OWN_EXAMPLES_PER_BATCH = 64
@@ -29,7 +29,7 @@ def text_batches(
     max_tokens_per_batch: int | None = None,
     max_length: int | None = None,
 ) -> list[EncodedBatch]:
-    """Encode ``texts`` with the shared token-count batcher (:func:`attnviz.batching.token_batches`).
+    """Encode ``texts`` with the shared token-count batcher (:func:`attnviz.models.batching.token_batches`).
 
     Longest first, at most ``batch_size`` examples and ``max_tokens_per_batch`` padded tokens per batch.
     """
@@ -85,7 +85,7 @@ def objectives_for(
 ) -> tuple[Objective, Objective]:
     """(scoring objective, evaluation objective), one object when the batches are the same list.
 
-    Raises :class:`~attnviz.errors.ParameterError` when either has too little data to judge heads on.
+    Raises :class:`~attnviz.common.errors.ParameterError` when either has too little data to judge heads on.
     """
     common = {"probes": probes, "seed": seed, "parallel": parallel}
     scoring_objective = loaded.objective(scoring, **common)

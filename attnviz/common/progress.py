@@ -6,7 +6,7 @@ truncated, a family falls back to eager attention), it calls :func:`warn`, :func
 
 * by default, :class:`Reporter`: warnings become Python warnings (:class:`AttnvizWarning`, so a
   script can filter or escalate them), status messages and progress bars are silent;
-* the command line installs its rich reporter (:mod:`attnviz.console`) for the whole run with
+* the command line installs its rich reporter (:mod:`attnviz.cli.console`) for the whole run with
   :func:`use_reporter`; a script can install its own the same way.
 
 The reporter lives in a :class:`contextvars.ContextVar`, so threads and async tasks each see the

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnviz.errors import ParameterError
+from attnviz.common.errors import ParameterError
 
 __all__ = ["MEAN_OF_HEADS", "HeadSelection", "LayerSelection", "MeanOfHeads", "resolve_heads", "resolve_layers"]
 

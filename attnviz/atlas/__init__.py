@@ -1,0 +1,1 @@
+"""The head atlas (``attnviz report``): from loading a model to the written page."""

@@ -1,0 +1,1 @@
+"""The capture object, its file format (compact coding, checks) and capture while generating."""

@@ -1,0 +1,1 @@
+"""Foundation: typed errors, progress reporting, text sources, token labels, data parallelism."""

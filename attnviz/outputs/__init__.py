@@ -1,0 +1,1 @@
+"""Safe file output: destinations checked early, inputs never touched, writes atomic."""
