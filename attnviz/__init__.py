@@ -27,9 +27,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "load_model": "attnviz.models.specs",
     "LoadedModel": "attnviz.models.base",
-    "capture": "attnviz.capture.attention_capture",
-    "AttentionCapture": "attnviz.capture.attention_capture",
-    "PatternRecorder": "attnviz.capture.attention_capture",
+    "capture": "attnviz.captures.attention_capture",
+    "AttentionCapture": "attnviz.captures.attention_capture",
+    "PatternRecorder": "attnviz.captures.attention_capture",
     "attend": "attnviz.core",
     "AttentionContext": "attnviz.core",
     "AttentionSite": "attnviz.core",
@@ -92,7 +92,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from attnviz.capture.attention_capture import AttentionCapture, PatternRecorder, capture
+    from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, capture
     from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
     from attnviz.common.errors import AttnvizError
     from attnviz.heads import FunctionThresholds, HeadFunctions, ProbeSettings, head_functions, head_similarity, rollout

@@ -1,6 +1,6 @@
 """Benchmark: capturing attention while SmolLM2 writes, with the key/value cache vs without it.
 
-``attnviz.capture.generation.generate_capture`` runs one query row per step through the core (key/value
+``attnviz.captures.generation.generate_capture`` runs one query row per step through the core (key/value
 cache). Without a cache, capturing every step means a new forward pass over prompt + text so far
 at every step (what a tool that only captures fixed texts would have to do). Both produce the same
 patterns; this prints their times side by side (fastest of interleaved rounds) and the ratio.
@@ -23,7 +23,7 @@ import torch
 from attnviz.core import CONTEXT_KWARG
 from attnviz.core.recorder import PatternRecorder
 from attnviz.common.texts import default_corpus_path, read_examples
-from attnviz.capture.generation import generate_capture
+from attnviz.captures.generation import generate_capture
 from attnviz.models.specs import load_model
 
 

@@ -137,7 +137,7 @@ def _damaged_captures(root: Path) -> None:
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    from attnviz.capture.attention_capture import capture
+    from attnviz.captures.attention_capture import capture
     from attnviz.models.specs import load_model
 
     good = capture(load_model(str(TOY), device="cpu"), "a b c d")

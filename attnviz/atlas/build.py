@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from attnviz.capture.attention_capture import AttentionCapture, PatternRecorder, captures_from_patterns
+from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, captures_from_patterns
 from attnviz.common.texts import load_texts
 from attnviz.common.errors import InputError
 from attnviz.outputs.files import check_output_path, read_text_file

@@ -20,7 +20,7 @@ def generation_settings(generate, sample, temperature, seed, target) -> dict | N
 
 def capture_text(text, target, model, max_length, no_truncate, device, dtype, device_map=None, generation=None):
     """Load ``model`` and capture ``text`` (with ``generation``: while the model continues it)."""
-    from attnviz.capture.attention_capture import capture
+    from attnviz.captures.attention_capture import capture
     from attnviz.cli.console import console
     from attnviz.models.specs import load_model
 
@@ -28,7 +28,7 @@ def capture_text(text, target, model, max_length, no_truncate, device, dtype, de
         loaded = load_model(model, device=device, dtype=dtype, device_map=device_map)
     if generation is None:
         return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
-    from attnviz.capture.generation import generate_capture
+    from attnviz.captures.generation import generate_capture
 
     with console.status(f"generating up to {generation['max_new_tokens']} tokens"):
         result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)

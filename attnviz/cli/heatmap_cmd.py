@@ -217,7 +217,7 @@ def heatmap(
 
       attnviz heatmap "The capital of France is" --model smollm2 --generate 8 --head mean
     """
-    from attnviz.capture.attention_capture import AttentionCapture
+    from attnviz.captures.attention_capture import AttentionCapture
     from attnviz.cli.capturing import capture_text, generation_settings, print_summary
     from attnviz.cli.selection import check_one_pattern, parse_head_option, parse_layer_option
     from attnviz.cli.stdin import text_or_stdin

@@ -36,7 +36,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnviz.capture.attention_capture import AttentionCapture, capture_batch
+from attnviz.captures.attention_capture import AttentionCapture, capture_batch
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.outputs.files import read_text_file
 from attnviz.models.base import LoadedModel

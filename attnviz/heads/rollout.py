@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title
 from attnviz.render.html_page import build_page, write_page

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 from attnviz.models.names import full_model_name
 from attnviz.render.heatmap import FigureStyle, HeatmapPanel, causal_visibility, render_heatmaps

@@ -172,7 +172,7 @@ __all__ = [
 
 
 def capture_rollout_figure(capture, *, stack: str | None = None, annotate: bool | None = None, flow: bool = False):
-    """The rollout (or, with ``flow``, attention-flow) heatmap of an :class:`~attnviz.capture.attention_capture.AttentionCapture`.
+    """The rollout (or, with ``flow``, attention-flow) heatmap of an :class:`~attnviz.captures.attention_capture.AttentionCapture`.
 
     A stored ``rollout`` tensor is used when the capture has one.
     """

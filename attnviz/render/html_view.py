@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title

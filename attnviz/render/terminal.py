@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.render.capture_view import capture_panels
 from attnviz.render.heatmap import MASKED_LABEL, FigureStyle
 from attnviz.render.selection import MeanOfHeads

@@ -19,7 +19,7 @@ def test_import_attnviz_is_light():
 
 
 def test_every_export_resolves():
-    import attnviz.capture.attention_capture  # a submodule import must not shadow a top-level name
+    import attnviz.captures.attention_capture  # a submodule import must not shadow a top-level name
 
     assert callable(attnviz.capture)
     for name in attnviz.__all__:

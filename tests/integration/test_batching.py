@@ -9,7 +9,7 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 
 from attnviz.models.batching import plan_batches, token_batches, token_lengths
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 
 TEXTS = [

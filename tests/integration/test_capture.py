@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from attnviz.capture.attention_capture import AttentionCapture, capture, capture_batch
+from attnviz.captures.attention_capture import AttentionCapture, capture, capture_batch
 from attnviz.common.errors import CaptureFileError, InputError
 from attnviz.models.hf import load_hf_model
 

@@ -8,7 +8,7 @@ import pytest
 from cli_helpers import assert_clean_error, run_cli
 from figure_helpers import distinct_colours, png_pixels, read_svg
 
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 
 SENTENCE = "The cat sat on the mat because it was tired."
 

@@ -11,8 +11,8 @@ from figure_helpers import read_svg
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from attnviz.capture.attention_capture import AttentionCapture, capture
-from attnviz.capture.compact import decode_patterns, encode_pattern
+from attnviz.captures.attention_capture import AttentionCapture, capture
+from attnviz.captures.compact import decode_patterns, encode_pattern
 from attnviz.common.errors import CaptureFileError, InputError
 
 TEXT = (

@@ -13,7 +13,7 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 from safetensors import safe_open
 
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 
 
 def _gguf_bytes(name: str = "blk.0.weight", dims=(4, 2), data: bytes = b"\x00" * 32) -> bytes:

@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers
 
-from attnviz.capture.attention_capture import PatternRecorder
+from attnviz.captures.attention_capture import PatternRecorder
 from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
 from attnviz.core import attention as core_attention
 from attnviz.models.hf import load_hf_model

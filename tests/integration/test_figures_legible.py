@@ -10,7 +10,7 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 from rich.console import Console
 
-from attnviz.capture.attention_capture import AttentionCapture, capture
+from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.common.errors import InputError
 from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.heatmap import MASKED_LABEL, FigureStyle, label_positions, save_figure

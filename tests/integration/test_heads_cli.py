@@ -107,7 +107,7 @@ def test_corpus_adds_statistics_and_flags(capsys, tmp_path, tiny_model_dirs):
 
 
 def test_rollout_view_and_capture(capsys, tmp_path, tiny_model_dirs):
-    from attnviz.capture.attention_capture import AttentionCapture
+    from attnviz.captures.attention_capture import AttentionCapture
     from attnviz.heads.rollout import rollout
 
     model = str(tiny_model_dirs["gpt2"])
@@ -157,7 +157,7 @@ def test_help_lists_choices_and_examples(capsys, monkeypatch):
 
 
 def test_flow_view_draws_short_inputs_and_refuses_long_ones(capsys, tmp_path, tiny_model_dirs):
-    from attnviz.capture.attention_capture import capture
+    from attnviz.captures.attention_capture import capture
     from attnviz.heads.rollout import attention_flow
     from attnviz.models.hf import load_hf_model
 

@@ -130,7 +130,7 @@ def test_shipped_toy_induction_checkpoint_labels():
 @pytest.mark.parametrize("family", ["llama", "bert", "bart"])
 def test_observer_scores_equal_scores_from_captured_patterns(family, tiny_model_dirs):
     """The streaming scores equal the same definition applied to full captured patterns."""
-    from attnviz.capture.attention_capture import PatternRecorder
+    from attnviz.captures.attention_capture import PatternRecorder
     from attnviz.heads.compute import probe_scores
     from attnviz.models.hf import load_hf_model
 

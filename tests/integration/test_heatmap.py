@@ -7,7 +7,7 @@ import struct
 import pytest
 import torch
 
-from attnviz.capture.attention_capture import AttentionCapture, capture
+from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.common.errors import InputError, OutputError
 from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.heatmap import causal_visibility, save_figure

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from attnviz.capture.attention_capture import capture
+from attnviz.captures.attention_capture import capture
 from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError, ModelSpecError
 from attnviz.models.specs import load_model, resolve_dtype, smollm2_path

@@ -36,7 +36,7 @@ def mode(path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def toy_capture(tmp_path_factory):
-    from attnviz.capture.attention_capture import capture
+    from attnviz.captures.attention_capture import capture
     from attnviz.models.specs import load_model
 
     path = tmp_path_factory.mktemp("capture") / "toy.safetensors"

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnviz.capture.attention_capture import PatternRecorder
+from attnviz.captures.attention_capture import PatternRecorder
 from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
 from attnviz.core import attention as core_attention
 from attnviz.core import blocks as core_blocks

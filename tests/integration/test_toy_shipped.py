@@ -10,7 +10,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from attnviz.capture.attention_capture import PatternRecorder, capture
+from attnviz.captures.attention_capture import PatternRecorder, capture
 from attnviz.core import AttentionSite
 from attnviz.models.specs import load_model
 from attnviz.toy import checkpoint_series, solution_scores
@@ -135,7 +135,7 @@ def test_heatmap_command_on_the_shipped_reverse_model(capsys, tmp_path):
         capsys, "capture", "3 1 4 1 5", "--model", TOY / "reverse", "--target", "5 1 4 1 3", "--out", saved
     )
     assert result.exit_code == 0, result.stderr
-    from attnviz.capture.attention_capture import AttentionCapture
+    from attnviz.captures.attention_capture import AttentionCapture
 
     cross = AttentionCapture.load(saved).layer(1, "cross")[2]  # [target, source]
     assert min(float(cross[t, 4 - t]) for t in range(5)) > 0.8

@@ -27,7 +27,7 @@ from attnviz.cli.options import (
 from attnviz.cli.prune_cmd import ImportanceMethod, Scope
 from attnviz.cli.stats_options import PRESET_NAMES, STATISTIC_NAMES, Statistic
 from attnviz.cli.train_cmd import ARCHITECTURE_NAMES, ATTENTION_VARIANTS, TASK_NAMES
-from attnviz.capture.compact import CAPTURE_BITS
+from attnviz.captures.compact import CAPTURE_BITS
 from attnviz.core.stacks import STACKS
 from attnviz.common.errors import InputError, ParameterError
 from attnviz.heads.scores import SCORE_NAMES

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.heads.rollout import rollout
 from attnviz.heads.similarity import embedding_2d, head_similarity, pairwise_js
 

@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("foundation", {"common", "outputs"}),
     ("core", {"core"}),
     ("models", {"models", "toy"}),
-    ("capture", {"capture"}),
+    ("capture", {"captures"}),
     ("analysis", {"stats", "heads"}),
     ("output", {"render", "atlas", "prune"}),
     ("cli", {"cli", "__main__"}),

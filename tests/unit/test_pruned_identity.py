@@ -7,7 +7,7 @@ import json
 import pytest
 from tiny_models import TEXTS
 
-from attnviz.capture.attention_capture import AttentionCapture, capture
+from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.core import AttentionSite
 from attnviz.models.physical import prune_heads_physically
 from attnviz.models.pruned_format import save_pruned_checkpoint

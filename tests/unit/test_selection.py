@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.cli.errors import error_message
 from attnviz.cli.selection import check_one_pattern, parse_head_option, parse_layer_option
 from attnviz.common.errors import InputError, ParameterError

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnviz.capture.attention_capture import capture_batch
+from attnviz.captures.attention_capture import capture_batch
 from attnviz.core import AttentionContext, AttentionSite, attend
 from attnviz.core import attention as core_attention
 from attnviz.models.base import EncodedBatch

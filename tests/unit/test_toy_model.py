@@ -10,7 +10,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from attnviz.capture.attention_capture import PatternRecorder, capture
+from attnviz.captures.attention_capture import PatternRecorder, capture
 from attnviz.core import AttentionSite, HeadMask
 from attnviz.common.errors import InputError, ModelSpecError, OutputError
 from attnviz.models.specs import load_model

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import attnviz.core.attention as core_attention
-from attnviz.capture.attention_capture import PatternRecorder
+from attnviz.captures.attention_capture import PatternRecorder
 from attnviz.core import AttentionContext, AttentionSite, attend
 from attnviz.toy.config import VARIANT_NAMES, ToyConfig
 from attnviz.toy.model import additive_mask

@@ -1,6 +1,6 @@
 """Checking a capture file read from disk before anything is drawn from it.
 
-A capture file (format in :mod:`attnviz.capture.attention_capture`) is user input: its metadata
+A capture file (format in :mod:`attnviz.captures.attention_capture`) is user input: its metadata
 may have the wrong JSON types, its tensors the wrong rank, or shapes that do not
 match the token lists. Every such file is refused with one
 :class:`~attnviz.common.errors.CaptureFileError` line instead of a traceback or a
@@ -29,7 +29,7 @@ _NAME = re.compile(r"(self|encoder|decoder|cross)\.(0|[1-9][0-9]*)")
 
 
 def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tensor], version: str) -> dict[str, Any]:
-    """The keyword arguments of :class:`~attnviz.capture.attention_capture.AttentionCapture`, checked; raises CaptureFileError."""
+    """The keyword arguments of :class:`~attnviz.captures.attention_capture.AttentionCapture`, checked; raises CaptureFileError."""
 
     def damaged(what: str) -> CaptureFileError:
         return CaptureFileError(f"{path} is a damaged attnviz capture: {what}; capture it again")

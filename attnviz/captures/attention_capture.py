@@ -6,7 +6,7 @@ tensor: ``[head, query, key]``; ``capture.stacked(stack)`` gives
 ``j`` are token ``i`` / ``j`` of the example.
 
 File format (``save``/``load``): a safetensors file with one tensor per
-layer (float32, or compact: see :mod:`attnviz.capture.compact`) named ``{stack}.{layer}`` of shape ``[head, query, key]`` (``self.*``
+layer (float32, or compact: see :mod:`attnviz.captures.compact`) named ``{stack}.{layer}`` of shape ``[head, query, key]`` (``self.*``
 for encoder-only and decoder-only models; ``encoder.*``, ``decoder.*`` and
 ``cross.*`` for encoder-decoder models) and string metadata: ``format``
 (``attnviz-capture``), ``version``, ``model``, ``tokens`` and
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnviz.capture.compact import check_bits, decode_patterns, encode_pattern
+from attnviz.captures.compact import check_bits, decode_patterns, encode_pattern
 from attnviz.core import AttentionSite
 from attnviz.core.recorder import PatternRecorder
 from attnviz.core.stacks import stack_of
@@ -113,7 +113,7 @@ class AttentionCapture:
     def save(self, path: str | Path, *, bits: int = 32) -> Path:
         """Write the capture as safetensors (atomically) with ``bits`` (32, 16 or 8) per weight.
 
-        See the module docstring for the format and :mod:`attnviz.capture.compact` for the error bounds.
+        See the module docstring for the format and :mod:`attnviz.captures.compact` for the error bounds.
         """
         from safetensors.torch import save_file
 
@@ -153,7 +153,7 @@ class AttentionCapture:
         """Read a capture written by :meth:`save` (or by ``attnviz capture``)."""
         from safetensors import safe_open
 
-        from attnviz.capture.checks import capture_fields
+        from attnviz.captures.checks import capture_fields
         from attnviz.outputs.files import protect_inputs
 
         path = Path(path).expanduser()

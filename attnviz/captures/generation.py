@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnviz.capture.attention_capture import AttentionCapture
+from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.core import CONTEXT_KWARG, AttentionSite
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.models.base import LoadedModel
