@@ -31,18 +31,17 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture, capture_batch
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
-from attnviz.outputs.files import read_text_file
-from attnviz.models.base import LoadedModel
 from attnviz.common.tokens import display_token, merge_words, word_groups
+from attnviz.heads.choices import RowChoice
+from attnviz.models.base import LoadedModel
+from attnviz.outputs.files import read_text_file
 
-RowChoice = Literal["predicting", "reading"]
 _LINK = re.compile(r"^(\d+)(?:(-)(\d+)(\?|-[PpSs])?|([?pPsS])(\d+))$")
 
 

@@ -35,9 +35,9 @@ import torch
 from torch import Tensor
 
 from attnviz.core import AttentionSite
+from attnviz.heads.labels import SCORE_NAMES
 from attnviz.heads.probes import ProbeBatch
 
-SCORE_NAMES: tuple[str, ...] = ("induction", "duplicate_token", "previous_token", "next_token")
 SCORE_INDEX = {name: index for index, name in enumerate(SCORE_NAMES)}
 
 

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError
+from attnviz.core import AttentionSite
 from attnviz.heads.probes import ProbeSettings, probe_batches, resolve_settings
 from attnviz.heads.result import HeadSimilarity
 from attnviz.models.base import LoadedModel

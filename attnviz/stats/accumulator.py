@@ -27,10 +27,10 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from attnviz.common.parallel import DataParallel
 from attnviz.core import AttentionSite
 from attnviz.core.kernel import RowSummary
 from attnviz.models.base import EncodedBatch
-from attnviz.common.parallel import DataParallel
 from attnviz.stats.definitions import STATISTIC_NAMES
 from attnviz.stats.geometry import BlockLayout, StackGeometry, stack_is_causal
 
