@@ -68,6 +68,7 @@ def _register_commands() -> None:
         models_cmd,
         prune_cmd,
         report_cmd,
+        samples_cmd,
         stats_cmd,
         train_cmd,
     )
@@ -82,6 +83,7 @@ def _register_commands() -> None:
         report_cmd,
         align_cmd,
         models_cmd,
+        samples_cmd,
         env_cmd,
     ):
         module.register(app)
