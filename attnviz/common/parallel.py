@@ -244,7 +244,7 @@ def join_from_environment(device: str = "auto") -> DataParallel:
 
 @contextlib.contextmanager
 def distributed_session(device: str = "auto") -> Iterator[DataParallel]:
-    """:func:`join_from_environment`, leaving the process group at the end if this session joined it."""
+    """:func:`join_from_environment`, leaving the process group at the end if this call joined it."""
     import torch.distributed as dist
 
     was_initialized = dist.is_available() and dist.is_initialized()
