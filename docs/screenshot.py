@@ -1,4 +1,4 @@
-"""Screenshot an attnviz HTML page in headless Chromium (for the README images).
+"""Screenshot an attnviz HTML page in headless Chromium (for the images in docs/images).
 
     python docs/screenshot.py view.html docs/images/head-view.png --click "#tab-model" --click "td.cell"
 
