@@ -99,7 +99,7 @@ def named_outputs(script: str) -> list[str]:
             if word in _OUTPUT_OPTIONS or word == ">":
                 outputs.append(words[i + 1])
         outputs.extend(word[1:] for word in words if word.startswith(">") and len(word) > 1 and word[1] != ">")
-    return [path for path in outputs if path != "-" and not path.startswith("&")]
+    return [path for path in outputs if path != "-" and not path.startswith(("&", ">", "<", "|", ";"))]
 
 
 def check_file(path: Path) -> None:
@@ -197,3 +197,4 @@ def test_examples_are_found():
         "b.json",
         "c d.svg",
     ]
+    assert named_outputs("attnviz env --json > env.json") == ["env.json"]
