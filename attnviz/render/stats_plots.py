@@ -141,7 +141,7 @@ def evolution_figure(
     title: str = "",
     columns: int = 4,
 ):
-    """How each statistic changes across checkpoints (the seeds' ``plot_attention_evolution``).
+    """How each statistic changes across checkpoints.
 
     One panel per statistic: x is the checkpoint (in the order given), one line per layer
     (mean over its heads, coloured from first layer to last), and the mean over all heads

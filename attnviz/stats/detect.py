@@ -18,14 +18,14 @@ Pattern labels, each when the head's mean of the statistic is at least its
 ``local`` (``local_ratio``; only when neither ``diagonal`` nor ``previous-token``
 already says which nearby key it is).
 
-Why the default thresholds are normalised: the seeds' literal rule (collapsed when
+Why the default thresholds are normalised: fixed limits (collapsed when
 mean entropy < 1.0 nats, unfocused when mean max weight < 0.3) depends on sequence
 length. A perfectly uniform head over n keys has entropy ln n, which is below 1 nat
 for n ≤ 2 and far above it at n = 2048, and its max weight 1/n falls below 0.3 as
 soon as n ≥ 4 — so the same head is "collapsed" on short inputs and "unfocused" on
 long ones, and in a causal model every early query looks collapsed. Dividing the
 entropy by ln(keys the query may see) gives 1 for uniform and 0 for one-hot at any
-length. The literal rule remains available as the ``seed`` preset.
+length. The fixed limits remain available as the ``absolute`` preset.
 """
 
 from __future__ import annotations
