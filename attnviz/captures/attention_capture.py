@@ -77,6 +77,10 @@ class AttentionCapture:
     def num_heads(self, stack: str = "self", layer: int = 0) -> int:
         return self._layers(stack)[layer].shape[0]
 
+    def head_counts(self, stack: str = "self") -> list[int]:
+        """Heads of every layer of ``stack`` (they differ in a pruned model)."""
+        return [pattern.shape[0] for pattern in self._layers(stack)]
+
     def _layers(self, stack: str) -> list[Tensor]:
         if stack not in self.patterns:
             raise InputError(f"this capture has no {stack!r} attention; it has {', '.join(self.patterns)}")

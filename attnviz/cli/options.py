@@ -18,6 +18,7 @@ INPUT_PANEL = "Input"
 OUTPUT_PANEL = "Output"
 VIEW_PANEL = "What to show"
 
+
 def _without_flag_placeholders(params: list[Any]) -> list[Any]:
     """Flags (``--force``, ``--help``) take no value: show no ``<bool>`` type beside them in ``--help``."""
     for param in params:
@@ -74,9 +75,7 @@ def choice_enum(name: str, values: Iterable[Any]) -> type[Enum]:
     return Enum(name, {str(value): str(value) for value in values}, type=str)  # type: ignore[return-value]
 
 
-def choice_parser(
-    choices: type[Enum], what: str, aliases: dict[str, str] | None = None
-) -> Callable[[Any], Enum]:
+def choice_parser(choices: type[Enum], what: str, aliases: dict[str, str] | None = None) -> Callable[[Any], Enum]:
     """A Typer ``parser`` for a closed set: the Enum member named, whatever its case and ``-``/``_``.
 
     Typer still lists the members in ``--help`` and completes them; anything else is refused

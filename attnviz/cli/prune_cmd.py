@@ -260,12 +260,16 @@ def prune(
             parallel=parallel,
         )
         if parallel.is_main:  # rank 0 reports
+            written = [outcome.report.output, outcome.report.transformers_copy]
             if json_path is not None:
-                write_report_json(outcome.report, json_path)
+                written.append(str(write_report_json(outcome.report, json_path)))
             console.print(importance_table(outcome.report))
             console.print(summary_table(outcome.report))
             for line in summary_lines(outcome.report):
                 console.print(line, highlight=False)
+            for path in written:  # the product, on stdout: every path written
+                if path is not None:
+                    print(path)
 
 
 def register(app: typer.Typer) -> None:

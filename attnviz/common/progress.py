@@ -5,7 +5,8 @@ truncated, a family falls back to eager attention), it calls :func:`warn`, :func
 :func:`progress_bar` here, and these hand the message to the *current reporter*:
 
 * by default, :class:`Reporter`: warnings become Python warnings (:class:`AttnvizWarning`, so a
-  script can filter or escalate them), status messages and progress bars are silent;
+  script can filter or escalate them), notes (:func:`note`: which model was loaded from where),
+  status messages and progress bars are silent;
 * the command line installs its rich reporter (:mod:`attnviz.cli.console`) for the whole run with
   :func:`use_reporter`; a script can install its own the same way.
 
@@ -33,6 +34,9 @@ class Reporter:
 
     def warning(self, message: str) -> None:
         warnings.warn(message, AttnvizWarning, stacklevel=3)
+
+    def note(self, message: str) -> None:
+        """An informational line (e.g. where a model's weights come from); the silent reporter drops it."""
 
     def status(self, message: str) -> ContextManager[object]:
         return contextlib.nullcontext()
@@ -63,6 +67,11 @@ def use_reporter(reporter: Reporter) -> Iterator[Reporter]:
 def warn(message: str) -> None:
     """A one-line notice to the current reporter."""
     current_reporter().warning(message)
+
+
+def note(message: str) -> None:
+    """A one-line piece of information to the current reporter (not a problem: see :func:`warn`)."""
+    current_reporter().note(message)
 
 
 def status(message: str) -> ContextManager[object]:

@@ -97,6 +97,9 @@ class LoadedModel(ABC):
 
     #: what the user typed (or a short name), shown in titles and reports
     name: str
+    #: where the weights came from, one line (``named model toy-reverse (/…)``, ``directory ./toy-reverse``);
+    #: set by :func:`attnviz.models.specs.load_model`
+    source: str = ""
     #: the underlying torch module
     model: nn.Module
     #: decoder-only causal LM (queries see only earlier keys)

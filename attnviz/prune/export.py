@@ -42,6 +42,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from attnviz.common.wording import layers_and_heads, plural
 from attnviz.core import AttentionSite
 from attnviz.models.head_sets import heads_as_records, normalize_removed
 from attnviz.models.objective import Objective, Quality
@@ -281,17 +282,27 @@ def summary_table(report: PruneReport) -> Table:
     return table
 
 
+def _heads_per_stack(records: list[dict]) -> dict[str, list[int]]:
+    """``{stack: heads of each layer}`` from ``heads_per_layer_after``'s ``[{stack, layer, heads}]``."""
+    stacks: dict[str, dict[int, int]] = {}
+    for record in records:
+        stacks.setdefault(record["stack"], {})[record["layer"]] = record["heads"]
+    return {stack: [layers[layer] for layer in sorted(layers)] for stack, layers in stacks.items()}
+
+
 def summary_lines(report: PruneReport) -> list[str]:
     """A few plain lines explaining what was removed and written (the CLI prints them after the tables)."""
     strategy = report.strategy
     how = "iteratively" if strategy["iterative"] else "in one shot"
     lines = [
         (
-            f"removed {len(report.pruned)} heads ({strategy['scope']}, {how}); "
+            f"removed {plural(len(report.pruned), 'head')} ({strategy['scope']}, {how}); "
             f"{len(report.sliced)} sliced out of the weights, {len(report.masked)} masked by zeroed output weights; "
             f"masked vs pruned outputs differ by at most {report.max_abs_diff:.2g}"
         )
     ]
+    for stack, counts in _heads_per_stack(report.heads_per_layer_after).items():
+        lines.append(f"pruned model, {stack} attention: {layers_and_heads(counts)}")
     if report.stopped_by_min_score:
         lines.append(f"stopped early: the next step would have dropped {report.metric} below the minimum score")
     if report.output:
