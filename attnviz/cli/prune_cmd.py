@@ -192,10 +192,12 @@ def prune(
         typer.Option(
             "--latency-repeats",
             min=1,
-            help="Timed forward passes per model (median). Example: --latency-repeats 10",
+            help="Rounds of timing: each times both models once, in alternation; the fastest round of each "
+            "is reported with the range, and a difference only when the rounds agree on it. "
+            "Example: --latency-repeats 20",
             rich_help_panel=MEASURE_PANEL,
         ),
-    ] = 5,
+    ] = 10,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
     device_map: DeviceMapOption = None,
