@@ -1,6 +1,6 @@
 """The one rich console of attnviz's command line, and the reporter that draws on it.
 
-Everything human-facing (progress bars, tables, warnings, notes) goes to stderr, so a
+Everything human-facing (progress bars, tables, warnings, notices) goes to stderr, so a
 command's stdout stays clean for pipes and scripts: stdout carries only a command's product
 (the paths it wrote, a document written to ``-``, the ``models`` table). When stderr is not a
 terminal (a log file, CI) the spinners and bars become one plain line per phase, so a long run
@@ -54,7 +54,7 @@ def progress_bar(**kwargs) -> Progress:
 
 
 def _main_process() -> bool:
-    """Under torchrun only rank 0 prints notes and phase lines (every rank would print the same)."""
+    """Under torchrun only rank 0 prints information and phase lines (every rank would print the same)."""
     return os.environ.get("RANK", "0") == "0"
 
 
@@ -77,7 +77,7 @@ class PhaseLines(Progress):
 
 
 class ConsoleReporter(Reporter):
-    """Warnings, notes, status lines and progress bars on the shared stderr console.
+    """Warnings, notices, information, status lines and progress bars on the shared stderr console.
 
     On a terminal status lines are spinners and progress bars redraw in place; elsewhere each
     is one plain line as its phase starts.
@@ -86,7 +86,10 @@ class ConsoleReporter(Reporter):
     def warning(self, message: str) -> None:
         warn(message)
 
-    def note(self, message: str) -> None:
+    def notice(self, message: str) -> None:
+        console.print(f"[cyan]note:[/cyan] {message}", highlight=False)
+
+    def info(self, message: str) -> None:
         if _main_process():
             console.print(message, style="dim", highlight=False, markup=False, soft_wrap=True)
 

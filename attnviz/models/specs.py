@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from attnviz.common.errors import InputError, ModelSpecError, ParameterError
-from attnviz.common.progress import note, warn
+from attnviz.common.progress import info, warn
 from attnviz.common.texts import sample_data_path
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
@@ -250,7 +250,7 @@ def load_model(
     """Load the model named by ``spec`` (see the module docstring and :func:`resolve_spec`) onto attnviz's core.
 
     The model's ``source`` says where its weights came from (a named model or a path); the
-    current reporter gets it as a note (the command line prints it on stderr).
+    current reporter gets it as an information line (the command line prints it on stderr).
 
     ``device_map="auto"``: a Hugging Face model bigger than one device is spread by accelerate over
     the GPUs and CPU memory (``device`` is then ignored); on a machine without CUDA it means the CPU.
@@ -268,7 +268,7 @@ def load_model(
         )
     loaded = _load_resolved(resolved, torch_device, torch_dtype, placement)
     loaded.source = resolved.source
-    note(f"model: {resolved.source}")
+    info(f"model: {resolved.source}")
     return loaded
 
 
