@@ -35,7 +35,7 @@ def product_console() -> Console:
 
 def warn(message: str) -> None:
     """Print a one-line warning."""
-    console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+    console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)  # one line in logs
 
 
 def progress_bar(**kwargs) -> Progress:
@@ -87,7 +87,7 @@ class ConsoleReporter(Reporter):
         warn(message)
 
     def notice(self, message: str) -> None:
-        console.print(f"[cyan]note:[/cyan] {message}", highlight=False)
+        console.print(f"[cyan]note:[/cyan] {message}", highlight=False, soft_wrap=True)
 
     def info(self, message: str) -> None:
         if _main_process():

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from attnviz.common.errors import InputError, ModelSpecError, ParameterError
-from attnviz.common.progress import info, warn
+from attnviz.common.progress import info, notice
 from attnviz.common.texts import sample_data_path
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
@@ -262,9 +262,9 @@ def load_model(
     torch_dtype = resolve_dtype(dtype)
     placement = resolve_device_map(device_map)
     if resolved.shadows:
-        warn(
-            f"{resolved.spec!r} is both a path here and the name of a shipped model: loading the path "
-            f"{resolved.path.resolve()} (run from another directory for the shipped model)"
+        notice(
+            f"{resolved.spec!r} is a path here and a shipped model's name: loading the path {resolved.name} "
+            "(for the shipped model, run from another directory)"
         )
     loaded = _load_resolved(resolved, torch_device, torch_dtype, placement)
     loaded.source = resolved.source

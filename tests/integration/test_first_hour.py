@@ -40,7 +40,12 @@ def test_a_trained_model_is_analysed_by_the_name_the_readme_gives_it(capsys, tmp
     by_name = run_cli(capsys, "capture", text, "--model", "toy-reverse", "--target", target, "--out", "a.safetensors")
     assert by_name.exit_code == 0, by_name.stderr
     stderr = " ".join(by_name.stderr.split())
-    assert "is both a path here and the name of a shipped model" in stderr  # the one-line notice
+    notices = [line for line in by_name.stderr.splitlines() if "a shipped model's name" in line]
+    expected = (
+        "note: 'toy-reverse' is a path here and a shipped model's name: loading the path ./toy-reverse "
+        "(for the shipped model, run from another directory)"
+    )
+    assert notices == [expected]  # one line
     assert "model: directory ./toy-reverse" in stderr  # the source, named
     assert "./toy-reverse (encoder-decoder)" in stderr  # and the summary line says which
 
