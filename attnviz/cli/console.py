@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from attnviz.common.progress import Reporter
 
@@ -70,10 +70,18 @@ class PhaseLines(Progress):
     def __init__(self) -> None:
         super().__init__(console=console, disable=True)
 
-    def add_task(self, description: str, start: bool = True, total: float | None = 100.0, **fields: Any) -> Any:
+    def add_task(
+        self,
+        description: str,
+        start: bool = True,
+        total: float | None = 100.0,
+        completed: int = 0,
+        visible: bool = True,
+        **fields: Any,
+    ) -> TaskID:
         steps = f" ({total:,.0f} steps)" if total else ""
         phase_line(f"{description}{steps}")
-        return super().add_task(description, start=start, total=total, **fields)
+        return super().add_task(description, start=start, total=total, completed=completed, visible=visible, **fields)
 
 
 class ConsoleReporter(Reporter):
