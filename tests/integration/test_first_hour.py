@@ -186,3 +186,59 @@ def test_prune_under_load_reports_no_slowdown_that_is_noise(capsys, tmp_path, ti
     stderr = " ".join(result.stderr.split())
     if not report["latency_conclusive"]:
         assert "no clear difference" in stderr
+
+
+def test_a_flat_stats_panel_says_why(tmp_path):
+    """A statistic 0 for every head (no special tokens in the texts) is no silent black panel."""
+    from figure_helpers import read_svg
+
+    from attnviz.render.stats_plots import save_figure, statistics_figure
+
+    matrices = {
+        "entropy": torch.linspace(0.1, 2.0, 12).reshape(3, 4),  # [layer, head], varies: nothing to explain
+        "special_tokens": torch.zeros(3, 4),  # softmax weights are never 0: no special key was seen
+        "first_token": torch.full((3, 4), 0.25),
+        "diagonal": torch.full((3, 4), float("nan")),
+    }
+    path = save_figure(statistics_figure(matrices), tmp_path / "s.svg")
+    texts = read_svg(path).texts
+    joined = " ".join(texts)
+    assert "0 for every head:" in joined and "no special tokens" in joined
+    assert "0.25 for every head" in joined and "no values:" in joined
+    assert joined.count("for every head") == 2  # the entropy panel, which varies, says nothing
+
+
+def test_gguf_conversion_progress_is_attnvizs_and_transformers_settings_come_back():
+    from transformers import modeling_gguf_pytorch_utils as gguf_reader
+    from transformers.utils import logging as transformers_logging
+
+    from attnviz.common.progress import Reporter, use_reporter
+    from attnviz.models.gguf import _quiet_transformers, _tensor_progress
+
+    class Recording(Reporter):
+        def __init__(self):
+            self.tasks = []
+
+        def progress(self):
+            from rich.progress import Progress
+
+            reporter = self
+
+            class Recorded(Progress):
+                def add_task(self, description, *args, **kwargs):
+                    reporter.tasks.append((description, kwargs.get("total")))
+                    return super().add_task(description, *args, **kwargs)
+
+            return Recorded(disable=True)
+
+    original = gguf_reader.tqdm
+    transformers_logging.enable_progress_bar()
+    verbosity = transformers_logging.get_verbosity()
+    reporter = Recording()
+    with use_reporter(reporter), _quiet_transformers():
+        assert gguf_reader.tqdm is _tensor_progress
+        assert not transformers_logging.is_progress_bar_enabled()
+        assert list(gguf_reader.tqdm(range(5), desc="Converting and de-quantizing GGUF tensors...")) == [0, 1, 2, 3, 4]
+    assert reporter.tasks == [("de-quantising the GGUF tensors", 5)]
+    assert gguf_reader.tqdm is original
+    assert transformers_logging.is_progress_bar_enabled() and transformers_logging.get_verbosity() == verbosity
