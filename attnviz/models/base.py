@@ -102,6 +102,7 @@ class LoadedModel(ABC):
     source: str = ""
     #: the underlying torch module
     model: nn.Module
+    tokenizer: Any  # transformers' tokenizer, or attnviz's toy tokenizer
     #: decoder-only causal LM (queries see only earlier keys)
     causal: bool = False
     #: has encoder, decoder and cross-attention stacks
