@@ -113,7 +113,7 @@ def generate_capture(
     input_ids = batch.inputs["input_ids"]  # [1, n]
     attention_mask = batch.inputs["attention_mask"]  # [1, n]
     kwargs: dict[str, Any] = {CONTEXT_KWARG: context, "use_cache": True}
-    with torch.no_grad():
+    with torch.no_grad(), loaded.running():  # a model the user wrapped runs on the core only meanwhile
         if loaded.encoder_decoder:
             kwargs["encoder_outputs"] = model.get_encoder()(
                 input_ids=input_ids, attention_mask=attention_mask, **{CONTEXT_KWARG: context}
@@ -197,6 +197,11 @@ def _word_ids_of_new_tokens(tokens: list[str], special: list[bool], last_word: i
         ids.append(word)
         previous_special = token.strip("Ċ") == ""  # a text after a line break starts a word
     return ids
+
+
+def word_ids_from_markers(tokens: list[str], special: list[bool]) -> list[int | None]:
+    """Word ids of a whole token list read off its markers (for tokens no tokenizer labelled)."""
+    return _word_ids_of_new_tokens(tokens, special, None)
 
 
 def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], prompt_len: int) -> AttentionCapture:
