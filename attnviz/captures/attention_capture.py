@@ -34,6 +34,7 @@ from attnviz.captures.compact import check_bits, decode_patterns, encode_pattern
 from attnviz.core import AttentionSite
 from attnviz.core.recorder import PatternRecorder
 from attnviz.core.stacks import stack_of
+from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import CaptureFileError, InputError
 from attnviz.outputs.files import atomic_path, check_output_path
 from attnviz.models.base import EncodedBatch, LoadedModel
@@ -45,8 +46,8 @@ FORMAT_VERSION = "2"
 READABLE_VERSIONS = ("1", "2")
 
 
-@dataclass
-class AttentionCapture:
+@dataclass(repr=False)
+class AttentionCapture(NotebookDisplay):
     """Attention patterns of one example, per stack and layer: ``patterns[stack][layer]`` is ``[head, query, key]``."""
 
     model: str
@@ -63,6 +64,14 @@ class AttentionCapture:
     identity: HeadIdentity | None = None  # original head numbers of a pruned model
     #: named tensors stored next to the patterns (e.g. ``rollout``, float32 ``[query, key]``)
     extras: dict[str, Tensor] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        shape = ", ".join(
+            f"{stack}: {len(layers)} layers × {layers[0].shape[0] if layers else 0} heads"
+            for stack, layers in self.patterns.items()
+        )
+        target = "" if self.target_tokens is None else f", {len(self.target_tokens)} target tokens"
+        return f"AttentionCapture(model={self.model!r}, {len(self.tokens)} tokens{target}, {shape})"
 
     @property
     def stacks(self) -> list[str]:
@@ -144,7 +153,7 @@ class AttentionCapture:
             looks_causal,
             stacks_of_output,
         )
-        from attnviz.captures.generation import word_ids_from_markers
+        from attnviz.common.tokens import word_ids_from_markers
 
         tokens = check_tokens(tokens, "tokens")
         output = stacks_of_output(attentions)

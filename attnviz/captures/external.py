@@ -87,9 +87,7 @@ def _one_example(tensor: Tensor, what: str, batch_index: int | None) -> Tensor:
     batch = tensor.shape[0]
     if batch_index is None:
         if batch != 1:
-            raise InputError(
-                f"{what} holds a batch of {batch} examples: pass batch_index=… to say which one to show"
-            )
+            raise InputError(f"{what} holds a batch of {batch} examples: pass batch_index=… to say which one to show")
         return tensor[0]
     if not -batch <= batch_index < batch:
         raise InputError(f"batch_index {batch_index} is out of range: {what} holds {batch} example(s)")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError
 from attnviz.heads.labels import FunctionThresholds, main_label, merge_labels, probe_labels
@@ -24,7 +25,7 @@ def site_order(site: AttentionSite) -> tuple[int, int]:
 
 
 @dataclass
-class HeadSimilarity:
+class HeadSimilarity(NotebookDisplay):
     """Mean Jensen–Shannon divergence between every pair of heads (see :mod:`attnviz.heads.similarity`)."""
 
     heads: list[tuple[str, int, int]]  # (stack, layer, head) of each row / column
@@ -35,7 +36,7 @@ class HeadSimilarity:
 
 
 @dataclass
-class HeadFunctions:
+class HeadFunctions(NotebookDisplay):
     """Probe scores and function labels of every head of one model.
 
     ``scores[site]`` is ``[score, h]`` (:data:`~attnviz.heads.scores.SCORE_NAMES` order);

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -93,7 +94,7 @@ def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) ->
     register_attention()
     family = getattr(model.config, "model_type", type(model).__name__)
     tokenizer = _own_tokenizer(model, tokenizer)
-    name = name or getattr(model, "name_or_path", "") or type(model).__name__
+    name = name or _default_name(model)
     configs = _attention_configs(model)
     loaded = WrappedModel(model, tokenizer, name=name, configs=configs)
     if not configs or not type(model)._can_set_attn_implementation():
@@ -105,6 +106,15 @@ def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) ->
     if not layout:
         raise _unsupported(family)
     return loaded
+
+
+def _default_name(model: nn.Module) -> str:
+    """The hub id the model came from, or the last two parts of its local folder (``…/minilm/model``), or its class."""
+    source = str(getattr(model, "name_or_path", "") or "")
+    if not source:
+        return type(model).__name__
+    path = Path(source)
+    return "/".join(path.parts[-2:]) if path.is_absolute() else source
 
 
 def _unsupported(family: str) -> UnsupportedModelError:
@@ -145,9 +155,7 @@ def _own_tokenizer(model: nn.Module, tokenizer: Any) -> Any:
                 "call attnviz.wrap(model, tokenizer)"
             )
     if not callable(tokenizer) or not hasattr(tokenizer, "convert_ids_to_tokens"):
-        raise InputError(
-            f"attnviz.wrap needs the model's transformers tokenizer, got {type(tokenizer).__name__}"
-        )
+        raise InputError(f"attnviz.wrap needs the model's transformers tokenizer, got {type(tokenizer).__name__}")
     return copy.deepcopy(tokenizer)
 
 

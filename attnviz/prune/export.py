@@ -42,6 +42,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.core import AttentionSite
 from attnviz.outputs.files import check_output_path, write_text_atomic
 from attnviz.models.head_sets import heads_as_records, normalize_removed
@@ -52,7 +53,7 @@ FORMAT_VERSION = 1
 
 
 @dataclass
-class PruneReport:
+class PruneReport(NotebookDisplay):
     """Everything a pruning run measured; :meth:`to_dict` is the JSON document."""
 
     model: str

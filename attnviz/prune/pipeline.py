@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.core import AttentionSite
 from attnviz.common.errors import ParameterError
 from attnviz.models.base import LoadedModel, PrunedCopy
@@ -117,7 +118,7 @@ class PruneConfig:
 
 
 @dataclass
-class PruneOutcome:
+class PruneOutcome(NotebookDisplay):
     """What :func:`prune_model` produced."""
 
     report: PruneReport  # numbers for the terminal table and --json

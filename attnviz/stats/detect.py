@@ -34,6 +34,7 @@ import math
 from collections import Counter
 from dataclasses import asdict, dataclass, fields, replace
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError, ParameterError
 from attnviz.stats.definitions import STATISTIC_INDEX
@@ -122,7 +123,7 @@ def preset_thresholds(name: str) -> Thresholds:
 
 
 @dataclass
-class Detection:
+class Detection(NotebookDisplay):
     """Flags of every head, and the thresholds that produced them."""
 
     thresholds: Thresholds

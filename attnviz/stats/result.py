@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError
 from attnviz.models.identity import HeadIdentity
@@ -29,7 +30,7 @@ class SiteStatistics:
 
 
 @dataclass
-class HeadStatistics:
+class HeadStatistics(NotebookDisplay):
     """Per-head statistics of one model over a corpus.
 
     ``sites[AttentionSite(stack, layer)]`` holds the numbers; :meth:`matrix` gives
