@@ -37,9 +37,11 @@ _STYLE = (
     "h1{font-size:17px;margin:0 0 6px}h2{font-size:15px;margin:16px 0 6px}p{margin:4px 0;font-size:13px}"
     "img{max-width:100%;height:auto}pre{margin:6px 0;font-size:12px;line-height:1.25}"
 )
-#: opens the attention page on its model view (the page starts on the head view)
+#: opens the attention page on its model view (the page starts on the head view), with the first head's full
+#: heatmap beside the grid so that the tokens show at once
 _MODEL_VIEW_START = (
-    "<script>(function(){var tab=document.getElementById('tab-model');if(tab){tab.click();}})();</script>\n"
+    "<script>(function(){var tab=document.getElementById('tab-model');if(!tab){return;}tab.click();"
+    "var cell=document.querySelector('#model-grid td.cell');if(cell){cell.click();}})();</script>\n"
 )
 
 
@@ -81,8 +83,18 @@ def head_view(capture: AttentionCapture, **options: Any) -> HtmlView:
 def model_view(capture: AttentionCapture, **options: Any) -> HtmlView:
     """The attention page of ``capture`` opened on its model view (every layer × head); options as :func:`head_view`."""
     page = attention_view_html(capture, **options)
-    page = page.replace("</body>", _MODEL_VIEW_START + "</body>", 1)
+    page = page.replace("</body>", _token_line(capture) + _MODEL_VIEW_START + "</body>", 1)
     return HtmlView(page, title="attention: model view", height=_view_height(capture))
+
+
+def _token_line(capture: AttentionCapture) -> str:
+    """The text under the model view, whose thumbnails and heatmap show no words of their own."""
+    from attnviz.common.tokens import display_token
+
+    line = "tokens: " + " ".join(display_token(token) for token in capture.tokens)
+    if capture.target_tokens is not None:
+        line += " · target tokens: " + " ".join(display_token(token) for token in capture.target_tokens)
+    return f'<p class="hint" id="view-tokens" style="margin:8px 16px">{html.escape(line)}</p>\n'
 
 
 # -- tables and grids ------------------------------------------------------------------------------------

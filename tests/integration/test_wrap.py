@@ -142,9 +142,7 @@ def test_what_is_not_a_transformers_model_is_refused(tiny_model_dirs):
 def test_the_tokenizer_saved_with_the_model_is_found(tiny_model_dirs):
     model, tokenizer = user_model(tiny_model_dirs["bert"])
     loaded = attnviz.wrap(model)
-    assert attnviz.capture(loaded, TEXTS[0]).tokens == tokenizer.convert_ids_to_tokens(
-        tokenizer(TEXTS[0])["input_ids"]
-    )
+    assert attnviz.capture(loaded, TEXTS[0]).tokens == tokenizer.convert_ids_to_tokens(tokenizer(TEXTS[0])["input_ids"])
 
 
 def test_statistics_and_probes_of_a_wrapped_model_equal_those_of_the_loaded_one(tiny_model_dirs):
@@ -184,7 +182,9 @@ def test_pruning_a_wrapped_model_leaves_the_users_model_whole(tiny_model_dirs):
     model, tokenizer = user_model(tiny_model_dirs["gpt2"])
     state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     wrapped = attnviz.wrap(model, tokenizer)
-    outcome = attnviz.prune_model(wrapped, attnviz.PruneConfig(ratio=0.25, latency_repeats=1, latency_tokens=16), texts=TEXTS)
+    outcome = attnviz.prune_model(
+        wrapped, attnviz.PruneConfig(ratio=0.25, latency_repeats=1, latency_tokens=16), texts=TEXTS
+    )
     assert outcome.pruned.model is not model
     assert all(torch.equal(state[name], tensor) for name, tensor in model.state_dict().items())
     assert model.config._attn_implementation == "sdpa" and model.training
