@@ -17,6 +17,15 @@ RENDERER = "attnviz.render.inline:notebook_html"
 class NotebookDisplay:
     """Shows the object inline in Jupyter, VS Code and Colab (``attnviz.show(obj)`` gives the view to save)."""
 
+    def __repr__(self) -> str:
+        """The class and its plain fields (names, counts, flags): the tensors are for code, the view for eyes."""
+        import dataclasses
+
+        plain = (str, int, float, bool, type(None))
+        fields = dataclasses.fields(self) if dataclasses.is_dataclass(self) else ()
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields if isinstance(getattr(self, f.name), plain)]
+        return f"{type(self).__name__}({', '.join(shown)})"
+
     def _repr_html_(self) -> str:
         module, _, function = RENDERER.partition(":")
         return getattr(importlib.import_module(module), function)(self)

@@ -24,7 +24,7 @@ def site_order(site: AttentionSite) -> tuple[int, int]:
     return STACK_ORDER.get(site.stack, len(STACK_ORDER)), site.layer
 
 
-@dataclass
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
 class HeadSimilarity(NotebookDisplay):
     """Mean Jensen–Shannon divergence between every pair of heads (see :mod:`attnviz.heads.similarity`)."""
 
@@ -35,7 +35,7 @@ class HeadSimilarity(NotebookDisplay):
     max_tokens: int  # examples were cut to this many tokens
 
 
-@dataclass
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
 class HeadFunctions(NotebookDisplay):
     """Probe scores and function labels of every head of one model.
 

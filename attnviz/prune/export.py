@@ -52,7 +52,7 @@ FORMAT_NAME = "attnviz-prune-report"
 FORMAT_VERSION = 1
 
 
-@dataclass
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
 class PruneReport(NotebookDisplay):
     """Everything a pruning run measured; :meth:`to_dict` is the JSON document."""
 

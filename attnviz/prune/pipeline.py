@@ -117,7 +117,7 @@ class PruneConfig:
         return limit  # only a minimum score: go as far as quality allows
 
 
-@dataclass
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
 class PruneOutcome(NotebookDisplay):
     """What :func:`prune_model` produced."""
 

@@ -8,14 +8,32 @@ writes it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+
+@functools.cache
+def _figure_class():  # defined on first use: matplotlib is imported only when a figure is drawn
+    from matplotlib.figure import Figure
+
+    class NotebookFigure(Figure):
+        """A :class:`~matplotlib.figure.Figure` a notebook shows as PNG even where pyplot was never imported
+        (where it was, IPython's own figure display is used; either way it shows once)."""
+
+        def _repr_png_(self) -> bytes:
+            return figure_png(self)
+
+    return NotebookFigure
+
+
+def new_figure(**kwargs: Any):
+    """An empty figure (``figsize``, ``layout``, … as :class:`~matplotlib.figure.Figure` takes them)."""
+    return _figure_class()(**kwargs)
 
 
 def subplots(rows: int = 1, columns: int = 1, *, figsize: tuple[float, float], squeeze: bool = True, layout=None):
     """``(figure, axes)`` as ``pyplot.subplots`` returns them, without pyplot."""
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=figsize, layout=layout)
+    figure = new_figure(figsize=figsize, layout=layout)
     return figure, figure.subplots(rows, columns, squeeze=squeeze)
 
 

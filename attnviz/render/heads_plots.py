@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from torch import Tensor
 
 from attnviz.render.heatmap import FIGURE_SUFFIXES, HeatmapPanel, causal_visibility, render_heatmaps, save_figure  # noqa: F401
-from attnviz.render.figures import colormap
+from attnviz.render.figures import colormap, new_figure
 from attnviz.render.stats_plots import statistics_figure
 
 #: How each probe label is marked on its score's panel: (marker, colour).
@@ -76,7 +76,6 @@ def similarity_figure(divergence: Tensor, heads: Sequence[tuple[str, int, int]],
         embedding: ``[n, 2]`` MDS coordinates of the heads.
     """
     import numpy as np
-    from matplotlib.figure import Figure
     from scipy.cluster.hierarchy import dendrogram, leaves_list, linkage
     from scipy.spatial.distance import squareform
 
@@ -91,7 +90,7 @@ def similarity_figure(divergence: Tensor, heads: Sequence[tuple[str, int, int]],
     layer_colours = np.array([cmap(layer / top) for layer in layers])  # [n, 4] RGBA
     names = [f"L{layer}H{head}" if stack in ("self",) else f"{stack[0]}{layer}.{head}" for stack, layer, head in heads]
     size = min(13.0, max(8.0, 0.03 * len(heads) + 6.0))  # inches; the figure is 1.75 × as wide
-    figure = Figure(figsize=(size * 1.75, size))
+    figure = new_figure(figsize=(size * 1.75, size))
     # a clustered heatmap drawn by hand (seaborn's clustermap would go through pyplot): dendrogram on top,
     # each head's layer as a colour strip on the top and left, the reordered divergences below
     tree = figure.add_axes([0.085, 0.79, 0.45, 0.09])

@@ -114,7 +114,10 @@ def rich_html(*renderables: Any, width: int = 140) -> str:
     """Rich tables / texts as HTML with inline styles (what the command line prints, in colour)."""
     from rich.console import Console
 
-    console = Console(file=io.StringIO(), record=True, width=width, color_system="truecolor", force_terminal=True)
+    # force_jupyter=False: inside a notebook rich would display the table itself instead of recording it
+    console = Console(
+        file=io.StringIO(), record=True, width=width, color_system="truecolor", force_terminal=True, force_jupyter=False
+    )
     for renderable in renderables:
         console.print(renderable)
     return console.export_html(inline_styles=True, code_format="<pre>{code}</pre>")

@@ -122,7 +122,7 @@ def preset_thresholds(name: str) -> Thresholds:
     return PRESETS[key]
 
 
-@dataclass
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
 class Detection(NotebookDisplay):
     """Flags of every head, and the thresholds that produced them."""
 

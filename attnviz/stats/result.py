@@ -29,7 +29,7 @@ class SiteStatistics:
         return self.mean.shape[1]
 
 
-@dataclass
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
 class HeadStatistics(NotebookDisplay):
     """Per-head statistics of one model over a corpus.
 
