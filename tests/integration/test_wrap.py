@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers
 from tiny_models import TEXTS
+from wrap_helpers import eager_patterns, inputs_of, plain_outputs, user_model
 
 import attnviz
 from attnviz.common.errors import InputError, UnsupportedModelError
@@ -20,51 +20,6 @@ from attnviz.core import AttentionSite
 WRAPPABLE = ("bert", "gpt2", "llama", "bart", "t5")
 #: largest |capture − eager| allowed: float32 is exact up to rounding; bfloat16 rounds weights to 8 bits
 TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 1e-2}
-
-
-def user_model(directory, dtype=torch.float32, implementation="sdpa"):
-    """The model as a user loads it: transformers' own class, its default attention, in train mode."""
-    config = transformers.AutoConfig.from_pretrained(directory)
-    model_class = getattr(transformers, config.architectures[0])
-    model = model_class.from_pretrained(directory, dtype=dtype, attn_implementation=implementation)
-    model.train()
-    return model, transformers.AutoTokenizer.from_pretrained(directory)
-
-
-def inputs_of(tokenizer, text, target=None):
-    encoded = tokenizer([text], return_tensors="pt", return_token_type_ids=False)
-    inputs = dict(encoded)
-    if target is not None:
-        inputs["decoder_input_ids"] = tokenizer([target], return_tensors="pt")["input_ids"]
-    return inputs
-
-
-def plain_outputs(model, inputs) -> torch.Tensor:
-    """The model's first output in eval mode, training flags put back (the user's own forward pass)."""
-    flags = [(m, m.training) for m in model.modules()]
-    model.eval()
-    with torch.no_grad():
-        output = model(**inputs)[0]
-    for module, flag in flags:
-        module.training = flag
-    return output
-
-
-def eager_patterns(model, inputs) -> dict[str, tuple[torch.Tensor, ...]]:
-    """The model's own eager attention weights, by attnviz stack name (its implementation put back)."""
-    own = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    model.eval()
-    with torch.no_grad():
-        output = model(**inputs, output_attentions=True)
-    model.set_attn_implementation(own)
-    if model.config.is_encoder_decoder:
-        return {
-            "encoder": output.encoder_attentions,
-            "decoder": output.decoder_attentions,
-            "cross": output.cross_attentions,
-        }
-    return {"self": output.attentions}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
@@ -193,3 +148,20 @@ def test_pruning_a_wrapped_model_leaves_the_users_model_whole(tiny_model_dirs):
     assert outcome.pruned.model.config._attn_implementation == "sdpa"
     assert outcome.report.max_abs_diff < 1e-4
     assert AttentionSite("self", 0) in pruned_layout
+
+
+def test_alignment_and_similarity_of_a_wrapped_model_equal_those_of_the_loaded_one(tiny_model_dirs):
+    from attnviz.heads.alignment import AlignmentPair, align_heads, parse_alignment
+
+    pairs = [AlignmentPair("the cat sat", "le chat assis", parse_alignment("0-0 1-1 2-2"))]
+    directory = tiny_model_dirs["bart"]
+    model, tokenizer = user_model(directory)
+    ours = align_heads(attnviz.wrap(model, tokenizer), pairs)
+    theirs = align_heads(attnviz.load_model(str(directory), device="cpu"), pairs)
+    assert torch.equal(ours.aer_grid(), theirs.aer_grid())
+    assert model.config._attn_implementation == "sdpa" and model.training
+    directory = tiny_model_dirs["bert"]
+    model, tokenizer = user_model(directory)
+    ours = attnviz.head_similarity(attnviz.wrap(model, tokenizer), texts=TEXTS[:2])
+    theirs = attnviz.head_similarity(attnviz.load_model(str(directory), device="cpu"), texts=TEXTS[:2])
+    assert torch.allclose(ours.divergence, theirs.divergence, atol=1e-9)
