@@ -84,7 +84,9 @@ def model_view(capture: AttentionCapture, **options: Any) -> HtmlView:
     """The attention page of ``capture`` opened on its model view (every layer × head); options as :func:`head_view`."""
     page = attention_view_html(capture, **options)
     page = page.replace("</body>", _token_line(capture) + _MODEL_VIEW_START + "</body>", 1)
-    return HtmlView(page, title="attention: model view", height=_view_height(capture))
+    layers = max(capture.num_layers(stack) for stack in capture.stacks)
+    height = int(min(900, max(_view_height(capture), 200 + 78 * layers)))  # a row of thumbnails per layer
+    return HtmlView(page, title="attention: model view", height=height)
 
 
 def _token_line(capture: AttentionCapture) -> str:
