@@ -22,8 +22,8 @@ class NotebookDisplay:
         import dataclasses
 
         plain = (str, int, float, bool, type(None))
-        fields = dataclasses.fields(self) if dataclasses.is_dataclass(self) else ()
-        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields if isinstance(getattr(self, f.name), plain)]
+        names: list[str] = [field.name for field in dataclasses.fields(self)] if dataclasses.is_dataclass(self) else []
+        shown = [f"{name}={getattr(self, name)!r}" for name in names if isinstance(getattr(self, name), plain)]
         return f"{type(self).__name__}({', '.join(shown)})"
 
     def _repr_html_(self) -> str:

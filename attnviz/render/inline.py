@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +235,7 @@ def show(result: Any) -> HtmlView:
     if isinstance(result, AttentionCapture):
         return head_view(result)
     kind = type(result).__name__
-    builders = {
+    builders: dict[str, Callable[[Any], HtmlView]] = {
         "HeadStatistics": statistics_view,
         "Detection": detection_view,
         "HeadFunctions": functions_view,

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.core.recorder import PatternRecorder
-from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.captures.generation import generate_capture
+from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.common.tokens import word_ids_from_markers
+from attnviz.core.recorder import PatternRecorder
 from attnviz.models.hf import load_hf_model
 
 PROMPT = "The cat sat on the mat."

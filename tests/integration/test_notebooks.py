@@ -12,6 +12,7 @@ import base64
 from pathlib import Path
 
 import pytest
+from inline_helpers import text_in_frame
 
 pytestmark = pytest.mark.slow  # MiniLM, a kernel start per notebook
 
@@ -69,17 +70,11 @@ def test_notebook_runs_and_its_html_renders(name, tmp_path, open_page):
     for index, (plain, output) in enumerate(shown):
         fragment = output["data"]["text/html"]
         assert fragment.startswith("<iframe srcdoc="), plain
-        page = tmp_path / f"output-{index}.html"
-        page.write_text(f"<!DOCTYPE html><html><body>{fragment}</body></html>", encoding="utf-8")
-        run = open_page(page)
-        frames = [frame for frame in run.page.frames if frame != run.page.main_frame]
-        assert len(frames) == 1, plain
-        text = frames[0].evaluate("document.body.innerText")
+        text = text_in_frame(open_page, tmp_path / f"output-{index}.html", fragment)
         assert len(text) > 40, plain
         attention = plain.startswith("AttentionCapture") or "attention: " in plain
         if attention and token is not None and "BART" not in plain:
             assert token in text, (plain, text[:300])
-        run.assert_clean()
     for _, output in outputs(book, "image/png"):  # figures show as PNG without pyplot
         assert base64.b64decode(output["data"]["image/png"]).startswith(b"\x89PNG")
     if name == "01_quick_start.ipynb":
