@@ -13,8 +13,8 @@ from attnviz.common.texts import load_texts
 from attnviz.models.base import LoadedModel
 from attnviz.render.atlas import ExtraColumns, atlas_html
 from attnviz.render.inline import HtmlView
-from attnviz.stats.detect import Thresholds
 from attnviz.stats.measure import measure_model
+from attnviz.stats.thresholds import Thresholds
 
 
 def head_atlas(

@@ -29,9 +29,9 @@ import torch
 from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.core import CONTEXT_KWARG, AttentionSite
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.tokens import word_ids_from_markers
+from attnviz.core import CONTEXT_KWARG, AttentionSite
 from attnviz.models.base import LoadedModel
 
 # Markers of a token that starts a new word (byte-level BPE, SentencePiece) or continues one (WordPiece).

@@ -16,13 +16,17 @@ from torch import Tensor
 # Markers that tokenizers put on pieces: byte-level BPE (GPT-2, LLaMA-3, SmolLM2) marks a leading
 # space with "Ġ" and a newline with "Ċ"; SentencePiece (T5, LLaMA-2) marks a leading space with "▁";
 # WordPiece (BERT) marks a continuation with "##".
-_SPACE_MARKERS = ("Ġ", "▁")
+SPACE_MARKERS = ("Ġ", "▁")
+#: a piece starting with one of these begins a new word (byte-level BPE, SentencePiece; a line break)
+WORD_START_MARKERS = (*SPACE_MARKERS, "Ċ")
+#: a WordPiece piece starting with this continues the word before it
+CONTINUATION_MARKER = "##"
 
 
 def display_token(token: str) -> str:
     """A readable label for one raw token string (``Ġthe`` -> ``the``, ``Ċ`` -> ``\\n``)."""
     label = token
-    for marker in _SPACE_MARKERS:
+    for marker in SPACE_MARKERS:
         if label.startswith(marker) and len(label) > len(marker):
             label = label[len(marker) :]
         label = label.replace(marker, " ")
@@ -45,13 +49,19 @@ def word_groups(word_ids: Sequence[int | None]) -> list[list[int]]:
 
 def word_label(tokens: Sequence[str], group: Sequence[int]) -> str:
     """Join a word's pieces: ``["play", "##ing"]`` -> ``playing``."""
-    pieces = []
-    for position, index in enumerate(group):
-        piece = display_token(tokens[index])
-        if position > 0 and piece.startswith("##"):
-            piece = piece[2:]
-        pieces.append(piece)
-    return "".join(pieces)
+    return "".join(word_piece(tokens, index, position) for position, index in enumerate(group))
+
+
+def word_piece(tokens: Sequence[str], index: int, position: int) -> str:
+    """The text token ``index`` adds to its word, being its word's ``position``-th piece (``##ing`` -> ``ing``)."""
+    piece = display_token(tokens[index])
+    return piece[len(CONTINUATION_MARKER) :] if position > 0 and piece.startswith(CONTINUATION_MARKER) else piece
+
+
+def piece_starts_word(token: str, start_markers: bool) -> bool:
+    """Whether raw ``token`` begins a word: by a start marker (``start_markers``: the tokenizer uses them),
+    else unless it carries WordPiece's continuation marker."""
+    return token.startswith(WORD_START_MARKERS) if start_markers else not token.startswith(CONTINUATION_MARKER)
 
 
 def _aggregation(groups: list[list[int]], length: int, average: bool) -> Tensor:
@@ -82,17 +92,13 @@ def merge_visibility(
     return merged > 0
 
 
-#: markers that start a word (byte-level BPE, SentencePiece, a line break) or continue one (WordPiece)
-_WORD_START_MARKERS = ("Ġ", "▁", "Ċ")
-_CONTINUATION_MARKER = "##"
-
 
 def word_ids_from_markers(
     tokens: list[str], special: list[bool], last_word: int | None = None
 ) -> list[int | None]:
     """Word ids of tokens no tokenizer labelled (generated, or handed over), from their markers: ``Ġ``/``▁`` start
     a word, ``##`` continues one; ``last_word``: the id of the word before ``tokens`` (None: they start the text)."""
-    uses_start_markers = any(t.startswith(_WORD_START_MARKERS) for t in tokens)
+    uses_start_markers = any(t.startswith(WORD_START_MARKERS) for t in tokens)
     word = -1 if last_word is None else last_word
     ids: list[int | None] = []
     previous_special = last_word is None
@@ -101,10 +107,7 @@ def word_ids_from_markers(
             ids.append(None)
             previous_special = True
             continue
-        if uses_start_markers:
-            starts = token.startswith(_WORD_START_MARKERS) or previous_special
-        else:
-            starts = not token.startswith(_CONTINUATION_MARKER) or previous_special
+        starts = piece_starts_word(token, uses_start_markers) or previous_special
         word += 1 if starts else 0
         ids.append(word)
         previous_special = token.strip("Ċ") == ""  # a text after a line break starts a word

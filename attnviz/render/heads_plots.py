@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from attnviz.render.heatmap import FIGURE_SUFFIXES, HeatmapPanel, causal_visibility, render_heatmaps, save_figure  # noqa: F401
 from attnviz.render.figures import colormap, new_figure
+from attnviz.render.heatmap import FIGURE_SUFFIXES, HeatmapPanel, causal_visibility, render_heatmaps, save_figure  # noqa: F401
 from attnviz.render.stats_plots import statistics_figure
 
 #: How each probe label is marked on its score's panel: (marker, colour).
@@ -28,11 +28,9 @@ def probe_scores_figure(result, *, stack: str = "self"):
     ``next_token`` is left out on causal stacks (no query can see its next token).
     """
     from matplotlib import patheffects
-
-    from attnviz.heads.labels import LABELS
-    from attnviz.heads.scores import SCORE_NAMES
-
     from matplotlib.lines import Line2D
+
+    from attnviz.heads.labels import LABELS, SCORE_NAMES
 
     matrices = {}
     for name in SCORE_NAMES:
@@ -175,8 +173,8 @@ def capture_rollout_figure(capture, *, stack: str | None = None, annotate: bool 
 
     A stored ``rollout`` tensor is used when the capture has one.
     """
-    from attnviz.heads.rollout import attention_flow, rollout, rollout_stack
     from attnviz.common.tokens import display_token
+    from attnviz.heads.propagation import attention_flow, rollout, rollout_stack
 
     stack = stack or rollout_stack(capture)
     if flow:

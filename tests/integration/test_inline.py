@@ -113,7 +113,7 @@ def _matplotlib_state():
 def test_figures_leave_backend_and_rcparams_alone(results, bert):
     from matplotlib.figure import Figure
 
-    from attnviz.heads.rollout import rollout
+    from attnviz.heads.propagation import rollout
     from attnviz.render.align_plot import alignment_grid_figure
     from attnviz.render.heads_plots import capture_rollout_figure, head_similarity_figure, probe_scores_figure
     from attnviz.render.stats_plots import head_statistics_evolution_figure, head_statistics_figure
