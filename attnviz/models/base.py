@@ -100,6 +100,7 @@ class LoadedModel(ABC):
     name: str
     #: the underlying torch module
     model: nn.Module
+    tokenizer: Any  # transformers' tokenizer, or attnviz's toy tokenizer
     #: decoder-only causal LM (queries see only earlier keys)
     causal: bool = False
     #: has encoder, decoder and cross-attention stacks
@@ -186,7 +187,9 @@ class LoadedModel(ABC):
         """
         sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
         batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
-        return None if not batches or batches[0] is None else batches
+        if not batches or any(batch is None for batch in batches):
+            return None
+        return [batch for batch in batches if batch is not None]
 
     def with_model(self, model: nn.Module) -> LoadedModel:
         """The same kind of loaded model (same tokenizer and name) around another torch module."""

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from attnviz.common.errors import InputError
 from attnviz.common.thresholds import ThresholdSet
 
+#: the label of a head that attends to the previous token: a corpus flag here, a probe label in attnviz.heads
+PREVIOUS_TOKEN_FLAG = "previous-token"
+
 
 @dataclass(frozen=True)
 class Thresholds(ThresholdSet):
