@@ -8,6 +8,7 @@ texts into an :class:`EncodedBatch` and runs a forward pass with an
 
 from __future__ import annotations
 
+import contextlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -262,6 +263,14 @@ class LoadedModel(ABC):
     def source_paths(self) -> list[Path]:
         """Files and directories this model was read from (outputs must never overwrite them)."""
         return []
+
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """The model switched onto attnviz's core for the duration of a call that runs it outside :meth:`forward`.
+
+        Models attnviz loaded always are (this does nothing); a model the user wrapped
+        (:func:`attnviz.models.wrapped.wrap`) is switched in and restored afterwards.
+        """
+        return contextlib.nullcontext()
 
     def context(self, observers: Sequence = (), head_mask=None) -> AttentionContext:
         """An :class:`AttentionContext` whose sites are named for this model."""

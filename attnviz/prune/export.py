@@ -47,6 +47,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.common.wording import layers_and_heads, plural
 from attnviz.core import AttentionSite
 from attnviz.models.head_sets import heads_as_records, normalize_removed
@@ -57,8 +58,8 @@ FORMAT_NAME = "attnviz-prune-report"
 FORMAT_VERSION = 1
 
 
-@dataclass
-class PruneReport:
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
+class PruneReport(NotebookDisplay):
     """Everything a pruning run measured; :meth:`to_dict` is the JSON document."""
 
     model: str

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import ParameterError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import status
@@ -116,8 +117,8 @@ class PruneConfig:
         return limit  # only a minimum score: go as far as quality allows
 
 
-@dataclass
-class PruneOutcome:
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
+class PruneOutcome(NotebookDisplay):
     """What :func:`prune_model` produced."""
 
     report: PruneReport  # numbers for the terminal table and --json

@@ -10,16 +10,14 @@ def alignment_grid_figure(grid: Tensor, *, title: str):
 
     Low AER (good alignment) is bright, so the heads that align stand out.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from attnviz.render.figures import subplots
 
     data = grid.detach().float().cpu().numpy()  # [layer, head + 1]
     layers, columns = data.shape
     # constrained layout keeps the colour bar's label inside the figure; two short lines fit a short figure
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.8 * columns + 2.4), max(3.0, 0.6 * layers + 1.6)), layout="constrained")
+    fig, ax = subplots(figsize=(max(4.5, 0.8 * columns + 2.4), max(3.0, 0.6 * layers + 1.6)), layout="constrained")
     image = ax.imshow(data, cmap="viridis_r", vmin=0.0, vmax=1.0, aspect="auto")
     for (layer, column), value in np.ndenumerate(data):
         if np.isnan(value):

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from attnviz.render.figures import colormap, subplots
 from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure  # noqa: F401  (re-exported for the CLI)
 
 #: How each flag is drawn on the heatmaps: (marker, colour, legend text).
@@ -54,15 +55,6 @@ ZERO_PANEL_REASONS: dict[str, str] = {
 _UNBOUNDED = ("entropy", "mean_distance")
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def statistics_figure(
     matrices: Mapping[str, Tensor],
     flags: Mapping[str, Tensor] | None = None,
@@ -78,21 +70,21 @@ def statistics_figure(
         title: figure title.
         columns: panels per row.
     """
-    plt = _pyplot()
     from matplotlib import patheffects
+    from matplotlib.lines import Line2D
 
     names = list(matrices)
     layers, heads = next(iter(matrices.values())).shape
     rows = math.ceil(len(names) / columns)
     panel_width = 1.2 + 0.32 * heads
     panel_height = 0.9 + 0.22 * layers
-    fig, axes = plt.subplots(rows, columns, figsize=(panel_width * columns, panel_height * rows + 0.9), squeeze=False)
+    fig, axes = subplots(rows, columns, figsize=(panel_width * columns, panel_height * rows + 0.9), squeeze=False)
     used_flags: set[str] = set()
     for ax, name in zip(axes.flat, names):
         values = matrices[name].detach().float().cpu()  # [layer, head]
         finite = values[~values.isnan()]
         top = 1.0 if name not in _UNBOUNDED else max(float(finite.max()) if finite.numel() else 1.0, 1e-6)
-        cmap = plt.get_cmap("magma").with_extremes(bad="#d9d9d9")  # NaN: a head the layer lacks
+        cmap = colormap("magma").with_extremes(bad="#d9d9d9")  # NaN: a head the layer lacks
         image = ax.imshow(values.numpy(), aspect="auto", cmap=cmap, vmin=0.0, vmax=top, interpolation="nearest")
         fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03)
         ax.set_title(name.replace("_", " "), fontsize=10)
@@ -122,7 +114,7 @@ def statistics_figure(
         ax.set_visible(False)
     if used_flags:
         handles = [
-            plt.Line2D(
+            Line2D(
                 [],
                 [],
                 linestyle="none",
@@ -202,23 +194,23 @@ def evolution_figure(
         checkpoints: checkpoint names (x tick labels).
         matrices: per checkpoint ``{statistic: [layer, head]}``; the same statistics in each.
     """
-    plt = _pyplot()
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
     names = list(matrices[0])
     panels = len(names) + (1 if flag_counts else 0)
     rows = math.ceil(panels / columns)
     # constrained layout keeps rotated checkpoint names clear of the next row's titles
-    fig, axes = plt.subplots(
-        rows, columns, figsize=(4.2 * columns, 3.2 * rows + 0.6), squeeze=False, layout="constrained"
-    )
+    fig, axes = subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows + 0.6), squeeze=False, layout="constrained")
     x = list(range(len(checkpoints)))
     labels = [_short_name(name) for name in checkpoints]
-    colormap = plt.get_cmap("viridis")
+    cmap = colormap("viridis")
     num_layers = max(m[names[0]].shape[0] for m in matrices)
     for ax, name in zip(axes.flat, names):
         per_checkpoint = [m[name].detach().float().cpu() for m in matrices]  # each [layer, head]
         for layer in range(num_layers):
             ys = [_nanmean(t[layer]) if layer < t.shape[0] else math.nan for t in per_checkpoint]
-            ax.plot(x, ys, color=colormap(layer / max(1, num_layers - 1)), linewidth=1.0, alpha=0.8)
+            ax.plot(x, ys, color=cmap(layer / max(1, num_layers - 1)), linewidth=1.0, alpha=0.8)
         ax.plot(x, [_nanmean(t) for t in per_checkpoint], color="black", linewidth=2.2, marker="o", markersize=4)
         ax.set_title(name.replace("_", " "), fontsize=10)
         ax.set_xticks(x, labels, rotation=30 if len(x) > 3 else 0, ha="right" if len(x) > 3 else "center", fontsize=7)
@@ -242,7 +234,7 @@ def evolution_figure(
             _write_in_panel(ax, "no head is flagged\nin any checkpoint")
     for ax in list(axes.flat)[panels:]:
         ax.set_visible(False)
-    scalar = plt.cm.ScalarMappable(cmap=colormap, norm=plt.Normalize(0, max(1, num_layers - 1)))
+    scalar = ScalarMappable(cmap=cmap, norm=Normalize(0, max(1, num_layers - 1)))
     colorbar = fig.colorbar(
         scalar, ax=axes.ravel().tolist(), fraction=0.015, pad=0.01, label="layer (black: all heads)"
     )

@@ -34,6 +34,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.core import AttentionSite
 from attnviz.stats.definitions import STATISTIC_INDEX
 from attnviz.stats.result import HeadStatistics
@@ -44,8 +45,8 @@ FLAGS = ("collapsed", "unfocused", "diagonal", PREVIOUS_TOKEN_FLAG, "first-token
 PROBLEM_FLAGS = ("collapsed", "unfocused")
 
 
-@dataclass
-class Detection:
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
+class Detection(NotebookDisplay):
     """Flags of every head, and the thresholds that produced them."""
 
     thresholds: Thresholds
