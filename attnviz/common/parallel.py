@@ -115,7 +115,7 @@ class DataParallel:
             return [float(number) for number in numbers or []]
         if self.is_main and (numbers is None or len(numbers) != count):
             raise ValueError(f"the main process must give {count} numbers, not {numbers!r}")
-        return self.sum_numbers(list(numbers) if self.is_main else [0.0] * count)
+        return self.sum_numbers(list(numbers or []) if self.is_main else [0.0] * count)
 
     def barrier(self) -> None:
         if self.distributed:

@@ -286,7 +286,8 @@ def fused_softmax_(
         _module.softmax_rows_(scores, mask, float(scaling), int(query_start), scores.new_empty(0), 0)
         return True
     band_reach = (summary.shape[0] - 4) // 2
-    if summary.shape != RowSummary.buffer_shape(*scores.shape[:3], band_reach):
+    batch, heads, rows = scores.shape[:3]
+    if summary.shape != RowSummary.buffer_shape(batch, heads, rows, band_reach):
         raise ValueError(f"summary buffer of shape {tuple(summary.shape)} does not fit scores {tuple(scores.shape)}")
     _module.softmax_rows_(scores, mask, float(scaling), int(query_start), summary, band_reach)
     return True

@@ -8,6 +8,7 @@ texts into an :class:`EncodedBatch` and runs a forward pass with an
 
 from __future__ import annotations
 
+import contextlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -97,8 +98,12 @@ class LoadedModel(ABC):
 
     #: what the user typed (or a short name), shown in titles and reports
     name: str
+    #: where the weights came from, one line (``named model toy-reverse (/…)``, ``directory ./toy-reverse``);
+    #: set by :func:`attnviz.models.specs.load_model`
+    source: str = ""
     #: the underlying torch module
     model: nn.Module
+    tokenizer: Any  # transformers' tokenizer, or attnviz's toy tokenizer
     #: decoder-only causal LM (queries see only earlier keys)
     causal: bool = False
     #: has encoder, decoder and cross-attention stacks
@@ -185,7 +190,9 @@ class LoadedModel(ABC):
         """
         sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
         batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
-        return None if not batches or batches[0] is None else batches
+        if not batches or any(batch is None for batch in batches):
+            return None
+        return [batch for batch in batches if batch is not None]
 
     def with_model(self, model: nn.Module) -> LoadedModel:
         """The same kind of loaded model (same tokenizer and name) around another torch module."""
@@ -256,6 +263,14 @@ class LoadedModel(ABC):
     def source_paths(self) -> list[Path]:
         """Files and directories this model was read from (outputs must never overwrite them)."""
         return []
+
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """The model switched onto attnviz's core for the duration of a call that runs it outside :meth:`forward`.
+
+        Models attnviz loaded always are (this does nothing); a model the user wrapped
+        (:func:`attnviz.models.wrapped.wrap`) is switched in and restored afterwards.
+        """
+        return contextlib.nullcontext()
 
     def context(self, observers: Sequence = (), head_mask=None) -> AttentionContext:
         """An :class:`AttentionContext` whose sites are named for this model."""

@@ -34,18 +34,19 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.core import AttentionSite
 from attnviz.stats.definitions import STATISTIC_INDEX
 from attnviz.stats.result import HeadStatistics
-from attnviz.stats.thresholds import PRESETS, Thresholds
+from attnviz.stats.thresholds import PRESETS, PREVIOUS_TOKEN_FLAG, Thresholds
 
 #: Problem flags, then pattern labels, in the order they are listed for a head.
-FLAGS = ("collapsed", "unfocused", "diagonal", "previous-token", "first-token-sink", "special-token", "local")
+FLAGS = ("collapsed", "unfocused", "diagonal", PREVIOUS_TOKEN_FLAG, "first-token-sink", "special-token", "local")
 PROBLEM_FLAGS = ("collapsed", "unfocused")
 
 
-@dataclass
-class Detection:
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
+class Detection(NotebookDisplay):
     """Flags of every head, and the thresholds that produced them."""
 
     thresholds: Thresholds
@@ -97,12 +98,12 @@ def head_flags(means: dict[str, float], thresholds: Thresholds) -> tuple[str, ..
     if _at_least(means["diagonal"], t.diagonal_min):
         flags.append("diagonal")
     if _at_least(means["previous_token"], t.previous_token_min):
-        flags.append("previous-token")
+        flags.append(PREVIOUS_TOKEN_FLAG)
     if _at_least(means["first_token"], t.first_token_min):
         flags.append("first-token-sink")
     if _at_least(means["special_tokens"], t.special_tokens_min):
         flags.append("special-token")
-    if _at_least(means["local_ratio"], t.local_ratio_min) and not {"diagonal", "previous-token"} & set(flags):
+    if _at_least(means["local_ratio"], t.local_ratio_min) and not {"diagonal", PREVIOUS_TOKEN_FLAG} & set(flags):
         flags.append("local")
     return tuple(flags)
 
