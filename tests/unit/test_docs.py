@@ -35,7 +35,6 @@ PROCESS_WORDS = (
     "ceo",
     "quiet machine",
     "loaded machine",
-    "busy machine",
     "shared machine",
     "load average",
     "other jobs",
@@ -46,7 +45,6 @@ PROCESS_WORDS = (
     "the seeds'",
     "we measured on",
     "measured here",
-    "this machine",
     "was lent",
 )
 _PROCESS_PATTERN = re.compile("|".join(rf"\b{re.escape(word)}(?!\w)" for word in PROCESS_WORDS), re.IGNORECASE)
