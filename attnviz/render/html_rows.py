@@ -35,14 +35,14 @@ MAX_TOP = 32
 MIN_TOP = 4
 
 
-def bin_starts(length: int, bins: int) -> list[int]:
-    """First index of each of ``bins`` near-equal bins over ``range(length)``."""
-    return [(i * length) // bins for i in range(bins)]
+def bin_width(length: int, bins: int) -> int:
+    """Width of the equal bins (the last may be shorter) that cover ``range(length)`` in at most ``bins`` bins."""
+    return -(-length // bins)
 
 
-def _bin_of(length: int, bins: int) -> Tensor:
-    """``[length]`` bin index of every position (bins from :func:`bin_starts`)."""
-    return (torch.arange(length) * bins) // length
+def bin_starts(length: int, width: int) -> list[int]:
+    """First index of each bin of ``width`` over ``range(length)``."""
+    return list(range(0, length, width))
 
 
 def bfloat16_up(values: Tensor) -> tuple[Tensor, Tensor]:
@@ -76,7 +76,7 @@ def _unplane(raw: bytes, offset: int, dtype: str, count: int) -> tuple[np.ndarra
 
 def _b64_zlib(*arrays: np.ndarray) -> str:
     raw = b"".join(_planes(a) for a in arrays)
-    return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+    return base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
 
 
 class LayerReducer:
@@ -85,9 +85,8 @@ class LayerReducer:
     def __init__(self, heads: int, queries: int, keys: int, top: int, grid: int = POOLED_GRID):
         self.heads, self.queries, self.keys = heads, queries, keys
         self.top = min(top, keys)
-        self.grid_rows, self.grid_cols = min(grid, queries), min(grid, keys)
-        self.key_bin = _bin_of(keys, self.grid_cols)  # [key]
-        self.query_bin = _bin_of(queries, self.grid_rows)  # [query]
+        self.query_width, self.key_width = bin_width(queries, grid), bin_width(keys, grid)
+        self.grid_rows, self.grid_cols = -(-queries // self.query_width), -(-keys // self.key_width)
         self.pooled = torch.zeros(heads, self.grid_rows, self.grid_cols)  # [head, Gq, Gk] running max
         self.indices = torch.zeros(heads, queries, self.top, dtype=torch.int64)  # [head, query, top]
         self.values = torch.zeros(heads, queries, self.top)  # [head, query, top]
@@ -101,15 +100,32 @@ class LayerReducer:
         block = block.detach().float().cpu()
         heads, rows, width = block.shape
         stop = query_start + rows
-        # pooled: the max over keys within each key bin, then over queries within each query bin
-        by_key_bin = torch.zeros(heads, rows, self.grid_cols)  # [head, rows, Gk]
-        index = self.key_bin[:width].expand(heads, rows, width)  # [head, rows, c]
-        by_key_bin.scatter_reduce_(2, index, block, reduce="amax", include_self=True)
-        row_bins = self.query_bin[query_start:stop][None, :, None].expand(heads, rows, self.grid_cols)
-        self.pooled.scatter_reduce_(1, row_bins, by_key_bin, reduce="amax", include_self=True)
-        # rows: the top keys, then the largest weight beyond them that is not key 0 (kept apart)
+        # keys in chunks of one pooled column; the last chunk padded with -1, below every weight
+        chunks = -(-width // self.key_width)
+        if width == chunks * self.key_width:
+            padded = block
+        else:
+            padded = torch.full((heads, rows, chunks * self.key_width), -1.0)
+            padded[..., :width] = block
+        chunked = padded.view(heads, rows, chunks, self.key_width)  # [head, rows, chunk, key in chunk]
+        chunk_max = chunked.amax(dim=-1)  # [head, rows, chunk]
+        # pooled: the max over the rows of each query bin in this block
+        for row_bin in range(query_start // self.query_width, (stop - 1) // self.query_width + 1):
+            low = max(row_bin * self.query_width, query_start) - query_start
+            high = min((row_bin + 1) * self.query_width, stop) - query_start
+            target = self.pooled[:, row_bin, :chunks]
+            torch.maximum(target, chunk_max[:, low:high].amax(dim=1), out=target)
+        # rows: the top keys (searched only in the chunks with the largest maxima, which hold them all),
+        # then the largest weight beyond them that is not key 0 (kept apart)
         extra = min(self.top + 2, width)
-        values, indices = torch.topk(block, extra, dim=-1)  # [head, rows, extra], descending
+        if chunks > extra:
+            best_chunks = torch.topk(chunk_max, extra, dim=-1).indices  # [head, rows, extra]
+            candidates = chunked.gather(2, best_chunks[..., None].expand(-1, -1, -1, self.key_width))
+            positions = best_chunks[..., None] * self.key_width + torch.arange(self.key_width)  # [h, rows, extra, w]
+            values, picked = torch.topk(candidates.flatten(2), extra, dim=-1)  # [head, rows, extra]
+            indices = positions.flatten(2).gather(-1, picked)
+        else:
+            values, indices = torch.topk(padded, extra, dim=-1)  # [head, rows, extra], descending
         kept = min(self.top, extra)
         self.values[:, query_start:stop, :kept] = values[..., :kept]
         self.indices[:, query_start:stop, :kept] = indices[..., :kept]
@@ -142,8 +158,8 @@ class LayerReducer:
             "top": self.top,
             "indexBytes": np.dtype(index_type).itemsize,
             "grid": [self.grid_rows, self.grid_cols],
-            "queryStarts": bin_starts(self.queries, self.grid_rows),
-            "keyStarts": bin_starts(self.keys, self.grid_cols),
+            "queryStarts": bin_starts(self.queries, self.query_width),
+            "keyStarts": bin_starts(self.keys, self.key_width),
             # zlib(planes of scales float32 [head, Gq] ++ codes uint8 [head, Gq, Gk])
             "pooled": _b64_zlib((pooled_peak / 255).numpy().astype("<f4"), pooled_codes.numpy()),
             # zlib(planes of scales bfloat16 bits uint16 [head, q] ++ key gaps [head, q, top] ++ codes uint8 [head, q, top]

@@ -170,8 +170,10 @@
       else {
         var best = {};
         maps.forEach(function (m) { Object.keys(m).forEach(function (k) { best[k] = Math.max(best[k] || 0, m[k]); }); });
-        keyList = Object.keys(best).map(Number).filter(function (k) { return best[k] > 0 || k === 0; })
-          .sort(function (a, b) { return best[b] - best[a]; }).slice(0, MAX_KEYS).sort(function (a, b) { return a - b; });
+        keyList = Object.keys(best).map(Number).filter(function (k) { return best[k] > 0 && k !== 0; })
+          .sort(function (a, b) { return best[b] - best[a]; }).slice(0, MAX_KEYS - 1);
+        keyList.push(0);  /* the first token (the usual attention sink) is always listed */
+        keyList.sort(function (a, b) { return a - b; });
       }
       var keyRows = [], previous = -1;  /* key column rows: {key} or {gap: count} */
       keyList.forEach(function (k) {
