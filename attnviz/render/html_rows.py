@@ -129,6 +129,9 @@ class LayerReducer:
         kept = min(self.top, extra)
         self.values[:, query_start:stop, :kept] = values[..., :kept]
         self.indices[:, query_start:stop, :kept] = indices[..., :kept]
+        if kept < self.top:  # fewer keys in the block than kept per row: the rest are keys after it (weight 0)
+            self.indices[:, query_start:stop, kept:] = torch.arange(width, width + self.top - kept)
+            self.values[:, query_start:stop, kept:] = 0.0
         self.first[:, query_start:stop] = block[..., 0]
         if extra > kept:
             beyond_values, beyond_indices = values[..., kept:], indices[..., kept:]  # [head, rows, ≤2]

@@ -152,7 +152,7 @@
     var readout = AV.el("div", {"class": "readout", id: "head-readout"});
     var svgBox = AV.el("div", {"class": "head-box"});
     var table = AV.el("div", {"class": "top-keys", id: "top-keys"});
-    var legend = AV.el("p", {"class": "hint", text: "Lines: width and opacity by weight (below " + LINE_MIN + " not drawn). " +
+    var legend = AV.el("p", {"class": "hint", text: "Lines: width and opacity by weight (none below " + LINE_MIN + " unless within a quarter of the head's strongest). " +
       "Blocks beside each key: one per head in its colour, solid where that head attends most from this query " +
       "(point at a block for the weight). Point at or click a query on the left."});
     body.appendChild(AV.el("section", {id: "head-view"}, [toggles, legend, readout, AV.el("div", {"class": "head-split"}, [svgBox, table])]));
@@ -198,9 +198,11 @@
       svg.appendChild(lines);
       shown.forEach(function (h, j) {
         var m = maps[j], fan = shown.length > 1 ? (j / (shown.length - 1) - 0.5) * (rowHeight - 6) : 0;
+        var peak = Object.keys(m).reduce(function (a, k) { return Math.max(a, m[k]); }, 0);
         Object.keys(m).forEach(function (key) {
           var k = +key, weight = m[key];
-          if (!(k in keyRow) || weight < LINE_MIN) return;
+          /* a diffuse row (long inputs) still shows its strongest keys */
+          if (!(k in keyRow) || weight < Math.min(LINE_MIN, peak / 4)) return;
           lines.appendChild(AV.svg("line", {"class": "att", x1: leftX, y1: y(queryRow), x2: rightX, y2: y(keyRow[k]) + fan,
             stroke: AV.headColour(h), "stroke-width": (0.6 + 7 * weight).toFixed(2),
             "stroke-opacity": Math.min(1, 0.08 + Math.sqrt(weight)).toFixed(3), "stroke-linecap": "round",
