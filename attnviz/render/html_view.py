@@ -37,7 +37,7 @@ STACK_NAMES = {
     "cross": "cross-attention (decoder → encoder)",
 }
 #: a page keeps every cell of every head up to this many cells in all (about 1.4 bytes each)
-FULL_PAGE_CELLS = 4_000_000
+FULL_PAGE_CELLS = 12_000_000
 #: the bytes a long page may spend on its layers (the whole page stays under 25 MB)
 LONG_PAGE_BYTES = 21_000_000
 

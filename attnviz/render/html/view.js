@@ -86,7 +86,8 @@
 
   function renderNotes() {
     var s = stack(), l = s.layers[state.layer], parts = [
-      "Left: the tokens attending (queries); right: the tokens attended to (keys)." +
+      (state.view === "head" ? "Left: the tokens attending (queries); right: the tokens attended to (keys)."
+        : "Heatmaps: rows are the tokens attending (queries), columns the tokens attended to (keys).") +
       (data.words ? " Words: attention to a word is the sum over its pieces, from a word the mean." : "")];
     if (l.mode === "rows") {
       parts.push("Long input (" + s.queries.length.toLocaleString() + " \u00d7 " + s.keys.length.toLocaleString() +
