@@ -15,6 +15,7 @@ import transformers
 from tiny_models import tiny_config
 
 from attnviz.captures.attention_capture import AttentionCapture, capture
+from attnviz.common.errors import InputError
 from attnviz.render.html_rows import LayerReducer, decode_pooled, decode_rows
 from attnviz.render.html_stream import stream_attention_view
 from attnviz.render.html_view import LONG_PAGE_BYTES, attention_view_payload, view_html
@@ -173,3 +174,17 @@ def test_encoder_decoder_long_page_shape_is_checked():
     builder.add_layer("self", 0, torch.full((2, 2, 2), 0.5))
     with pytest.raises(ValueError, match="never arrived"):
         builder.payload()
+
+
+def test_streamed_page_equals_the_captured_one(minilm, monkeypatch):
+    """Built while the model runs (no capture) or from a capture: the same page, cell for cell."""
+    from attnviz.render import html_stream
+
+    text = "The cat sat on the mat because it was tired."
+    captured, _ = html_stream.attention_view_of_text(minilm, text)
+    monkeypatch.setattr(html_stream, "CAPTURE_BYTES", 0)
+    streamed, tokens = html_stream.attention_view_of_text(minilm, text)
+    assert tokens.patterns == {}  # nothing was captured
+    assert streamed == captured
+    with pytest.raises(InputError, match="merging words needs a capture"):
+        html_stream.attention_view_of_text(minilm, text, words=True)
