@@ -22,12 +22,13 @@ from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
+from attnviz.common.progress import warn
 from attnviz.common.tokens import display_token, merge_visibility, merge_words, word_groups, word_label
 from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title
 from attnviz.render.heatmap import causal_visibility
 from attnviz.render.html_page import build_page, quantize_rows, write_page
-from attnviz.render.html_rows import LayerReducer, TopBudget
+from attnviz.render.html_rows import MIN_TOP, LayerReducer, TopBudget
 from attnviz.render.selection import LayerSelection, resolve_layers
 
 STACK_NAMES = {
@@ -118,6 +119,12 @@ class PageBuilder:
                 rows += layout[stack, layer] * queries
                 cells += layout[stack, layer] * queries * keys
         self.budget = None if cells <= full_cells else TopBudget(byte_budget, rows)
+        if self.budget is not None and self.budget.least_bytes(rows) > byte_budget:
+            warn(
+                f"this page holds {rows:,} query rows: even with {MIN_TOP} keys per row it takes about "
+                f"{self.budget.least_bytes(rows) / 1e6:.0f} MB (budget {byte_budget / 1e6:.0f} MB); "
+                "choose fewer layers for a smaller page"
+            )
         self.title = title or model_title(tokens)
         self.causal = tokens.causal
 

@@ -16,6 +16,7 @@ from tiny_models import tiny_config
 
 from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.common.errors import InputError
+from attnviz.common.progress import AttnvizWarning
 from attnviz.render.html_rows import LayerReducer, decode_pooled, decode_rows
 from attnviz.render.html_stream import stream_attention_view
 from attnviz.render.html_view import LONG_PAGE_BYTES, attention_view_payload, view_html
@@ -73,7 +74,8 @@ def test_reducer_keeps_each_rows_top_keys_and_bounds_the_rest(causal, block, key
 
 def test_a_capture_past_the_limit_becomes_a_long_page(minilm):
     result = capture(minilm, "The cat sat on the mat because it was tired.")
-    payload = attention_view_payload(result, full_cells=100, byte_budget=10_000)
+    with pytest.warns(AttnvizWarning, match="choose fewer layers"):  # even 4 keys per row exceed 10 kB
+        payload = attention_view_payload(result, full_cells=100, byte_budget=10_000)
     assert payload["long"] is True
     stack = payload["stacks"][0]
     layer = stack["layers"][3]
