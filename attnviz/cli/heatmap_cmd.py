@@ -267,6 +267,8 @@ def heatmap(
             from attnviz.render.html_stream import write_attention_view_of_text
 
             loaded = load_quietly(model, device, dtype)
+            if stack in ("decoder", "cross") and not loaded.encoder_decoder:
+                raise InputError(f"{loaded.name} is not an encoder-decoder model: it has no {stack} attention")
             path, result = write_attention_view_of_text(
                 out,
                 loaded,
