@@ -185,7 +185,9 @@ class LoadedModel(ABC):
         """
         sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
         batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
-        return None if not batches or batches[0] is None else batches
+        if not batches or any(batch is None for batch in batches):
+            return None
+        return [batch for batch in batches if batch is not None]
 
     def with_model(self, model: nn.Module) -> LoadedModel:
         """The same kind of loaded model (same tokenizer and name) around another torch module."""

@@ -184,14 +184,14 @@ def converted_gguf_dir(path: Path) -> Path:
         try:
             tmp = staging.new_temp_dir(target.parent, target.name)
         except OSError as exc:
-            raise staging.output_error(exc, target) from exc
+            raise (staging.output_error(exc, target) or exc) from exc
         try:
             _convert(path, tmp)
             staging.ordinary_permissions(tmp)
             if not target.exists():  # else another process finished first
                 os.replace(tmp, target)
         except OSError as exc:
-            raise staging.output_error(exc, target) from exc
+            raise (staging.output_error(exc, target) or exc) from exc
         except AttnvizError:
             raise
         except Exception as exc:

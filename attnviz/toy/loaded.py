@@ -48,6 +48,8 @@ IGNORE = -100
 class ToyModel(LoadedModel):
     """A :class:`ToyTransformer` with its tokenizer and task."""
 
+    model: ToyTransformer
+
     def __init__(
         self,
         model: ToyTransformer,
@@ -80,6 +82,7 @@ class ToyModel(LoadedModel):
     # -- LoadedModel --------------------------------------------------------------------------------
 
     def with_model(self, model: nn.Module) -> ToyModel:
+        assert isinstance(model, ToyTransformer)
         return type(self)(model, self.tokenizer, self.task_settings, name=self.name, metadata=self.metadata)
 
     def check_head_removal(self) -> None:
