@@ -72,12 +72,14 @@ def stream_attention_view(
     layers: LayerSelection = None,
     stacks: Sequence[str] | None = None,
     title: str | None = None,
+    observers: Sequence = (),
     **limits,
 ) -> dict:
     """The page's payload for the one example of ``batch``, built block by block while ``loaded`` runs.
 
-    ``layers``/``stacks`` as :func:`~attnviz.render.html_view.attention_view_payload`; ``limits``:
-    ``full_cells`` and ``byte_budget`` of :class:`~attnviz.render.html_view.PageBuilder`.
+    ``layers``/``stacks`` as :func:`~attnviz.render.html_view.attention_view_payload`; ``observers``: more
+    observers of the same forward pass (statistics, a reference); ``limits``: ``full_cells`` and
+    ``byte_budget`` of :class:`~attnviz.render.html_view.PageBuilder`.
     """
     if len(batch) != 1:
         raise InputError("a page shows one text: encode exactly one")
@@ -92,7 +94,7 @@ def stream_attention_view(
         task = bar.add_task("building the page", total=total)
         observer = _PageObserver(builder, lambda: bar.advance(task))
         with torch.no_grad():
-            loaded.forward(batch, loaded.context([observer]))
+            loaded.forward(batch, loaded.context([observer, *observers]))
     return builder.payload()
 
 

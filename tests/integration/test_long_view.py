@@ -128,17 +128,15 @@ def test_long_page_in_browser_reads_back_each_rows_top_keys(tmp_path, open_page)
     n = len(batch.tokens[0])
     assert n == 4096
     budget = LONG_PAGE_BYTES * layers // 30  # this page's share of a 30-layer page
-    payload = stream_attention_view(loaded, batch, byte_budget=budget)
+    queries = [0, 1, 1500, 4095]
+    keeper = _RowKeeper(queries)  # the reference rows, from the same forward pass
+    payload = stream_attention_view(loaded, batch, byte_budget=budget, observers=[keeper])
     path = tmp_path / "long.html"
     path.write_text(view_html(payload), encoding="utf-8")
     assert path.stat().st_size <= PAGE_LIMIT * layers / 30
     stored = _payload_of(path)
     assert stored["long"] is True and [entry["layer"] for entry in stored["stacks"][0]["layers"]] == [0, 1]
 
-    queries = [0, 1, 1500, 4095]
-    keeper = _RowKeeper(queries)
-    with torch.no_grad():
-        loaded.forward(batch, loaded.context([keeper]))
     run = open_page(path)
     run.page.wait_for_selector("body[data-ready=true]", timeout=20_000)
     for layer_position, layer in enumerate((0, 1)):
