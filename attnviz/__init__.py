@@ -4,7 +4,7 @@ The main entry points, in the order data flows through them::
 
     import attnviz
 
-    model = attnviz.load_model("minilm")                      # load
+    model = attnviz.load_model("minilm")                      # load (or attnviz.wrap(your_model, tokenizer))
     result = attnviz.capture(model, "The cat sat.")             # capture: AttentionCapture
     stats = attnviz.compute_statistics(model, texts)           # statistics, streamed
     detection = attnviz.detect_heads(stats)                    # collapsed / unfocused / labels
@@ -27,6 +27,12 @@ __version__ = "0.1.0"
 #: public name -> module that defines it
 _EXPORTS = {
     "load_model": "attnviz.models.specs",
+    "wrap": "attnviz.models.wrapped",
+    "head_view": "attnviz.render.inline",
+    "model_view": "attnviz.render.inline",
+    "show": "attnviz.render.inline",
+    "HtmlView": "attnviz.render.inline",
+    "head_atlas": "attnviz.atlas.inline",
     "LoadedModel": "attnviz.models.base",
     "capture": "attnviz.captures.attention_capture",
     "AttentionCapture": "attnviz.captures.attention_capture",
@@ -67,6 +73,7 @@ __all__ = [
     "FunctionThresholds",
     "HeadFunctions",
     "HeadMask",
+    "HtmlView",
     "LoadedModel",
     "PatternRecorder",
     "ProbeSettings",
@@ -80,28 +87,36 @@ __all__ = [
     "capture_heatmap",
     "compute_statistics",
     "detect_heads",
+    "head_atlas",
     "head_functions",
     "head_similarity",
+    "head_view",
     "load_model",
     "load_toy_model",
+    "model_view",
     "prune_model",
     "render_heatmaps",
     "rollout",
     "save_figure",
     "save_outcome",
+    "show",
     "train_toy_model",
+    "wrap",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from attnviz.atlas.inline import head_atlas
     from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, capture
     from attnviz.common.errors import AttnvizError
     from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
     from attnviz.heads import FunctionThresholds, HeadFunctions, ProbeSettings, head_functions, head_similarity, rollout
     from attnviz.models.base import LoadedModel
     from attnviz.models.specs import load_model
+    from attnviz.models.wrapped import wrap
     from attnviz.prune import PruneConfig, PruneStrategy, prune_model, save_outcome
     from attnviz.render.capture_view import capture_heatmap
     from attnviz.render.heatmap import render_heatmaps, save_figure
+    from attnviz.render.inline import HtmlView, head_view, model_view, show
     from attnviz.stats import PRESETS, StatisticsAccumulator, compute_statistics, detect_heads
     from attnviz.toy import build_toy_model, load_toy_model, train_toy_model
 

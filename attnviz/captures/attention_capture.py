@@ -25,11 +25,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from attnviz.captures.compact import check_bits, decode_patterns, encode_pattern
+from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import CaptureFileError, InputError
 from attnviz.core import AttentionSite
 from attnviz.core.recorder import PatternRecorder
@@ -44,8 +46,8 @@ FORMAT_VERSION = "2"
 READABLE_VERSIONS = ("1", "2")
 
 
-@dataclass
-class AttentionCapture:
+@dataclass(repr=False)
+class AttentionCapture(NotebookDisplay):
     """Attention patterns of one example, per stack and layer: ``patterns[stack][layer]`` is ``[head, query, key]``."""
 
     model: str
@@ -63,6 +65,14 @@ class AttentionCapture:
     #: named tensors stored next to the patterns (e.g. ``rollout``, float32 ``[query, key]``)
     extras: dict[str, Tensor] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        shape = ", ".join(
+            f"{stack}: {len(layers)} layers × {layers[0].shape[0] if layers else 0} heads"
+            for stack, layers in self.patterns.items()
+        )
+        target = "" if self.target_tokens is None else f", {len(self.target_tokens)} target tokens"
+        return f"AttentionCapture(model={self.model!r}, {len(self.tokens)} tokens{target}, {shape})"
+
     @property
     def stacks(self) -> list[str]:
         return list(self.patterns)
@@ -76,6 +86,10 @@ class AttentionCapture:
 
     def num_heads(self, stack: str = "self", layer: int = 0) -> int:
         return self._layers(stack)[layer].shape[0]
+
+    def head_counts(self, stack: str = "self") -> list[int]:
+        """Heads of every layer of ``stack`` (they differ in a pruned model)."""
+        return [pattern.shape[0] for pattern in self._layers(stack)]
 
     def _layers(self, stack: str) -> list[Tensor]:
         if stack not in self.patterns:
@@ -107,6 +121,104 @@ class AttentionCapture:
     def is_causal(self, stack: str = "self") -> bool:
         """Whether queries of ``stack`` only see earlier keys."""
         return is_causal_stack(stack, self.causal)
+
+    # -- attention from other tools ---------------------------------------------------------
+
+    @classmethod
+    def from_attentions(
+        cls,
+        attentions: Any,
+        tokens: Sequence[str],
+        *,
+        cross_attentions: Any = None,
+        target_tokens: Sequence[str] | None = None,
+        decoder_attentions: Any = None,
+        causal: bool | None = None,
+        batch_index: int | None = None,
+        special: Sequence[bool] | None = None,
+        model: str = "external",
+    ) -> AttentionCapture:
+        """A capture of patterns another tool computed (transformers, TransformerLens, numpy).
+
+        ``attentions``: per-layer patterns of the self-attention over ``tokens`` (the encoder's, for an
+        encoder-decoder model) in any form :mod:`attnviz.captures.external` accepts, or a transformers
+        model output; ``cross_attentions`` / ``decoder_attentions``: an encoder-decoder model's cross- and
+        decoder self-attention, whose queries are ``target_tokens``. ``batch_index``: the example to take
+        from ``[batch, head, query, key]`` tensors holding several. ``causal``: None infers it from the
+        upper triangle (all zero: a causal model). ``special``: special-token flags (default: read off the
+        token strings). Raises :class:`~attnviz.common.errors.InputError` when a shape does not fit the
+        tokens or a row is not a distribution.
+        """
+        from attnviz.captures.external import (
+            check_tokens,
+            checked_layers,
+            default_special,
+            layers_of,
+            looks_causal,
+            stacks_of_output,
+        )
+        from attnviz.common.tokens import word_ids_from_markers
+
+        tokens = check_tokens(tokens, "tokens")
+        output = stacks_of_output(attentions)
+        if output is not None:  # a transformers ModelOutput
+            attentions = output.get("encoder", output.get("self"))
+            decoder_attentions = decoder_attentions if decoder_attentions is not None else output.get("decoder")
+            cross_attentions = cross_attentions if cross_attentions is not None else output.get("cross")
+            if attentions is None:
+                raise InputError("the model output holds no attentions: run the model with output_attentions=True")
+        encoder_decoder = target_tokens is not None or cross_attentions is not None or decoder_attentions is not None
+        flags = default_special(tokens) if special is None else [bool(flag) for flag in special]
+        if len(flags) != len(tokens):
+            raise InputError(f"special has {len(flags)} flags for {len(tokens)} tokens: give one per token")
+        fields: dict[str, Any] = {"special": flags, "word_ids": word_ids_from_markers(tokens, flags)}
+        self_layers = checked_layers(
+            layers_of(attentions, "attentions", batch_index), len(tokens), len(tokens), "attentions"
+        )
+        if not encoder_decoder:
+            inferred = looks_causal(self_layers)
+            if causal and not inferred:
+                raise InputError(
+                    "causal=True, but the patterns give weight to later tokens: leave causal out to infer it"
+                )
+            return cls(
+                model=model,
+                tokens=tokens,
+                causal=inferred if causal is None else bool(causal),
+                patterns={"self": self_layers},
+                **fields,
+            )
+        if target_tokens is None:
+            raise InputError(
+                "decoder or cross-attention was given without target_tokens: pass the decoder's tokens as target_tokens"
+            )
+        targets = check_tokens(target_tokens, "target_tokens")
+        target_flags = default_special(targets)
+        patterns = {"encoder": self_layers}
+        if decoder_attentions is not None:
+            patterns["decoder"] = checked_layers(
+                layers_of(decoder_attentions, "decoder_attentions", batch_index),
+                len(targets),
+                len(targets),
+                "decoder_attentions",
+            )
+        if cross_attentions is not None:
+            patterns["cross"] = checked_layers(
+                layers_of(cross_attentions, "cross_attentions", batch_index),
+                len(targets),
+                len(tokens),
+                "cross_attentions",
+            )
+        return cls(
+            model=model,
+            tokens=tokens,
+            causal=False,
+            patterns=patterns,
+            target_tokens=targets,
+            target_special=target_flags,
+            target_word_ids=word_ids_from_markers(targets, target_flags),
+            **fields,
+        )
 
     # -- file format -----------------------------------------------------------------------
 

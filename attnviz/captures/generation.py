@@ -30,7 +30,7 @@ from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
-from attnviz.common.tokens import WORD_START_MARKERS, piece_starts_word
+from attnviz.common.tokens import word_ids_from_markers
 from attnviz.core import CONTEXT_KWARG, AttentionSite
 from attnviz.models.base import LoadedModel
 
@@ -112,7 +112,7 @@ def generate_capture(
     input_ids = batch.inputs["input_ids"]  # [1, n]
     attention_mask = batch.inputs["attention_mask"]  # [1, n]
     kwargs: dict[str, Any] = {CONTEXT_KWARG: context, "use_cache": True}
-    with torch.no_grad():
+    with torch.no_grad(), loaded.running():  # a model the user wrapped runs on the core only meanwhile
         if loaded.encoder_decoder:
             kwargs["encoder_outputs"] = model.get_encoder()(
                 input_ids=input_ids, attention_mask=attention_mask, **{CONTEXT_KWARG: context}
@@ -177,24 +177,6 @@ def _next_token(logits: Tensor, sample: bool, temperature: float, generator: tor
     return int(torch.multinomial(probabilities[None], 1, generator=generator)[0, 0])
 
 
-def _word_ids_of_new_tokens(tokens: list[str], special: list[bool], last_word: int | None) -> list[int | None]:
-    """Word ids of generated tokens, from their markers: ``Ġ``/``▁`` start a word, ``##`` continues one."""
-    uses_start_markers = any(t.startswith(WORD_START_MARKERS) for t in tokens)
-    word = -1 if last_word is None else last_word
-    ids: list[int | None] = []
-    previous_special = last_word is None
-    for token, is_special in zip(tokens, special):
-        if is_special:
-            ids.append(None)
-            previous_special = True
-            continue
-        starts = piece_starts_word(token, uses_start_markers) or previous_special
-        word += 1 if starts else 0
-        ids.append(word)
-        previous_special = token.strip("Ċ") == ""  # a text after a line break starts a word
-    return ids
-
-
 def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], prompt_len: int) -> AttentionCapture:
     tokenizer = loaded.tokenizer
     special_ids = set(tokenizer.all_special_ids)
@@ -207,7 +189,7 @@ def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], pro
     new_tokens = tokenizer.convert_ids_to_tokens(new_ids)
     new_special = [token_id in special_ids for token_id in new_ids]
     last_word = max((w for w in known_words if w is not None), default=None)
-    new_words = _word_ids_of_new_tokens(new_tokens, new_special, last_word)
+    new_words = word_ids_from_markers(new_tokens, new_special, last_word)
     if loaded.encoder_decoder:
         patterns = recorder.assemble(
             len(sequence), {"encoder": prompt_len, "decoder": len(sequence), "cross": prompt_len}

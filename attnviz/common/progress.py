@@ -5,7 +5,8 @@ truncated, a family falls back to eager attention), it calls :func:`warn`, :func
 :func:`progress_bar` here, and these hand the message to the *current reporter*:
 
 * by default, :class:`Reporter`: warnings become Python warnings (:class:`AttnvizWarning`, so a
-  script can filter or escalate them), status messages and progress bars are silent;
+  script can filter or escalate them); information lines (:func:`info`: which model was loaded
+  from where), status messages and progress bars are silent;
 * the command line installs its rich reporter (:mod:`attnviz.cli.console`) for the whole run with
   :func:`use_reporter`; a script can install its own the same way.
 
@@ -41,6 +42,9 @@ class Reporter:
     def notice(self, message: str) -> None:
         warnings.warn(message, AttnvizNotice, stacklevel=3)
 
+    def info(self, message: str) -> None:
+        """A line of plain information (which model was loaded from where); the silent reporter drops it."""
+
     def status(self, message: str) -> ContextManager[object]:
         return contextlib.nullcontext()
 
@@ -75,6 +79,11 @@ def warn(message: str) -> None:
 def notice(message: str) -> None:
     """A one-line notice that nothing is wrong but the caller should know (e.g. a minute-long build starts)."""
     current_reporter().notice(message)
+
+
+def info(message: str) -> None:
+    """A line of plain information for whoever watches the run (silent in a script: see :func:`notice`)."""
+    current_reporter().info(message)
 
 
 def status(message: str) -> ContextManager[object]:

@@ -90,3 +90,22 @@ def merge_visibility(
     """Word-level ``[Wq, Wk]`` visibility: a word may see a word if any of their pieces may."""
     merged = merge_words(visible.float(), query_word_ids, key_word_ids)
     return merged > 0
+
+
+def word_ids_from_markers(tokens: list[str], special: list[bool], last_word: int | None = None) -> list[int | None]:
+    """Word ids of tokens no tokenizer labelled (generated, or handed over), from their markers: ``Ġ``/``▁`` start
+    a word, ``##`` continues one; ``last_word``: the id of the word before ``tokens`` (None: they start the text)."""
+    uses_start_markers = any(t.startswith(WORD_START_MARKERS) for t in tokens)
+    word = -1 if last_word is None else last_word
+    ids: list[int | None] = []
+    previous_special = last_word is None
+    for token, is_special in zip(tokens, special):
+        if is_special:
+            ids.append(None)
+            previous_special = True
+            continue
+        starts = piece_starts_word(token, uses_start_markers) or previous_special
+        word += 1 if starts else 0
+        ids.append(word)
+        previous_special = token.strip("Ċ") == ""  # a text after a line break starts a word
+    return ids

@@ -170,7 +170,9 @@ def parse_alignment(text: str) -> GoldAlignment:
 def read_alignment_pairs(path: str | Path | None = None, *, text: str | None = None) -> list[AlignmentPair]:
     """Sentence pairs of a JSON Lines file (``{"source", "target", "alignment"}`` per line), or of ``text``."""
     name = "standard input" if path is None else str(path)
-    content = text if text is not None else read_text_file(path, "alignment data file")
+    if text is None and path is None:
+        raise InputError("give an alignment data file or its text")
+    content = text if text is not None else read_text_file(path, "alignment data file")  # type: ignore[arg-type]
     pairs = []
     for number, line in enumerate(content.splitlines(), start=1):
         if not line.strip():
@@ -255,6 +257,8 @@ def whitespace_word_ids(
 
 def word_cross_attention(capture: AttentionCapture, pair: AlignmentPair, rows: RowChoice, where: str) -> Tensor:
     """``[layer, head, target word, source word]`` cross-attention of one captured pair."""
+    if capture.target_tokens is None or capture.word_ids is None or capture.target_word_ids is None:
+        raise InputError(f"{where}: the capture has no target side or no word ids: capture an encoder-decoder model")
     source_ids = whitespace_word_ids(capture.tokens, capture.word_ids, pair.source, where)
     target_ids = whitespace_word_ids(capture.target_tokens, capture.target_word_ids, pair.target, where)
     patterns = capture.stacked("cross")  # [layer, head, q, k]

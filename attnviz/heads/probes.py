@@ -81,4 +81,5 @@ def probe_batches(loaded: LoadedModel, settings: ProbeSettings) -> list[ProbeBat
     (:meth:`~attnviz.models.base.LoadedModel.probe_batches`).
     """
     settings = resolve_settings(loaded, settings)
+    assert settings.length is not None  # filled in by resolve_settings
     return loaded.probe_batches(settings.length, settings.sequences, seed=settings.seed, batch_size=settings.batch_size)

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnviz.stats.detect import Detection
+    from attnviz.stats.result import HeadStatistics
+
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -9,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import InputError
 from attnviz.core import AttentionSite
 from attnviz.heads.labels import SCORE_NAMES, FunctionThresholds, main_label, merge_labels, probe_labels
@@ -23,8 +30,8 @@ def site_order(site: AttentionSite) -> tuple[int, int]:
     return STACK_ORDER.get(site.stack, len(STACK_ORDER)), site.layer
 
 
-@dataclass
-class HeadSimilarity:
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
+class HeadSimilarity(NotebookDisplay):
     """Mean Jensen–Shannon divergence between every pair of heads (see :mod:`attnviz.heads.similarity`)."""
 
     heads: list[tuple[str, int, int]]  # (stack, layer, head) of each row / column
@@ -34,8 +41,8 @@ class HeadSimilarity:
     max_tokens: int  # examples were cut to this many tokens
 
 
-@dataclass
-class HeadFunctions:
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
+class HeadFunctions(NotebookDisplay):
     """Probe scores and function labels of every head of one model.
 
     ``scores[site]`` is ``[score, h]`` (:data:`~attnviz.heads.scores.SCORE_NAMES` order);
@@ -47,8 +54,8 @@ class HeadFunctions:
     probe: ProbeSettings  # with the length resolved
     scores: dict[AttentionSite, Tensor]  # site -> [score, h] float64; NaN where undefined
     thresholds: FunctionThresholds
-    statistics: object | None = None  # attnviz.stats.HeadStatistics over the corpus
-    detection: object | None = None  # attnviz.stats.Detection of those statistics
+    statistics: HeadStatistics | None = None  # over the corpus
+    detection: Detection | None = None  # of those statistics
     similarity: HeadSimilarity | None = None
 
     @property

@@ -8,6 +8,7 @@ texts into an :class:`EncodedBatch` and runs a forward pass with an
 
 from __future__ import annotations
 
+import contextlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -97,8 +98,12 @@ class LoadedModel(ABC):
 
     #: what the user typed (or a short name), shown in titles and reports
     name: str
+    #: where the weights came from, one line (``named model toy-reverse (/…)``, ``directory ./toy-reverse``);
+    #: set by :func:`attnviz.models.specs.load_model`
+    source: str = ""
     #: the underlying torch module
     model: nn.Module
+    tokenizer: Any  # transformers' tokenizer, or attnviz's toy tokenizer
     #: decoder-only causal LM (queries see only earlier keys)
     causal: bool = False
     #: has encoder, decoder and cross-attention stacks
@@ -258,6 +263,14 @@ class LoadedModel(ABC):
     def source_paths(self) -> list[Path]:
         """Files and directories this model was read from (outputs must never overwrite them)."""
         return []
+
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """The model switched onto attnviz's core for the duration of a call that runs it outside :meth:`forward`.
+
+        Models attnviz loaded always are (this does nothing); a model the user wrapped
+        (:func:`attnviz.models.wrapped.wrap`) is switched in and restored afterwards.
+        """
+        return contextlib.nullcontext()
 
     def context(self, observers: Sequence = (), head_mask=None) -> AttentionContext:
         """An :class:`AttentionContext` whose sites are named for this model."""

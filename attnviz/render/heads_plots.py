@@ -9,8 +9,10 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
+from attnviz.common.wording import plural
+from attnviz.render.figures import colormap, new_figure
 from attnviz.render.heatmap import FIGURE_SUFFIXES, HeatmapPanel, causal_visibility, render_heatmaps, save_figure  # noqa: F401
-from attnviz.render.stats_plots import _pyplot, statistics_figure
+from attnviz.render.stats_plots import statistics_figure
 
 #: How each probe label is marked on its score's panel: (marker, colour).
 LABEL_MARKERS: dict[str, tuple[str, str]] = {
@@ -27,10 +29,10 @@ def probe_scores_figure(result, *, stack: str = "self"):
     ``next_token`` is left out on causal stacks (no query can see its next token).
     """
     from matplotlib import patheffects
+    from matplotlib.lines import Line2D
 
     from attnviz.heads.labels import LABELS, SCORE_NAMES
 
-    plt = _pyplot()
     matrices = {}
     for name in SCORE_NAMES:
         matrix = result.matrix(name, stack)  # [layer, head]
@@ -54,9 +56,7 @@ def probe_scores_figure(result, *, stack: str = "self"):
         xs, ys = zip(*where)
         ax.scatter(xs, ys, marker=marker, s=40, linewidths=1.4, facecolors="none", edgecolors=colour, path_effects=halo)
         handles.append(
-            plt.Line2D(
-                [], [], linestyle="none", marker=marker, color=colour, markerfacecolor="none", label=LABELS[name]
-            )
+            Line2D([], [], linestyle="none", marker=marker, color=colour, markerfacecolor="none", label=LABELS[name])
         )
     if handles:
         figure.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=9)
@@ -72,51 +72,48 @@ def similarity_figure(divergence: Tensor, heads: Sequence[tuple[str, int, int]],
         heads: ``(stack, layer, head)`` of each row.
         embedding: ``[n, 2]`` MDS coordinates of the heads.
     """
-    plt = _pyplot()
     import numpy as np
-    import seaborn as sns
-    from scipy.cluster.hierarchy import linkage
+    from scipy.cluster.hierarchy import dendrogram, leaves_list, linkage
     from scipy.spatial.distance import squareform
 
-    values = divergence.double().cpu().numpy()
+    values = divergence.double().cpu().numpy()  # [n, n]
     distance = np.sqrt(np.clip((values + values.T) / 2, 0.0, None))
     np.fill_diagonal(distance, 0.0)
     order = linkage(squareform(distance, checks=False), method="average")
+    leaves = leaves_list(order)  # heads in dendrogram order
     layers = [layer for _, layer, _ in heads]
     top = max(1, max(layers))
-    colormap = plt.get_cmap("viridis")
-    layer_colours = [colormap(layer / top) for layer in layers]
+    cmap = colormap("viridis")
+    layer_colours = np.array([cmap(layer / top) for layer in layers])  # [n, 4] RGBA
     names = [f"L{layer}H{head}" if stack in ("self",) else f"{stack[0]}{layer}.{head}" for stack, layer, head in heads]
-    import pandas as pd
-
-    frame = pd.DataFrame(values, index=names, columns=names)
     size = min(13.0, max(8.0, 0.03 * len(heads) + 6.0))  # inches; the figure is 1.75 × as wide
-    grid = sns.clustermap(
-        frame,
-        row_linkage=order,
-        col_linkage=order,
-        row_colors=layer_colours,
-        col_colors=layer_colours,
-        cmap="magma_r",
-        vmin=0.0,
-        figsize=(size * 1.75, size),
-        xticklabels=True if len(heads) <= 80 else max(1, len(heads) // 60),
-        yticklabels=True if len(heads) <= 80 else max(1, len(heads) // 60),
-        cbar_kws={"label": "JS (nats)"},
-        cbar_pos=(0.03, 0.8, 0.025, 0.14),
-        dendrogram_ratio=0.12,
-        colors_ratio=0.02,
+    figure = new_figure(figsize=(size * 1.75, size))
+    # a clustered heatmap drawn by hand (seaborn's clustermap would go through pyplot): dendrogram on top,
+    # each head's layer as a colour strip on the top and left, the reordered divergences below
+    tree = figure.add_axes([0.085, 0.79, 0.45, 0.09])
+    dendrogram(order, ax=tree, no_labels=True, color_threshold=0, above_threshold_color="#555555")
+    tree.set_axis_off()
+    top_strip = figure.add_axes([0.085, 0.77, 0.45, 0.015])
+    top_strip.imshow(layer_colours[leaves][None], aspect="auto", interpolation="nearest")  # [1, n, 4]
+    top_strip.set_axis_off()
+    left_strip = figure.add_axes([0.068, 0.09, 0.012, 0.675])
+    left_strip.imshow(layer_colours[leaves][:, None], aspect="auto", interpolation="nearest")  # [n, 1, 4]
+    left_strip.set_axis_off()
+    heatmap = figure.add_axes([0.085, 0.09, 0.45, 0.675])
+    image = heatmap.imshow(
+        values[np.ix_(leaves, leaves)], cmap="magma_r", vmin=0.0, aspect="auto", interpolation="nearest"
     )
-    figure = grid.figure
-    for ax in figure.axes:  # squeeze the clustermap into the left 57 % of the figure, below the title
-        box = ax.get_position()
-        ax.set_position([box.x0 * 0.57, box.y0 * 0.92, box.width * 0.57, box.height * 0.92])
-    for ax in (grid.ax_heatmap,):
-        ax.tick_params(labelsize=6 if len(heads) > 40 else 8)
+    step = 1 if len(heads) <= 80 else max(1, len(heads) // 60)
+    ticks = list(range(0, len(heads), step))
+    heatmap.set_xticks(ticks, [names[leaves[i]] for i in ticks], rotation=90)
+    heatmap.set_yticks(ticks, [names[leaves[i]] for i in ticks])
+    heatmap.yaxis.tick_right()
+    heatmap.tick_params(labelsize=6 if len(heads) > 40 else 8)
+    figure.colorbar(image, cax=figure.add_axes([0.02, 0.8, 0.015, 0.12]), label="JS (nats)")
     mds = figure.add_axes([0.63, 0.12, 0.34, 0.34 * 1.75 * 0.9])
     points = embedding.float().cpu().numpy()
     scatter = mds.scatter(
-        points[:, 0], points[:, 1], c=layers, cmap=colormap, vmin=0, vmax=top, s=22, edgecolors="k", linewidths=0.3
+        points[:, 0], points[:, 1], c=layers, cmap=cmap, vmin=0, vmax=top, s=22, edgecolors="k", linewidths=0.3
     )
     if len(heads) <= 60:
         for (x, y), name in zip(points, names):
@@ -186,7 +183,7 @@ def capture_rollout_figure(capture, *, stack: str | None = None, annotate: bool 
         matrix = stored if stored is not None else rollout(capture, stack)  # [query, key]
     query_tokens, key_tokens = capture.axis_tokens(stack)
     what = "attention flow" if flow else "attention rollout"
-    title = f"{capture.model} · {what} over {capture.num_layers(stack)} layers" + (
+    title = f"{capture.model} · {what} over {plural(capture.num_layers(stack), 'layer')}" + (
         f" ({stack})" if stack != "self" else ""
     )
     return rollout_figure(

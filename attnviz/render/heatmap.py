@@ -215,11 +215,9 @@ def render_heatmaps(
     heads across). ``annotate=None`` prints weights in the cells of a single heatmap
     of at most :data:`ANNOTATE_MAX_TOKENS` tokens.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+
+    from attnviz.render.figures import subplots
 
     style = style or FigureStyle()
     style.check()
@@ -240,7 +238,7 @@ def render_heatmaps(
         if annotate is None:
             annotate = tokens <= ANNOTATE_MAX_TOKENS
         side = _side(tokens)
-        fig, ax = plt.subplots(figsize=(side * 1.18, side + 0.6), layout="constrained")
+        fig, ax = subplots(figsize=(side * 1.18, side + 0.6), layout="constrained")
         mesh = _draw(
             ax, flat[0], query_labels, key_labels, style=style, norm=norm, annotate=annotate, side=side, small=False
         )
@@ -250,7 +248,7 @@ def render_heatmaps(
     else:
         columns = max(len(row) for row in rows)
         cell = min(3.2, max(1.2, _side(tokens) / 2.5), _GRID_MAX_WIDTH / columns, _GRID_MAX_HEIGHT / len(rows))
-        fig, axes = plt.subplots(
+        fig, axes = subplots(
             len(rows),
             columns,
             figsize=(cell * columns + 1.4, cell * len(rows) + 1.2),
@@ -310,13 +308,11 @@ def save_figure(fig, path: str | Path, *, dpi: int = 150) -> Path:
     searched and edited.
     """
     import matplotlib
-    import matplotlib.pyplot as plt
 
     path = check_output_path(path, FIGURE_SUFFIXES)
-    try:
-        fonts = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
-        with matplotlib.rc_context(fonts), atomic_path(path) as tmp:
-            fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=dpi)
-    finally:
-        plt.close(fig)
+    fonts = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
+    # rc_context puts every rcParam back on the way out; the figure was made without pyplot (render/figures.py),
+    # so nothing is left to close
+    with matplotlib.rc_context(fonts), atomic_path(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=dpi)
     return path

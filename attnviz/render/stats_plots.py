@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from attnviz.render.figures import colormap, subplots
 from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure  # noqa: F401  (re-exported for the CLI)
 
 #: How each flag is drawn on the heatmaps: (marker, colour, legend text).
@@ -42,17 +43,16 @@ PANEL_FLAGS: dict[str, tuple[str, ...]] = {
     "special_tokens": ("special-token",),
 }
 
+#: Why a statistic can be exactly 0 for every head: said inside its panel, which is otherwise one flat colour.
+#: (Attention weights are softmax outputs, never exactly 0, so a mean of exactly 0 means no such key was seen.)
+ZERO_PANEL_REASONS: dict[str, str] = {
+    "special_tokens": "no special tokens\n([CLS], [SEP], BOS, EOS)\namong these texts' keys",
+    "first_token": "no query saw a first token\nother than itself",
+    "previous_token": "no query had a previous token\n(one-token texts)",
+}
+
 #: Statistics bounded by [0, 1] share a fixed colour scale; the others scale to their maximum.
 _UNBOUNDED = ("entropy", "mean_distance")
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def statistics_figure(
@@ -70,24 +70,25 @@ def statistics_figure(
         title: figure title.
         columns: panels per row.
     """
-    plt = _pyplot()
     from matplotlib import patheffects
+    from matplotlib.lines import Line2D
 
     names = list(matrices)
     layers, heads = next(iter(matrices.values())).shape
     rows = math.ceil(len(names) / columns)
     panel_width = 1.2 + 0.32 * heads
     panel_height = 0.9 + 0.22 * layers
-    fig, axes = plt.subplots(rows, columns, figsize=(panel_width * columns, panel_height * rows + 0.9), squeeze=False)
+    fig, axes = subplots(rows, columns, figsize=(panel_width * columns, panel_height * rows + 0.9), squeeze=False)
     used_flags: set[str] = set()
     for ax, name in zip(axes.flat, names):
         values = matrices[name].detach().float().cpu()  # [layer, head]
         finite = values[~values.isnan()]
         top = 1.0 if name not in _UNBOUNDED else max(float(finite.max()) if finite.numel() else 1.0, 1e-6)
-        cmap = plt.get_cmap("magma").with_extremes(bad="#d9d9d9")  # NaN: a head the layer lacks
+        cmap = colormap("magma").with_extremes(bad="#d9d9d9")  # NaN: a head the layer lacks
         image = ax.imshow(values.numpy(), aspect="auto", cmap=cmap, vmin=0.0, vmax=top, interpolation="nearest")
         fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03)
         ax.set_title(name.replace("_", " "), fontsize=10)
+        _explain_flat_panel(ax, name, finite)
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
         ax.set_xticks(range(0, heads, max(1, heads // 12)))
@@ -113,7 +114,7 @@ def statistics_figure(
         ax.set_visible(False)
     if used_flags:
         handles = [
-            plt.Line2D(
+            Line2D(
                 [],
                 [],
                 linestyle="none",
@@ -133,6 +134,47 @@ def statistics_figure(
     return fig
 
 
+def flat_panel_note(name: str, finite: Tensor) -> str | None:
+    """What a panel of one flat colour means, or None when its values differ.
+
+    All values missing: said so; all exactly 0: the reason from :data:`ZERO_PANEL_REASONS` where one is
+    known; any other single value: that value (every head alike is a finding, not a drawing error).
+    """
+    if finite.numel() == 0:
+        return "no values:\nno head of this panel\nsaw a query"
+    low, high = float(finite.min()), float(finite.max())
+    if high - low > 1e-9 * max(1.0, abs(high)):
+        return None
+    if high == 0.0:
+        return "0 for every head:\n" + ZERO_PANEL_REASONS.get(name, "no weight of this kind")
+    return f"{high:.3g} for every head"
+
+
+def _explain_flat_panel(ax, name: str, finite: Tensor) -> None:
+    """Write :func:`flat_panel_note` across the middle of ``ax`` when the panel is one flat colour."""
+    note = flat_panel_note(name, finite)
+    if note is not None:
+        _write_in_panel(ax, note)
+
+
+def _write_in_panel(ax, note: str) -> None:
+    """``note`` across the middle of ``ax``, boxed so that it reads on any colour, small enough to fit its width."""
+    width_points = ax.get_position().width * ax.figure.get_figwidth() * 72
+    longest = max(len(line) for line in note.splitlines())
+    fontsize = max(5.0, min(9.0, 0.85 * width_points / (0.6 * longest)))  # a character is about 0.6 em wide
+    ax.text(
+        0.5,
+        0.5,
+        note,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=fontsize,
+        color="#222222",
+        bbox={"boxstyle": "round,pad=0.35", "facecolor": "white", "edgecolor": "#999999", "alpha": 0.92},
+    )
+
+
 def evolution_figure(
     checkpoints: Sequence[str],
     matrices: Sequence[Mapping[str, Tensor]],
@@ -141,7 +183,7 @@ def evolution_figure(
     title: str = "",
     columns: int = 4,
 ):
-    """How each statistic changes across checkpoints (the seeds' ``plot_attention_evolution``).
+    """How each statistic changes across checkpoints.
 
     One panel per statistic: x is the checkpoint (in the order given), one line per layer
     (mean over its heads, coloured from first layer to last), and the mean over all heads
@@ -152,28 +194,30 @@ def evolution_figure(
         checkpoints: checkpoint names (x tick labels).
         matrices: per checkpoint ``{statistic: [layer, head]}``; the same statistics in each.
     """
-    plt = _pyplot()
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
     names = list(matrices[0])
     panels = len(names) + (1 if flag_counts else 0)
     rows = math.ceil(panels / columns)
     # constrained layout keeps rotated checkpoint names clear of the next row's titles
-    fig, axes = plt.subplots(
-        rows, columns, figsize=(4.2 * columns, 3.2 * rows + 0.6), squeeze=False, layout="constrained"
-    )
+    fig, axes = subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows + 0.6), squeeze=False, layout="constrained")
     x = list(range(len(checkpoints)))
     labels = [_short_name(name) for name in checkpoints]
-    colormap = plt.get_cmap("viridis")
+    cmap = colormap("viridis")
     num_layers = max(m[names[0]].shape[0] for m in matrices)
     for ax, name in zip(axes.flat, names):
         per_checkpoint = [m[name].detach().float().cpu() for m in matrices]  # each [layer, head]
         for layer in range(num_layers):
             ys = [_nanmean(t[layer]) if layer < t.shape[0] else math.nan for t in per_checkpoint]
-            ax.plot(x, ys, color=colormap(layer / max(1, num_layers - 1)), linewidth=1.0, alpha=0.8)
+            ax.plot(x, ys, color=cmap(layer / max(1, num_layers - 1)), linewidth=1.0, alpha=0.8)
         ax.plot(x, [_nanmean(t) for t in per_checkpoint], color="black", linewidth=2.2, marker="o", markersize=4)
         ax.set_title(name.replace("_", " "), fontsize=10)
         ax.set_xticks(x, labels, rotation=30 if len(x) > 3 else 0, ha="right" if len(x) > 3 else "center", fontsize=7)
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(alpha=0.3)
+        every_value = torch.cat([t.flatten() for t in per_checkpoint])  # [all heads of all checkpoints]
+        _explain_flat_panel(ax, name, every_value[~every_value.isnan()])
     if flag_counts:
         ax = axes.flat[len(names)]
         flags = [f for f in FLAG_MARKERS if any(counts.get(f, 0) for counts in flag_counts)]
@@ -186,9 +230,11 @@ def evolution_figure(
         ax.grid(alpha=0.3)
         if flags:
             ax.legend(fontsize=7)
+        else:
+            _write_in_panel(ax, "no head is flagged\nin any checkpoint")
     for ax in list(axes.flat)[panels:]:
         ax.set_visible(False)
-    scalar = plt.cm.ScalarMappable(cmap=colormap, norm=plt.Normalize(0, max(1, num_layers - 1)))
+    scalar = ScalarMappable(cmap=cmap, norm=Normalize(0, max(1, num_layers - 1)))
     colorbar = fig.colorbar(
         scalar, ax=axes.ravel().tolist(), fraction=0.015, pad=0.01, label="layer (black: all heads)"
     )

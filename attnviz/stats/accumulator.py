@@ -65,7 +65,7 @@ def block_statistics(
     pattern = pattern[..., : layout.width]  # [b, h, blk, c]
     batch, heads, rows, width = pattern.shape
 
-    if summary_covers(summary, layout.local_window):
+    if summary is not None and summary_covers(summary, layout.local_window):
         return summary_statistics(summary, pattern[..., 0], special_mass(pattern, geometry), layout)
     # no usable summary: every statistic from the pattern
     temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
@@ -280,7 +280,7 @@ class StatisticsAccumulator:
         pending = self._pending
         if pending is not None and (pending.site != site or pending.next_start != query_start):
             self._flush()
-        if summary_covers(summary, self.local_window):
+        if summary is not None and summary_covers(summary, self.local_window):
             if self._pending is None:
                 self._pending = _SummarisedRows(site, stack_key, query_start)
             self._pending.add(summary, pattern[..., 0], special_mass(pattern, geometry))
@@ -299,6 +299,7 @@ class StatisticsAccumulator:
         geometry = self._geometry.get(stack_key)
         if geometry is None:
             causal = is_causal_stack(site.stack, self.causal)
+            assert self._batch is not None  # set by begin_batch before the forward pass
             geometry = StackGeometry.from_batch(self._batch, site.stack, causal, device)
             self._geometry[stack_key] = geometry
         return geometry

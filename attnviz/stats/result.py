@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import InputError
 from attnviz.core import AttentionSite
 from attnviz.models.identity import HeadIdentity
@@ -28,8 +29,8 @@ class SiteStatistics:
         return self.mean.shape[1]
 
 
-@dataclass
-class HeadStatistics:
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the HTML view
+class HeadStatistics(NotebookDisplay):
     """Per-head statistics of one model over a corpus.
 
     ``sites[AttentionSite(stack, layer)]`` holds the numbers; :meth:`matrix` gives

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.captures.generation import _word_ids_of_new_tokens, generate_capture
+from attnviz.captures.generation import generate_capture
 from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.common.tokens import word_ids_from_markers
 from attnviz.core.recorder import PatternRecorder
 from attnviz.models.hf import load_hf_model
 
@@ -103,8 +104,8 @@ def test_generated_from_survives_save_and_load(tiny, tmp_path):
 
 
 def test_word_ids_of_generated_tokens_follow_the_tokenizer_markers():
-    assert _word_ids_of_new_tokens(["Ġthe", "Ġca", "t", "<eos>"], [False, False, False, True], 4) == [5, 6, 6, None]
-    assert _word_ids_of_new_tokens(["play", "##ing", "."], [False] * 3, None) == [0, 0, 1]
+    assert word_ids_from_markers(["Ġthe", "Ġca", "t", "<eos>"], [False, False, False, True], 4) == [5, 6, 6, None]
+    assert word_ids_from_markers(["play", "##ing", "."], [False] * 3, None) == [0, 0, 1]
 
 
 def test_refusals(tiny, minilm):

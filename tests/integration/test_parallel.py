@@ -22,7 +22,10 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel, launched_by_to
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "sample_data" / "corpus.txt"
 #: fields that measure the run, not the data
-TIMING_FIELDS = {"seconds", "tokens_per_second", "latency_before_ms", "latency_after_ms", "output", "speedup"}
+TIMING_FIELDS = {"seconds", "tokens_per_second", "output", "speedup"} | {
+    f"latency_{field}"
+    for field in ("before_ms", "after_ms", "before_ms_range", "after_ms_range", "conclusive", "sign_test_p")
+}
 
 
 def _run(args: list[str], *, processes: int, cwd: Path, env: dict[str, str] | None = None) -> CliResult:

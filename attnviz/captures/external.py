@@ -1,0 +1,176 @@
+"""Attention patterns another tool computed, made into an :class:`AttentionCapture`.
+
+Accepted per stack (self / encoder attention, decoder attention, cross-attention):
+
+* transformers' ``outputs.attentions`` (or ``encoder_attentions`` / ``decoder_attentions`` /
+  ``cross_attentions``): a tuple with one ``[batch, head, query, key]`` tensor per layer;
+* a list of ``[head, query, key]`` tensors or numpy arrays, one per layer;
+* one ``[layer, head, query, key]`` tensor or array;
+* a mapping of layer name -> tensor, ordered by the number in the name (a TransformerLens cache's
+  ``blocks.{layer}.attn.hook_pattern``, ``[batch, head, query, key]``);
+* a transformers model output itself (its ``attentions``, or its encoder / decoder / cross ones).
+
+Every layer is checked against the tokens (``[head, len(query tokens), len(key tokens)]``) and every
+row must be a distribution (non-negative, summing to 1). Patterns are kept as float32 on the CPU.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnviz.common.errors import InputError
+
+#: how far a row's sum may be from 1: half-precision softmax rows are off by ~1e-3
+_ROW_SUM_TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 2e-2}
+_DEFAULT_ROW_SUM_TOLERANCE = 1e-3
+#: an upper triangle whose weights are all below this is taken as masked (a causal model)
+_CAUSAL_EPSILON = 1e-6
+#: tokens shown as special tokens when the caller does not say: ``[CLS]``, ``<s>``, ``<|endoftext|>``, …
+_SPECIAL_TOKEN = re.compile(r"^(\[[A-Z_]+\]|<\|?[A-Za-z_/]*\|?>)$")
+
+
+def layers_of(attentions: Any, what: str, batch_index: int | None) -> list[Tensor]:
+    """One float32 CPU ``[head, query, key]`` tensor per layer, out of any of the accepted forms."""
+    if isinstance(attentions, Mapping):
+        attentions = _ordered_by_layer(attentions, what)
+    elif _is_array(attentions):
+        array = _as_tensor(attentions, what)
+        if array.ndim != 4:
+            raise InputError(
+                f"{what}: one array must be [layer, head, query, key], got shape {list(array.shape)}; "
+                "give a list with one [head, query, key] array per layer otherwise"
+            )
+        attentions = list(array)  # [layer, head, q, k] -> layers of [head, q, k]
+    if not isinstance(attentions, Sequence) or isinstance(attentions, str) or not attentions:
+        raise InputError(
+            f"{what}: give a tuple or list with one attention tensor per layer (e.g. outputs.attentions), "
+            f"got {type(attentions).__name__}"
+        )
+    layers = []
+    for index, layer in enumerate(attentions):
+        tensor = _as_tensor(layer, f"{what} layer {index}")
+        if tensor.ndim == 4:  # [batch, head, q, k]
+            tensor = _one_example(tensor, f"{what} layer {index}", batch_index)
+        if tensor.ndim != 3:
+            raise InputError(
+                f"{what} layer {index} has shape {list(tensor.shape)}: expected [batch, head, query, key] "
+                "or [head, query, key]"
+            )
+        layers.append(tensor)
+    return layers
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, Tensor) or type(value).__module__.startswith("numpy")
+
+
+def _as_tensor(value: Any, what: str) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    try:
+        import numpy as np
+
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(np.ascontiguousarray(value))
+    except ImportError:  # pragma: no cover - numpy comes with torch
+        pass
+    raise InputError(f"{what} is a {type(value).__name__}, not a torch tensor or numpy array")
+
+
+def _one_example(tensor: Tensor, what: str, batch_index: int | None) -> Tensor:
+    """``[batch, head, q, k]`` -> ``[head, q, k]`` of example ``batch_index`` (needed when the batch has several)."""
+    batch = tensor.shape[0]
+    if batch_index is None:
+        if batch != 1:
+            raise InputError(f"{what} holds a batch of {batch} examples: pass batch_index=… to say which one to show")
+        return tensor[0]
+    if not -batch <= batch_index < batch:
+        raise InputError(f"batch_index {batch_index} is out of range: {what} holds {batch} example(s)")
+    return tensor[batch_index]
+
+
+def _ordered_by_layer(named: Mapping[str, Any], what: str) -> list[Any]:
+    """Values of a ``name -> tensor`` mapping in layer order, the layer being the first number in each name."""
+    numbered = []
+    for name, value in named.items():
+        found = re.search(r"\d+", str(name))
+        if found is None:
+            raise InputError(
+                f"{what}: the name {name!r} has no layer number; give names such as 'blocks.0.attn.hook_pattern'"
+            )
+        numbered.append((int(found.group()), value))
+    layers = sorted(number for number, _ in numbered)
+    if layers != list(range(len(layers))):
+        raise InputError(f"{what}: the layers named are {layers}, not 0…{len(layers) - 1} each once")
+    return [value for _, value in sorted(numbered, key=lambda item: item[0])]
+
+
+def checked_layers(layers: list[Tensor], queries: int, keys: int, what: str) -> list[Tensor]:
+    """``layers`` as float32 CPU tensors, after checking shapes against the token counts and that rows sum to 1."""
+    checked = []
+    for index, layer in enumerate(layers):
+        name = f"{what} layer {index}"
+        if layer.shape[-2:] != (queries, keys):
+            raise InputError(
+                f"{name} is [head, {layer.shape[-2]}, {layer.shape[-1]}] but the tokens give [head, {queries}, {keys}]: "
+                "pass the tokens of exactly this example (padding included if the patterns have it)"
+            )
+        if not layer.is_floating_point():
+            raise InputError(f"{name} holds {layer.dtype} values, not attention weights")
+        tolerance = _ROW_SUM_TOLERANCE.get(layer.dtype, _DEFAULT_ROW_SUM_TOLERANCE)
+        pattern = layer.detach().to("cpu", torch.float32).contiguous()  # [head, q, k]
+        if not torch.isfinite(pattern).all() or (pattern < 0).any():
+            raise InputError(f"{name} holds NaN, infinite or negative values: these are not attention weights")
+        sums = pattern.sum(dim=-1)  # [head, q]
+        worst = float((sums - 1).abs().max())
+        if worst > tolerance:
+            head, query = divmod(int((sums - 1).abs().argmax()), sums.shape[1])
+            raise InputError(
+                f"{name}: the row of head {head}, query {query} sums to {float(sums[head, query]):.4g}, not 1; "
+                "give attention weights after the softmax (a TransformerLens 'hook_pattern', not 'hook_attn_scores')"
+            )
+        checked.append(pattern.clone())
+    return checked
+
+
+def looks_causal(layers: list[Tensor]) -> bool:
+    """Whether every weight above the diagonal is (almost) zero in every layer (square patterns of 2+ tokens)."""
+    size = layers[0].shape[-1]
+    if size < 2 or layers[0].shape[-2] != size:
+        return False
+    upper = torch.ones(size, size, dtype=torch.bool).triu(1)  # [q, k]
+    return all(float(layer[:, upper].max()) <= _CAUSAL_EPSILON for layer in layers)
+
+
+def default_special(tokens: Sequence[str]) -> list[bool]:
+    """Special-token flags read off the token strings (``[CLS]``, ``<s>``, ``<|endoftext|>``, …)."""
+    return [bool(_SPECIAL_TOKEN.match(token)) for token in tokens]
+
+
+def check_tokens(tokens: Any, what: str) -> list[str]:
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence) or not tokens:
+        raise InputError(
+            f"{what} must be a non-empty list of token strings (e.g. tokenizer.convert_ids_to_tokens(ids))"
+        )
+    return [str(token) for token in tokens]
+
+
+def stacks_of_output(output: Any) -> dict[str, Any] | None:
+    """The attention tuples of a transformers model output, by stack, or None when ``output`` is not one."""
+    found = {
+        stack: getattr(output, attribute, None)
+        for stack, attribute in (
+            ("self", "attentions"),
+            ("encoder", "encoder_attentions"),
+            ("decoder", "decoder_attentions"),
+            ("cross", "cross_attentions"),
+        )
+    }
+    if not any(hasattr(output, attribute) for attribute in ("attentions", "encoder_attentions")):
+        return None
+    return {stack: value for stack, value in found.items() if value}

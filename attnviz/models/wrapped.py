@@ -1,0 +1,162 @@
+"""A transformers model the user already holds, run through attnviz's core only while attnviz uses it.
+
+:func:`wrap` takes a model loaded by the user (``AutoModel.from_pretrained(...)``, fine-tuned, in half
+precision, on a GPU, dispatched with ``device_map``, in train or eval mode) and returns a
+:class:`~attnviz.models.base.LoadedModel`. Nothing about the user's model changes for good: each
+attnviz call that runs it (capture, statistics, probes, pruning's scoring, generation, the atlas)
+enters :meth:`WrappedModel.running`, which
+
+* switches every config of the model to attnviz's attention function (``config._attn_implementation``
+  and those of its sub-models), and puts every module in eval mode (no dropout in a capture);
+* puts back, on the way out, exactly the implementation names and per-module training flags it found.
+
+So the model computes bit-identical outputs before and after, and ``model.config._attn_implementation``
+is what the user set. The tokenizer is copied (attnviz pads on the right and needs a pad token; the
+user's tokenizer keeps its own settings).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.core import ATTENTION_NAME, AttentionContext, register_attention
+from attnviz.models.base import EncodedBatch
+from attnviz.models.hf import HFModel
+
+
+class WrappedModel(HFModel):
+    """A user's transformers model; attnviz's core is switched in only inside :meth:`running`."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, *, name: str, configs: list[Any]):
+        super().__init__(model, tokenizer, name=name, fallback=False)
+        #: the configs (top-level and sub-model configs) whose attention implementation attnviz switches
+        self._configs = configs
+        self._depth = 0  # nesting of running(): only the outermost switches and restores
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """The model on attnviz's core, in eval mode; its own implementation and modes are restored afterwards."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        implementations = [config._attn_implementation_internal for config in self._configs]
+        training = [(module, module.training) for module in self.model.modules()]
+        self._depth = 1
+        try:
+            for config in self._configs:
+                config._attn_implementation_internal = ATTENTION_NAME
+            self.model.eval()
+            yield
+        finally:
+            self._depth = 0
+            for config, implementation in zip(self._configs, implementations):
+                config._attn_implementation_internal = implementation
+            for module, flag in training:
+                module.training = flag  # the flag itself: train()/eval() would also reset the children
+
+    def forward(self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = False):
+        with self.running():
+            return super().forward(batch, context, logits=logits)
+
+    def with_model(self, model: nn.Module) -> WrappedModel:
+        """A copy made by attnviz (a pruned model) keeps the user's attention implementation, wrapped the same way."""
+        return WrappedModel(model, self.tokenizer, name=self.name, configs=_attention_configs(model))
+
+
+def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) -> WrappedModel:
+    """Make a transformers model the user loaded usable by every attnviz function that takes a loaded model.
+
+    ``tokenizer``: the model's tokenizer; when None, the one saved with the model
+    (``model.name_or_path``) is loaded. ``name``: shown in titles and reports (default: the
+    model's ``name_or_path``). The model is not changed: attnviz switches it onto its core only
+    while one of its own calls runs (see the module docstring). Families that do not call
+    transformers' attention interface raise :class:`~attnviz.common.errors.UnsupportedModelError`.
+    """
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel):
+        raise InputError(
+            f"attnviz.wrap takes a transformers model (a PreTrainedModel such as AutoModel.from_pretrained(...)), "
+            f"got {type(model).__name__}; for patterns another tool computed, use "
+            "AttentionCapture.from_attentions(attentions, tokens)"
+        )
+    register_attention()
+    family = getattr(model.config, "model_type", type(model).__name__)
+    tokenizer = _own_tokenizer(model, tokenizer)
+    name = name or _default_name(model)
+    configs = _attention_configs(model)
+    loaded = WrappedModel(model, tokenizer, name=name, configs=configs)
+    if not configs or not type(model)._can_set_attn_implementation():
+        raise _unsupported(family)
+    try:
+        layout = loaded.layout()  # a probe forward pass inside running(): did attention calls reach the core?
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _unsupported(family) from exc
+    if not layout:
+        raise _unsupported(family)
+    return loaded
+
+
+def _default_name(model: nn.Module) -> str:
+    """The hub id the model came from, or the last two parts of its local folder (``…/minilm/model``), or its class."""
+    source = str(getattr(model, "name_or_path", "") or "")
+    if not source:
+        return type(model).__name__
+    path = Path(source)
+    return "/".join(path.parts[-2:]) if path.is_absolute() else source
+
+
+def _unsupported(family: str) -> UnsupportedModelError:
+    return UnsupportedModelError(
+        f"{family} models do not call transformers' attention interface, so attnviz cannot run them through its "
+        f"core: load the checkpoint with attnviz.load_model(path) instead (eager attention, slower), or capture "
+        "outputs.attentions yourself and use AttentionCapture.from_attentions"
+    )
+
+
+def _attention_configs(model: nn.Module) -> list[Any]:
+    """Every config whose ``_attn_implementation`` the model's attention modules read: the top-level one,
+    its sub-configs at any depth, and those of sub-models (deduplicated by identity; configs are not hashable)."""
+    found: dict[int, Any] = {}
+    pending = [model.config] + [getattr(m, "config", None) for m in model.modules() if hasattr(m, "config")]
+    while pending:
+        config = pending.pop()
+        if config is None or id(config) in found or not hasattr(config, "_attn_implementation_internal"):
+            continue
+        found[id(config)] = config
+        pending.extend(getattr(config, key, None) for key in getattr(config, "sub_configs", {}) or {})
+    return list(found.values())
+
+
+def _own_tokenizer(model: nn.Module, tokenizer: Any) -> Any:
+    """A copy of ``tokenizer`` (or of the one saved with the model) that attnviz may set padding on."""
+    if tokenizer is None:
+        source = getattr(model, "name_or_path", "") or ""
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False) if source else None
+        except Exception:  # noqa: BLE001 - any failure means the same thing to the user
+            tokenizer = None
+        if tokenizer is None:
+            raise InputError(
+                f"no tokenizer was given and none could be loaded from {source or 'the model'!r}: "
+                "call attnviz.wrap(model, tokenizer)"
+            )
+    if not callable(tokenizer) or not hasattr(tokenizer, "convert_ids_to_tokens"):
+        raise InputError(f"attnviz.wrap needs the model's transformers tokenizer, got {type(tokenizer).__name__}")
+    return copy.deepcopy(tokenizer)
+
+
+__all__ = ["WrappedModel", "wrap"]
