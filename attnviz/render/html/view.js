@@ -53,13 +53,19 @@
       pooled: {grid: l.grid, queryStarts: l.queryStarts, keyStarts: l.keyStarts, weights: pooled},
       block: function (h) { return {weights: pooled, offset: h * gq * gk}; }};
   }
+  var decoded = {};  /* layers ready to draw: short layers at once, long ones once inflated */
   function load(si, li) {
     var id = si + ":" + li;
     if (!cache[id]) {
       var s = data.stacks[si], l = s.layers[li];
-      cache[id] = l.mode === "rows"
-        ? Promise.all([AV.inflate(l.rows), AV.inflate(l.pooled)]).then(function (raw) { return rowsLayer(s, l, raw[0], raw[1]); })
-        : Promise.resolve(fullLayer(s, l));
+      if (l.mode === "rows") {
+        cache[id] = Promise.all([AV.inflate(l.rows), AV.inflate(l.pooled)]).then(function (raw) {
+          return (decoded[id] = rowsLayer(s, l, raw[0], raw[1]));
+        });
+      } else {
+        decoded[id] = fullLayer(s, l);
+        cache[id] = Promise.resolve(decoded[id]);
+      }
     }
     return cache[id];
   }
@@ -362,12 +368,16 @@
     document.body.setAttribute("data-ready", "false");
     renderControls(); renderNotes();
     var s = stack(), wanted = state.view === "head" ? [state.layer] : s.layers.map(function (_, i) { return i; });
-    Promise.all(wanted.map(function (li) { return load(state.stack, li); })).then(function (layers) {
+    function draw(layers) {
       if (mine !== generation) return;  /* a later render replaced this one */
       body.innerHTML = "";
       if (state.view === "head") headView(layers[0]); else modelView(layers);
       document.body.setAttribute("data-ready", "true");
-    }).catch(function (error) {
+    }
+    var pending = wanted.map(function (li) { return load(state.stack, li); });
+    var ready = wanted.map(function (li) { return decoded[state.stack + ":" + li]; });
+    if (ready.every(function (L) { return L; })) { draw(ready); return; }  /* drawn at once: scripts may click next */
+    Promise.all(pending).then(draw).catch(function (error) {
       body.textContent = "This page could not decode its data: " + error;
       console.error(error);
     });
