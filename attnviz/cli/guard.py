@@ -67,7 +67,7 @@ def guarded(callback: Callable) -> Callable:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python flushes stdout at exit)
             raise OutputError("standard output was closed before the run finished: nothing was written") from None
 
-    run_command._attnviz_guarded = True  # type: ignore[attr-defined]
+    run_command._attnviz_guarded = True
     return run_command
 
 

@@ -35,9 +35,11 @@ def check_one_pattern(layers: LayerSelection, heads: HeadSelection) -> tuple[int
     """The one layer and the one head (or the mean) that ``--terminal`` draws; refuses more than one."""
     if layers is None or len(layers) != 1:
         raise InputError("the terminal shows one layer at a time: pick one with --layer, e.g. 0 or -1")
-    if heads is None or (heads is not MEAN_OF_HEADS and len(heads) != 1):
+    if isinstance(heads, MeanOfHeads):
+        return layers[0], heads
+    if heads is None or len(heads) != 1:
         raise InputError("the terminal shows one head at a time: pick one with --head, e.g. 3, or mean")
-    return layers[0], heads if heads is MEAN_OF_HEADS else heads[0]
+    return layers[0], heads[0]
 
 
 def _indices(spec: str, flag: str, what: str, words: str) -> list[int]:

@@ -127,6 +127,8 @@ class HFModel(LoadedModel):
 
     #: the pruned checkpoint directory this model was read from (set by :mod:`attnviz.models.pruned`)
     checkpoint_path: str | None = None
+    #: a transformers ``PreTrainedModel``: its config and submodules differ by family, so it is typed Any
+    model: Any
 
     def __init__(self, model: nn.Module, tokenizer: Any, *, name: str, fallback: bool = False):
         self.model = model
@@ -157,7 +159,7 @@ class HFModel(LoadedModel):
     def check_head_removal(self) -> None:
         find_attention_blocks(self)  # raises UnsupportedModelError for a family without slicing rules
 
-    def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[HFModel, dict]:
+    def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[LoadedModel, dict]:
         return prune_heads_physically(self, removed)
 
     def check_generation(self) -> None:
@@ -208,7 +210,7 @@ class HFModel(LoadedModel):
             source=source,
             original=self,
             pruned=pruned.model,
-            plans=pruned.plans,
+            plans=pruned.plans or {},
             removed=pruned.removed,
             transformers_copy=transformers_copy,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -102,7 +102,8 @@ def text_probe_batches(loaded: HFModel, length: int, sequences: int, *, seed: in
     blocks = [rng.sample(pool, length) for _ in range(sequences)]
     start_id = None
     if loaded.encoder_decoder:
-        start_id = loaded.model.config.decoder_start_token_id
+        config: Any = loaded.model.config  # a transformers config
+        start_id = config.decoder_start_token_id
         if start_id is None:
             start_id = tokenizer.pad_token_id
     result = []

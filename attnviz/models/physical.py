@@ -36,7 +36,7 @@ Plain multi-head attention is the case ``n = 1``: every removed head is sliced o
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,7 +195,7 @@ def plan_site(block: AttentionBlock, removed: list[int]) -> SitePlan:
 
 
 def plan_pruning(
-    blocks: Mapping[AttentionSite, AttentionBlock], removed: Mapping[AttentionSite, list[int]]
+    blocks: Mapping[AttentionSite, AttentionBlock], removed: Mapping[AttentionSite, Sequence[int]]
 ) -> dict[AttentionSite, SitePlan]:
     """A :class:`SitePlan` for every site (sites without removed heads keep everything)."""
     removed = normalize_removed(removed)
@@ -282,7 +282,7 @@ def _wrap(loaded: LoadedModel, model: nn.Module) -> LoadedModel:
 
 
 def prune_heads_physically(
-    loaded: LoadedModel, removed: Mapping[AttentionSite, list[int]]
+    loaded: LoadedModel, removed: Mapping[AttentionSite, Sequence[int]]
 ) -> tuple[LoadedModel, dict[AttentionSite, SitePlan]]:
     """A physically pruned copy of ``loaded`` (the original is left untouched) and the per-site plan."""
     copy_model = copy.deepcopy(loaded.model)
@@ -294,7 +294,7 @@ def prune_heads_physically(
     return _wrap(loaded, copy_model), plans
 
 
-def masked_weights_model(loaded: LoadedModel, removed: Mapping[AttentionSite, list[int]]) -> nn.Module:
+def masked_weights_model(loaded: LoadedModel, removed: Mapping[AttentionSite, Sequence[int]]) -> nn.Module:
     """A full-size copy of ``loaded.model`` whose removed heads have zeroed output-projection weights.
 
     Plain ``transformers`` loads it (same config, same shapes) and it computes

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,7 @@ def save_pruned_checkpoint(
     original: LoadedModel,
     pruned: LoadedModel,
     plans: Mapping[AttentionSite, SitePlan],
-    removed: Mapping[AttentionSite, list[int]],
+    removed: Mapping[AttentionSite, Sequence[int]],
     transformers_copy: bool = True,
 ) -> Path:
     """Write the physically pruned ``pruned`` (and the masked-weights copy) to ``out``, atomically.

@@ -123,7 +123,7 @@ class ModelLoader:
     places: bool = False
 
     def load(
-        self, path: Path, *, name: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None
+        self, path: Path | str, *, name: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None
     ) -> LoadedModel:
         module, _, attribute = self.function.partition(":")
         placement = {"device_map": device_map} if self.places and device_map else {}
