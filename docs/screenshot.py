@@ -30,12 +30,17 @@ def main() -> None:
         errors: list[str] = []
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
+        # attention pages mark their body data-ready="true" once drawn (long pages decode their data first)
+        ready = "!document.body.hasAttribute('data-ready') || document.body.dataset.ready === 'true'"
         page.goto(args.page.resolve().as_uri())
+        page.wait_for_function(ready)
         for choice in args.select:
             selector, value = choice.rsplit("=", 1)
             page.select_option(selector, value)
+            page.wait_for_function(ready)
         for kind, selector in [("click", s) for s in args.click] + [("hover", s) for s in args.hover]:
             getattr(page.locator(selector).first, kind)()
+            page.wait_for_function(ready)
         page.screenshot(path=str(args.out), full_page=args.full)
         browser.close()
     for error in errors:

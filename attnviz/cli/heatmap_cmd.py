@@ -263,6 +263,26 @@ def heatmap(
         if stack == "cross" and target is None and generate is None:
             raise InputError('cross-attention needs the decoder text: add --target "..." (or --generate N)')
         generation = generation_settings(generate, sample, temperature, seed, target)
+        if html and generation is None:  # a page of any length: streamed when a capture would not fit
+            from attnviz.render.html_stream import write_attention_view_of_text
+
+            loaded = load_quietly(model, device, dtype)
+            if stack in ("decoder", "cross") and not loaded.encoder_decoder:
+                raise InputError(f"{loaded.name} is not an encoder-decoder model: it has no {stack} attention")
+            path, result = write_attention_view_of_text(
+                out,
+                loaded,
+                text,
+                target=target,
+                max_length=max_length,
+                truncate=not no_truncate,
+                words=words,
+                layers=layers,
+                stacks=[stack] if stack else None,
+            )
+            print_page_summary(loaded, result, stack)
+            print(path)
+            return
         result = capture_text(text, target, model, max_length, no_truncate, device, dtype, generation=generation)
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
@@ -293,6 +313,34 @@ def heatmap(
         path = save_figure(figure, out, dpi=dpi)
     print_summary(result, stack)
     print(path)
+
+
+def load_quietly(model, device, dtype):
+    """Load ``model`` under a status line."""
+    from attnviz.cli.console import console
+    from attnviz.models.specs import load_model
+
+    with console.status(f"loading {model}"):
+        return load_model(model, device=device, dtype=dtype)
+
+
+def print_page_summary(loaded, result, stack) -> None:
+    """The summary line of a page (whose capture may hold no patterns: a long page is streamed)."""
+    if result.patterns:
+        from attnviz.cli.capturing import print_summary
+
+        print_summary(result, stack)
+        return
+    from attnviz.cli.console import console
+
+    stack = stack or loaded.stacks()[0]
+    keys = result.axis_tokens(stack)[1]
+    console.print(
+        f"[bold]{result.model}[/bold] · {len(keys)} tokens · {loaded.num_layers(stack)} layers × "
+        f"{loaded.num_heads(stack)} heads · long input: the page keeps each query's strongest keys "
+        "and a pooled overview (see the page's notes)",
+        highlight=False,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from attnviz.common.errors import InputError, ModelSpecError, ParameterError
-from attnviz.common.progress import info, notice
+from attnviz.common.progress import notice
 from attnviz.common.texts import sample_data_path
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
@@ -267,8 +267,7 @@ def load_model(
             "(for the shipped model, run from another directory)"
         )
     loaded = _load_resolved(resolved, torch_device, torch_dtype, placement)
-    loaded.source = resolved.source
-    info(f"model: {resolved.source}")
+    loaded.source = resolved.source  # commands name it in their summary line
     return loaded
 
 

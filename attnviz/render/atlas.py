@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.models.identity import HeadIdentity
@@ -51,15 +52,15 @@ def atlas_payload(
     """Everything the atlas page shows, JSON-ready."""
     extra_columns = dict(extra_columns or {})
     columns = [{"name": s.name, "kind": "number", "help": f"{s.formula} ({s.unit})"} for s in STATISTICS]
-    for name, values in extra_columns.items():
-        numeric = all(isinstance(v, (int, float)) or v is None for v in values.values())
+    for name, column in extra_columns.items():
+        numeric = all(isinstance(v, (int, float)) or v is None for v in column.values())
         columns.append({"name": name, "kind": "number" if numeric else "text", "help": "extra column"})
     identity = identity or stats.identity or HeadIdentity()
     rows = []
     for site, head, values in stats.heads():
         original = identity.ids(site.stack, site.layer, stats.sites[site].num_heads)[head]  # number before pruning
         key = (site.stack, site.layer, original)
-        row = {
+        row: dict[str, Any] = {
             "stack": site.stack,
             "layer": site.layer,
             "head": original,

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -221,7 +222,11 @@ def render_heatmaps(
 
     style = style or FigureStyle()
     style.check()
-    rows = [list(row) for row in panels] if panels and not isinstance(panels[0], HeatmapPanel) else [list(panels)]
+    if panels and not isinstance(panels[0], HeatmapPanel):
+        grid = cast("Sequence[Sequence[HeatmapPanel]]", panels)
+        rows = [list(row) for row in grid]
+    else:
+        rows = [list(cast("Sequence[HeatmapPanel]", panels))]
     rows = [row for row in rows if row]
     flat = [panel for row in rows for panel in row]
     if len(flat) > 1 and (len(rows) == 1 or all(len(row) == 1 for row in rows)):
@@ -310,9 +315,9 @@ def save_figure(fig, path: str | Path, *, dpi: int = 150) -> Path:
     import matplotlib
 
     path = check_output_path(path, FIGURE_SUFFIXES)
-    fonts = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
+    fonts: dict[str, Any] = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
     # rc_context puts every rcParam back on the way out; the figure was made without pyplot (render/figures.py),
     # so nothing is left to close
-    with matplotlib.rc_context(fonts), atomic_path(path) as tmp:
+    with matplotlib.rc_context(fonts), atomic_path(path) as tmp:  # type: ignore[arg-type]
         fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=dpi)
     return path

@@ -49,7 +49,7 @@ def dequantize_rows(encoded: dict[str, str], shape: tuple[int, ...]) -> Tensor:
 
 
 def _asset(name: str) -> str:
-    return resources.files("attnviz.render").joinpath("html", name).read_text(encoding="utf-8")
+    return resources.files("attnviz.render").joinpath("html").joinpath(name).read_text(encoding="utf-8")
 
 
 def _script_json(payload: object) -> str:

@@ -73,32 +73,74 @@ def minilm_page(minilm, tmp_path_factory):
     return result, path
 
 
-def _head_view_weights(run, layer, head, query):
-    """Select ``layer``, show only ``head``, point at query token ``query``; the weights the lines carry."""
+#: view.js draws no line below this weight unless it is within a quarter of the row's maximum
+LINE_MIN = 0.02
+
+
+def _ready(run):
+    run.page.wait_for_selector("body[data-ready=true]")
+
+
+def _choose_query(run, query):
+    run.page.fill("#query-input", str(query))
+    run.page.dispatch_event("#query-input", "change")
+    _ready(run)
+
+
+def _head_view_weights(run, layer, head, query, expected):
+    """Select ``layer``, show only ``head``, choose ``query``; check the lines and blocks against ``expected``
+    (the captured ``[key]`` row) and return the weights the page holds for that row."""
     page = run.page
+    _ready(run)
     page.select_option("#layer-select", str(layer))
+    _ready(run)
     page.click("#heads-none")
     page.click(f'.head-toggle[data-head="{head}"]')
-    page.hover(f'.tok.q[data-index="{query}"]')
+    _choose_query(run, query)
+    assert page.get_attribute("#head-readout", "data-query") == str(query)
     lines = page.eval_on_selector_all(
-        "line.att", "nodes => nodes.map(n => [+n.dataset.head, +n.dataset.key, +n.dataset.weight])"
+        "line.att",
+        "nodes => nodes.map(n => [+n.dataset.head, +n.dataset.key, +n.dataset.weight, +n.getAttribute('stroke-width')])",
     )
-    assert {h for h, _, _ in lines} == {head}
-    return {key: weight for _, key, weight in lines}
+    assert {h for h, _, _, _ in lines} <= {head}
+    _check_lines([(0, key, weight) for _, key, weight, _ in lines], expected[None])
+    widths = sorted((weight, width) for _, _, weight, width in lines)
+    assert [w for _, w in widths] == sorted(w for _, w in widths)  # thicker lines for larger weights
+    blocks = page.eval_on_selector_all(f'rect.block[data-head="{head}"]', "nodes => nodes.map(n => +n.dataset.key)")
+    assert len(blocks) == len(expected)  # one block beside every key
+    row = page.evaluate(f"() => attnviz.row({_stack_index(run)}, {layer}, {head}, {query})")
+    return dict(zip(row["keys"], row["weights"], strict=True))
 
 
-def test_head_view_in_browser_shows_captured_weights(minilm_page, open_page):
+def _check_lines(lines, expected):
+    """``lines``: (head, key, weight) drawn; ``expected``: ``[head, key]`` captured weights of the query.
+    Every line carries its captured weight, and every weight clearly above the threshold has its line."""
+    assert lines
+    drawn = {(head, key) for head, key, _ in lines}
+    for head, key, weight in lines:
+        assert abs(weight - float(expected[head, key])) <= TOLERANCE
+        assert weight >= min(LINE_MIN, float(expected[head].max()) / 4) - TOLERANCE
+    for head, key in (expected >= LINE_MIN + TOLERANCE).nonzero().tolist():
+        assert (head, key) in drawn, (head, key)
+
+
+def _stack_index(run):
+    return run.page.evaluate(
+        "() => document.getElementById('stack-select') ? +document.getElementById('stack-select').value : 0"
+    )
+
+
+def test_head_view_opens_on_the_last_layer_with_lines_drawn(minilm_page, open_page):
     result, path = minilm_page
     run = open_page(path)
-    tokens = run.page.eval_on_selector_all(".tok.q", "nodes => nodes.map(n => n.textContent)")
-    assert tokens == ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired", ".", "[SEP]"]
-    assert "all-MiniLM-L6-v2" in run.page.text_content("h1")
-    for layer, head, query in ((2, 5, 3), (5, 11, 0), (0, 0, 12)):
-        weights = _head_view_weights(run, layer, head, query)
-        expected = result.layer(layer)[head, query]  # [key]
-        assert sorted(weights) == list(range(len(result.tokens)))
-        for key, weight in weights.items():
-            assert abs(weight - float(expected[key])) <= TOLERANCE, (layer, head, query, key)
+    _ready(run)
+    assert run.page.input_value("#layer-select") == str(result.num_layers() - 1)
+    assert run.page.get_attribute("#head-readout", "data-query") == "0"  # the first token, [CLS]
+    lines = run.page.eval_on_selector_all(
+        "line.att", "nodes => nodes.map(n => [+n.dataset.head, +n.dataset.key, +n.dataset.weight])"
+    )
+    _check_lines(lines, result.layer(-1)[:, 0])  # [head, key] of the first token
+    assert run.page.locator("#top-keys tr[data-head]").count() == result.num_heads()
     run.assert_clean()
 
 
@@ -113,7 +155,9 @@ def _point_at_cell(run, query, key):
 def test_model_view_in_browser_opens_a_head_and_reads_weights(minilm_page, open_page):
     result, path = minilm_page
     run = open_page(path)
+    _ready(run)
     run.page.click("#tab-model")
+    _ready(run)
     assert run.page.locator("#model-grid td.cell").count() == 6 * 12
     run.page.click('#model-grid td.cell[data-layer="4"][data-head="7"]')
     assert "layer 4" in run.page.text_content("#detail .heatmap-title")
@@ -141,7 +185,9 @@ def test_causal_page_masks_the_future(tmp_path, open_page):
     result = _causal_capture()
     path = write_attention_view(tmp_path / "causal.html", result)
     run = open_page(path)
-    weights = _head_view_weights(run, 1, 2, 4)
+    _ready(run)
+    assert run.page.get_attribute("#head-readout", "data-query") == "8"  # causal: opens on the last query
+    weights = _head_view_weights(run, 1, 2, 4, result.layer(1)[2, 4])
     assert sorted(weights) == [0, 1, 2, 3, 4]  # query 4 sees keys 0..4 only
     for key, weight in weights.items():
         assert abs(weight - float(result.layer(1)[2, 4, key])) <= TOLERANCE
@@ -160,13 +206,16 @@ def test_encoder_decoder_page_has_every_stack(tmp_path, open_page):
     result = capture(loaded, "3 1 4 1 5", target="5 1 4 1 3")
     path = write_attention_view(tmp_path / "reverse.html", result)
     run = open_page(path)
+    _ready(run)
     labels = run.page.eval_on_selector_all("#stack-select option", "nodes => nodes.map(n => n.textContent)")
     assert labels == ["encoder self-attention", "decoder self-attention", "cross-attention (decoder → encoder)"]
-    run.page.select_option("#stack-select", "2")
+    assert run.page.input_value("#stack-select") == "2"  # opens on cross-attention
+    assert run.page.input_value("#layer-select") == str(result.num_layers("cross") - 1)
+    assert run.page.locator("line.att").count() > 0
     queries = run.page.eval_on_selector_all(".tok.q", "nodes => nodes.map(n => n.textContent)")
     keys = run.page.eval_on_selector_all(".tok.k", "nodes => nodes.map(n => n.textContent)")
     assert queries == ["<bos>", "5", "1", "4", "1", "3"] and keys == ["3", "1", "4", "1", "5", "<eos>"]
-    weights = _head_view_weights(run, 1, 3, 2)
+    weights = _head_view_weights(run, 1, 3, 2, result.layer(1, "cross")[3, 2])
     for key, weight in weights.items():
         assert abs(weight - float(result.layer(1, "cross")[3, 2, key])) <= TOLERANCE
     run.assert_clean()

@@ -48,6 +48,34 @@ var AV = (function () {
     return out;
   };
 
+  /* zlib-compressed base64 -> Promise of its bytes, inflated by the browser's own DecompressionStream. */
+  AV.inflate = function (base64) {
+    var stream = new Blob([bytes(base64)]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Response(stream).arrayBuffer().then(function (buffer) { return new Uint8Array(buffer); });
+  };
+
+  /* Reads byte-planar arrays (all first bytes, then all second bytes, ...) one after another from raw bytes. */
+  AV.reader = function (raw) {
+    var offset = 0;
+    return function (size, count) {
+      var out = new Uint32Array(count);
+      for (var b = 0; b < size; b++) {
+        var base = offset + b * count, shift = 8 * b;
+        for (var i = 0; i < count; i++) out[i] += raw[base + i] * Math.pow(2, shift);
+      }
+      offset += size * count;
+      return out;
+    };
+  };
+  /* float32 bit patterns (Uint32Array) -> Float32Array */
+  AV.floats = function (bits) { return new Float32Array(bits.buffer); };
+  /* bfloat16 bit patterns -> Float32Array */
+  AV.bfloats = function (bits) {
+    var wide = new Uint32Array(bits.length);
+    for (var i = 0; i < bits.length; i++) wide[i] = bits[i] * 65536;
+    return new Float32Array(wide.buffer);
+  };
+
   /* viridis, 11 stops */
   var VIRIDIS = ["#440154", "#482475", "#414487", "#355f8d", "#2a788e", "#21918c", "#22a884", "#44bf70",
                  "#7ad151", "#bddf26", "#fde725"].map(function (hex) {
@@ -60,6 +88,7 @@ var AV = (function () {
   };
   AV.css = function (rgb) { return "rgb(" + rgb.map(Math.round).join(",") + ")"; };
   AV.MASKED = [217, 217, 217];
+  AV.DROPPED = [246, 240, 232];
 
   /* weight -> [0, 1] on a linear, square-root or logarithmic (3 decades below vmax) scale */
   AV.scaled = function (w, vmax, scale) {
@@ -131,12 +160,15 @@ var AV = (function () {
     var ctx = canvas.getContext("2d");
     ctx.scale(ratio, ratio);
     var vmax = 0, i, k, w;
-    for (i = 0; i < nq; i++) for (k = 0; k < nk; k++) vmax = Math.max(vmax, opts.weights[offset + i * nk + k]);
+    for (i = 0; i < nq; i++) for (k = 0; k < nk; k++) {
+      w = opts.weights[offset + i * nk + k];
+      if (w > vmax) vmax = w;
+    }
     for (i = 0; i < nq; i++) {
       for (k = 0; k < nk; k++) {
         var masked = opts.visible && k >= opts.visible[i];
         w = opts.weights[offset + i * nk + k];
-        ctx.fillStyle = AV.css(masked ? AV.MASKED : AV.colour(AV.scaled(w, vmax, opts.scale)));
+        ctx.fillStyle = AV.css(masked ? AV.MASKED : w !== w ? AV.DROPPED : AV.colour(AV.scaled(w, vmax, opts.scale)));
         ctx.fillRect(left + k * cell, top + i * cell, cell, cell);
       }
     }
@@ -159,9 +191,12 @@ var AV = (function () {
       if (q < 0 || key < 0 || q >= nq || key >= nk) { cursor.style.display = "none"; return; }
       var masked = opts.visible && key >= opts.visible[q], value = opts.weights[offset + q * nk + key];
       readout.setAttribute("data-query", q); readout.setAttribute("data-key", key);
-      readout.setAttribute("data-weight", masked ? "masked" : value);
+      readout.setAttribute("data-weight", masked ? "masked" : value !== value ? "dropped" : value);
+      var text = masked ? "masked (cannot be seen)" : value !== value ? (opts.missing ? opts.missing(q, key) : "not kept")
+        : (opts.cellNote ? opts.cellNote(value) : AV.fmt(value));
       readout.textContent = "from \u201c" + opts.queries[q] + "\u201d (" + q + ") to \u201c" + opts.keys[key] + "\u201d (" +
-        key + "): " + (masked ? "masked (cannot be seen)" : AV.fmt(value));
+        key + "): " + text;
+      if (opts.onpoint) opts.onpoint(q, key);
       cursor.style.display = "block";
       cursor.style.left = (left + key * cell - 1) + "px"; cursor.style.top = (top + q * cell - 1) + "px";
       cursor.style.width = cell + "px"; cursor.style.height = cell + "px";
@@ -170,12 +205,21 @@ var AV = (function () {
     var stage = AV.el("div", {"class": "stage"}, [canvas, cursor]);
     var wrapper = AV.el("div", {"class": "heatmap-box"}, [
       opts.title ? AV.el("div", {"class": "heatmap-title", text: opts.title}) : AV.el("span"),
-      readout, stage, AV.legend(vmax, opts.scale, !!opts.visible)]);
+      opts.note ? AV.el("p", {"class": "hint", text: opts.note}) : AV.el("span"),
+      readout, stage, AV.legend(vmax, opts.scale, !!opts.visible, opts.dropped)]);
+    if (opts.onclick) {
+      canvas.style.cursor = "zoom-in";
+      canvas.addEventListener("click", function (event) {
+        var box = canvas.getBoundingClientRect();
+        var key = Math.floor((event.clientX - box.left - left) / cell), q = Math.floor((event.clientY - box.top - top) / cell);
+        if (q >= 0 && key >= 0 && q < nq && key < nk) opts.onclick(q, key);
+      });
+    }
     return wrapper;
   };
 
   /* colour legend: gradient from 0 to vmax on the chosen scale, and the masked swatch */
-  AV.legend = function (vmax, scale, masked) {
+  AV.legend = function (vmax, scale, masked, dropped) {
     var bar = AV.el("canvas", {"class": "legend-bar", width: 160, height: 10});
     var ctx = bar.getContext("2d");
     for (var x = 0; x < 160; x++) { ctx.fillStyle = AV.css(AV.colour(x / 159)); ctx.fillRect(x, 0, 1, 10); }
@@ -184,6 +228,10 @@ var AV = (function () {
     if (masked) {
       parts.push(AV.el("span", {"class": "swatch masked"}));
       parts.push(AV.el("span", {text: "masked: the query cannot see this key"}));
+    }
+    if (dropped) {
+      parts.push(AV.el("span", {"class": "swatch dropped"}));
+      parts.push(AV.el("span", {text: "not kept: below the row's kept weights (point at it for the bound)"}));
     }
     return AV.el("div", {"class": "legend"}, parts);
   };
