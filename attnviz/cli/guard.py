@@ -51,7 +51,7 @@ def guarded(callback: Callable) -> Callable:
 
     @functools.wraps(callback)
     def run_command(*args: Any, **kwargs: Any) -> Any:
-        from attnviz.common.errors import OutputError
+        from attnviz.common.errors import InputError, OutputError
         from attnviz.outputs import files
 
         parameters = _parameters()
@@ -66,6 +66,12 @@ def guarded(callback: Callable) -> Callable:
         except BrokenPipeError:  # stdout closed early (attnviz … | head -0): say so once, not at every flush
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python flushes stdout at exit)
             raise OutputError("standard output was closed before the run finished: nothing was written") from None
+        except (MemoryError, RuntimeError) as exc:
+            from attnviz.common.resources import is_out_of_memory
+
+            if not is_out_of_memory(exc):
+                raise
+            raise InputError(_out_of_memory_message(kwargs, parameters)) from None
 
     run_command._attnviz_guarded = True  # type: ignore[attr-defined]
     return run_command
@@ -105,6 +111,31 @@ def _check_values(kwargs: dict[str, Any], parameters: dict[str, Any]) -> None:
                     raise InputError(
                         f"{_flag(name, parameters)} is not valid UTF-8 text: check the terminal's encoding"
                     ) from None
+
+
+def _out_of_memory_message(kwargs: dict[str, Any], parameters: dict[str, Any]) -> str:
+    """Name the size-like option given on the command line that most likely exhausted memory.
+
+    The library refuses the sizes it can estimate before allocating (:mod:`attnviz.common.resources`);
+    this is the last resort for the rest: the whole-number option given with the largest value
+    compared with its default is the one to lower.
+    """
+    from typer._click.core import ParameterSource
+
+    context = get_current_context(silent=True)
+    given = []
+    for name, value in kwargs.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or "seed" in name:
+            continue
+        if context is not None and context.get_parameter_source(name) != ParameterSource.COMMANDLINE:
+            continue
+        default = getattr(parameters.get(name), "default", None)
+        scale = default if isinstance(default, int) and not isinstance(default, bool) and default > 0 else 1
+        given.append((value / scale, _flag(name, parameters), value))
+    if not given:
+        return "out of memory: the input is too large for the memory available; give a shorter input"
+    _, flag, value = max(given)
+    return f"out of memory with {flag} {value}: give a smaller {flag}"
 
 
 def _paths(kwargs: dict[str, Any], parameters: dict[str, Any]) -> tuple[list[tuple[Path, str]], list[Path]]:
@@ -157,8 +188,8 @@ def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
             return error_line(str(exc), exc.exit_code)
         except KeyboardInterrupt:
             return error_line("interrupted by SIGINT: unfinished outputs were discarded", 128 + signal.SIGINT)
-        except MemoryError:
-            return error_line("out of memory: use a smaller input, --batch-size or --max-length", 1)
+        except MemoryError:  # outside a command (while parsing): no option to blame
+            return error_line("out of memory: the input is too large for the memory available", 1)
         except Exception as exc:  # noqa: BLE001 (the last resort: one line instead of a traceback)
             if debug():
                 traceback.print_exc()

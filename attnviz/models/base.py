@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
 from attnviz.models.probing import ProbeBatch
@@ -183,6 +184,8 @@ class LoadedModel(ABC):
         Batch ``i`` is :meth:`own_examples` drawn with seed ``seed * 1_000_003 + i``, so the same
         arguments give the same data however often they are drawn.
         """
+        # every batch is held at once: refuse before drawing what cannot fit
+        require_memory("toy_examples", num_examples, batch_memory(num_examples, self.max_length or 512), "the examples")
         sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
         batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
         return None if not batches or batches[0] is None else batches
