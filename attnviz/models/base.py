@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
@@ -189,6 +189,16 @@ class LoadedModel(ABC):
         sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
         batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
         return None if not batches or batches[0] is None else batches
+
+    def check_weights(self) -> None:
+        """Raise :class:`~attnviz.common.errors.ModelSpecError` where a weight holds NaN or ±inf: every pattern
+        reading it would be NaN, which no capture, statistic or figure can show (checked when a model loads)."""
+        for name, parameter in self.model.named_parameters():
+            if parameter.is_floating_point() and parameter.device.type != "meta" and not torch.isfinite(parameter).all():
+                raise ModelSpecError(
+                    f"the weights of model {self.name!r} hold NaN or infinite values ({name}): the checkpoint is "
+                    "damaged or was saved from a diverged run; give a healthy checkpoint"
+                )
 
     def with_model(self, model: nn.Module) -> LoadedModel:
         """The same kind of loaded model (same tokenizer and name) around another torch module."""

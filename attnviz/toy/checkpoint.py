@@ -157,6 +157,7 @@ def load_toy_model(
     metadata["step"] = document.get("step")
     loaded = ToyModel(model, tokenizer, settings, name=name or str(path), metadata=metadata)
     loaded.source_path = path
+    loaded.check_weights()
     return loaded
 
 
