@@ -58,6 +58,7 @@ def guarded(callback: Callable) -> Callable:
         _check_values(kwargs, parameters)
         try:
             with files.output_session():
+                _refuse_directory_syntax(parameters)
                 inputs, outputs = _paths(kwargs, parameters)
                 for path, what in inputs:
                     files.protect_inputs([path], what)
@@ -96,6 +97,7 @@ def _values(value: Any) -> list[Any]:
 
 def _check_values(kwargs: dict[str, Any], parameters: dict[str, Any]) -> None:
     """Refuse NaN/infinite numbers and undecodable text (argv bytes that were not UTF-8)."""
+    from attnviz.common.encoding import check_utf8
     from attnviz.common.errors import InputError
 
     for name, value in kwargs.items():
@@ -105,12 +107,37 @@ def _check_values(kwargs: dict[str, Any], parameters: dict[str, Any]) -> None:
             if isinstance(item, int) and not isinstance(item, bool) and abs(item) > _LARGEST_INT:
                 raise InputError(f"{_flag(name, parameters)} is too large: give a number below {_LARGEST_INT:,}")
             if isinstance(item, str):  # Path arguments may hold any bytes the file system allows
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise InputError(
-                        f"{_flag(name, parameters)} is not valid UTF-8 text: check the terminal's encoding"
-                    ) from None
+                check_utf8(item, _flag(name, parameters))
+
+
+def _raw_values(parameter: Any) -> list[str]:
+    """The values given for ``parameter`` as typed (``Path`` drops a trailing slash; the command line keeps it)."""
+    options = [opt for opt in getattr(parameter, "opts", ()) if opt.startswith("-")]
+    args = sys.argv[1:]
+    values = []
+    for index, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg in options and index + 1 < len(args):
+            values.append(args[index + 1])
+        values.extend(arg.split("=", 1)[1] for option in options if arg.startswith(option + "="))
+    return values
+
+
+def _refuse_directory_syntax(parameters: dict[str, Any]) -> None:
+    """Refuse a file output given with a trailing slash: like POSIX tools, attnviz reads it as a directory."""
+    from attnviz.cli.options import DIRECTORY_METAVAR
+    from attnviz.common.errors import OutputError
+
+    for parameter in parameters.values():
+        if getattr(parameter, "rich_help_panel", None) != OUTPUT_PANEL or parameter.metavar == DIRECTORY_METAVAR:
+            continue
+        for value in _raw_values(parameter):
+            if value.endswith(("/", os.sep)) and value != "-":
+                raise OutputError(
+                    f"{_flag(parameter.name, parameters)} {value} ends with a slash, so it names a directory, but "
+                    "this output is a file: give a file name"
+                )
 
 
 def _out_of_memory_message(kwargs: dict[str, Any], parameters: dict[str, Any]) -> str:

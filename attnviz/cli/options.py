@@ -16,6 +16,8 @@ MODEL_PANEL = "Model"
 INPUT_PANEL = "Input"
 OUTPUT_PANEL = "Output"
 VIEW_PANEL = "What to show"
+#: the metavar of an output option that names a directory (every other output option names a file)
+DIRECTORY_METAVAR = "DIR"
 
 MODEL_SPECS = (
     "'minilm' (default, BERT encoder), 'smollm2' (LLaMA-architecture causal LM), a Hugging Face model directory, "
