@@ -12,7 +12,9 @@ outputs are renamed into place together at its end, or none. :func:`run` is the 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
+import io
 import math
 import os
 import signal
@@ -35,8 +37,12 @@ from attnviz.cli.options import OUTPUT_PANEL
 MODEL_PARAMETERS = ("model", "models", "checkpoint", "checkpoints")
 #: whole numbers beyond this overflow torch (seeds, sizes); nothing sensible needs more
 _LARGEST_INT = 2**62
-#: signals handled like Ctrl-C: temporaries removed, exit 128 + signal number
-HANDLED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+#: errno values of a write to standard output that failed for the stream's sake (full, closed, gone)
+_STREAM_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO, errno.EBADF, errno.EFBIG, errno.ECONNRESET}
+#: signals handled like Ctrl-C: temporaries removed, exit 128 + signal number (SIGQUIT too: no core dump)
+HANDLED_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name)
+)
 
 
 def guard_commands(app: typer.Typer) -> None:
@@ -63,10 +69,14 @@ def guarded(callback: Callable) -> Callable:
                 for path, what in inputs:
                     files.protect_inputs([path], what)
                 files.check_outputs(outputs)
-                return callback(*args, **kwargs)
-        except BrokenPipeError:  # stdout closed early (attnviz … | head -0): say so once, not at every flush
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python flushes stdout at exit)
-            raise OutputError("standard output was closed before the run finished: nothing was written") from None
+                result = callback(*args, **kwargs)
+                sys.stdout.flush()  # a full or closed stdout fails here, before the file outputs are committed
+                return result
+        except OSError as exc:
+            error = standard_output_error(exc)
+            if error is None:
+                raise
+            raise error from None
         except (MemoryError, RuntimeError) as exc:
             from attnviz.common.resources import is_out_of_memory
 
@@ -140,6 +150,22 @@ def _refuse_directory_syntax(parameters: dict[str, Any]) -> None:
                 )
 
 
+def standard_output_error(exc: OSError) -> OSError | None:
+    """The :class:`OutputError` for a failed write to standard output (full device, closed pipe), or None when
+    ``exc`` is another failure; standard output is then silenced, so Python's flush at exit fails no more."""
+    from attnviz.common.errors import OutputError
+
+    if exc.filename is not None or exc.errno not in _STREAM_ERRORS:
+        return None
+    try:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python flushes stdout at exit)
+    except OSError:
+        pass
+    if isinstance(exc, BrokenPipeError):  # attnviz … | head -0: say so once, not at every flush
+        return OutputError("standard output was closed before the run finished: nothing was written")
+    return OutputError(f"cannot write standard output ({exc.strerror or exc}): nothing was written")
+
+
 def _out_of_memory_message(kwargs: dict[str, Any], parameters: dict[str, Any]) -> str:
     """Name the size-like option given on the command line that most likely exhausted memory.
 
@@ -193,10 +219,13 @@ def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
     from attnviz.common.errors import AttnvizError, Interrupted
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if sys.stdout is None:  # started with stdout closed (attnviz … >&-): writing to it fails like a closed pipe
+        sys.stdout = _ClosedStream()
     with _signals_raise():
         try:
             command = typer.main.get_command(app)
             result = command.main(args=sys.argv[1:], prog_name="attnviz", standalone_mode=False)
+            sys.stdout.flush()  # --help, --version: their text is written outside any command
             return result if isinstance(result, int) else 0
         except click_errors.NoArgsIsHelpError as exc:
             echo(exc.ctx.get_help() if exc.ctx else str(exc))
@@ -215,14 +244,31 @@ def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
             return error_line(str(exc), exc.exit_code)
         except KeyboardInterrupt:
             return error_line("interrupted by SIGINT: unfinished outputs were discarded", 128 + signal.SIGINT)
+        except OSError as exc:
+            error = standard_output_error(exc)
+            if error is None:
+                return _internal_error(exc, debug)
+            return error_line(str(error), error.exit_code)
         except MemoryError:  # outside a command (while parsing): no option to blame
             return error_line("out of memory: the input is too large for the memory available", 1)
         except Exception as exc:  # noqa: BLE001 (the last resort: one line instead of a traceback)
-            if debug():
-                traceback.print_exc()
-            lines = [line for line in str(exc).splitlines() if line.strip()]
-            detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-            return error_line(f"unexpected internal error ({detail}); rerun with --debug to see the traceback", 1)
+            return _internal_error(exc, debug)
+
+
+class _ClosedStream(io.StringIO):
+    """Standard output when the process was started without one: every write fails with EBADF."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def _internal_error(exc: BaseException, debug: Callable[[], bool]) -> int:
+    """The last resort: one line (the traceback with --debug)."""
+    if debug():
+        traceback.print_exc()
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return error_line(f"unexpected internal error ({detail}); rerun with --debug to see the traceback", 1)
 
 
 def error_line(message: str, code: int) -> int:
@@ -261,12 +307,23 @@ def _exit_later(signum: int) -> None:
 _watchdogs: list = []
 
 
+def _ignore_signal(signum, frame) -> None:
+    """A signal that arrives while an interrupted run exits: it is stopping already."""
+
+
 @contextlib.contextmanager
 def _signals_raise() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise :class:`~attnviz.common.errors.Interrupted`, so ``finally`` blocks clean up."""
+    """SIGINT, SIGTERM, SIGHUP and SIGQUIT raise :class:`~attnviz.common.errors.Interrupted`, so ``finally`` blocks
+    clean up. Only the first signal raises: a second one (Ctrl-C pressed again) while the run unwinds would
+    interrupt the clean-up itself, so it is ignored; the watchdog still bounds how long unwinding takes."""
     from attnviz.common.errors import Interrupted
 
+    received: list[int] = []
+
     def interrupt(signum, frame):
+        if received:
+            return  # already unwinding: let the clean-up finish
+        received.append(signum)
         _exit_later(signum)
         raise Interrupted(signum)
 
@@ -278,6 +335,7 @@ def _signals_raise() -> Iterator[None]:
         yield
     finally:
         for number, handler in previous.items():
-            signal.signal(number, handler)
+            # after a signal, more of them (Ctrl-C pressed again) must not print a traceback on the way out
+            signal.signal(number, _ignore_signal if received else handler)
         while _watchdogs:  # unwound in time: no forced exit
             _watchdogs.pop().cancel()
