@@ -183,7 +183,9 @@ def check_generation_settings(max_new_tokens: int, sample: bool, temperature: fl
             "max_new_tokens", f"{{max_new_tokens}} (tokens to generate) must be at least 1, got {max_new_tokens}"
         )
     if sample and not (math.isfinite(temperature) and temperature > 0):
-        raise ParameterError("temperature", f"{{temperature}} must be a positive number for sampling, got {temperature}")
+        raise ParameterError(
+            "temperature", f"{{temperature}} must be a positive number for sampling, got {temperature}"
+        )
     if sample and temperature < MIN_TEMPERATURE:
         raise ParameterError(
             "temperature",

@@ -57,7 +57,7 @@ def guarded(callback: Callable) -> Callable:
 
     @functools.wraps(callback)
     def run_command(*args: Any, **kwargs: Any) -> Any:
-        from attnviz.common.errors import InputError, OutputError
+        from attnviz.common.errors import InputError
         from attnviz.outputs import files
 
         parameters = _parameters()

@@ -10,9 +10,8 @@ STDIN = "-"
 
 def read_stdin(what: str) -> str:
     """All of standard input as text; refuses a terminal (nothing piped) and empty input."""
-    from attnviz.common.errors import InputError
-
     from attnviz.common.encoding import check_utf8, decode_utf8
+    from attnviz.common.errors import InputError
 
     if sys.stdin is None or sys.stdin.isatty():
         raise InputError(f"'-' reads the {what} from standard input, but nothing is piped in: echo '...' | attnviz ...")

@@ -194,7 +194,11 @@ class LoadedModel(ABC):
         """Raise :class:`~attnviz.common.errors.ModelSpecError` where a weight holds NaN or ±inf: every pattern
         reading it would be NaN, which no capture, statistic or figure can show (checked when a model loads)."""
         for name, parameter in self.model.named_parameters():
-            if parameter.is_floating_point() and parameter.device.type != "meta" and not torch.isfinite(parameter).all():
+            if (
+                parameter.is_floating_point()
+                and parameter.device.type != "meta"
+                and not torch.isfinite(parameter).all()
+            ):
                 raise ModelSpecError(
                     f"the weights of model {self.name!r} hold NaN or infinite values ({name}): the checkpoint is "
                     "damaged or was saved from a diverged run; give a healthy checkpoint"

@@ -132,7 +132,8 @@ def load_toy_model(
     longest = get_task(settings.task).sequence_lengths(settings, config.architecture)
     if longest > config.max_positions:
         raise _damaged(
-            path, f"its task makes sequences of {longest} tokens but the config's max_positions is {config.max_positions}"
+            path,
+            f"its task makes sequences of {longest} tokens but the config's max_positions is {config.max_positions}",
         )
     weights = path / WEIGHTS
     if not weights.is_file():
