@@ -69,6 +69,7 @@ def build_workspace(root: Path, minilm_dir: Path) -> None:
     (root / "data.jsonl").write_text('{"text": "The cat sat."}\n')
     (root / "empty.txt").write_text("\n\n")
     (root / "bad.jsonl").write_text('{"txt": "no text field"}\n')
+    (root / "surrogate.jsonl").write_text('{"text": "\\ud800 a lone surrogate"}\n')  # a JSON escape of no text
     (root / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
     (root / "adir").mkdir()
     (root / "dir.png").mkdir()

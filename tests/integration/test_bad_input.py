@@ -105,6 +105,7 @@ STATS = [
     # bounded resources: sizes no machine holds are refused before allocating, naming the option
     ("toy-examples-unbounded", ["stats", "toy", "--toy-examples", "1000000000000"], ["--toy-examples", "memory"]),
     ("json-trailing-slash", ["stats", "toy", "--json", "s.json/"], ["slash"]),
+    ("data-jsonl-lone-surrogate", ["stats", "mini", "--data", "surrogate.jsonl"], ["surrogate.jsonl:1", "UTF-8"]),
 ]
 PRUNE = [
     ("json-over-toy", ["prune", "toy", "--count", "1", "--out", "p", "--json", "toy/attnviz-toy.json"], ["toy"]),
