@@ -219,6 +219,9 @@ def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
     from attnviz.common.errors import AttnvizError, Interrupted
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from attnviz.cli.console import take_warnings
+
+    take_warnings()  # none left from an earlier run in this process
     if sys.stdout is None:  # started with stdout closed (attnviz … >&-): writing to it fails like a closed pipe
         sys.stdout = _ClosedStream()
     with _signals_raise():
@@ -226,6 +229,7 @@ def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
             command = typer.main.get_command(app)
             result = command.main(args=sys.argv[1:], prog_name="attnviz", standalone_mode=False)
             sys.stdout.flush()  # --help, --version: their text is written outside any command
+            _flush_warnings()
             return result if isinstance(result, int) else 0
         except click_errors.NoArgsIsHelpError as exc:
             echo(exc.ctx.get_help() if exc.ctx else str(exc))
@@ -262,6 +266,12 @@ class _ClosedStream(io.StringIO):
         raise OSError(errno.EBADF, "standard output is closed")
 
 
+def _flush_warnings() -> None:
+    from attnviz.cli.console import flush_warnings
+
+    flush_warnings()
+
+
 def _internal_error(exc: BaseException, debug: Callable[[], bool]) -> int:
     """The last resort: one line (the traceback with --debug)."""
     if debug():
@@ -275,10 +285,13 @@ def error_line(message: str, code: int) -> int:
     """Print ``error: MESSAGE`` as exactly one line on stderr; return ``code``."""
     from rich.text import Text
 
-    from attnviz.cli.console import console
+    from attnviz.cli.console import console, take_warnings
 
     if os.environ.get("RANK", "0") != "0":  # under torchrun every rank meets the same error: rank 0 says it
         return code
+    warnings = take_warnings()
+    if warnings:  # what went wrong first belongs to the one line, not to lines of its own before it
+        message = f"{message} (after: {'; '.join(warnings)})"
     text = Text("error: ", style="bold red") + Text(" ".join(message.split()))
     console.print(text, soft_wrap=True, highlight=False)
     return code
