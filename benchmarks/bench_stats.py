@@ -7,7 +7,7 @@ Prints, measured side by side in one process on SmolLM2-135M (the ``smollm2`` mo
    time is printed separately) and on torch's operations (the fallback);
 2. attnviz stats time ÷ (HF eager + output_attentions + vectorised statistics) (target ≥ 2× faster);
 3. attnviz peak memory vs the output_attentions approach (target: ≤ weights + two layers of patterns);
-4. a seed-style per-head Python loop vs attnviz, on the shipped corpus (target ≥ 100×).
+4. a naive per-head Python loop vs attnviz, on the shipped corpus (target ≥ 100×).
 
 Timings interleave the contenders round by round and keep each one's fastest round, so a
 busy machine slows all of them alike. Peak memory is the resident-set high-water mark
@@ -152,7 +152,7 @@ def eager_output_attentions_statistics(eager_model, batch) -> HeadStatistics:
 
 
 def seed_style_statistics(eager_model, batches: list[EncodedBatch], window: int = 2) -> tuple[float, float]:
-    """The seeds' way: output_attentions per example, then Python loops per layer, head, query and key.
+    """The naive way: output_attentions per example, then Python loops per layer, head, query and key.
 
     Returns (seconds in forward passes, seconds in the loops).
     """
@@ -271,7 +271,7 @@ def main() -> None:
     parser.add_argument(
         "--ratios-only",
         action="store_true",
-        help="only sdpa vs attnviz (fused kernel and torch ops): no eager+attentions, memory or seed loops",
+        help="only sdpa vs attnviz (fused kernel and torch ops): no eager+attentions, memory or naive loops",
     )
     args = parser.parse_args()
     if args.threads:
@@ -360,18 +360,18 @@ def main() -> None:
         )
     print("   budget: weights + two layers of patterns, i.e. the last column; 'sdpa fwd' is a plain forward pass\n")
 
-    # 4. seed-style per-head loops vs attnviz on the corpus.
+    # 4. naive per-head loops vs attnviz on the corpus.
     sentences = read_examples(default_corpus_path())[: 12 if args.quick else 48]
     sentence_batches = [loaded.encode([s]) for s in sentences]
     document_length = 256 if args.quick else 512
     documents = [
         corpus_batch(loaded, document_length, offset=k * document_length) for k in range(1 if args.quick else 2)
     ]
-    print("4. seed-style per-head Python loop vs attnviz, same texts")
+    print("4. naive per-head Python loop vs attnviz, same texts")
     print("   end to end: output_attentions forward + loops, vs attnviz's streaming forward")
     print("   statistics only: the loops over stored patterns, vs the time attnviz spends in its observer")
     print(
-        f"{'corpus':>34} {'seed fwd s':>11} {'seed loops s':>13} {'attnviz s':>10} {'observer s':>11} "
+        f"{'corpus':>34} {'naive fwd s':>11} {'naive loops s':>13} {'attnviz s':>10} {'observer s':>11} "
         f"{'end to end':>11} {'statistics':>11}"
     )
     for label, seed_batches, run in [

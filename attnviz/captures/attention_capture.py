@@ -33,7 +33,7 @@ from attnviz.captures.compact import check_bits, decode_patterns, encode_pattern
 from attnviz.common.errors import CaptureFileError, InputError
 from attnviz.core import AttentionSite
 from attnviz.core.recorder import PatternRecorder
-from attnviz.core.stacks import stack_of
+from attnviz.core.stacks import is_causal_stack, stack_of
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import HeadIdentity, model_identity
 from attnviz.outputs.files import atomic_path, check_output_path
@@ -77,6 +77,10 @@ class AttentionCapture:
     def num_heads(self, stack: str = "self", layer: int = 0) -> int:
         return self._layers(stack)[layer].shape[0]
 
+    def head_counts(self, stack: str = "self") -> list[int]:
+        """Heads of every layer of ``stack`` (they differ in a pruned model)."""
+        return [pattern.shape[0] for pattern in self._layers(stack)]
+
     def _layers(self, stack: str) -> list[Tensor]:
         if stack not in self.patterns:
             raise InputError(f"this capture has no {stack!r} attention; it has {', '.join(self.patterns)}")
@@ -106,7 +110,7 @@ class AttentionCapture:
 
     def is_causal(self, stack: str = "self") -> bool:
         """Whether queries of ``stack`` only see earlier keys."""
-        return stack_of(stack).is_causal(self.causal)
+        return is_causal_stack(stack, self.causal)
 
     # -- file format -----------------------------------------------------------------------
 

@@ -99,6 +99,7 @@ def align(
     """
     from attnviz.cli.console import console
     from attnviz.cli.stdin import STDIN, read_stdin
+    from attnviz.common.progress import status
     from attnviz.heads.alignment import align_heads, read_alignment_pairs, write_alignment_json
     from attnviz.models.specs import load_model
     from attnviz.outputs.files import check_output_path, check_outputs
@@ -112,9 +113,9 @@ def align(
     from_stdin = str(data) == STDIN
     check_outputs([json_path, plot], [] if from_stdin else [data])
     pairs = read_alignment_pairs(text=read_stdin("alignment pairs")) if from_stdin else read_alignment_pairs(data)
-    with console.status(f"loading {checkpoint}"):
+    with status(f"loading {checkpoint}"):
         loaded = load_model(checkpoint, device=device, dtype=dtype)
-    with console.status(f"aligning {len(pairs)} pairs"):
+    with status(f"aligning {len(pairs)} pairs"):
         result = align_heads(
             loaded, pairs, threshold=threshold, rows=rows.value, batch_size=batch_size, max_length=max_length
         )

@@ -13,7 +13,7 @@ import sys
 import typer
 
 from attnviz import __version__
-from attnviz.cli import guard
+from attnviz.cli import guard, options
 
 app = typer.Typer(
     name="attnviz",
@@ -62,6 +62,7 @@ def _register_commands() -> None:
     from attnviz.cli import (
         align_cmd,
         capture_cmd,
+        env_cmd,
         heads_cmd,
         heatmap_cmd,
         models_cmd,
@@ -81,11 +82,13 @@ def _register_commands() -> None:
         report_cmd,
         align_cmd,
         models_cmd,
+        env_cmd,
     ):
         module.register(app)
 
 
 _register_commands()
+options.use_plain_flags(app)  # no <bool> placeholders in --help
 # Every command: checked arguments, protected inputs, all-or-nothing outputs (attnviz.cli.guard).
 guard.guard_commands(app)
 

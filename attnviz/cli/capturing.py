@@ -25,30 +25,32 @@ def capture_text(text, target, model, max_length, no_truncate, device, dtype, de
     """Load ``model`` and capture ``text`` (with ``generation``: while the model continues it)."""
     from attnviz.captures.attention_capture import capture
     from attnviz.cli.console import console
+    from attnviz.common.progress import status
     from attnviz.models.specs import load_model
 
-    with console.status(f"loading {model}"):
+    with status(f"loading {model}"):
         loaded = load_model(model, device=device, dtype=dtype, device_map=device_map)
     if generation is None:
         return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
     from attnviz.captures.generation import generate_capture
 
-    with console.status(f"generating up to {generation['max_new_tokens']} tokens"):
+    with status(f"generating up to {generation['max_new_tokens']} tokens"):
         result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)
     console.print(f"[bold]generated:[/bold] {result.text!r} ({len(result.token_ids)} tokens)", highlight=False)
     return result.capture
 
 
 def print_summary(result, stack) -> None:
-    """One line on stderr: the model, its kind, the tokens, layers × heads of ``stack``."""
+    """One line on stderr: the model, its kind, the tokens, layers and heads of ``stack``."""
     from attnviz.cli.console import console
+    from attnviz.common.wording import layers_and_heads, plural
 
     stack = stack or result.stacks[0]
     queries, keys = result.axis_tokens(stack)
     kind = "causal" if result.causal else "encoder-decoder" if result.encoder_decoder else "bidirectional"
     console.print(
-        f"[bold]{result.model}[/bold] ({kind}) · {len(keys)} tokens"
-        + (f" → {len(queries)} target tokens" if stack in ("cross", "decoder") else "")
-        + f" · {result.num_layers(stack)} layers × {result.num_heads(stack)} heads",
+        f"[bold]{result.model}[/bold] ({kind}) · {plural(len(keys), 'token')}"
+        + (f" → {plural(len(queries), 'target token')}" if stack in ("cross", "decoder") else "")
+        + f" · {stack} attention: {layers_and_heads(result.head_counts(stack))}",
         highlight=False,
     )

@@ -1,21 +1,36 @@
 """The one rich console of attnviz's command line, and the reporter that draws on it.
 
-Everything human-facing (progress bars, tables, warnings) goes to stderr, so a
-command's stdout stays clean for pipes and scripts. Only :mod:`attnviz.cli` uses this
+Everything human-facing (progress bars, tables, warnings, notices) goes to stderr, so a
+command's stdout stays clean for pipes and scripts: stdout carries only a command's product
+(the paths it wrote, a document written to ``-``, the ``models`` table). When stderr is not a
+terminal (a log file, CI) the spinners and bars become one plain line per phase, so a long run
+is never silent. Only :mod:`attnviz.cli` uses this
 module; the library reports through :mod:`attnviz.common.progress`, and the CLI installs
 :class:`ConsoleReporter` for the whole run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from contextlib import AbstractContextManager as ContextManager
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from attnviz.common.progress import Reporter
 
 console = Console(stderr=True)
+
+
+def product_console() -> Console:
+    """A console on stdout for a command whose product is a table (``attnviz models``).
+
+    Off a terminal (a file, a pipe) lines are wide enough that paths are not folded.
+    """
+    stdout = Console()
+    return stdout if stdout.is_terminal else Console(width=max(stdout.width, 200))
 
 
 #: warnings of the running command, printed when it ends: after its output when it succeeds, folded
@@ -32,7 +47,7 @@ def warn(message: str) -> None:
 def flush_warnings() -> None:
     """Print the warnings of the command that succeeded."""
     for message in take_warnings():
-        console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)  # one line in logs
 
 
 def take_warnings() -> list[str]:
@@ -57,14 +72,59 @@ def progress_bar(**kwargs) -> Progress:
     )
 
 
+def _main_process() -> bool:
+    """Under torchrun only rank 0 prints information and phase lines (every rank would print the same)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def phase_line(message: str) -> None:
+    """One plain line on stderr naming the phase that starts (for logs: stderr is not a terminal)."""
+    if _main_process():
+        console.print(f"{message} …", highlight=False, markup=False, soft_wrap=True)
+
+
+class PhaseLines(Progress):
+    """A progress display for logs: one line as each task starts instead of a bar redrawn in place."""
+
+    def __init__(self) -> None:
+        super().__init__(console=console, disable=True)
+
+    def add_task(
+        self,
+        description: str,
+        start: bool = True,
+        total: float | None = 100.0,
+        completed: int = 0,
+        visible: bool = True,
+        **fields: Any,
+    ) -> TaskID:
+        steps = f" ({total:,.0f} steps)" if total else ""
+        phase_line(f"{description}{steps}")
+        return super().add_task(description, start=start, total=total, completed=completed, visible=visible, **fields)
+
+
 class ConsoleReporter(Reporter):
-    """Warnings, status lines and progress bars on the shared stderr console."""
+    """Warnings, notices, information, status lines and progress bars on the shared stderr console.
+
+    On a terminal status lines are spinners and progress bars redraw in place; elsewhere each
+    is one plain line as its phase starts.
+    """
 
     def warning(self, message: str) -> None:
         warn(message)
 
+    def notice(self, message: str) -> None:
+        console.print(f"[cyan]note:[/cyan] {message}", highlight=False, soft_wrap=True)
+
+    def info(self, message: str) -> None:
+        if _main_process():
+            console.print(message, style="dim", highlight=False, markup=False, soft_wrap=True)
+
     def status(self, message: str) -> ContextManager[object]:
-        return console.status(message)
+        if console.is_terminal:
+            return console.status(message)
+        phase_line(message)
+        return contextlib.nullcontext()
 
     def progress(self) -> Progress:
-        return progress_bar()
+        return progress_bar() if console.is_terminal else PhaseLines()

@@ -26,7 +26,7 @@ from typing import Any
 
 import typer
 
-# typer ≥ 0.25 vendors Click: the exceptions and contexts its commands use live in typer._click.
+# typer ≥ 0.26 vendors Click: the exceptions and contexts its commands use live in typer._click.
 from typer._click import exceptions as click_errors
 from typer._click.globals import get_current_context
 from typer._click.utils import echo

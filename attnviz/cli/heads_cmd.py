@@ -167,8 +167,8 @@ def heads(
 
       attnviz heads sample_data/toy/induction
     """
-    from attnviz.cli.console import console
     from attnviz.cli.stdin import corpus_from_options
+    from attnviz.common.progress import status
     from attnviz.heads import FunctionThresholds, ProbeSettings, head_functions
     from attnviz.models.specs import load_model
     from attnviz.outputs.files import check_output_path
@@ -192,7 +192,7 @@ def heads(
             check_output_path(path, suffixes)
     texts = corpus_from_options(data, text)
 
-    with console.status(f"loading {checkpoint}"):
+    with status(f"loading {checkpoint}"):
         loaded = load_model(checkpoint, device=device, dtype=dtype)
     result = head_functions(  # its status lines go through the CLI's reporter
         loaded,

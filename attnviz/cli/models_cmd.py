@@ -22,7 +22,7 @@ def models() -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from attnviz.cli.console import console
+    from attnviz.cli.console import product_console
     from attnviz.models.gguf import cache_root
     from attnviz.models.inventory import (
         conversion_cache_entries,
@@ -45,6 +45,7 @@ def models() -> None:
             result.add_row("—", "", empty)
         return result
 
+    console = product_console()  # the tables are the product: stdout
     console.print(table("Shipped (--model NAME)", shipped_models(), "none"))
     console.print(table(f"Hugging Face cache ({hub_cache_dir()})", hub_cache_models(), "no models cached"))
     conversions = conversion_cache_entries()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from attnviz.core.stacks import STACKS
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
@@ -18,6 +19,40 @@ OUTPUT_PANEL = "Output"
 VIEW_PANEL = "What to show"
 #: the metavar of an output option that names a directory (every other output option names a file)
 DIRECTORY_METAVAR = "DIR"
+
+
+def _without_flag_placeholders(params: list[Any]) -> list[Any]:
+    """Flags (``--force``, ``--help``) take no value: show no ``<bool>`` type beside them in ``--help``."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class Command(TyperCommand):
+    """A Typer command whose help shows no ``<bool>`` placeholder beside flags."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_placeholders(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    """A Typer group whose help shows no ``<bool>`` placeholder beside flags."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_placeholders(super().get_params(ctx))
+
+
+def use_plain_flags(app: typer.Typer) -> None:
+    """Make every command and group of ``app`` (sub-groups included) a :class:`Command` / :class:`Group`."""
+    app.info.cls = Group
+    for info in app.registered_commands:
+        if info.cls in (None, TyperCommand):  # the default class (a command of its own class keeps it)
+            info.cls = Command
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            use_plain_flags(group.typer_instance)
+
 
 MODEL_SPECS = (
     "'minilm' (default, BERT encoder), 'smollm2' (LLaMA-architecture causal LM), a Hugging Face model directory, "
@@ -42,13 +77,16 @@ def choice_enum(name: str, values: Iterable[Any]) -> type[Enum]:
     return Enum(name, {str(value): str(value) for value in values}, type=str)  # type: ignore[return-value]
 
 
-def choice_parser(choices: type[Enum], what: str) -> Callable[[Any], Enum]:
+def choice_parser(choices: type[Enum], what: str, aliases: dict[str, str] | None = None) -> Callable[[Any], Enum]:
     """A Typer ``parser`` for a closed set: the Enum member named, whatever its case and ``-``/``_``.
 
     Typer still lists the members in ``--help`` and completes them; anything else is refused
-    as ``unknown WHAT 'x': use one of ...`` (one line, before any model loads).
+    as ``unknown WHAT 'x': use one of ...`` (one line, before any model loads). ``aliases``
+    (``{former name: member value}``) are accepted but not listed.
     """
     members = {_choice_key(member.value): member for member in choices}
+    for alias, value in (aliases or {}).items():
+        members[_choice_key(alias)] = choices(value)
 
     def parse(value: Any) -> Enum:
         if isinstance(value, choices):

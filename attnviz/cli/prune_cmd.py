@@ -194,10 +194,12 @@ def prune(
         typer.Option(
             "--latency-repeats",
             min=1,
-            help="Timed forward passes per model (median). Example: --latency-repeats 10",
+            help="Rounds of timing: each times both models once, in alternation; the fastest round of each "
+            "is reported with the range, and a difference only when the rounds agree on it. "
+            "Example: --latency-repeats 20",
             rich_help_panel=MEASURE_PANEL,
         ),
-    ] = 5,
+    ] = 10,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
     device_map: DeviceMapOption = None,
@@ -262,12 +264,16 @@ def prune(
             parallel=parallel,
         )
         if parallel.is_main:  # rank 0 reports
+            written = [outcome.report.output, outcome.report.transformers_copy]
             if json_path is not None:
-                write_report_json(outcome.report, json_path)
+                written.append(str(write_report_json(outcome.report, json_path)))
             console.print(importance_table(outcome.report))
             console.print(summary_table(outcome.report))
             for line in summary_lines(outcome.report):
                 console.print(line, highlight=False)
+            for path in written:  # the product, on stdout: every path written
+                if path is not None:
+                    print(path)
 
 
 def register(app: typer.Typer) -> None:

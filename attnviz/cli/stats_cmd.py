@@ -129,7 +129,7 @@ def stats(
 
       attnviz stats smollm2 --data notes.txt --json stats.json --plot stats.png
 
-      attnviz stats minilm --flagged-only --sort max_weight --preset seed
+      attnviz stats minilm --flagged-only --sort max_weight --preset absolute
 
       attnviz stats run/step-100 run/step-1000 run/step-5000 --plot evolution.png
 

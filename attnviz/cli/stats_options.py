@@ -12,7 +12,7 @@ import typer
 
 from attnviz.cli.options import VIEW_PANEL, choice_enum, choice_parser
 from attnviz.stats.definitions import STATISTIC_NAMES
-from attnviz.stats.thresholds import PRESETS
+from attnviz.stats.thresholds import PRESET_ALIASES, PRESETS
 
 DETECT_PANEL = "Detection thresholds (override the preset)"
 STATS_PANEL = "Statistics"
@@ -24,9 +24,10 @@ PresetOption = Annotated[
     Preset,
     typer.Option(
         "--preset",
-        parser=choice_parser(Preset, "threshold preset"),
-        help="Threshold set: normalized (length-independent, default) or seed (collapsed if mean entropy "
-        "< 1.0 nats, unfocused if mean max weight < 0.3). Example: --preset seed",
+        parser=choice_parser(Preset, "threshold preset", PRESET_ALIASES),
+        help="Threshold set: normalized (entropy divided by its largest value, so flags mean the same at any "
+        "length; default) or absolute (fixed limits: collapsed if mean entropy < 1.0 nats, unfocused if mean "
+        "max weight < 0.3; these depend on the text length). Example: --preset absolute",
         rich_help_panel=STATS_PANEL,
     ),
 ]

@@ -38,7 +38,8 @@ def train(
             "--out",
             "-o",
             metavar=DIRECTORY_METAVAR,
-            help="Checkpoint directory to write (default: toy-TASK). Example: --out toy-reverse",
+            help="Checkpoint directory to write (default: toy-TASK-trained, which no shipped model is called). "
+            "Example: --out my-reverse",
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = None,
@@ -228,12 +229,13 @@ def train(
 ) -> None:
     """Train a toy transformer on a synthetic task with a known attention solution, and save it.
 
-    The checkpoint directory works as a model spec everywhere, e.g.
-    attnviz heatmap "3 1 4 1 5" --model toy-reverse.
+    The checkpoint directory (default toy-TASK-trained) works as a model spec everywhere, e.g.
+    attnviz heatmap "3 1 4 1 5" --model ./toy-reverse-trained --target "5 1 4 1 3".
     """
     from attnviz.cli.console import console
+    from attnviz.common.wording import layers_and_heads
     from attnviz.models.base import parameter_count
-    from attnviz.models.specs import resolve_device
+    from attnviz.models.specs import path_spec, resolve_device
     from attnviz.toy.checkpoint import check_checkpoint_output
     from attnviz.toy.run import train_to_directory
     from attnviz.toy.tasks import get_task
@@ -271,12 +273,12 @@ def train(
         eval_examples=eval_examples,
         checkpoint_every=checkpoint_every,
     ).validate()
-    out = check_checkpoint_output(out if out is not None else Path(f"toy-{task}"))
+    out = check_checkpoint_output(out if out is not None else Path(default_output(task)))
     loaded.model.to(resolve_device(device))
     config = loaded.config
     console.print(
-        f"training [bold]{task}[/bold]: {config.architecture}, {config.num_layers} layer(s) × {config.num_heads} "
-        f"heads, width {config.width}, {config.attention} attention, "
+        f"training [bold]{task}[/bold]: {config.architecture}, "
+        f"{layers_and_heads([config.num_heads] * config.num_layers)}, width {config.width}, {config.attention} attention, "
         f"{parameter_count(loaded.model):,} parameters, {steps} steps",
         highlight=False,
     )
@@ -296,7 +298,13 @@ def train(
             highlight=False,
         )
     extra = f" and {len(series)} step checkpoint(s) under {out / 'steps'}" if series else ""
-    console.print(f"saved {out}{extra}", highlight=False)
+    console.print(f"saved the checkpoint{extra}; use it as --model {path_spec(str(out))}", highlight=False)
+    print(out)  # the product, on stdout
+
+
+def default_output(task: str) -> str:
+    """``toy-TASK-trained``: the shipped models are called ``toy-TASK``, and a directory of that name would hide one."""
+    return f"toy-{task}-trained"
 
 
 def _parse_lengths(text: str | None) -> tuple[int | None, int | None]:

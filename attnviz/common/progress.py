@@ -5,7 +5,8 @@ truncated, a family falls back to eager attention), it calls :func:`warn`, :func
 :func:`progress_bar` here, and these hand the message to the *current reporter*:
 
 * by default, :class:`Reporter`: warnings become Python warnings (:class:`AttnvizWarning`, so a
-  script can filter or escalate them), status messages and progress bars are silent;
+  script can filter or escalate them); information lines (:func:`info`: which model was loaded
+  from where), status messages and progress bars are silent;
 * the command line installs its rich reporter (:mod:`attnviz.cli.console`) for the whole run with
   :func:`use_reporter`; a script can install its own the same way.
 
@@ -28,11 +29,21 @@ class AttnvizWarning(UserWarning):
     """A notice from attnviz's library: the result is usable, but not exactly what was asked for."""
 
 
+class AttnvizNotice(AttnvizWarning):
+    """Information worth seeing once (a one-time build that takes a while): nothing is wrong."""
+
+
 class Reporter:
-    """The silent reporter: warnings go to :mod:`warnings`, status lines and progress bars nowhere."""
+    """The silent reporter: warnings and notices go to :mod:`warnings`, status lines and progress bars nowhere."""
 
     def warning(self, message: str) -> None:
         warnings.warn(message, AttnvizWarning, stacklevel=3)
+
+    def notice(self, message: str) -> None:
+        warnings.warn(message, AttnvizNotice, stacklevel=3)
+
+    def info(self, message: str) -> None:
+        """A line of plain information (which model was loaded from where); the silent reporter drops it."""
 
     def status(self, message: str) -> ContextManager[object]:
         return contextlib.nullcontext()
@@ -63,6 +74,16 @@ def use_reporter(reporter: Reporter) -> Iterator[Reporter]:
 def warn(message: str) -> None:
     """A one-line notice to the current reporter."""
     current_reporter().warning(message)
+
+
+def notice(message: str) -> None:
+    """A one-line notice that nothing is wrong but the caller should know (e.g. a minute-long build starts)."""
+    current_reporter().notice(message)
+
+
+def info(message: str) -> None:
+    """A line of plain information for whoever watches the run (silent in a script: see :func:`notice`)."""
+    current_reporter().info(message)
 
 
 def status(message: str) -> ContextManager[object]:

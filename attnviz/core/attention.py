@@ -251,7 +251,8 @@ def attend(
     if pattern_fn is None:
         pattern_fn = softmax_pattern(head_dim**-0.5 if scaling is None else scaling)
 
-    observers = context.observers if context is not None else ()
+    # observers file what they see by site: a module the hook could not place has none to see
+    observers = context.observers if context is not None and site is not None else ()
     head_mask = context.head_mask.for_site(site) if context is not None and context.head_mask is not None else None
     if head_mask is not None:
         head_mask = head_mask.to(dtype=value.dtype, device=value.device).view(1, heads, 1, 1)  # [1, h, 1, 1]
@@ -273,6 +274,7 @@ def attend(
         mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
         pattern = pattern_fn(query[:, :, start:stop], key, mask_block, start)  # [b, h, blk, k] float32
         for observer in observers:
+            assert site is not None  # observers are kept only for a known site (above)
             observer.observe(site, pattern, start)
         weights = pattern.to(value.dtype)
         if dropout and training:

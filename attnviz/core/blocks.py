@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -169,8 +169,9 @@ def attend_in_buffers(
 
         full_width = None  # [b, h, blk, k] copy for observers that need every key and may keep it
         for observer in observers:
+            assert site is not None  # attend() passes observers only for a known site
             if getattr(observer, "accepts_key_prefix", False):
-                extras = {}
+                extras: dict[str, Any] = {}
                 if keep_scores and getattr(observer, "accepts_scores", False):
                     extras["scores"] = scores
                 if summary is not None and getattr(observer, "accepts_summary", False):

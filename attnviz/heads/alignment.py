@@ -38,7 +38,7 @@ from torch import Tensor
 from attnviz.captures.attention_capture import AttentionCapture, capture_batch
 from attnviz.common.encoding import check_utf8
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
-from attnviz.common.tokens import display_token, merge_words, word_groups
+from attnviz.common.tokens import merge_words, word_groups, word_piece
 from attnviz.heads.choices import RowChoice
 from attnviz.models.base import LoadedModel
 from attnviz.outputs.files import read_text_file
@@ -171,7 +171,9 @@ def parse_alignment(text: str) -> GoldAlignment:
 def read_alignment_pairs(path: str | Path | None = None, *, text: str | None = None) -> list[AlignmentPair]:
     """Sentence pairs of a JSON Lines file (``{"source", "target", "alignment"}`` per line), or of ``text``."""
     name = "standard input" if path is None else str(path)
-    content = text if text is not None else read_text_file(path, "alignment data file")
+    if text is None and path is None:
+        raise InputError("give an alignment data file or its text")
+    content = text if text is not None else read_text_file(path, "alignment data file")  # type: ignore[arg-type]
     pairs = []
     for number, line in enumerate(content.splitlines(), start=1):
         if not line.strip():
@@ -239,7 +241,7 @@ def whitespace_word_ids(
     for group in word_groups(word_ids):
         if word_ids[group[0]] is None:
             continue
-        label = _normalise("".join(_piece(tokens, i, k) for k, i in enumerate(group)))
+        label = _normalise("".join(word_piece(tokens, i, k) for k, i in enumerate(group)))
         while current < len(words) - 1 and consumed >= ends[current]:
             current += 1
         for index in group:
@@ -253,16 +255,13 @@ def whitespace_word_ids(
     return result
 
 
-def _piece(tokens: Sequence[str], index: int, position: int) -> str:
-    piece = display_token(tokens[index])
-    return piece[2:] if position > 0 and piece.startswith("##") else piece
-
-
 # -- scoring ------------------------------------------------------------------------------------------
 
 
 def word_cross_attention(capture: AttentionCapture, pair: AlignmentPair, rows: RowChoice, where: str) -> Tensor:
     """``[layer, head, target word, source word]`` cross-attention of one captured pair."""
+    if capture.target_tokens is None or capture.word_ids is None or capture.target_word_ids is None:
+        raise InputError(f"{where}: the capture has no target side or no word ids: capture an encoder-decoder model")
     source_ids = whitespace_word_ids(capture.tokens, capture.word_ids, pair.source, where)
     target_ids = whitespace_word_ids(capture.target_tokens, capture.target_word_ids, pair.target, where)
     patterns = capture.stacked("cross")  # [layer, head, q, k]

@@ -26,6 +26,8 @@ import math
 from dataclasses import dataclass
 
 from attnviz.common.thresholds import ThresholdSet
+from attnviz.stats.thresholds import PREVIOUS_TOKEN_FLAG
+from attnviz.stats.thresholds import Thresholds as CorpusThresholds
 
 #: the probe scores, in the order they are listed
 SCORE_NAMES: tuple[str, ...] = ("induction", "duplicate_token", "previous_token", "next_token")
@@ -34,7 +36,7 @@ SCORE_NAMES: tuple[str, ...] = ("induction", "duplicate_token", "previous_token"
 LABELS: dict[str, str] = {
     "induction": "induction",
     "duplicate_token": "duplicate-token",
-    "previous_token": "previous-token",
+    "previous_token": PREVIOUS_TOKEN_FLAG,
     "next_token": "next-token",
 }
 
@@ -47,8 +49,9 @@ class FunctionThresholds(ThresholdSet):
     induction_min: float | None = 0.3
     # duplicate-token if the mean weight on the earlier occurrence itself is at least this
     duplicate_token_min: float | None = 0.3
-    # previous-token if the mean weight on position i − 1 (random tokens) is at least this
-    previous_token_min: float | None = 0.5
+    # previous-token if the mean weight on position i − 1 (random tokens) is at least this: the same
+    # bar as the corpus flag of ``attnviz stats`` (one definition of a previous-token head)
+    previous_token_min: float | None = CorpusThresholds.previous_token_min
     # next-token (bidirectional stacks) if the mean weight on position i + 1 is at least this
     next_token_min: float | None = 0.5
 

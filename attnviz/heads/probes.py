@@ -82,6 +82,7 @@ def probe_batches(loaded: LoadedModel, settings: ProbeSettings) -> list[ProbeBat
     (:meth:`~attnviz.models.base.LoadedModel.probe_batches`).
     """
     settings = resolve_settings(loaded, settings)
+    assert settings.length is not None  # filled in by resolve_settings
     tokens = 2 * settings.length + 3  # the block twice and the framing tokens
     if loaded.max_length is not None:
         tokens = min(tokens, loaded.max_length)  # a longer probe is refused by the model itself

@@ -94,7 +94,7 @@ def attention_flow(capture: AttentionCapture, stack: str | None = None) -> Tenso
     )
     top = len(layers) * size
     flow = torch.zeros(size, size, dtype=torch.float64)  # [query, key]
-    for query in range(size):
-        for key in range(size):
-            flow[query, key] = maximum_flow(graph, top + query, key).flow_value / FLOW_SCALE
+    for target in range(size):
+        for source in range(size):
+            flow[target, source] = maximum_flow(graph, top + target, source).flow_value / FLOW_SCALE
     return flow.float()

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnviz.stats.detect import Detection
+    from attnviz.stats.result import HeadStatistics
+
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,8 +53,8 @@ class HeadFunctions:
     probe: ProbeSettings  # with the length resolved
     scores: dict[AttentionSite, Tensor]  # site -> [score, h] float64; NaN where undefined
     thresholds: FunctionThresholds
-    statistics: object | None = None  # attnviz.stats.HeadStatistics over the corpus
-    detection: object | None = None  # attnviz.stats.Detection of those statistics
+    statistics: HeadStatistics | None = None  # over the corpus
+    detection: Detection | None = None  # of those statistics
     similarity: HeadSimilarity | None = None
 
     @property

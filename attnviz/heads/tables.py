@@ -10,6 +10,7 @@ import math
 from rich.table import Table
 from rich.text import Text
 
+from attnviz.common.wording import plural
 from attnviz.heads.labels import SCORE_NAMES
 from attnviz.heads.result import HeadFunctions
 from attnviz.heads.scores import SCORE_INDEX
@@ -121,4 +122,4 @@ def summary_line(result: HeadFunctions, *, stack: str) -> str:
                 counts[label] += 1
     parts = ", ".join(f"{count} {label}" for label, count in counts.items() if count)
     top = [f"L{site.layer}H{head} {value:.2f}" for site, head, value in result.ranking("induction", stack)[:3]]
-    return f"{stack} attention, {total} heads: {parts or 'no probe labels'} · top induction: {', '.join(top)}"
+    return f"{stack} attention, {plural(total, 'head')}: {parts or 'no probe labels'} · top induction: {', '.join(top)}"

@@ -98,8 +98,12 @@ class LoadedModel(ABC):
 
     #: what the user typed (or a short name), shown in titles and reports
     name: str
+    #: where the weights came from, one line (``named model toy-reverse (/…)``, ``directory ./toy-reverse``);
+    #: set by :func:`attnviz.models.specs.load_model`
+    source: str = ""
     #: the underlying torch module
     model: nn.Module
+    tokenizer: Any  # transformers' tokenizer, or attnviz's toy tokenizer
     #: decoder-only causal LM (queries see only earlier keys)
     causal: bool = False
     #: has encoder, decoder and cross-attention stacks
@@ -188,7 +192,9 @@ class LoadedModel(ABC):
         require_memory("toy_examples", num_examples, batch_memory(num_examples, self.max_length or 512), "the examples")
         sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
         batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
-        return None if not batches or batches[0] is None else batches
+        if not batches or any(batch is None for batch in batches):
+            return None
+        return [batch for batch in batches if batch is not None]
 
     def check_weights(self) -> None:
         """Raise :class:`~attnviz.common.errors.ModelSpecError` where a weight holds NaN or ±inf: every pattern

@@ -9,15 +9,17 @@ the file's content (size and a hash of its header and tensor index), not its pat
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from attnviz.common.errors import AttnvizError, ModelSpecError, OutputError
-from attnviz.common.progress import status
+from attnviz.common.progress import progress_bar, status
 from attnviz.models.hf import first_line, load_hf_model
 from attnviz.outputs import staging
 from attnviz.outputs.files import cache_root
@@ -184,14 +186,14 @@ def converted_gguf_dir(path: Path) -> Path:
         try:
             tmp = staging.new_temp_dir(target.parent, target.name)
         except OSError as exc:
-            raise staging.output_error(exc, target) from exc
+            raise (staging.output_error(exc, target) or exc) from exc
         try:
             _convert(path, tmp)
             staging.ordinary_permissions(tmp)
             if not target.exists():  # else another process finished first
                 os.replace(tmp, target)
         except OSError as exc:
-            raise staging.output_error(exc, target) from exc
+            raise (staging.output_error(exc, target) or exc) from exc
         except AttnvizError:
             raise
         except Exception as exc:
@@ -219,18 +221,51 @@ def _remove_stale_conversions(directory: Path) -> None:
             staging.remove_path(legacy)
 
 
+def _tensor_progress(iterable: Iterable[Any], desc: str | None = None, **_: Any) -> Iterator[Any]:
+    """Stands in for the ``tqdm`` of transformers' GGUF reader: the tensors advance attnviz's own progress bar."""
+    items = list(iterable)
+    with progress_bar() as bar:
+        task = bar.add_task("de-quantising the GGUF tensors", total=len(items), status="")
+        for item in items:
+            yield item
+            bar.advance(task)
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """While converting: transformers' own progress bars and info logs off, its GGUF reader's tensor loop
+    on attnviz's progress display; everything as it was afterwards (a caller's settings are left alone)."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_reader
+    from transformers.utils import logging as transformers_logging
+
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    verbosity = transformers_logging.get_verbosity()
+    reader_progress = getattr(gguf_reader, "tqdm", None)
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+    if reader_progress is not None:
+        gguf_reader.tqdm = _tensor_progress
+    try:
+        yield
+    finally:
+        if reader_progress is not None:
+            gguf_reader.tqdm = reader_progress
+        transformers_logging.set_verbosity(verbosity)
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
+
+
 def _convert(path: Path, out_dir: Path) -> None:
     import torch
     import transformers
 
     folder, name = str(path.parent), path.name
-    transformers.utils.logging.disable_progress_bar()  # attnviz shows its own status line
-    transformers.utils.logging.set_verbosity_error()
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
-        quantised = transformers.AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=name, dtype=torch.float32, trust_remote_code=False
-        )
+        with _quiet_transformers():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
+            quantised = transformers.AutoModelForCausalLM.from_pretrained(
+                folder, gguf_file=name, dtype=torch.float32, trust_remote_code=False
+            )
     except ImportError as exc:
         raise ModelSpecError(f"loading GGUF files needs extra packages: pip install gguf accelerate ({exc})") from exc
     except Exception as exc:  # gguf, tokenizers and transformers raise many types on a damaged file
@@ -252,8 +287,9 @@ def _convert(path: Path, out_dir: Path) -> None:
             f"GGUF file {path} does not cover the model: {len(untied)} tensor(s) missing, "
             f"{len(result.unexpected_keys)} unexpected ({names}, …)"
         )
-    plain.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    with _quiet_transformers():  # saving shows a bar of its own
+        plain.save_pretrained(out_dir)
+        tokenizer.save_pretrained(out_dir)
 
 
 def load_gguf(path: Path, *, name: str, device, dtype, device_map: str | None = None):

@@ -117,7 +117,7 @@ def load_hf_model(
                     "config describes; give the config that came with these weights"
                 ) from exc
             raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
-    check_loading_info(info, source)
+    check_loading_info(info, source, buffers=(name for name, _ in model.named_buffers()))
     if not device_map:  # accelerate has placed the layers itself
         model.to(device)
     model.eval()

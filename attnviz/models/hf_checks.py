@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from attnviz.common.errors import ModelSpecError
@@ -72,12 +73,20 @@ def check_config_against_weights(config, source: str) -> None:
             )
 
 
-def check_loading_info(info: dict, source: str) -> None:
+def check_loading_info(info: dict, source: str, buffers: Iterable[str] = ()) -> None:
     """Refuse weights that leave parameters at random values, or that hold tensors the model does not have.
 
     transformers only logs these (``info`` is ``from_pretrained(..., output_loading_info=True)[1]``);
-    tied weights it fills itself are not listed as missing.
+    tied weights it fills itself are not listed as missing. ``buffers``: the model's buffer names
+    (``model.named_buffers()``); a stored copy of one (older checkpoints keep BERT's
+    ``embeddings.position_ids``, which some transformers releases list as unexpected) is no foreign weight.
     """
+    buffer_names = set(buffers)
+
+    def is_buffer(key: str) -> bool:
+        return any(name == key or name.endswith("." + key) or key.endswith("." + name) for name in buffer_names)
+
+    info = {**info, "unexpected_keys": [key for key in info.get("unexpected_keys") or () if not is_buffer(str(key))]}
     for key, what, advice in (
         ("missing_keys", "lack {n} tensor(s) the model needs", "those would be random"),
         ("unexpected_keys", "hold {n} tensor(s) the model does not have", "they are not this model's weights"),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.common.errors import ModelSpecError, OutputError
+from attnviz.common.wording import layers_and_heads
 from attnviz.models.gguf import cache_root
 from attnviz.models.specs import NAMED_MODELS, TOY_MARKER
 from attnviz.outputs import staging
@@ -72,10 +73,8 @@ def _toy_description(folder: Path) -> str:
     try:
         record = json.loads((folder / TOY_MARKER).read_text(encoding="utf-8"))
         config, task = record["config"], record["task"]["task"]
-        return (
-            f"attnviz toy model: {task} task, {config['architecture']}, "
-            f"{config['num_layers']} layers × {config['num_heads']} heads"
-        )
+        size = layers_and_heads([config["num_heads"]] * config["num_layers"])
+        return f"attnviz toy model: {task} task, {config['architecture']}, {size}"
     except (OSError, ValueError, KeyError, TypeError):
         return "attnviz toy model"
 

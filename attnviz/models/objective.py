@@ -165,8 +165,8 @@ class Objective(ABC):
                 units += count
                 if progress is not None:
                     progress()
-        loss_sum, metric_sum, units = self.parallel.sum_numbers([loss_sum, metric_sum, units])
-        units = int(units)
+        loss_sum, metric_sum, unit_sum = self.parallel.sum_numbers([loss_sum, metric_sum, units])
+        units = int(unit_sum)
         loss = loss_sum / max(units, 1)
         return Quality(loss, self.finish_metric(metric_sum, loss, units), self.metric_name, self.higher_is_better)
 
@@ -179,8 +179,8 @@ class Objective(ABC):
                 total, count = self.batch_loss(index, context)
                 loss_sum += float(total)
                 units += count
-        loss_sum, units = self.parallel.sum_numbers([loss_sum, units])
-        return loss_sum / max(units, 1)
+        loss_sum, unit_sum = self.parallel.sum_numbers([loss_sum, units])
+        return loss_sum / max(unit_sum, 1.0)
 
     def for_model(self, loaded: LoadedModel) -> Objective:
         """The same objective and data on another model (e.g. the physically pruned copy)."""

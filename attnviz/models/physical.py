@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -57,8 +58,10 @@ class AttentionBlock:
 
     site: AttentionSite
     family: str  # "bert", "gpt2" or "llama" (see the module docstring)
-    module: nn.Module  # the module that calls the attention function
-    parent: nn.Module  # module holding the output projection attribute
+    # Hugging Face modules of different families: their attributes (q_proj, query, c_attn, …) are
+    # read by family, so they are typed Any rather than nn.Module
+    module: Any  # the module that calls the attention function
+    parent: Any  # module holding the output projection attribute
     output_name: str  # attribute of ``parent`` that is the output projection
     num_heads: int  # query heads now
     num_kv_heads: int  # key/value heads now (= num_heads without grouped-query attention)
@@ -70,7 +73,7 @@ class AttentionBlock:
         return self.num_heads // self.num_kv_heads
 
     @property
-    def output(self) -> nn.Module:
+    def output(self) -> Any:
         return getattr(self.parent, self.output_name)
 
 
@@ -110,7 +113,7 @@ def _family(module: nn.Module, parent: nn.Module | None) -> tuple[str, nn.Module
     return None
 
 
-def _head_counts(family: str, module: nn.Module, parent: nn.Module, output_name: str) -> tuple[int, int, int]:
+def _head_counts(family: str, module: Any, parent: Any, output_name: str) -> tuple[int, int, int]:
     """(query heads, key/value heads, head dim) read from the weight shapes."""
     if family == "bert":
         head_dim = int(module.attention_head_size)
@@ -181,7 +184,8 @@ def plan_site(block: AttentionBlock, removed: list[int]) -> SitePlan:
         raise UnsupportedModelError(f"cannot remove every head of {block.site.name}: a layer keeps at least one head")
     # Every surviving group can lose the same number m of its removed heads.
     slice_each = min(sum(head in gone for head in groups[g]) for g in surviving)
-    keep_heads, masked = [], []
+    keep_heads: list[int] = []
+    masked: list[int] = []
     for g in surviving:
         removed_here = [head for head in groups[g] if head in gone]
         sliced = set(removed_here[:slice_each])

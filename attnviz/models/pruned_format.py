@@ -38,6 +38,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from attnviz.core import AttentionSite
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
@@ -115,11 +116,12 @@ def save_pruned_checkpoint(
     metadata = pruned_metadata(source, original, plans, TRANSFORMERS_COPY if transformers_copy else None)
 
     def write(tmp: Path) -> None:
-        pruned.model.save_pretrained(tmp)
+        model: Any = pruned.model  # a transformers model: save_pretrained is its own
+        model.save_pretrained(tmp)
         pruned.tokenizer.save_pretrained(tmp)
         (tmp / PRUNED_MARKER).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
         if transformers_copy:
-            masked = masked_weights_model(original, removed)
+            masked: Any = masked_weights_model(original, removed)
             masked.save_pretrained(tmp / TRANSFORMERS_COPY)
             original.tokenizer.save_pretrained(tmp / TRANSFORMERS_COPY)
 

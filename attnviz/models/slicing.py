@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -41,7 +42,7 @@ def slice_linear(layer: nn.Linear, index: Tensor | Sequence[int], dim: int) -> n
     return new
 
 
-def slice_conv1d(layer: nn.Module, index: Tensor | Sequence[int], dim: int) -> nn.Module:
+def slice_conv1d(layer: Any, index: Tensor | Sequence[int], dim: int) -> nn.Module:
     """A new GPT-2 ``Conv1D`` (weight ``[in, out]``) keeping ``index`` along ``dim`` (1: outputs, 0: inputs)."""
     from transformers.pytorch_utils import Conv1D
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 import torch
 
 from attnviz.common.errors import InputError, ModelSpecError, ParameterError
+from attnviz.common.progress import info, notice
 from attnviz.common.texts import sample_data_path
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
@@ -162,30 +164,70 @@ for _name in SHIPPED_TOYS:
     NAMED_MODELS[_name] = functools.partial(shipped_toy_path, _name)
 
 
+@dataclass(frozen=True)
+class ResolvedSpec:
+    """What a model spec names, decided before anything loads (see :func:`resolve_spec`)."""
+
+    spec: str  # what the user typed
+    path: Path  # the file or directory to load (for a hub id: the id as a relative path)
+    name: str  # shown in titles and reports: the short name, or the path (``./x`` for a bare name)
+    kind: str  # "named" (shipped with attnviz or a pip package), "path" or "hub id"
+    shadows: bool = False  # a path that has a short name's spelling (the short name is not used)
+
+    @property
+    def source(self) -> str:
+        """One line saying where the weights come from: ``shipped model toy-reverse (/…/reverse)``."""
+        if self.kind == "named":
+            return f"named model {self.name} ({self.path})"
+        if self.kind == "hub id":
+            return f"hub id {self.spec} (Hugging Face cache)"
+        return f"{'directory' if self.path.is_dir() else 'file'} {self.name}"
+
+
+def path_spec(path: str) -> str:
+    """``path`` written so that it reads as a path: ``./name`` for a bare name, anything else as it is."""
+    bare = not any(separator in path for separator in ("/", os.sep)) and not path.startswith((".", "~"))
+    return f"./{path}" if bare else path
+
+
+def resolve_spec(spec: str = DEFAULT_MODEL) -> ResolvedSpec:
+    """Decide what ``spec`` names, without loading it.
+
+    An existing path always wins: ``toy-reverse`` is the directory ``./toy-reverse`` when one exists
+    (written by ``attnviz train --out toy-reverse``, say), and the shipped model of that name only
+    when none does; :func:`load_model` says so in a notice. A short name that is no path is the
+    named model; anything else is a path, or a hub id when it looks like one and no such path exists.
+    """
+    spec = (spec or DEFAULT_MODEL).strip()
+    path = Path(spec).expanduser()
+    locate = NAMED_MODELS.get(spec.lower())
+    if path.exists() or path.is_symlink():
+        return ResolvedSpec(spec, path, path_spec(spec), "path", shadows=locate is not None)
+    if locate is not None:
+        return ResolvedSpec(spec, locate(), spec.lower(), "named")
+    if path.suffix.lower() != ".gguf" and _looks_like_hub_id(spec):
+        return ResolvedSpec(spec, path, spec, "hub id")
+    return ResolvedSpec(spec, path, spec, "path")
+
+
 def model_input_paths(spec: str = DEFAULT_MODEL) -> list[Path]:
     """Files and directories loading ``spec`` reads, found without loading it (outputs must not touch them).
 
     A .gguf file also reads attnviz's cache (always protected by :func:`attnviz.outputs.files.output_session`);
     a hub id reads the Hugging Face cache.
     """
-    spec = (spec or DEFAULT_MODEL).strip()
-    named = NAMED_MODELS.get(spec.lower())
-    if named is not None:
-        try:
-            return [named()]
-        except ModelSpecError:
-            return []
-    path = Path(spec).expanduser()
-    if path.exists():
-        return [path]
-    if _looks_like_hub_id(spec):
+    try:
+        resolved = resolve_spec(spec)
+    except ModelSpecError:  # a named model whose package is missing: loading will say so
+        return []
+    if resolved.kind == "hub id":
         try:
             from huggingface_hub.constants import HF_HUB_CACHE
 
             return [Path(HF_HUB_CACHE)]
         except ImportError:
             return []
-    return []
+    return [resolved.path] if resolved.path.exists() else []
 
 
 #: Values of ``device_map``: ``None`` puts the whole model on one device; ``"auto"`` lets
@@ -205,23 +247,38 @@ def resolve_device_map(device_map: str | None) -> str | None:
 def load_model(
     spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto", device_map: str | None = None
 ) -> LoadedModel:
-    """Load the model named by ``spec`` (see the module docstring) onto attnviz's attention core.
+    """Load the model named by ``spec`` (see the module docstring and :func:`resolve_spec`) onto attnviz's core.
+
+    The model's ``source`` says where its weights came from (a named model or a path); the
+    current reporter gets it as an information line (the command line prints it on stderr).
 
     ``device_map="auto"``: a Hugging Face model bigger than one device is spread by accelerate over
     the GPUs and CPU memory (``device`` is then ignored); on a machine without CUDA it means the CPU.
     Toy models are small and always go to ``device``.
     """
-    spec = (spec or DEFAULT_MODEL).strip()
+    resolved = resolve_spec(spec)
     protect_inputs(model_input_paths(spec), "model")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
     placement = resolve_device_map(device_map)
-    named = NAMED_MODELS.get(spec.lower())
-    path = named() if named is not None else Path(spec).expanduser()
-    name = spec.lower() if named is not None else spec
+    if resolved.shadows:
+        notice(
+            f"{resolved.spec!r} is a path here and a shipped model's name: loading the path {resolved.name} "
+            "(for the shipped model, run from another directory)"
+        )
+    loaded = _load_resolved(resolved, torch_device, torch_dtype, placement)
+    loaded.source = resolved.source
+    info(f"model: {resolved.source}")
+    return loaded
+
+
+def _load_resolved(
+    resolved: ResolvedSpec, device: torch.device, dtype: torch.dtype, placement: str | None
+) -> LoadedModel:
+    path, name, spec = resolved.path, resolved.name, resolved.spec
     for loader in LOADERS:
         if loader.recognises(path):
-            return loader.load(path, name=name, device=torch_device, dtype=torch_dtype, device_map=placement)
+            return loader.load(path, name=name, device=device, dtype=dtype, device_map=placement)
     if path.suffix.lower() == ".gguf" and not path.exists():
         raise ModelSpecError(f"GGUF file {path} does not exist")
     if path.is_dir():
@@ -231,11 +288,11 @@ def load_model(
         )
     if path.exists():
         raise ModelSpecError(f"{path} is not a model: give a model directory or a .gguf file")
-    if not _looks_like_hub_id(spec):
+    if resolved.kind != "hub id":
         raise ModelSpecError(f"model path {spec} does not exist")
     hf_loader = next(loader for loader in LOADERS if loader.name == "huggingface")
     return hf_loader.load(
-        spec, name=spec, device=torch_device, dtype=torch_dtype, device_map=placement
+        spec, name=spec, device=device, dtype=dtype, device_map=placement
     )  # a hub id in the local cache
 
 

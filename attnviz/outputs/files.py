@@ -166,7 +166,7 @@ def _create(make, path: Path) -> Path:
     try:
         return make()
     except OSError as exc:
-        raise staging.output_error(exc, path) from exc
+        raise (staging.output_error(exc, path) or exc) from exc
 
 
 @contextlib.contextmanager

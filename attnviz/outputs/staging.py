@@ -277,7 +277,7 @@ def commit(items: list[Staged]) -> None:
                 os.replace(backup, finished.destination)
                 live_temporaries.discard(backup)
         if item is not None and isinstance(exc, OSError):
-            raise output_error(exc, item.destination) from exc
+            raise (output_error(exc, item.destination) or exc) from exc
         raise
     finally:
         for _, backup in done:

@@ -7,6 +7,7 @@ Hugging Face models in the format of :mod:`attnviz.models.pruned_format`, toy mo
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from attnviz.common.errors import OutputParameterError
@@ -25,7 +26,7 @@ def model_source_paths(spec: str, loaded: LoadedModel | None = None) -> list[Pat
     return paths
 
 
-def check_output_dir(out: str | os.PathLike, *, force: bool, inputs: list[Path] = ()) -> Path:
+def check_output_dir(out: str | os.PathLike, *, force: bool, inputs: Sequence[Path] = ()) -> Path:
     """Validate ``out`` before any work: a new or empty directory, or ``force``; never an input.
 
     Raises :class:`OutputError`.

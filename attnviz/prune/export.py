@@ -22,7 +22,12 @@ JSON fields (``attnviz prune … --json PATH``; see also the README):
 ``metric_after``            metric of the physically pruned model
 ``loss_before``, ``loss_after``  the objective's mean loss before / after
 ``params_before``, ``params_after``  parameter counts (tied weights once)
-``latency_before_ms``, ``latency_after_ms``  median forward latency, measured in the same run
+``latency_before_ms``, ``latency_after_ms``  fastest forward latency of ``latency_rounds`` rounds, the two
+                            models timed in alternation in the same run
+``latency_before_ms_range``, ``latency_after_ms_range``  ``[fastest, slowest]`` of those rounds
+``latency_conclusive``      whether the two latencies can be told apart (false: the difference is within
+                            the noise of this machine; see ``attnviz.prune.cost``)
+``latency_sign_test_p``, ``latency_rounds``  the paired rounds' sign test p-value, and the number of rounds
 ``latency_tokens``          input length of the latency measurement
 ``heads_before``, ``heads_after``  total heads; ``heads_per_layer_after``: ``[{stack, layer, heads}]``
 ``max_abs_diff``            largest |masked-model output − pruned-model output| on the latency input
@@ -42,6 +47,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from attnviz.common.wording import layers_and_heads, plural
 from attnviz.core import AttentionSite
 from attnviz.models.head_sets import heads_as_records, normalize_removed
 from attnviz.models.objective import Objective, Quality
@@ -77,6 +83,11 @@ class PruneReport:
     params_after: int
     latency_before_ms: float
     latency_after_ms: float
+    latency_before_ms_range: list[float]
+    latency_after_ms_range: list[float]
+    latency_conclusive: bool
+    latency_sign_test_p: float
+    latency_rounds: int
     latency_tokens: int
     heads_before: int
     heads_after: int
@@ -108,6 +119,27 @@ def _finite(value):
     return value
 
 
+@dataclass(frozen=True)
+class LatencySummary:
+    """The latency comparison of a pruning run, as numbers (what the main process measured)."""
+
+    before_ms: float  # fastest round
+    after_ms: float
+    before_range_ms: tuple[float, float]  # (fastest, slowest)
+    after_range_ms: tuple[float, float]
+    conclusive: bool
+    sign_test_p: float
+    rounds: int
+
+    @classmethod
+    def from_numbers(cls, numbers: list[float]) -> LatencySummary:
+        """From ``[fastest before, fastest after, slowest before, slowest after, conclusive, p, rounds]``."""
+        before, after, slowest_before, slowest_after, conclusive, p_value, rounds = numbers
+        return cls(
+            before, after, (before, slowest_before), (after, slowest_after), bool(conclusive), p_value, int(rounds)
+        )
+
+
 def build_report(
     *,
     model: str,
@@ -124,8 +156,7 @@ def build_report(
     quality_after: Quality,
     params_before: int,
     params_after: int,
-    latency_before_ms: float,
-    latency_after_ms: float,
+    latency: LatencySummary,
     latency_tokens: int,
     max_abs_diff: float,
 ) -> PruneReport:
@@ -172,8 +203,13 @@ def build_report(
         loss_after=quality_after.loss,
         params_before=params_before,
         params_after=params_after,
-        latency_before_ms=latency_before_ms,
-        latency_after_ms=latency_after_ms,
+        latency_before_ms=latency.before_ms,
+        latency_after_ms=latency.after_ms,
+        latency_before_ms_range=list(latency.before_range_ms),
+        latency_after_ms_range=list(latency.after_range_ms),
+        latency_conclusive=latency.conclusive,
+        latency_sign_test_p=latency.sign_test_p,
+        latency_rounds=latency.rounds,
         latency_tokens=latency_tokens,
         heads_before=sum(layout.values()),
         heads_after=sum(layout_pruned.values()),
@@ -238,6 +274,27 @@ def importance_table(report: PruneReport) -> Table:
     return table
 
 
+def _latency_cell(fastest: float, fastest_slowest: list[float]) -> str:
+    """``12.3 (12.3–15.0)``: the fastest round, and the range of all rounds."""
+    return f"{fastest:.1f} ({fastest_slowest[0]:.1f}–{fastest_slowest[1]:.1f})"
+
+
+def latency_line(report: PruneReport) -> str:
+    """One sentence on the latency: a difference, or why none can be named."""
+    change = report.latency_after_ms / report.latency_before_ms - 1 if report.latency_before_ms else 0.0
+    if report.latency_conclusive:
+        faster = "faster" if change < 0 else "slower"
+        return (
+            f"latency: the pruned model is {abs(change):.1%} {faster} "
+            f"(fastest of {report.latency_rounds} interleaved rounds; the rounds agree)"
+        )
+    return (
+        f"latency: no clear difference ({change:+.1%} between the fastest rounds, but the {report.latency_rounds} "
+        "interleaved rounds spread too much or disagree on which model is faster; a busy machine does this: "
+        "measure again when the machine is quiet, or with more rounds)"
+    )
+
+
 def _score(score: float) -> str:
     """Four characters or so: 0.42, 3.1, 1e+03."""
     return f"{score:.2f}" if abs(score) < 10 else f"{score:.2g}"
@@ -273,12 +330,22 @@ def summary_table(report: PruneReport) -> Table:
         _change(report.params_before, report.params_after),
     )
     table.add_row(
-        f"latency, {report.latency_tokens} tokens (ms)",
-        f"{report.latency_before_ms:.1f}",
-        f"{report.latency_after_ms:.1f}",
-        _change(report.latency_before_ms, report.latency_after_ms),
+        f"latency, {report.latency_tokens} tokens (ms, fastest of {report.latency_rounds})",
+        _latency_cell(report.latency_before_ms, report.latency_before_ms_range),
+        _latency_cell(report.latency_after_ms, report.latency_after_ms_range),
+        _change(report.latency_before_ms, report.latency_after_ms)
+        if report.latency_conclusive
+        else "no clear difference",
     )
     return table
+
+
+def _heads_per_stack(records: list[dict]) -> dict[str, list[int]]:
+    """``{stack: heads of each layer}`` from ``heads_per_layer_after``'s ``[{stack, layer, heads}]``."""
+    stacks: dict[str, dict[int, int]] = {}
+    for record in records:
+        stacks.setdefault(record["stack"], {})[record["layer"]] = record["heads"]
+    return {stack: [layers[layer] for layer in sorted(layers)] for stack, layers in stacks.items()}
 
 
 def summary_lines(report: PruneReport) -> list[str]:
@@ -287,11 +354,14 @@ def summary_lines(report: PruneReport) -> list[str]:
     how = "iteratively" if strategy["iterative"] else "in one shot"
     lines = [
         (
-            f"removed {len(report.pruned)} heads ({strategy['scope']}, {how}); "
+            f"removed {plural(len(report.pruned), 'head')} ({strategy['scope']}, {how}); "
             f"{len(report.sliced)} sliced out of the weights, {len(report.masked)} masked by zeroed output weights; "
             f"masked vs pruned outputs differ by at most {report.max_abs_diff:.2g}"
         )
     ]
+    lines.append(latency_line(report))
+    for stack, counts in _heads_per_stack(report.heads_per_layer_after).items():
+        lines.append(f"pruned model, {stack} attention: {layers_and_heads(counts)}")
     if report.stopped_by_min_score:
         lines.append(f"stopped early: the next step would have dropped {report.metric} below the minimum score")
     if report.output:

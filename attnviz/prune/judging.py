@@ -62,7 +62,7 @@ def judging_batches(
     scoring = loaded.own_example_batches(own_examples, batch_size=size, seed=seed)
     if scoring is not None:
         evaluation = loaded.own_example_batches(own_examples, batch_size=size, seed=seed + 1)
-        return scoring, evaluation
+        return scoring, evaluation if evaluation is not None else scoring
     if not texts:
         raise ParameterError("texts", "no text to score heads on: give text with {texts}")
     batching = {
@@ -87,11 +87,10 @@ def objectives_for(
 
     Raises :class:`~attnviz.common.errors.ParameterError` when either has too little data to judge heads on.
     """
-    common = {"probes": probes, "seed": seed, "parallel": parallel}
-    scoring_objective = loaded.objective(scoring, **common)
+    scoring_objective = loaded.objective(scoring, probes=probes, seed=seed, parallel=parallel)
     scoring_objective.check_enough_data("scoring data")
     if evaluation is scoring:
         return scoring_objective, scoring_objective
-    evaluation_objective = loaded.objective(evaluation, **common)
+    evaluation_objective = loaded.objective(evaluation, probes=probes, seed=seed, parallel=parallel)
     evaluation_objective.check_enough_data("evaluation data")
     return scoring_objective, evaluation_objective

@@ -27,7 +27,7 @@ from attnviz.models.specs import load_model
 from attnviz.prune.checkpoint import check_output_dir, model_source_paths
 from attnviz.prune.choices import METHODS
 from attnviz.prune.cost import forward_output, measure_latency, parameter_count
-from attnviz.prune.export import PruneReport, build_report
+from attnviz.prune.export import LatencySummary, PruneReport, build_report
 from attnviz.prune.judging import judging_batches, objectives_for
 from attnviz.prune.strategy import PruneRun, PruneStrategy, default_steps, run_pruning
 
@@ -46,7 +46,7 @@ class PruneConfig:
     max_tokens_per_batch: int | None = None  # padded tokens per text batch (None: no token limit)
     max_length: int | None = None  # truncate scoring and evaluation texts to this many tokens
     latency_tokens: int = 256  # length of the input the latency is measured on
-    latency_repeats: int = 5  # timed forward passes per model (the median is reported)
+    latency_repeats: int = 10  # timed rounds per model (the fastest is reported, with the range)
     probes: int = 8  # random output probes per batch (gradient importance of encoders)
     toy_examples: int = 256  # own examples drawn (toy tasks), for scoring and again for evaluation
 
@@ -170,6 +170,10 @@ def physically_prune(loaded: LoadedModel, removed: RemovedHeads) -> tuple[Loaded
     return loaded.remove_heads(removed)
 
 
+#: numbers :func:`_check_and_time` gives (the main process measures; the others receive them)
+CHECK_AND_TIME_FIELDS = 9
+
+
 def _check_and_time(
     loaded: LoadedModel,
     pruned: LoadedModel,
@@ -178,7 +182,8 @@ def _check_and_time(
     texts: Sequence[str] | None,
     eval_texts: Sequence[str] | None,
 ) -> list[float]:
-    """[max |masked − pruned| output, latency before (ms), latency after (ms), tokens timed] on one input.
+    """[max |masked − pruned| output, tokens timed, fastest before, fastest after, slowest before,
+    slowest after (ms), conclusive (0/1), sign test p, rounds] on one input.
 
     The physically pruned model must compute what the original computes with the same heads
     masked; the latency input is the model's :meth:`~attnviz.models.base.LoadedModel.timing_batch`.
@@ -188,9 +193,19 @@ def _check_and_time(
     masked_output = forward_output(loaded, latency_batch, loaded.context(head_mask=mask))
     pruned_output = forward_output(pruned, latency_batch)
     max_abs_diff = float((masked_output - pruned_output).abs().max())
-    latency_before, latency_after = measure_latency([loaded, pruned], latency_batch, repeats=config.latency_repeats)
+    latency = measure_latency(loaded, pruned, latency_batch, repeats=config.latency_repeats)
     tokens = int(latency_batch.lengths[0]) if latency_batch.tokens else 0
-    return [max_abs_diff, latency_before, latency_after, float(tokens)]
+    return [
+        max_abs_diff,
+        float(tokens),
+        latency.before.fastest,
+        latency.after.fastest,
+        latency.before.slowest,
+        latency.after.slowest,
+        float(latency.conclusive),
+        latency.sign_test_p,
+        float(latency.rounds),
+    ]
 
 
 def prune_model(
@@ -237,7 +252,7 @@ def prune_model(
         # Measured by the main process alone while the others wait: the numbers describe the
         # models, not the data, and processes timing side by side would slow each other down.
         measured = _check_and_time(loaded, pruned, mask, config, texts, eval_texts) if parallel.is_main else None
-        max_abs_diff, latency_before, latency_after, latency_tokens = parallel.from_main(measured, 4)
+        (max_abs_diff, latency_tokens, *latency) = parallel.from_main(measured, CHECK_AND_TIME_FIELDS)
     report = build_report(
         model=loaded.name,
         config=config,
@@ -253,8 +268,7 @@ def prune_model(
         quality_after=quality_after,
         params_before=parameter_count(loaded.model),
         params_after=parameter_count(pruned.model),
-        latency_before_ms=latency_before,
-        latency_after_ms=latency_after,
+        latency=LatencySummary.from_numbers(latency),
         latency_tokens=int(latency_tokens),
         max_abs_diff=max_abs_diff,
     )

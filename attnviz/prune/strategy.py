@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -199,7 +200,7 @@ def run_pruning(
                     removed,
                     seed=seed + step - 1,
                     normalize=normalize,
-                    progress=lambda task=task: progress.advance(task),
+                    progress=functools.partial(progress.advance, task),
                 )
                 progress.remove_task(task)
                 if run is None:

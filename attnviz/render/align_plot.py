@@ -18,7 +18,8 @@ def alignment_grid_figure(grid: Tensor, *, title: str):
 
     data = grid.detach().float().cpu().numpy()  # [layer, head + 1]
     layers, columns = data.shape
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.8 * columns + 2.2), max(2.8, 0.6 * layers + 1.6)))
+    # constrained layout keeps the colour bar's label inside the figure; two short lines fit a short figure
+    fig, ax = plt.subplots(figsize=(max(4.5, 0.8 * columns + 2.4), max(3.0, 0.6 * layers + 1.6)), layout="constrained")
     image = ax.imshow(data, cmap="viridis_r", vmin=0.0, vmax=1.0, aspect="auto")
     for (layer, column), value in np.ndenumerate(data):
         if np.isnan(value):
@@ -39,9 +40,8 @@ def alignment_grid_figure(grid: Tensor, *, title: str):
     ax.set_xlabel("cross-attention head")
     ax.set_ylabel("layer")
     colorbar = fig.colorbar(image, ax=ax)
-    colorbar.set_label("alignment error rate (lower is better)")
+    colorbar.set_label("alignment error rate\n(lower is better)")
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
+from attnviz.common.wording import plural
 from attnviz.render.heatmap import FIGURE_SUFFIXES, HeatmapPanel, causal_visibility, render_heatmaps, save_figure  # noqa: F401
 from attnviz.render.stats_plots import _pyplot, statistics_figure
 
@@ -186,7 +187,7 @@ def capture_rollout_figure(capture, *, stack: str | None = None, annotate: bool 
         matrix = stored if stored is not None else rollout(capture, stack)  # [query, key]
     query_tokens, key_tokens = capture.axis_tokens(stack)
     what = "attention flow" if flow else "attention rollout"
-    title = f"{capture.model} · {what} over {capture.num_layers(stack)} layers" + (
+    title = f"{capture.model} · {what} over {plural(capture.num_layers(stack), 'layer')}" + (
         f" ({stack})" if stack != "self" else ""
     )
     return rollout_figure(

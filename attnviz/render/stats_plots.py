@@ -42,6 +42,14 @@ PANEL_FLAGS: dict[str, tuple[str, ...]] = {
     "special_tokens": ("special-token",),
 }
 
+#: Why a statistic can be exactly 0 for every head: said inside its panel, which is otherwise one flat colour.
+#: (Attention weights are softmax outputs, never exactly 0, so a mean of exactly 0 means no such key was seen.)
+ZERO_PANEL_REASONS: dict[str, str] = {
+    "special_tokens": "no special tokens\n([CLS], [SEP], BOS, EOS)\namong these texts' keys",
+    "first_token": "no query saw a first token\nother than itself",
+    "previous_token": "no query had a previous token\n(one-token texts)",
+}
+
 #: Statistics bounded by [0, 1] share a fixed colour scale; the others scale to their maximum.
 _UNBOUNDED = ("entropy", "mean_distance")
 
@@ -88,6 +96,7 @@ def statistics_figure(
         image = ax.imshow(values.numpy(), aspect="auto", cmap=cmap, vmin=0.0, vmax=top, interpolation="nearest")
         fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03)
         ax.set_title(name.replace("_", " "), fontsize=10)
+        _explain_flat_panel(ax, name, finite)
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
         ax.set_xticks(range(0, heads, max(1, heads // 12)))
@@ -133,6 +142,47 @@ def statistics_figure(
     return fig
 
 
+def flat_panel_note(name: str, finite: Tensor) -> str | None:
+    """What a panel of one flat colour means, or None when its values differ.
+
+    All values missing: said so; all exactly 0: the reason from :data:`ZERO_PANEL_REASONS` where one is
+    known; any other single value: that value (every head alike is a finding, not a drawing error).
+    """
+    if finite.numel() == 0:
+        return "no values:\nno head of this panel\nsaw a query"
+    low, high = float(finite.min()), float(finite.max())
+    if high - low > 1e-9 * max(1.0, abs(high)):
+        return None
+    if high == 0.0:
+        return "0 for every head:\n" + ZERO_PANEL_REASONS.get(name, "no weight of this kind")
+    return f"{high:.3g} for every head"
+
+
+def _explain_flat_panel(ax, name: str, finite: Tensor) -> None:
+    """Write :func:`flat_panel_note` across the middle of ``ax`` when the panel is one flat colour."""
+    note = flat_panel_note(name, finite)
+    if note is not None:
+        _write_in_panel(ax, note)
+
+
+def _write_in_panel(ax, note: str) -> None:
+    """``note`` across the middle of ``ax``, boxed so that it reads on any colour, small enough to fit its width."""
+    width_points = ax.get_position().width * ax.figure.get_figwidth() * 72
+    longest = max(len(line) for line in note.splitlines())
+    fontsize = max(5.0, min(9.0, 0.85 * width_points / (0.6 * longest)))  # a character is about 0.6 em wide
+    ax.text(
+        0.5,
+        0.5,
+        note,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=fontsize,
+        color="#222222",
+        bbox={"boxstyle": "round,pad=0.35", "facecolor": "white", "edgecolor": "#999999", "alpha": 0.92},
+    )
+
+
 def evolution_figure(
     checkpoints: Sequence[str],
     matrices: Sequence[Mapping[str, Tensor]],
@@ -141,7 +191,7 @@ def evolution_figure(
     title: str = "",
     columns: int = 4,
 ):
-    """How each statistic changes across checkpoints (the seeds' ``plot_attention_evolution``).
+    """How each statistic changes across checkpoints.
 
     One panel per statistic: x is the checkpoint (in the order given), one line per layer
     (mean over its heads, coloured from first layer to last), and the mean over all heads
@@ -174,6 +224,8 @@ def evolution_figure(
         ax.set_xticks(x, labels, rotation=30 if len(x) > 3 else 0, ha="right" if len(x) > 3 else "center", fontsize=7)
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(alpha=0.3)
+        every_value = torch.cat([t.flatten() for t in per_checkpoint])  # [all heads of all checkpoints]
+        _explain_flat_panel(ax, name, every_value[~every_value.isnan()])
     if flag_counts:
         ax = axes.flat[len(names)]
         flags = [f for f in FLAG_MARKERS if any(counts.get(f, 0) for counts in flag_counts)]
@@ -186,6 +238,8 @@ def evolution_figure(
         ax.grid(alpha=0.3)
         if flags:
             ax.legend(fontsize=7)
+        else:
+            _write_in_panel(ax, "no head is flagged\nin any checkpoint")
     for ax in list(axes.flat)[panels:]:
         ax.set_visible(False)
     scalar = plt.cm.ScalarMappable(cmap=colormap, norm=plt.Normalize(0, max(1, num_layers - 1)))

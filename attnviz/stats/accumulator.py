@@ -31,9 +31,10 @@ from attnviz.common.parallel import DataParallel
 from attnviz.common.resources import clamp
 from attnviz.core import AttentionSite
 from attnviz.core.kernel import RowSummary
+from attnviz.core.stacks import is_causal_stack
 from attnviz.models.base import EncodedBatch
 from attnviz.stats.definitions import STATISTIC_NAMES
-from attnviz.stats.geometry import BlockLayout, StackGeometry, stack_is_causal
+from attnviz.stats.geometry import BlockLayout, StackGeometry
 
 
 def block_statistics(
@@ -65,7 +66,7 @@ def block_statistics(
     pattern = pattern[..., : layout.width]  # [b, h, blk, c]
     batch, heads, rows, width = pattern.shape
 
-    if summary_covers(summary, layout.local_window):
+    if summary is not None and summary_covers(summary, layout.local_window):
         return summary_statistics(summary, pattern[..., 0], special_mass(pattern, geometry), layout)
     # no usable summary: every statistic from the pattern
     temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
@@ -285,7 +286,7 @@ class StatisticsAccumulator:
         pending = self._pending
         if pending is not None and (pending.site != site or pending.next_start != query_start):
             self._flush()
-        if summary_covers(summary, self._window):
+        if summary is not None and summary_covers(summary, self._window):
             if self._pending is None:
                 self._pending = _SummarisedRows(site, stack_key, query_start)
             self._pending.add(summary, pattern[..., 0], special_mass(pattern, geometry))
@@ -303,7 +304,8 @@ class StatisticsAccumulator:
     def _geometry_of(self, site: AttentionSite, stack_key: tuple, device: torch.device) -> StackGeometry:
         geometry = self._geometry.get(stack_key)
         if geometry is None:
-            causal = stack_is_causal(site.stack, self.causal)
+            causal = is_causal_stack(site.stack, self.causal)
+            assert self._batch is not None  # set by begin_batch before the forward pass
             geometry = StackGeometry.from_batch(self._batch, site.stack, causal, device)
             self._geometry[stack_key] = geometry
         return geometry

@@ -72,6 +72,7 @@ def compute_statistics(
         total: int | None = sum(len(chosen) for chosen in mine)
         batches = (encode_batch(loaded, texts, chosen, max_length=max_length, truncate=truncate) for chosen in mine)
     else:
+        assert batches is not None  # one of the two is given (checked above)
         if not isinstance(batches, Iterator) or parallel.distributed:
             batches = list(batches)
             batches = [batches[index] for index in parallel.shard([_padded_tokens(batch) for batch in batches])]

@@ -18,14 +18,14 @@ Pattern labels, each when the head's mean of the statistic is at least its
 ``local`` (``local_ratio``; only when neither ``diagonal`` nor ``previous-token``
 already says which nearby key it is).
 
-Why the default thresholds are normalised: the seeds' literal rule (collapsed when
+Why the default thresholds are normalised: fixed limits (collapsed when
 mean entropy < 1.0 nats, unfocused when mean max weight < 0.3) depends on sequence
 length. A perfectly uniform head over n keys has entropy ln n, which is below 1 nat
 for n ≤ 2 and far above it at n = 2048, and its max weight 1/n falls below 0.3 as
 soon as n ≥ 4 — so the same head is "collapsed" on short inputs and "unfocused" on
 long ones, and in a causal model every early query looks collapsed. Dividing the
 entropy by ln(keys the query may see) gives 1 for uniform and 0 for one-hot at any
-length. The literal rule remains available as the ``seed`` preset.
+length. The fixed limits remain available as the ``absolute`` preset.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from attnviz.core import AttentionSite
 from attnviz.stats.definitions import STATISTIC_INDEX
 from attnviz.stats.result import HeadStatistics
-from attnviz.stats.thresholds import PRESETS, Thresholds
+from attnviz.stats.thresholds import PRESETS, PREVIOUS_TOKEN_FLAG, Thresholds
 
 #: Problem flags, then pattern labels, in the order they are listed for a head.
-FLAGS = ("collapsed", "unfocused", "diagonal", "previous-token", "first-token-sink", "special-token", "local")
+FLAGS = ("collapsed", "unfocused", "diagonal", PREVIOUS_TOKEN_FLAG, "first-token-sink", "special-token", "local")
 PROBLEM_FLAGS = ("collapsed", "unfocused")
 
 
@@ -97,12 +97,12 @@ def head_flags(means: dict[str, float], thresholds: Thresholds) -> tuple[str, ..
     if _at_least(means["diagonal"], t.diagonal_min):
         flags.append("diagonal")
     if _at_least(means["previous_token"], t.previous_token_min):
-        flags.append("previous-token")
+        flags.append(PREVIOUS_TOKEN_FLAG)
     if _at_least(means["first_token"], t.first_token_min):
         flags.append("first-token-sink")
     if _at_least(means["special_tokens"], t.special_tokens_min):
         flags.append("special-token")
-    if _at_least(means["local_ratio"], t.local_ratio_min) and not {"diagonal", "previous-token"} & set(flags):
+    if _at_least(means["local_ratio"], t.local_ratio_min) and not {"diagonal", PREVIOUS_TOKEN_FLAG} & set(flags):
         flags.append("local")
     return tuple(flags)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from rich.table import Table
 from rich.text import Text
 
+from attnviz.common.wording import plural
 from attnviz.stats.definitions import STATISTIC_NAMES, statistic_index
 from attnviz.stats.detect import FLAGS, PROBLEM_FLAGS, Detection
 from attnviz.stats.result import HeadStatistics
@@ -205,7 +206,7 @@ def layer_summary(stats: HeadStatistics, detection: Detection, *, stack: str = "
             lines.append(f"layer {site.layer:>2}: {parts}")
     problems = ", ".join(f"{total[flag]} {flag}" for flag in PROBLEM_FLAGS)
     labels = ", ".join(f"{total[flag]} {flag}" for flag in FLAGS if flag not in PROBLEM_FLAGS and total[flag])
-    lines.append(f"{stack} attention, {heads} heads: {problems}" + (f"; {labels}" if labels else ""))
+    lines.append(f"{stack} attention, {plural(heads, 'head')}: {problems}" + (f"; {labels}" if labels else ""))
     return lines
 
 

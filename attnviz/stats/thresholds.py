@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from attnviz.common.errors import InputError
 from attnviz.common.thresholds import ThresholdSet
 
+#: the label of a head that attends to the previous token: a corpus flag here, a probe label in attnviz.heads
+PREVIOUS_TOKEN_FLAG = "previous-token"
+
 
 @dataclass(frozen=True)
 class Thresholds(ThresholdSet):
@@ -20,7 +23,7 @@ class Thresholds(ThresholdSet):
     collapsed_max_weight: float | None = 0.9
     # ... or mean normalized_entropy below this ...
     collapsed_normalized_entropy: float | None = 0.1
-    # ... or mean entropy below this many nats (the seeds' rule; depends on sequence length)
+    # ... or mean entropy below this many nats (the ``absolute`` preset's rule; depends on sequence length)
     collapsed_entropy: float | None = None
     # unfocused (all criteria): mean normalized_entropy at least this ...
     unfocused_normalized_entropy: float | None = 0.9
@@ -43,10 +46,12 @@ class Thresholds(ThresholdSet):
         return super().bounds(name)
 
 
-#: Named threshold sets. ``normalized`` is the default; ``seed`` is the seeds' literal rule.
+#: Named threshold sets. ``normalized`` (the default) divides the entropy by its largest possible value, so a
+#: flag means the same at any length; ``absolute`` uses fixed limits (collapsed when the mean entropy is below
+#: 1.0 nats, unfocused when the mean max weight is below 0.3), which depend on the sequence length.
 PRESETS: dict[str, Thresholds] = {
     "normalized": Thresholds(),
-    "seed": Thresholds(
+    "absolute": Thresholds(
         collapsed_max_weight=None,
         collapsed_normalized_entropy=None,
         collapsed_entropy=1.0,
@@ -56,9 +61,19 @@ PRESETS: dict[str, Thresholds] = {
 }
 
 
-def preset_thresholds(name: str) -> Thresholds:
-    """The thresholds of preset ``name``; a clear error listing the presets otherwise."""
+#: Former preset names that still work (not listed in help): ``seed`` was ``absolute``'s first name.
+PRESET_ALIASES = {"seed": "absolute"}
+
+
+def preset_name(name: str) -> str:
+    """The preset's current name (``seed`` -> ``absolute``); unknown names are returned as given."""
     key = name.strip().lower()
+    return PRESET_ALIASES.get(key, key)
+
+
+def preset_thresholds(name: str) -> Thresholds:
+    """The thresholds of preset ``name`` (or a former name); a clear error listing the presets otherwise."""
+    key = preset_name(name)
     if key not in PRESETS:
         raise InputError(f"unknown threshold preset {name!r}: use {' or '.join(PRESETS)}")
     return PRESETS[key]

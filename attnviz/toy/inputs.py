@@ -61,7 +61,7 @@ def symbol_probe_batches(
     for chunk in chunks(blocks, batch_size):
         if architecture == "encoder-decoder":
             examples = [ToyExample([*b, *b, EOS], [BOS, *b, *b], [None] * (2 * len(b) + 1)) for b in chunk]
-            starts = (0, 1)
+            starts: tuple[int, int | None] = (0, 1)
         else:
             examples = [ToyExample([BOS, *b, *b], None, [None] * (2 * len(b) + 1)) for b in chunk]
             starts = (1, None)

@@ -49,6 +49,8 @@ IGNORE = -100
 class ToyModel(LoadedModel):
     """A :class:`ToyTransformer` with its tokenizer and task."""
 
+    model: ToyTransformer
+
     def __init__(
         self,
         model: ToyTransformer,
@@ -72,7 +74,7 @@ class ToyModel(LoadedModel):
         #: what the checkpoint recorded: training settings, held-out metrics, pruning history, …
         self.metadata: dict[str, Any] = dict(metadata or {})
         #: the checkpoint directory this model was loaded from (None when built in memory)
-        self.source_path = None
+        self.source_path: Path | None = None
         self._refresh_sites()
 
     def _refresh_sites(self) -> None:
@@ -81,6 +83,7 @@ class ToyModel(LoadedModel):
     # -- LoadedModel --------------------------------------------------------------------------------
 
     def with_model(self, model: nn.Module) -> ToyModel:
+        assert isinstance(model, ToyTransformer)
         return type(self)(model, self.tokenizer, self.task_settings, name=self.name, metadata=self.metadata)
 
     def check_head_removal(self) -> None:
@@ -102,6 +105,7 @@ class ToyModel(LoadedModel):
     ) -> tuple[Path, None]:
         """A toy checkpoint (its config records the heads per layer, its metadata what was removed)."""
         with files.staged_directory(Path(directory)) as stage:
+            assert isinstance(pruned.model, ToyModel)
             write_checkpoint_files(pruned.model, stage)
         return Path(directory), None
 
@@ -285,10 +289,13 @@ class ToyModel(LoadedModel):
             truncated=truncated or [False] * len(examples),
         )
         if self.encoder_decoder:
-            target_ids, target_valid = self._pad([e.target for e in examples])
+            targets = [e.target for e in examples if e.target is not None]
+            if len(targets) != len(examples):
+                raise InputError("every example of an encoder-decoder toy model needs a target")
+            target_ids, target_valid = self._pad(targets)
             inputs["decoder_input_ids"] = target_ids
             inputs["decoder_attention_mask"] = target_valid
-            batch.target_tokens, batch.target_special, batch.target_word_ids = _annotate([e.target for e in examples])
+            batch.target_tokens, batch.target_special, batch.target_word_ids = _annotate(targets)
         inputs["labels"] = labels
         device = self.device
         batch.inputs = {key: value.to(device) for key, value in inputs.items()}

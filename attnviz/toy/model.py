@@ -151,9 +151,9 @@ class Block(nn.Module):
         context: AttentionContext | None = None,
     ) -> Tensor:
         x = x + self.dropout(self.attention(self.attention_norm(x), None, self_mask, context))
-        if self.cross_attention is not None:
+        if self.cross_attention is not None and self.cross_norm is not None:
             x = x + self.dropout(self.cross_attention(self.cross_norm(x), memory, cross_mask, context))
-        if self.mlp is None:
+        if self.mlp is None or self.mlp_norm is None:
             return x
         return x + self.dropout(self.mlp(self.mlp_norm(x)))
 
@@ -223,6 +223,7 @@ class ToyTransformer(nn.Module):
             blocks = self.decoder if causal else self.encoder
             mask = additive_mask(valid, input_ids.shape[1], causal, dtype)  # [b, 1, n, n]
             x = self._embed(input_ids, self.position_embedding)
+            assert blocks is not None  # the stack this architecture has
             for block in blocks:
                 x = block(x, mask, context=context)
             x = self.final_norm(x)
@@ -240,6 +241,7 @@ class ToyTransformer(nn.Module):
         decoder_mask = additive_mask(decoder_valid, target_length, True, dtype)  # [b, 1, m, m]
         cross_mask = additive_mask(valid, target_length, False, dtype)  # [b, 1, m, n]
         memory = self._embed(input_ids, self.position_embedding)
+        assert self.encoder is not None and self.decoder is not None and self.encoder_norm is not None
         for block in self.encoder:
             memory = block(memory, encoder_mask, context=context)
         memory = self.encoder_norm(memory)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import Tensor
 
 from attnviz.core import AttentionContext
 from attnviz.models.base import EncodedBatch
 from attnviz.models.objective import Objective
+
+if TYPE_CHECKING:
+    from attnviz.toy.loaded import ToyModel
 
 
 class TaskObjective(Objective):
@@ -16,6 +21,8 @@ class TaskObjective(Objective):
     tokens of a batch; batches are weighted by their labelled tokens, so the data set's numbers are
     token means too.
     """
+
+    loaded: ToyModel  # the objective of a toy model (it alone has a task)
 
     kind = "task"
     metric_name = "accuracy"

@@ -150,7 +150,8 @@ class Task:
         if architecture == "encoder-decoder":
             return ToyExample([*items, EOS], [BOS, *answer], emitted)
         if architecture == "decoder":
-            return ToyExample([BOS, *items, SEP, *answer], None, [None] * (len(items) + 1) + emitted)
+            unscored: list[str | None] = [None] * (len(items) + 1)
+            return ToyExample([BOS, *items, SEP, *answer], None, unscored + emitted)
         return ToyExample([BOS, *items], None, [None, *right])
 
     def sequence_lengths(self, settings: TaskSettings, architecture: str) -> int:

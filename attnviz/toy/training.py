@@ -114,7 +114,8 @@ def build_toy_model(
 
 def _optimizer(model: torch.nn.Module, settings: TrainingSettings) -> torch.optim.Optimizer:
     """AdamW with weight decay on weight matrices only (nanoGPT's split)."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for name, parameter in model.named_parameters():
         is_matrix = parameter.dim() >= 2 and "embedding" not in name
         (decay if is_matrix else no_decay).append(parameter)

@@ -346,7 +346,7 @@ class AttentionVariant(nn.Module):
         if self.kind == "linear":
             return kernel_pattern(elu_feature_map)
         if self.kind == "performer":
-            return kernel_pattern(performer_feature_map(self.omega))
+            return kernel_pattern(performer_feature_map(self.omega))  # type: ignore[arg-type]  # a buffer
         return scaled_dot_pattern(scale, self.visibility)  # scaled-dot and the sparse variants
 
     def keep_heads(self, keep: Tensor) -> None:

@@ -101,7 +101,7 @@ def test_models_lists_shipped_hub_cache_and_conversions_and_cache_clear_counts_b
 
     result = run_cli(capsys, "models")
     assert result.exit_code == 0, result.stderr
-    assert "reverse task, encoder-decoder, 2 layers × 4 heads" in result.stderr  # toy-reverse
+    assert "reverse task, encoder-decoder, 2 layers × 4 heads" in result.stdout  # toy-reverse: the table is stdout
     for fragment in (
         "minilm",
         "smollm2",
@@ -110,8 +110,8 @@ def test_models_lists_shipped_hub_cache_and_conversions_and_cache_clear_counts_b
         "Tiny-0123456789abcdef",
         "Tiny-fedcba9876543210",
     ):
-        assert fragment in result.stderr
-    assert "5.0 KB" in result.stderr  # 5,017 bytes of the first conversion
+        assert fragment in result.stdout
+    assert "5.0 KB" in result.stdout  # 5,017 bytes of the first conversion
 
     result = run_cli(capsys, "cache", "clear")
     assert result.exit_code == 0, result.stderr

@@ -83,7 +83,7 @@ def test_several_checkpoints_give_a_list_and_an_evolution_plot(capsys, tmp_path,
     assert "across checkpoints" in result.stderr
 
 
-def test_seed_preset_and_threshold_override_reach_the_json(capsys, tmp_path, tiny_model_dirs):
+def test_absolute_preset_by_its_former_name_and_threshold_override_reach_the_json(capsys, tmp_path, tiny_model_dirs):
     out_json = tmp_path / "s.json"
     result = run_cli(
         capsys,
@@ -101,9 +101,9 @@ def test_seed_preset_and_threshold_override_reach_the_json(capsys, tmp_path, tin
     )
     assert result.exit_code == 0, result.stderr
     thresholds = json.loads(out_json.read_text())["thresholds"]
-    assert thresholds["preset"] == "seed" and thresholds["collapsed_entropy"] == 1.0
+    assert thresholds["preset"] == "absolute" and thresholds["collapsed_entropy"] == 1.0
     assert thresholds["unfocused_max_weight"] == 0.25 and thresholds["collapsed_max_weight"] is None
-    # every head of the seed rule: collapsed iff entropy < 1.0 nats
+    # every head of the absolute rule: collapsed iff entropy < 1.0 nats
     for head in json.loads(out_json.read_text())["heads"]:
         assert ("collapsed" in head["flags"]) == (head["entropy"] < 1.0)
 

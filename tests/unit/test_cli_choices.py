@@ -135,7 +135,11 @@ def test_help_lists_the_choices(capsys, monkeypatch, command, option, choices):
     [
         (["stats", "--sort", "bogus"], "--sort", "unknown statistic 'bogus'"),
         (["stats", "--color-by", "bogus"], "--color-by", "unknown statistic 'bogus'"),
-        (["stats", "--preset", "strict"], "--preset", "unknown threshold preset 'strict': use one of normalized, seed"),
+        (
+            ["stats", "--preset", "strict"],
+            "--preset",
+            "unknown threshold preset 'strict': use one of normalized, absolute",
+        ),
         (["heatmap", "x", "--dtype", "int3"], "--dtype", "unknown dtype 'int3'"),
         (["heatmap", "x", "--device", "tpu"], "--device", "unknown device 'tpu'"),
         (["prune", "toy-copy", "--device", "mps", "--count", "1", "--out", "p"], "--device", "unknown device 'mps'"),

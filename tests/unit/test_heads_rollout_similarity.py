@@ -115,3 +115,13 @@ def test_attention_flow_by_hand_and_refusal_of_long_inputs():
     long = [torch.rand(1, MAX_FLOW_TOKENS + 1, MAX_FLOW_TOKENS + 1).softmax(-1)]
     with pytest.raises(InputError, match="at most 32 tokens"):
         attention_flow(capture_of(long, causal=False))
+
+
+def test_one_definition_of_a_previous_token_head():
+    """The probe label and the corpus flag share their name and their bar."""
+    from attnviz.heads.labels import LABELS, FunctionThresholds
+    from attnviz.stats.detect import FLAGS
+    from attnviz.stats.thresholds import Thresholds
+
+    assert LABELS["previous_token"] in FLAGS
+    assert FunctionThresholds().previous_token_min == Thresholds().previous_token_min

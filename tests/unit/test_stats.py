@@ -338,15 +338,15 @@ def test_seed_preset_depends_on_length_and_normalized_does_not():
         pattern = planted_patterns(length, causal=False, others=0)[None]  # [1, 4, n, n]
         stats = accumulate(batch, pattern, causal=False)
         uniform_normalized = detect_heads(stats, PRESETS["normalized"]).flags[SITE][1]
-        uniform_seed = detect_heads(stats, PRESETS["seed"]).flags[SITE][1]
+        uniform_absolute = detect_heads(stats, PRESETS["absolute"]).flags[SITE][1]
         assert "unfocused" in uniform_normalized if length == 64 else "unfocused" not in uniform_normalized
         if length == 2:
-            # entropy ln 2 = 0.69 < 1.0 nats: the seed rule says collapsed; max weight 0.5 is not < 0.3
-            assert "collapsed" in uniform_seed and "unfocused" not in uniform_seed
+            # entropy ln 2 = 0.69 < 1.0 nats: the absolute rule says collapsed; max weight 0.5 is not < 0.3
+            assert "collapsed" in uniform_absolute and "unfocused" not in uniform_absolute
             assert "collapsed" not in uniform_normalized
         else:
-            assert "unfocused" in uniform_seed and "collapsed" not in uniform_seed
-        assert "collapsed" in detect_heads(stats, PRESETS["seed"]).flags[SITE][2]  # first-token: entropy 0
+            assert "unfocused" in uniform_absolute and "collapsed" not in uniform_absolute
+        assert "collapsed" in detect_heads(stats, PRESETS["absolute"]).flags[SITE][2]  # first-token: entropy 0
 
 
 def test_thresholds_validate_ranges():
