@@ -69,6 +69,7 @@ def build_workspace(root: Path, minilm_dir: Path) -> None:
     (root / "data.jsonl").write_text('{"text": "The cat sat."}\n')
     (root / "empty.txt").write_text("\n\n")
     (root / "bad.jsonl").write_text('{"txt": "no text field"}\n')
+    (root / "surrogate.jsonl").write_text('{"text": "\\ud800 a lone surrogate"}\n')  # a JSON escape of no text
     (root / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
     (root / "adir").mkdir()
     (root / "dir.png").mkdir()
@@ -115,7 +116,56 @@ def build_workspace(root: Path, minilm_dir: Path) -> None:
         path = model_copy(name) / file
         path.unlink()
         path.write_text(content)
+    _models_that_disagree(root, model_copy, state)
     _damaged_captures(root)
+    _damaged_toys_and_reports(root)
+
+
+def _models_that_disagree(root: Path, model_copy, state: dict) -> None:
+    """A config asking for 10⁸ layers, weights holding NaN, a tokenizer past the embedding table."""
+    import torch
+    from safetensors.torch import save_file
+
+    def rewrite_config(folder: Path, **fields) -> None:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").unlink()
+        (folder / "config.json").write_text(json.dumps({**config, **fields}))
+
+    rewrite_config(model_copy("m_layers"), num_hidden_layers=100_000_000)
+    query = "encoder.layer.0.attention.self.query.weight"
+    nan = model_copy("m_nan") / "model.safetensors"
+    nan.unlink()
+    save_file({**state, query: torch.full_like(state[query], float("nan"))}, str(nan))
+    small = model_copy("m_vocab")
+    (small / "model.safetensors").unlink()
+    embeddings = "embeddings.word_embeddings.weight"
+    save_file({**state, embeddings: state[embeddings][:1000].clone()}, str(small / "model.safetensors"))
+    rewrite_config(small, vocab_size=1000)
+
+
+def _damaged_toys_and_reports(root: Path) -> None:
+    """Toy checkpoints whose marker disagrees with their weights, and prune reports that do not fit."""
+    for name, section, field, value in (
+        ("t_width", "config", "width", 1_000_000_000),
+        ("t_wider", "config", "width", 128),
+        ("t_task", "task", "max_length", 1_000_000_000),
+    ):
+        shutil.copytree(TOY, root / name)
+        marker = root / name / "attnviz-toy.json"
+        document = json.loads(marker.read_text())
+        document[section][field] = value
+        document.pop("weights_sha256", None)
+        marker.unlink()
+        marker.write_text(json.dumps(document))
+    importance = [{"stack": "self", "layer": 0, "head": h, "score": 0.5} for h in range(4)]
+    report = {"format": "attnviz-prune-report", "version": 1, "model": "toy", "output": "p", "importance": importance}
+    for name, changes in (
+        ("pr_other.json", {"model": "toy-induction", "output": "pruned-induction"}),
+        ("pr_nan.json", {"importance": [{**importance[0], "score": float("nan")}]}),
+        ("pr_text.json", {"importance": [{**importance[0], "score": "high"}]}),
+        ("pr_range.json", {"importance": [{**importance[0], "layer": 9}]}),
+    ):
+        (root / name).write_text(json.dumps({**report, **changes}))
 
 
 class _Plant:

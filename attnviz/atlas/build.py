@@ -8,7 +8,9 @@ and writes one self-contained HTML page (:mod:`attnviz.render.atlas`).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,8 +32,17 @@ _EXAMPLE_MAX_CHARS = 120
 _EXAMPLE_MAX_TOKENS = 40
 
 
-def read_importance(path: str | Path) -> dict[HeadKey, float]:
-    """Head importance scores of an ``attnviz prune --json`` report: ``{(stack, layer, head): score}``."""
+@dataclass
+class PruneScores:
+    """The head importance of an ``attnviz prune --json`` report, and the models it was written for."""
+
+    path: Path
+    models: tuple[str, ...]  # the model pruned and the pruned copy written ("model", "output")
+    importance: dict[HeadKey, float]  # (stack, layer, head) -> score
+
+
+def read_importance(path: str | Path) -> PruneScores:
+    """Head importance scores of an ``attnviz prune --json`` report; non-numeric, NaN or infinite scores are refused."""
     path = Path(path).expanduser()
     text = read_text_file(path, "prune report")
     try:
@@ -40,10 +51,59 @@ def read_importance(path: str | Path) -> dict[HeadKey, float]:
         raise InputError(f"prune report {path} is not JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(record, dict) or record.get("format") != "attnviz-prune-report":
         raise InputError(f"{path} is not an attnviz prune report (the JSON report attnviz prune writes)")
+    models = tuple(str(record[key]) for key in ("model", "output") if isinstance(record.get(key), str))
+    if not models:
+        raise InputError(f"prune report {path} does not name its model: give the report attnviz prune --json wrote")
+    importance: dict[HeadKey, float] = {}
     try:
-        return {(h["stack"], int(h["layer"]), int(h["head"])): float(h["score"]) for h in record["importance"]}
+        for entry in record["importance"]:
+            stack, layer, head, score = entry["stack"], entry["layer"], entry["head"], entry["score"]
+            if not isinstance(stack, str) or not all(_is_whole(v) for v in (layer, head)) or not _is_number(score):
+                raise ValueError(f"entry {entry!r} needs a stack name, whole layer and head numbers and a score")
+            if not math.isfinite(score):
+                raise ValueError(f"the score of {stack} layer {layer} head {head} is {score}")
+            if (stack, layer, head) in importance:
+                raise ValueError(f"{stack} layer {layer} head {head} is listed twice")
+            importance[(stack, layer, head)] = float(score)
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"prune report {path} has no readable importance list ({exc})") from None
+    return PruneScores(path, models, importance)
+
+
+def _is_whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_scores_fit(scores: PruneScores, checkpoint: str, loaded: LoadedModel) -> None:
+    """Refuse a prune report written for another model, or whose heads the analysed model does not have."""
+    names = {_model_name(name) for name in scores.models}
+    if _model_name(checkpoint) not in names and _model_name(loaded.name) not in names:
+        raise InputError(
+            f"prune report {scores.path} was written for {' / '.join(scores.models)}, not for {checkpoint}: "
+            "give the report of this model (or of the model it was pruned from)"
+        )
+    for stack, layer, head in scores.importance:
+        if stack not in loaded.stacks() or layer >= loaded.num_layers(stack) or head >= _original_heads(loaded, stack):
+            raise InputError(
+                f"prune report {scores.path} scores {stack} layer {layer} head {head}, which {checkpoint} does not "
+                "have: give the report of this model"
+            )
+
+
+def _model_name(spec: str) -> str:
+    """A model spec compared by its last path component (a report may have been written from another folder)."""
+    return Path(str(spec).strip().rstrip("/")).name.lower()
+
+
+def _original_heads(loaded: LoadedModel, stack: str) -> int:
+    """Heads per layer before any pruning (a pruned model's scores number the original heads)."""
+    config = getattr(loaded, "config", None) or getattr(loaded.model, "config", None)
+    built = [getattr(config, name, None) for name in ("num_heads", "num_attention_heads", "n_head", "num_heads")]
+    return max([loaded.num_heads(stack), *(h for h in built if isinstance(h, int))])
 
 
 def example_captures(
@@ -91,11 +151,13 @@ def build_head_atlas(
         raise InputError(f"the output would overwrite the data file {data}: choose another path")
     if examples < 0:
         raise InputError(f"the number of example texts must be at least 0, got {examples}")
-    importance = read_importance(prune_report) if prune_report is not None else None
+    scores = read_importance(prune_report) if prune_report is not None else None
     if texts is None and data is not None:
         texts = load_texts(data)
     with status(f"loading {checkpoint} and measuring every head"):
         loaded = load_model(checkpoint, device=device, dtype=dtype)
+    if scores is not None:
+        check_scores_fit(scores, str(checkpoint), loaded)
     if texts is None and loaded.own_examples(1, seed) is None:
         texts = load_texts()  # no own task: the shipped corpus, for the statistics and the examples alike
     stats, detection = measure_model(
@@ -110,6 +172,6 @@ def build_head_atlas(
     )
     captured = example_captures(loaded, texts, examples, seed=seed)
     columns = dict(extra_columns or {})
-    if importance is not None:
-        columns = {"importance": importance, **columns}
+    if scores is not None:
+        columns = {"importance": scores.importance, **columns}
     return write_atlas(out, stats, detection, captured, extra_columns=columns, identity=stats.identity)

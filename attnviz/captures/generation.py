@@ -21,6 +21,7 @@ the first generated token on that axis.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
+from attnviz.common.resources import require_memory
 from attnviz.common.tokens import word_ids_from_markers
 from attnviz.core import CONTEXT_KWARG, AttentionSite
 from attnviz.models.base import LoadedModel
@@ -85,12 +87,7 @@ def generate_capture(
     truncate: bool = True,
 ) -> Generation:
     """Continue ``prompt`` by up to ``max_new_tokens`` tokens and capture all attention (see the module docstring)."""
-    if max_new_tokens < 1:
-        raise ParameterError(
-            "max_new_tokens", f"{{max_new_tokens}} (tokens to generate) must be at least 1, got {max_new_tokens}"
-        )
-    if sample and not temperature > 0:
-        raise ParameterError("temperature", f"{{temperature}} must be positive for sampling, got {temperature}")
+    check_generation_settings(max_new_tokens, sample, temperature)
     model = _generative_model(loaded)
     batch = loaded.encode([prompt], max_length=max_length, truncate=truncate)
     limit = loaded.max_length
@@ -102,6 +99,11 @@ def generate_capture(
             f"{used} {'start' if loaded.encoder_decoder else 'prompt'} token(s) + {max_new_tokens} new tokens "
             f"exceed the model's {limit} positions: generate fewer tokens or shorten the prompt"
         )
+    # every step's rows are kept: the capture holds a [heads, positions, positions] float32 pattern per layer
+    positions = prompt_len + max_new_tokens
+    heads = sum(loaded.layout().values())
+    needed = 2 * heads * positions * positions * 4  # the rows, and the assembled capture
+    require_memory("max_new_tokens", max_new_tokens, needed, "the attention of every generated token")
     generator = None
     if sample:
         generator = torch.Generator(device=loaded.device)
@@ -167,6 +169,28 @@ def _decoder_start_id(model) -> int:
         if value is not None:
             return int(value)
     raise UnsupportedModelError("the model's config names no decoder_start_token_id, so generation cannot start")
+
+
+#: below this a temperature turns the logits into infinities (softmax of logits / T): greedy decoding is that limit
+MIN_TEMPERATURE = 1e-4
+
+
+def check_generation_settings(max_new_tokens: int, sample: bool, temperature: float) -> None:
+    """Refuse settings generation cannot run with, before any model loads."""
+    if max_new_tokens < 1:
+        raise ParameterError(
+            "max_new_tokens", f"{{max_new_tokens}} (tokens to generate) must be at least 1, got {max_new_tokens}"
+        )
+    if sample and not (math.isfinite(temperature) and temperature > 0):
+        raise ParameterError(
+            "temperature", f"{{temperature}} must be a positive number for sampling, got {temperature}"
+        )
+    if sample and temperature < MIN_TEMPERATURE:
+        raise ParameterError(
+            "temperature",
+            f"{{temperature}} {temperature} is too small to sample with (at least {MIN_TEMPERATURE}): "
+            "leave out sampling for the most likely token at every step",
+        )
 
 
 def _next_token(logits: Tensor, sample: bool, temperature: float, generator: torch.Generator | None) -> int:

@@ -15,6 +15,9 @@ def generation_settings(generate, sample, temperature, seed, target) -> dict | N
         raise InputError("give either --target (a fixed decoder text) or --generate N, not both")
     if not sample and (seed is not None or temperature != 1.0):
         raise InputError("--temperature and --seed apply only with --sample (greedy decoding has no randomness)")
+    from attnviz.captures.generation import check_generation_settings
+
+    check_generation_settings(generate, sample, temperature)  # before the model loads
     return {"max_new_tokens": generate, "sample": sample, "temperature": temperature, "seed": seed}
 
 

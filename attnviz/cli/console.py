@@ -33,9 +33,28 @@ def product_console() -> Console:
     return stdout if stdout.is_terminal else Console(width=max(stdout.width, 200))
 
 
+#: warnings of the running command, printed when it ends: after its output when it succeeds, folded
+#: into its one ``error:`` line when it fails (a warning that led to the failure explains it there)
+_pending_warnings: list[str] = []
+
+
 def warn(message: str) -> None:
-    """Print a one-line warning."""
-    console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)  # one line in logs
+    """A one-line warning, printed when the command ends (see :func:`flush_warnings`)."""
+    if message not in _pending_warnings:
+        _pending_warnings.append(message)
+
+
+def flush_warnings() -> None:
+    """Print the warnings of the command that succeeded."""
+    for message in take_warnings():
+        console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)  # one line in logs
+
+
+def take_warnings() -> list[str]:
+    """The warnings not yet printed (and forget them): a failing command folds them into its error line."""
+    taken = list(_pending_warnings)
+    _pending_warnings.clear()
+    return taken
 
 
 def progress_bar(**kwargs) -> Progress:

@@ -15,6 +15,14 @@ FLAG_NAMES = {
     "max_new_tokens": "--generate",
     "layers": "--layer",
     "heads": "--head",
+    # the sizes of a toy model (attnviz train)
+    "num_heads": "--heads",
+    "num_layers": "--layers",
+    "num_decoder_layers": "--layers",
+    "vocab_size": "--symbols",
+    "num_symbols": "--symbols",
+    "max_positions": "--lengths",
+    "num_features": "--features",
 }
 
 

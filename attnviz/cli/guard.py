@@ -12,7 +12,9 @@ outputs are renamed into place together at its end, or none. :func:`run` is the 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
+import io
 import math
 import os
 import signal
@@ -35,8 +37,12 @@ from attnviz.cli.options import OUTPUT_PANEL
 MODEL_PARAMETERS = ("model", "models", "checkpoint", "checkpoints")
 #: whole numbers beyond this overflow torch (seeds, sizes); nothing sensible needs more
 _LARGEST_INT = 2**62
-#: signals handled like Ctrl-C: temporaries removed, exit 128 + signal number
-HANDLED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+#: errno values of a write to standard output that failed for the stream's sake (full, closed, gone)
+_STREAM_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO, errno.EBADF, errno.EFBIG, errno.ECONNRESET}
+#: signals handled like Ctrl-C: temporaries removed, exit 128 + signal number (SIGQUIT too: no core dump)
+HANDLED_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name)
+)
 
 
 def guard_commands(app: typer.Typer) -> None:
@@ -51,21 +57,32 @@ def guarded(callback: Callable) -> Callable:
 
     @functools.wraps(callback)
     def run_command(*args: Any, **kwargs: Any) -> Any:
-        from attnviz.common.errors import OutputError
+        from attnviz.common.errors import InputError
         from attnviz.outputs import files
 
         parameters = _parameters()
         _check_values(kwargs, parameters)
         try:
             with files.output_session():
+                _refuse_directory_syntax(parameters)
                 inputs, outputs = _paths(kwargs, parameters)
                 for path, what in inputs:
                     files.protect_inputs([path], what)
                 files.check_outputs(outputs)
-                return callback(*args, **kwargs)
-        except BrokenPipeError:  # stdout closed early (attnviz … | head -0): say so once, not at every flush
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python flushes stdout at exit)
-            raise OutputError("standard output was closed before the run finished: nothing was written") from None
+                result = callback(*args, **kwargs)
+                sys.stdout.flush()  # a full or closed stdout fails here, before the file outputs are committed
+                return result
+        except OSError as exc:
+            error = standard_output_error(exc)
+            if error is None:
+                raise
+            raise error from None
+        except (MemoryError, RuntimeError) as exc:
+            from attnviz.common.resources import is_out_of_memory
+
+            if not is_out_of_memory(exc):
+                raise
+            raise InputError(_out_of_memory_message(kwargs, parameters)) from None
 
     run_command._attnviz_guarded = True
     return run_command
@@ -90,6 +107,7 @@ def _values(value: Any) -> list[Any]:
 
 def _check_values(kwargs: dict[str, Any], parameters: dict[str, Any]) -> None:
     """Refuse NaN/infinite numbers and undecodable text (argv bytes that were not UTF-8)."""
+    from attnviz.common.encoding import check_utf8
     from attnviz.common.errors import InputError
 
     for name, value in kwargs.items():
@@ -99,12 +117,78 @@ def _check_values(kwargs: dict[str, Any], parameters: dict[str, Any]) -> None:
             if isinstance(item, int) and not isinstance(item, bool) and abs(item) > _LARGEST_INT:
                 raise InputError(f"{_flag(name, parameters)} is too large: give a number below {_LARGEST_INT:,}")
             if isinstance(item, str):  # Path arguments may hold any bytes the file system allows
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise InputError(
-                        f"{_flag(name, parameters)} is not valid UTF-8 text: check the terminal's encoding"
-                    ) from None
+                check_utf8(item, _flag(name, parameters))
+
+
+def _raw_values(parameter: Any) -> list[str]:
+    """The values given for ``parameter`` as typed (``Path`` drops a trailing slash; the command line keeps it)."""
+    options = [opt for opt in getattr(parameter, "opts", ()) if opt.startswith("-")]
+    args = sys.argv[1:]
+    values = []
+    for index, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg in options and index + 1 < len(args):
+            values.append(args[index + 1])
+        values.extend(arg.split("=", 1)[1] for option in options if arg.startswith(option + "="))
+    return values
+
+
+def _refuse_directory_syntax(parameters: dict[str, Any]) -> None:
+    """Refuse a file output given with a trailing slash: like POSIX tools, attnviz reads it as a directory."""
+    from attnviz.cli.options import DIRECTORY_METAVAR
+    from attnviz.common.errors import OutputError
+
+    for parameter in parameters.values():
+        if getattr(parameter, "rich_help_panel", None) != OUTPUT_PANEL or parameter.metavar == DIRECTORY_METAVAR:
+            continue
+        for value in _raw_values(parameter):
+            if value.endswith(("/", os.sep)) and value != "-":
+                raise OutputError(
+                    f"{_flag(parameter.name, parameters)} {value} ends with a slash, so it names a directory, but "
+                    "this output is a file: give a file name"
+                )
+
+
+def standard_output_error(exc: OSError) -> OSError | None:
+    """The :class:`OutputError` for a failed write to standard output (full device, closed pipe), or None when
+    ``exc`` is another failure; standard output is then silenced, so Python's flush at exit fails no more."""
+    from attnviz.common.errors import OutputError
+
+    if exc.filename is not None or exc.errno not in _STREAM_ERRORS:
+        return None
+    try:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python flushes stdout at exit)
+    except OSError:
+        pass
+    if isinstance(exc, BrokenPipeError):  # attnviz … | head -0: say so once, not at every flush
+        return OutputError("standard output was closed before the run finished: nothing was written")
+    return OutputError(f"cannot write standard output ({exc.strerror or exc}): nothing was written")
+
+
+def _out_of_memory_message(kwargs: dict[str, Any], parameters: dict[str, Any]) -> str:
+    """Name the size-like option given on the command line that most likely exhausted memory.
+
+    The library refuses the sizes it can estimate before allocating (:mod:`attnviz.common.resources`);
+    this is the last resort for the rest: the whole-number option given with the largest value
+    compared with its default is the one to lower.
+    """
+    from typer._click.core import ParameterSource
+
+    context = get_current_context(silent=True)
+    given = []
+    for name, value in kwargs.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or "seed" in name:
+            continue
+        if context is not None and context.get_parameter_source(name) != ParameterSource.COMMANDLINE:
+            continue
+        default = getattr(parameters.get(name), "default", None)
+        scale = default if isinstance(default, int) and not isinstance(default, bool) and default > 0 else 1
+        given.append((value / scale, _flag(name, parameters), value))
+    if not given:
+        return "out of memory: the input is too large for the memory available; give a shorter input"
+    _, flag, value = max(given)
+    return f"out of memory with {flag} {value}: give a smaller {flag}"
 
 
 def _paths(kwargs: dict[str, Any], parameters: dict[str, Any]) -> tuple[list[tuple[Path, str]], list[Path]]:
@@ -135,10 +219,17 @@ def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
     from attnviz.common.errors import AttnvizError, Interrupted
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from attnviz.cli.console import take_warnings
+
+    take_warnings()  # none left from an earlier run in this process
+    if sys.stdout is None:  # started with stdout closed (attnviz … >&-): writing to it fails like a closed pipe
+        sys.stdout = _ClosedStream()
     with _signals_raise():
         try:
             command = typer.main.get_command(app)
             result = command.main(args=sys.argv[1:], prog_name="attnviz", standalone_mode=False)
+            sys.stdout.flush()  # --help, --version: their text is written outside any command
+            _flush_warnings()
             return result if isinstance(result, int) else 0
         except click_errors.NoArgsIsHelpError as exc:
             echo(exc.ctx.get_help() if exc.ctx else str(exc))
@@ -157,24 +248,50 @@ def run(app: typer.Typer, debug: Callable[[], bool]) -> int:
             return error_line(str(exc), exc.exit_code)
         except KeyboardInterrupt:
             return error_line("interrupted by SIGINT: unfinished outputs were discarded", 128 + signal.SIGINT)
-        except MemoryError:
-            return error_line("out of memory: use a smaller input, --batch-size or --max-length", 1)
+        except OSError as exc:
+            error = standard_output_error(exc)
+            if error is None:
+                return _internal_error(exc, debug)
+            return error_line(str(error), error.exit_code)
+        except MemoryError:  # outside a command (while parsing): no option to blame
+            return error_line("out of memory: the input is too large for the memory available", 1)
         except Exception as exc:  # noqa: BLE001 (the last resort: one line instead of a traceback)
-            if debug():
-                traceback.print_exc()
-            lines = [line for line in str(exc).splitlines() if line.strip()]
-            detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-            return error_line(f"unexpected internal error ({detail}); rerun with --debug to see the traceback", 1)
+            return _internal_error(exc, debug)
+
+
+class _ClosedStream(io.StringIO):
+    """Standard output when the process was started without one: every write fails with EBADF."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def _flush_warnings() -> None:
+    from attnviz.cli.console import flush_warnings
+
+    flush_warnings()
+
+
+def _internal_error(exc: BaseException, debug: Callable[[], bool]) -> int:
+    """The last resort: one line (the traceback with --debug)."""
+    if debug():
+        traceback.print_exc()
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return error_line(f"unexpected internal error ({detail}); rerun with --debug to see the traceback", 1)
 
 
 def error_line(message: str, code: int) -> int:
     """Print ``error: MESSAGE`` as exactly one line on stderr; return ``code``."""
     from rich.text import Text
 
-    from attnviz.cli.console import console
+    from attnviz.cli.console import console, take_warnings
 
     if os.environ.get("RANK", "0") != "0":  # under torchrun every rank meets the same error: rank 0 says it
         return code
+    warnings = take_warnings()
+    if warnings:  # what went wrong first belongs to the one line, not to lines of its own before it
+        message = f"{message} (after: {'; '.join(warnings)})"
     text = Text("error: ", style="bold red") + Text(" ".join(message.split()))
     console.print(text, soft_wrap=True, highlight=False)
     return code
@@ -203,12 +320,23 @@ def _exit_later(signum: int) -> None:
 _watchdogs: list = []
 
 
+def _ignore_signal(signum, frame) -> None:
+    """A signal that arrives while an interrupted run exits: it is stopping already."""
+
+
 @contextlib.contextmanager
 def _signals_raise() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise :class:`~attnviz.common.errors.Interrupted`, so ``finally`` blocks clean up."""
+    """SIGINT, SIGTERM, SIGHUP and SIGQUIT raise :class:`~attnviz.common.errors.Interrupted`, so ``finally`` blocks
+    clean up. Only the first signal raises: a second one (Ctrl-C pressed again) while the run unwinds would
+    interrupt the clean-up itself, so it is ignored; the watchdog still bounds how long unwinding takes."""
     from attnviz.common.errors import Interrupted
 
+    received: list[int] = []
+
     def interrupt(signum, frame):
+        if received:
+            return  # already unwinding: let the clean-up finish
+        received.append(signum)
         _exit_later(signum)
         raise Interrupted(signum)
 
@@ -220,6 +348,7 @@ def _signals_raise() -> Iterator[None]:
         yield
     finally:
         for number, handler in previous.items():
-            signal.signal(number, handler)
+            # after a signal, more of them (Ctrl-C pressed again) must not print a traceback on the way out
+            signal.signal(number, _ignore_signal if received else handler)
         while _watchdogs:  # unwound in time: no forced exit
             _watchdogs.pop().cancel()

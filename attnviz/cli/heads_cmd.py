@@ -206,8 +206,9 @@ def heads(
         similarity_tokens=similarity_tokens,
     )
     stack = stack_value(stack)
-    _show(result, stack, labelled_only, sort, ascending, limit, no_table)
+    # written (staged) first: a failing write stops the run before any table is shown
     _write(result, json_path, csv_path, plot, similarity, stack)
+    _show(result, stack, labelled_only, sort, ascending, limit, no_table)
 
 
 def _show(result, stack, labelled_only, sort, ascending, limit, no_table) -> None:

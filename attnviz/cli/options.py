@@ -17,6 +17,8 @@ MODEL_PANEL = "Model"
 INPUT_PANEL = "Input"
 OUTPUT_PANEL = "Output"
 VIEW_PANEL = "What to show"
+#: the metavar of an output option that names a directory (every other output option names a file)
+DIRECTORY_METAVAR = "DIR"
 
 
 def _without_flag_placeholders(params: list[Any]) -> list[Any]:

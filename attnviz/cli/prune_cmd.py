@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from attnviz.cli.options import (
+    DIRECTORY_METAVAR,
     INPUT_PANEL,
     OUTPUT_PANEL,
     CheckpointArgument,
@@ -38,6 +39,7 @@ def prune(
         typer.Option(
             "--out",
             "-o",
+            metavar=DIRECTORY_METAVAR,
             help="Directory for the pruned checkpoint (new or empty, or add --force). Example: --out pruned-minilm",
             rich_help_panel=OUTPUT_PANEL,
             show_default=False,

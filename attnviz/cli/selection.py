@@ -43,9 +43,11 @@ def check_one_pattern(layers: LayerSelection, heads: HeadSelection) -> tuple[int
 
 
 def _indices(spec: str, flag: str, what: str, words: str) -> list[int]:
-    items = [item.strip() for item in spec.split(",") if item.strip()]
-    if not items:
+    items = [item.strip() for item in spec.split(",")]
+    if not any(items):
         raise InputError(f"no {what} given in {flag}: use an index, a comma list, {words}")
+    if not all(items):  # "0,,1" or "0,": a number left out, not a shorter list
+        raise InputError(f"{flag} {spec!r} has an empty entry between commas: give a comma list like 0,3, {words}")
     indices = []
     for item in items:
         try:

@@ -188,8 +188,9 @@ def stats(
                 "ascending": ascending,
                 "limit": limit,
             }
-            _show(results, stack, **view, color_by=color_by.value, no_table=no_table)
+            # written (staged) first: a failing write stops the run before any table is shown
             _write(results, preset.value, json_path, csv_path, plot, stack)
+            _show(results, stack, **view, color_by=color_by.value, no_table=no_table)
 
 
 def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_table) -> None:

@@ -10,14 +10,20 @@ STDIN = "-"
 
 def read_stdin(what: str) -> str:
     """All of standard input as text; refuses a terminal (nothing piped) and empty input."""
+    from attnviz.common.encoding import check_utf8, decode_utf8
     from attnviz.common.errors import InputError
 
     if sys.stdin is None or sys.stdin.isatty():
         raise InputError(f"'-' reads the {what} from standard input, but nothing is piped in: echo '...' | attnviz ...")
+    buffer = getattr(sys.stdin, "buffer", None)
     try:
-        content = sys.stdin.read()
+        # the bytes, decoded like a file's: the locale's decoder would escape or misread what is not UTF-8
+        content = decode_utf8(buffer.read(), "standard input") if buffer is not None else sys.stdin.read()
     except UnicodeDecodeError as exc:
         raise InputError(f"standard input is not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise InputError(f"cannot read standard input: {exc.strerror or exc}") from exc
+    content = check_utf8(content, "standard input").replace("\r\n", "\n")
     if not content.strip():
         raise InputError(f"standard input is empty: pipe the {what} in")
     return content

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import OUTPUT_PANEL, DeviceOption, choice_enum, choice_parser
+from attnviz.cli.options import DIRECTORY_METAVAR, OUTPUT_PANEL, DeviceOption, choice_enum, choice_parser
 from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES
 from attnviz.toy.tasks import TASKS
 
@@ -37,6 +37,7 @@ def train(
         typer.Option(
             "--out",
             "-o",
+            metavar=DIRECTORY_METAVAR,
             help="Checkpoint directory to write (default: toy-TASK-trained, which no shipped model is called). "
             "Example: --out my-reverse",
             rich_help_panel=OUTPUT_PANEL,

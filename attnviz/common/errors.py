@@ -63,7 +63,7 @@ class OutputParameterError(ParameterError, OutputError):
 
 
 class Interrupted(BaseException):
-    """A signal (SIGINT, SIGTERM, SIGHUP) stopped the run; outputs were rolled back.
+    """A signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) stopped the run; outputs were rolled back.
 
     A ``BaseException`` like :class:`KeyboardInterrupt`, so ``except Exception`` in the
     library never swallows it and every ``finally`` still removes its temporaries.

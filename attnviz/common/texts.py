@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+from attnviz.common.encoding import check_utf8
 from attnviz.common.errors import InputError, ParameterError
 from attnviz.outputs.files import read_text_file
 
@@ -62,6 +63,8 @@ def parse_examples(content: str, what: str, where: str, *, jsonl: bool) -> list[
                 raise InputError(f"{where}:{number}: not valid JSON ({exc.msg})") from exc
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise InputError(f'{where}:{number}: each JSONL line needs a string "text" field')
+            # JSON escapes can spell lone surrogates (\ud800), which are no text any tokenizer reads
+            check_utf8(record["text"], f"{where}:{number}: the text field")
             if record["text"].strip():
                 examples.append(record["text"])
         if not examples:
@@ -78,7 +81,7 @@ def load_texts(data: str | Path | None = None, texts: Sequence[str] | None = Non
     for text in texts or ():
         if not text.strip():
             raise ParameterError("text", "a {text} value is empty: give at least one word")
-        examples.append(text)
+        examples.append(check_utf8(text, "a text"))
     if data is None and not texts:
         examples = read_examples(default_corpus_path())
     return examples

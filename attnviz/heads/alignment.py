@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture, capture_batch
+from attnviz.common.encoding import check_utf8
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.tokens import merge_words, word_groups, word_piece
 from attnviz.heads.choices import RowChoice
@@ -185,6 +186,8 @@ def read_alignment_pairs(path: str | Path | None = None, *, text: str | None = N
             isinstance(record.get(key), str) for key in ("source", "target", "alignment")
         ):
             raise InputError(f'{name}:{number}: each line needs string "source", "target" and "alignment" fields')
+        for key in ("source", "target"):
+            check_utf8(record[key], f"{name}:{number}: the {key} field")  # a JSON escape may spell no text
         try:
             gold = parse_alignment(record["alignment"])
         except InputError as exc:

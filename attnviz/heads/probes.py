@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnviz.common.errors import InputError
+from attnviz.common.resources import batch_memory, require_memory
 from attnviz.models.base import LoadedModel
 from attnviz.models.probing import ProbeBatch
 
@@ -82,4 +83,9 @@ def probe_batches(loaded: LoadedModel, settings: ProbeSettings) -> list[ProbeBat
     """
     settings = resolve_settings(loaded, settings)
     assert settings.length is not None  # filled in by resolve_settings
+    tokens = 2 * settings.length + 3  # the block twice and the framing tokens
+    if loaded.max_length is not None:
+        tokens = min(tokens, loaded.max_length)  # a longer probe is refused by the model itself
+    # every probe batch is built before the first forward pass: refuse a count that cannot be held
+    require_memory("sequences", settings.sequences, batch_memory(settings.sequences, tokens), "the probe sequences")
     return loaded.probe_batches(settings.length, settings.sequences, seed=settings.seed, batch_size=settings.batch_size)

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
 from attnviz.models.probing import ProbeBatch
@@ -188,11 +189,27 @@ class LoadedModel(ABC):
         Batch ``i`` is :meth:`own_examples` drawn with seed ``seed * 1_000_003 + i``, so the same
         arguments give the same data however often they are drawn.
         """
+        # every batch is held at once: refuse before drawing what cannot fit
+        require_memory("toy_examples", num_examples, batch_memory(num_examples, self.max_length or 512), "the examples")
         sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
         batches = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes)]
         if not batches or any(batch is None for batch in batches):
             return None
         return [batch for batch in batches if batch is not None]
+
+    def check_weights(self) -> None:
+        """Raise :class:`~attnviz.common.errors.ModelSpecError` where a weight holds NaN or ±inf: every pattern
+        reading it would be NaN, which no capture, statistic or figure can show (checked when a model loads)."""
+        for name, parameter in self.model.named_parameters():
+            if (
+                parameter.is_floating_point()
+                and parameter.device.type != "meta"
+                and not torch.isfinite(parameter).all()
+            ):
+                raise ModelSpecError(
+                    f"the weights of model {self.name!r} hold NaN or infinite values ({name}): the checkpoint is "
+                    "damaged or was saved from a diverged run; give a healthy checkpoint"
+                )
 
     def with_model(self, model: nn.Module) -> LoadedModel:
         """The same kind of loaded model (same tokenizer and name) around another torch module."""

@@ -17,7 +17,13 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
-from attnviz.models.hf_checks import check_loading_info, first_line, quiet_transformers, refuse_custom_code
+from attnviz.models.hf_checks import (
+    check_config_against_weights,
+    check_loading_info,
+    first_line,
+    quiet_transformers,
+    refuse_custom_code,
+)
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
 from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
@@ -76,6 +82,7 @@ def load_hf_model(
             f"cannot load model {source!r}: {first_line(exc)} "
             "(give a local model directory, a .gguf file, a hub id in the local cache, or 'minilm'/'smollm2')"
         ) from exc
+    check_config_against_weights(config, source)
     cls = model_class_for(config)
     fallback = False
     with warnings.catch_warnings():
@@ -104,12 +111,18 @@ def load_hf_model(
                     f"the pickled weights of model {source!r} hold objects other than tensors, which attnviz refuses "
                     "to unpickle (they could run code): convert the checkpoint to safetensors"
                 ) from exc
+            if "ignore_mismatched_sizes" in str(exc):  # transformers points at a report it only logs
+                raise ModelSpecError(
+                    f"the weights of model {source!r} do not fit its config.json: tensors have other shapes than the "
+                    "config describes; give the config that came with these weights"
+                ) from exc
             raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
     check_loading_info(info, source, buffers=(name for name, _ in model.named_buffers()))
     if not device_map:  # accelerate has placed the layers itself
         model.to(device)
     model.eval()
     loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
+    loaded.check_weights()  # before the first forward pass (the layout below) reads them
     if not fallback and (model.config._attn_implementation != ATTENTION_NAME or not loaded.layout()):
         # The name was accepted but no attention call reached the core: the family does not use the interface.
         model.set_attn_implementation("eager")
@@ -152,6 +165,17 @@ class HFModel(LoadedModel):
         self._module_names = {module: name for name, module in model.named_modules()}
 
     # -- naming attention sites -------------------------------------------------------------
+
+    def check_weights(self) -> None:
+        """Also refuse a tokenizer whose ids run past the embedding table (they would index outside it)."""
+        super().check_weights()
+        embeddings = self.model.get_input_embeddings()
+        rows = getattr(embeddings, "num_embeddings", None)
+        if isinstance(rows, int) and len(self.tokenizer) > rows:
+            raise ModelSpecError(
+                f"the tokenizer of model {self.name!r} has {len(self.tokenizer):,} tokens but its embedding table "
+                f"only {rows:,} rows: ids past the table cannot be read; give the tokenizer that came with the weights"
+            )
 
     def with_model(self, model: nn.Module) -> HFModel:
         return HFModel(model, self.tokenizer, name=self.name, fallback=self.fallback)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,6 +30,46 @@ def refuse_custom_code(source: str) -> None:
             raise ModelSpecError(
                 f"model {source!r} needs custom code shipped with it ('auto_map' in {name}): attnviz does not run "
                 "code from a model folder; use a model that transformers supports natively"
+            )
+
+
+#: a layer's index in a weight name: ``encoder.layer.3.…``, ``model.layers.3.…``, ``h.3.…``, ``block.3.…``
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|layers|h|block|blocks)\.(\d+)\.")
+#: config fields that count the layers the model builds
+_LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def weight_names(source: str) -> list[str]:
+    """Names of the tensors in a local model directory's safetensors weights (their headers only); [] if unknown."""
+    folder = Path(source).expanduser()
+    index = folder / "model.safetensors.index.json"
+    try:
+        if index.is_file():
+            return list(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}))
+        if (folder / "model.safetensors").is_file():
+            from safetensors import safe_open
+
+            with safe_open(str(folder / "model.safetensors"), "pt") as handle:
+                return list(handle.keys())
+    except Exception:  # noqa: BLE001 (damaged weights: from_pretrained says what is wrong with them)
+        return []
+    return []
+
+
+def check_config_against_weights(config, source: str) -> None:
+    """Refuse a config that asks for far more layers than the weights hold, before the model is built (building
+    a hundred million layers takes hours before transformers would notice the weights are missing). A few
+    layers short is left to transformers' report of the missing tensors, which names them."""
+    indices = {int(match.group(1)) for name in weight_names(source) if (match := _LAYER_INDEX.search(name))}
+    if not indices:
+        return
+    held = max(indices) + 1
+    for field in _LAYER_COUNTS:
+        declared = getattr(config, field, None)
+        if isinstance(declared, int) and not isinstance(declared, bool) and declared > 2 * held:
+            raise ModelSpecError(
+                f"config.json of model {source!r} says {field} = {declared}, but its weights hold {held} layers: "
+                "the config and the weights disagree; give the config that came with these weights"
             )
 
 

@@ -6,7 +6,6 @@ Used by ``attnviz models`` and ``attnviz cache clear``; nothing here loads a mod
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from attnviz.common.errors import ModelSpecError, OutputError
 from attnviz.common.wording import layers_and_heads
 from attnviz.models.gguf import cache_root
 from attnviz.models.specs import NAMED_MODELS, TOY_MARKER
+from attnviz.outputs import staging
 
 #: The short names attnviz knows, with what they are.
 SHIPPED_MODELS = {
@@ -115,16 +115,31 @@ def clear_conversion_cache() -> tuple[int, int]:
     """Remove attnviz's conversion cache; returns (folders removed, bytes freed).
 
     Bytes count every file once (hard links shared between folders included).
+    Each entry is all or nothing: it is renamed aside (to a temporary name, which no load ever uses)
+    before it is deleted, so an entry is whole or gone even if the deletion stops half-way (a
+    temporary left behind is removed by the next run that writes there).
     """
     root = cache_root() / "gguf"
     if not root.is_dir():
         return 0, 0
+    staging.remove_stale_temporaries(root)
     freed = directory_size(root)
-    folders = sum(1 for entry in root.iterdir() if entry.is_dir())
+    folders = 0
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith(staging.TEMP_PREFIX):
+            continue  # another attnviz process is writing this one
+        aside = staging.new_temp_dir(root, entry.name + ".removed")
+        try:
+            os.replace(entry, aside / entry.name)  # atomic: the entry is now gone from the cache, whole
+        except OSError as exc:
+            staging.remove_path(aside)
+            raise OutputError(f"could not remove {entry} from the conversion cache: {exc.strerror or exc}") from exc
+        folders += (aside / entry.name).is_dir()
+        staging.remove_path(aside)
     try:
-        shutil.rmtree(root)
-    except OSError as exc:
-        raise OutputError(f"could not remove the conversion cache {root}: {exc.strerror or exc}") from exc
+        root.rmdir()
+    except OSError:
+        pass  # another process put something there meanwhile: it stays
     return folders, freed
 
 

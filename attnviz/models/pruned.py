@@ -110,4 +110,5 @@ def load_pruned_model(
     model.eval()
     loaded = HFModel(model, tokenizer, name=name or str(path))
     loaded.checkpoint_path = str(path)
+    loaded.check_weights()
     return loaded

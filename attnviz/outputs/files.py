@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from attnviz.common.encoding import decode_utf8
 from attnviz.common.errors import InputError, OutputError
 from attnviz.outputs import staging
 
@@ -200,8 +201,8 @@ def read_text_file(path: str | os.PathLike, what: str = "file") -> str:
         raise InputError(f"{what} {path} is not a regular file: save the text to a file first")
     protect_inputs([path], what)
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    # universal newlines, as read_text gives them
+    return decode_utf8(data, f"{what} {path}").replace("\r\n", "\n").replace("\r", "\n")

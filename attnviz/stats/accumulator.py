@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from attnviz.common.parallel import DataParallel
+from attnviz.common.resources import clamp
 from attnviz.core import AttentionSite
 from attnviz.core.kernel import RowSummary
 from attnviz.core.stacks import is_causal_stack
@@ -225,7 +226,8 @@ class StatisticsAccumulator:
 
     def __init__(self, *, causal: bool, local_window: int = 2):
         self.causal = causal  # the model is decoder-only causal (its "self" stack is causal)
-        self.local_window = local_window  # w of local_ratio
+        self.local_window = local_window  # w of local_ratio, as asked
+        self._window = local_window  # w used on the current batch: at most its longest sequence − 1 (the same sums)
         self._totals: dict[AttentionSite, Tensor] = {}  # site -> [2, S, h] float64: Σ value, Σ value² (counted queries)
         self._counts: dict[AttentionSite, Tensor] = {}  # site -> [S] float64: queries counted
         self.num_examples = 0
@@ -239,7 +241,7 @@ class StatisticsAccumulator:
     @property
     def summary_band_reach(self) -> int:
         """How far either side of the diagonal the kernel's summary should read weights (the core asks for it)."""
-        return band_reach_needed(self.local_window)
+        return band_reach_needed(self._window)
 
     @property
     def totals(self) -> dict[AttentionSite, Tensor]:
@@ -261,6 +263,10 @@ class StatisticsAccumulator:
         self._layouts = {}
         self.num_examples += len(batch)
         self.num_tokens += sum(batch.lengths)
+        # A window reaching past the longest sequence covers every key: the statistic is the same with the
+        # window cut to the sequence, and the band (2w + 1 columns) stays as small as the input.
+        longest = max([*batch.lengths, *(batch.target_lengths or [])], default=1)
+        self._window = clamp(self.local_window, max(longest - 1, 0))
 
     def observe(
         self,
@@ -280,7 +286,7 @@ class StatisticsAccumulator:
         pending = self._pending
         if pending is not None and (pending.site != site or pending.next_start != query_start):
             self._flush()
-        if summary is not None and summary_covers(summary, self.local_window):
+        if summary is not None and summary_covers(summary, self._window):
             if self._pending is None:
                 self._pending = _SummarisedRows(site, stack_key, query_start)
             self._pending.add(summary, pattern[..., 0], special_mass(pattern, geometry))
@@ -288,7 +294,7 @@ class StatisticsAccumulator:
         key = (stack_key, query_start, pattern.shape[2], pattern.shape[3])
         layout = self._layouts.get(key)
         if layout is None:
-            layout = BlockLayout.build(geometry, query_start, pattern.shape[2], pattern.shape[3], self.local_window)
+            layout = BlockLayout.build(geometry, query_start, pattern.shape[2], pattern.shape[3], self._window)
             self._layouts[key] = layout
         if self._scratch is None or self._scratch.numel() < pattern.numel() or self._scratch.device != pattern.device:
             self._scratch = torch.empty(pattern.numel(), dtype=torch.float32, device=pattern.device)
@@ -314,7 +320,7 @@ class StatisticsAccumulator:
         layout = self._layouts.get(key)
         if layout is None:
             geometry = self._geometry[pending.stack_key]
-            layout = BlockLayout.rows(geometry, pending.query_start, first.shape[-1], self.local_window)
+            layout = BlockLayout.rows(geometry, pending.query_start, first.shape[-1], self._window)
             self._layouts[key] = layout
         self._add(pending.site, summary_statistics(summary, first, special, layout), layout)
 

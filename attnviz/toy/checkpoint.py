@@ -36,7 +36,7 @@ from attnviz.toy.config import ToyConfig
 from attnviz.toy.files import FORMAT_NAME, FORMAT_VERSION, MARKER, WEIGHTS, sha256_of, write_checkpoint_files
 from attnviz.toy.loaded import ToyModel
 from attnviz.toy.model import ToyTransformer
-from attnviz.toy.tasks import TaskSettings
+from attnviz.toy.tasks import TaskSettings, get_task
 from attnviz.toy.tokenizer import ToyTokenizer
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -129,6 +129,12 @@ def load_toy_model(
         raise _damaged(path, f"{MARKER} is inconsistent ({exc})") from exc
     if config.vocab_size != len(tokenizer):
         raise _damaged(path, f"the config's vocab_size {config.vocab_size} does not match the {len(tokenizer)} tokens")
+    longest = get_task(settings.task).sequence_lengths(settings, config.architecture)
+    if longest > config.max_positions:
+        raise _damaged(
+            path,
+            f"its task makes sequences of {longest} tokens but the config's max_positions is {config.max_positions}",
+        )
     weights = path / WEIGHTS
     if not weights.is_file():
         raise _damaged(path, f"{WEIGHTS} is missing")
@@ -139,6 +145,7 @@ def load_toy_model(
         state = load_file(str(weights))
     except Exception as exc:  # SafetensorError, OSError, ValueError, an unknown dtype, …
         raise _damaged(path, f"{WEIGHTS} is not a readable safetensors file ({exc})") from exc
+    _check_weights_fit(path, config, state)
     model = ToyTransformer(config)
     try:
         model.load_state_dict(state, strict=True)
@@ -151,7 +158,28 @@ def load_toy_model(
     metadata["step"] = document.get("step")
     loaded = ToyModel(model, tokenizer, settings, name=name or str(path), metadata=metadata)
     loaded.source_path = path
+    loaded.check_weights()
     return loaded
+
+
+def _check_weights_fit(path: Path, config: ToyConfig, state: dict[str, torch.Tensor]) -> None:
+    """Refuse weights whose names or shapes differ from what ``config`` builds, before building it
+    (the model is laid out on the meta device: no memory is allocated for it)."""
+    with torch.device("meta"):
+        expected = {name: tuple(tensor.shape) for name, tensor in ToyTransformer(config).state_dict().items()}
+    found = {name: tuple(tensor.shape) for name, tensor in state.items()}
+    if expected == found:
+        return
+    missing, extra = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
+    reshaped = sorted(name for name in set(expected) & set(found) if expected[name] != found[name])
+    if reshaped:
+        name = reshaped[0]
+        detail = f"{name} is {list(found[name])} but the config makes it {list(expected[name])}"
+    elif missing:
+        detail = f"the weights lack {len(missing)} tensor(s) the config makes ({missing[0]}, …)"
+    else:
+        detail = f"the weights hold {len(extra)} tensor(s) the config does not make ({extra[0]}, …)"
+    raise _damaged(path, f"the weights do not fit the config ({detail})")
 
 
 def checkpoint_series(path: str | os.PathLike) -> list[tuple[int, Path]]:

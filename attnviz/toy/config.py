@@ -8,10 +8,11 @@ whose message says what to change.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from attnviz.common.errors import InputError
+from attnviz.common.resources import available_memory, require_memory
 
 #: encoder: bidirectional self-attention; decoder: causal LM; encoder-decoder: both plus cross-attention
 ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
@@ -97,6 +98,17 @@ class ToyConfig:
     def causal(self) -> bool:
         return self.architecture == "decoder"
 
+    def parameter_estimate(self) -> int:
+        """About how many parameters this configuration builds (within a few percent; from the sizes alone)."""
+        w, sides = self.width, 2 if self.architecture == "encoder-decoder" else 1
+        per_layer = 4 * w * w + 2 * w * self.hidden_width + 8 * w  # q, k, v, output; the MLP; norms and biases
+        per_layer += 2 * w * (self.additive_width or 0) + self.num_features * w  # additive, performer
+        per_layer += (2 * self.max_relative_position + 1) * w  # relative position embeddings
+        layers = self.num_layers + (self.decoder_layers if sides == 2 else 0)
+        cross = (4 * w * w) * self.decoder_layers if sides == 2 else 0
+        embeddings = (2 * self.vocab_size + sides * self.max_positions) * w  # tokens, output head, positions
+        return layers * per_layer + cross + embeddings
+
     def stacks(self) -> tuple[str, ...]:
         """Attention stacks in the order they run (site names of :class:`attnviz.core.AttentionSite`)."""
         return ("encoder", "decoder", "cross") if self.architecture == "encoder-decoder" else ("self",)
@@ -122,8 +134,9 @@ class ToyConfig:
             raise InputError(f"unknown attention variant {self.attention!r}: use one of {', '.join(VARIANT_NAMES)}")
         for name in ("vocab_size", "max_positions", "width", "num_heads", "num_layers", "stride", "block_size"):
             _require(getattr(self, name) >= 1, f"{name} must be at least 1 (got {getattr(self, name)})")
+        require_weights_memory(self)
         if self.width % self.num_heads:
-            divisors = [h for h in range(1, self.width + 1) if self.width % h == 0 and h <= 16]
+            divisors = [h for h in range(1, min(self.width, 16) + 1) if self.width % h == 0]
             raise InputError(
                 f"{self.num_heads} heads do not divide the width {self.width}: choose a head count that "
                 f"divides it (e.g. {', '.join(map(str, divisors[-4:]))}) or change the width"
@@ -212,6 +225,37 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
+#: the sizes a configuration may be too large in, in the order they are blamed when several are
+_SIZE_FIELDS = (
+    "width",
+    "num_layers",
+    "num_decoder_layers",
+    "mlp_width",
+    "vocab_size",
+    "max_positions",
+    "num_features",
+    "additive_width",
+    "max_relative_position",
+)
+#: float32 weights
+BYTES_PER_PARAMETER = 4
+
+
+def require_weights_memory(config: ToyConfig, copies: int = 1) -> None:
+    """Refuse a configuration whose weights (``copies`` of them: 4 while training with AdamW) cannot fit in memory,
+    naming the size that makes it so, before anything is built (a toy checkpoint's marker is read before its weights)."""
+    needed = config.parameter_estimate() * BYTES_PER_PARAMETER * copies
+    if needed <= (available_memory() or needed):
+        return
+    default = ToyConfig(architecture=config.architecture)
+    # the field whose default value would shrink the model most is the one to blame
+    blamed = max(
+        (name for name in _SIZE_FIELDS if getattr(config, name) is not None),
+        key=lambda name: needed - replace(config, **{name: getattr(default, name)}).parameter_estimate(),
+    )
+    require_memory(blamed, getattr(config, blamed), needed, "the weights of this toy model")
+
+
 def _is_type(value: Any, expected: type | tuple[type, ...]) -> bool:
     if expected is int or expected == (int, float):
         return isinstance(value, expected) and not isinstance(value, bool)
@@ -223,4 +267,4 @@ def _require(condition: bool, message: str) -> None:
         raise InputError(message)
 
 
-__all__ = ["ARCHITECTURES", "VARIANT_NAMES", "ToyConfig"]
+__all__ = ["ARCHITECTURES", "VARIANT_NAMES", "ToyConfig", "require_weights_memory"]

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from attnviz.common.errors import InputError, ParameterError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
+from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
@@ -220,6 +221,9 @@ class ToyModel(LoadedModel):
         return [self.toy_task.example(self.config.architecture, x) for x in items]
 
     def own_examples(self, num_examples: int, seed: int) -> EncodedBatch:
+        # one batch, one forward pass: its attention weights count too
+        needed = batch_memory(num_examples, self.config.max_positions, heads=self.config.num_heads)
+        require_memory("toy_examples", num_examples, needed, "the task's examples")
         return self.task_batch(num_examples, seed)
 
     def task_batch(self, num_examples: int, seed: int) -> EncodedBatch:

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 from attnviz.common.errors import InputError
+from attnviz.common.resources import require_memory
 from attnviz.toy.tokenizer import BOS, EOS, SEP
 
 
@@ -53,6 +54,10 @@ class TaskSettings:
         if not isinstance(values, dict) or set(values) != {f.name for f in fields(cls)}:
             raise InputError(f"task settings need exactly the fields {', '.join(f.name for f in fields(cls))}")
         return get_task(values["task"]).settings(values["min_length"], values["max_length"], values["num_symbols"])
+
+
+#: what one symbol of a task's vocabulary costs before the model is built (strings and tokenizer tables)
+BYTES_PER_SYMBOL = 400
 
 
 @dataclass
@@ -100,6 +105,8 @@ class Task:
             )
         if symbols < 2:
             raise InputError(f"{self.name}: needs at least 2 symbols (got {symbols})")
+        # each symbol is a string in the vocabulary, its tokenizer tables and a row of two embedding tables
+        require_memory("num_symbols", symbols, symbols * BYTES_PER_SYMBOL, "the task's vocabulary")
         if self.alphabet == "letters" and symbols > 26:
             raise InputError(f"{self.name} uses the letters a–z: at most 26 symbols (got {symbols})")
         return TaskSettings(self.name, low, high, symbols)

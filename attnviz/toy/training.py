@@ -18,7 +18,8 @@ import torch
 
 from attnviz.common.errors import InputError, ParameterError
 from attnviz.common.progress import progress_bar
-from attnviz.toy.config import ToyConfig
+from attnviz.common.resources import batch_memory, require_memory
+from attnviz.toy.config import BYTES_PER_PARAMETER, ToyConfig, require_weights_memory
 from attnviz.toy.loaded import ToyModel, label_loss, label_metrics
 from attnviz.toy.model import ToyTransformer
 from attnviz.toy.tasks import TaskSettings, get_task
@@ -167,6 +168,13 @@ def train_toy_model(
     ``settings.checkpoint_every`` steps (not at the last step).
     """
     settings.validate()
+    config = loaded.config
+    # weights, gradients and AdamW's two moments; every layer keeps its activations for the backward pass
+    require_weights_memory(config, copies=4)
+    weights = 4 * config.parameter_estimate() * BYTES_PER_PARAMETER
+    layers = config.num_layers + (config.decoder_layers if config.architecture == "encoder-decoder" else 0)
+    per_step = layers * batch_memory(settings.batch_size, config.max_positions, heads=config.num_heads)
+    require_memory("batch_size", settings.batch_size, weights + per_step, "one training step")
     model = loaded.model
     history: list[dict[str, float]] = []
     started = time.perf_counter()

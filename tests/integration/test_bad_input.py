@@ -60,6 +60,18 @@ HEATMAP = [
     ("bad-stack", ["heatmap", "x", "--stack", "sideways"], ["stack"]),
     ("bad-device", ["heatmap", "x", "--device", "tpu"], ["device"]),
     ("bad-dtype", ["heatmap", "x", "--dtype", "int3"], ["dtype"]),
+    # inputs that must agree: config vs weights, weights holding NaN, a tokenizer past the embedding table
+    ("config-more-layers", ["heatmap", "The cat", "--model", "m_layers"], ["num_hidden_layers", "disagree"]),
+    ("weights-nan", ["heatmap", "The cat", "--model", "m_nan"], ["NaN"]),
+    ("tokenizer-past-embeddings", ["heatmap", "The cat", "--model", "m_vocab"], ["embedding table"]),
+    ("toy-marker-huge-width", ["heatmap", "a b", "--model", "t_width", "--out", "h.png"], ["width", "memory"]),
+    ("toy-marker-other-width", ["heatmap", "a b", "--model", "t_wider", "--out", "h.png"], ["do not fit the config"]),
+    ("toy-marker-task-too-long", ["heatmap", "a b", "--model", "t_task", "--out", "h.png"], ["max_positions"]),
+    # every input path validated alike
+    ("layer-empty-entry", ["heatmap", "--from-capture", "good.safetensors", "--layer", "0,,1"], ["empty entry"]),
+    ("out-trailing-slash", ["heatmap", "x", "--out", "h.png/"], ["slash"]),
+    ("temperature-tiny", ["heatmap", "x", "--generate", "2", "--sample", "--temperature", "1e-300"], ["--temperature"]),
+    ("temperature-zero", ["heatmap", "x", "--generate", "2", "--sample", "--temperature", "0"], ["--temperature"]),
 ]
 CAPTURE = [
     ("over-model-weights", ["capture", "The cat", "--model", "mini", "--out", "mini/model.safetensors"], ["mini"]),
@@ -90,6 +102,10 @@ STATS = [
     ("text-not-utf8", ["stats", "toy", "--text", NOT_UTF8], ["UTF-8"]),
     ("checkpoint-missing", ["stats", "toy", "nothing-here"], ["nothing-here"]),
     ("plot-suffix", ["stats", "toy", "--plot", "p.txt"], [".png"]),
+    # bounded resources: sizes no machine holds are refused before allocating, naming the option
+    ("toy-examples-unbounded", ["stats", "toy", "--toy-examples", "1000000000000"], ["--toy-examples", "memory"]),
+    ("json-trailing-slash", ["stats", "toy", "--json", "s.json/"], ["slash"]),
+    ("data-jsonl-lone-surrogate", ["stats", "mini", "--data", "surrogate.jsonl"], ["surrogate.jsonl:1", "UTF-8"]),
 ]
 PRUNE = [
     ("json-over-toy", ["prune", "toy", "--count", "1", "--out", "p", "--json", "toy/attnviz-toy.json"], ["toy"]),
@@ -105,6 +121,7 @@ PRUNE = [
     ("bad-importance", ["prune", "toy", "--importance", "bogus", "--out", "p", "--count", "1"], ["bogus"]),
     ("foreign-weights", ["prune", "m_foreign", "--count", "1", "--out", "p"], ["random"]),
     ("no-arguments", ["prune"], ["needs arguments"]),
+    ("toy-examples-unbounded", ["prune", "toy", "--count", "1", "--out", "p", "--toy-examples", "1000000000000"], []),
 ]
 TRAIN = [
     ("unknown-task", ["train", "bogus"], ["bogus"]),
@@ -116,6 +133,12 @@ TRAIN = [
     ("out-not-toy-dir", ["train", "copy", "--out", "adir", "--steps", "1"], ["adir"]),
     ("batch-size-0", ["train", "copy", "--batch-size", "0", "--steps", "1"], ["batch"]),
     ("steps-text", ["train", "copy", "--steps", "many"], ["--steps"]),
+    ("width-unbounded", ["train", "copy", "--width", "1000000000000", "--heads", "1"], ["--width", "memory"]),
+    ("layers-unbounded", ["train", "copy", "--layers", "1000000000000"], ["--layers", "memory"]),
+    ("symbols-unbounded", ["train", "copy", "--symbols", "1000000000000"], ["--symbols", "memory"]),
+    ("batch-unbounded", ["train", "copy", "--batch-size", "1000000000000", "--steps", "1"], ["--batch-size"]),
+    ("lengths-unbounded", ["train", "copy", "--lengths", "1000000000000"], ["--lengths", "memory"]),
+    ("heads-not-dividing-huge", ["train", "copy", "--width", "1000000000000", "--heads", "7"], ["memory"]),
 ]
 REPORT = [
     ("out-inside-model", ["report", "toy", "--out", "toy/r.html"], ["toy"]),
@@ -128,6 +151,15 @@ REPORT = [
     ("examples-too-many", ["report", "toy", "--examples", "99", "--out", "r.html"], ["--examples"]),
     ("foreign-weights", ["report", "m_foreign", "--out", "r.html"], ["random"]),
     ("text-not-utf8", ["report", "toy", "--text", NOT_UTF8, "--out", "r.html"], ["UTF-8"]),
+    # a prune report must name this model, fit its heads and hold finite numbers
+    (
+        "prune-report-other-model",
+        ["report", "toy", "--prune-report", "pr_other.json", "--out", "r.html"],
+        ["written for"],
+    ),
+    ("prune-report-nan", ["report", "toy", "--prune-report", "pr_nan.json", "--out", "r.html"], ["nan"]),
+    ("prune-report-text-score", ["report", "toy", "--prune-report", "pr_text.json", "--out", "r.html"], ["score"]),
+    ("prune-report-layer-range", ["report", "toy", "--prune-report", "pr_range.json", "--out", "r.html"], ["layer 9"]),
 ]
 HEADS = [
     ("json-over-model", ["heads", "toy", "--json", "toy/attnviz-toy.json"], ["toy"]),
@@ -136,6 +168,7 @@ HEADS = [
     ("length-1", ["heads", "toy", "--length", "1"], ["--length"]),
     ("foreign-weights", ["heads", "m_foreign"], ["random"]),
     ("plot-suffix", ["heads", "toy", "--plot", "p.txt"], [".png"]),
+    ("sequences-unbounded", ["heads", "toy", "--sequences", "1000000000000"], ["--sequences", "memory"]),
 ]
 ROOT = [
     ("unknown-command", ["hetmap"], ["heatmap"]),
