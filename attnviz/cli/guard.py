@@ -22,9 +22,12 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from attnviz.common.errors import OutputError
 
 # typer ≥ 0.26 vendors Click: the exceptions and contexts its commands use live in typer._click.
 from typer._click import exceptions as click_errors
@@ -150,7 +153,7 @@ def _refuse_directory_syntax(parameters: dict[str, Any]) -> None:
                 )
 
 
-def standard_output_error(exc: OSError) -> OSError | None:
+def standard_output_error(exc: OSError) -> OutputError | None:
     """The :class:`OutputError` for a failed write to standard output (full device, closed pipe), or None when
     ``exc`` is another failure; standard output is then silenced, so Python's flush at exit fails no more."""
     from attnviz.common.errors import OutputError
