@@ -1,0 +1,26 @@
+"""What changed between two models, two checkpoints, two precisions or two inputs: head by head.
+
+Typical use::
+
+    import attnviz
+
+    result = attnviz.compare_models("minilm", "pruned-minilm", texts=["The cat sat.", "It was tired."])
+    result.matrix("js_divergence")        # [layer, original head], nats
+    result.only("only_a")                 # heads the pruned copy no longer has
+    pair = attnviz.compare_inputs("smollm2", "The keys to the cabinet are", "The keys to the cabinet is")
+    pair.difference("self", 0)            # [head, query, key] B − A
+"""
+
+from attnviz.compare.divergence import query_divergences
+from attnviz.compare.matching import HeadMatch, match_heads
+from attnviz.compare.models import compare_models
+from attnviz.compare.result import HeadDifference, ModelComparison
+
+__all__ = [
+    "HeadDifference",
+    "HeadMatch",
+    "ModelComparison",
+    "compare_models",
+    "match_heads",
+    "query_divergences",
+]
