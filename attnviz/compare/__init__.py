@@ -11,12 +11,18 @@ Typical use::
     pair.difference("self", 0)            # [head, query, key] B − A
 """
 
+from attnviz.compare.checkpoints import CheckpointComparison, compare_checkpoints
 from attnviz.compare.divergence import query_divergences
+from attnviz.compare.inputs import InputComparison, compare_inputs
 from attnviz.compare.matching import HeadMatch, match_heads
 from attnviz.compare.models import compare_models
 from attnviz.compare.result import HeadDifference, ModelComparison
 
 __all__ = [
+    "CheckpointComparison",
+    "InputComparison",
+    "compare_checkpoints",
+    "compare_inputs",
     "HeadDifference",
     "HeadMatch",
     "ModelComparison",
