@@ -32,7 +32,7 @@
     main.appendChild(gridBox);
     main.appendChild(AV.el("h2", {text: "every head (click a column to sort)"}));
     main.appendChild(tableBox);
-    controls.appendChild(AV.select("colour by", data.columns.map(function (c, i) { return {value: String(i), label: c.name}; }),
+    controls.appendChild(AV.select("colour by", data.columns.map(function (c, i) { return [String(i), c.name]; }),
       "0", function (value) { state.column = +value; grid(); }, {id: "grid-column"}));
 
     function grid() {
@@ -115,10 +115,10 @@
     app.appendChild(controls);
     app.appendChild(main);
     var readout = AV.el("div", {class: "readout", id: "readout"});
-    controls.appendChild(AV.select("layer", data.sites.map(function (s, i) { return {value: String(i), label: s.stack + " " + s.layer}; }),
+    controls.appendChild(AV.select("layer", data.sites.map(function (s, i) { return [String(i), s.stack + " " + s.layer]; }),
       String(state.site), function (value) { state.site = +value; draw(); }, {id: "layer-select"}));
     var heads = [];
-    for (var h = 0; h < data.sites[0].a.length; h++) heads.push({value: String(h), label: "head " + data.sites[0].heads[h]});
+    for (var h = 0; h < data.sites[0].a.length; h++) heads.push([String(h), "head " + data.sites[0].heads[h]]);
     controls.appendChild(AV.select("head", heads, String(state.head), function (value) { state.head = +value; draw(); }, {id: "head-select"}));
 
     function panel(title, matrix, signed, top) {
