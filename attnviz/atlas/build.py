@@ -14,16 +14,16 @@ from pathlib import Path
 import torch
 
 from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, captures_from_patterns
-from attnviz.common.texts import load_texts
 from attnviz.common.errors import InputError
-from attnviz.outputs.files import check_output_path, read_text_file
-from attnviz.models.base import LoadedModel
-from attnviz.models.specs import load_model
-from attnviz.render.atlas import ExtraColumns, HeadKey, write_atlas
-from attnviz.render.html_page import HTML_SUFFIXES
 from attnviz.common.progress import status
+from attnviz.common.texts import load_texts
 from attnviz.compare.models import compare_models
 from attnviz.compare.result import ModelComparison
+from attnviz.models.base import LoadedModel
+from attnviz.models.specs import load_model
+from attnviz.outputs.files import check_output_path, read_text_file
+from attnviz.render.atlas import ExtraColumns, HeadKey, write_atlas
+from attnviz.render.html_page import HTML_SUFFIXES
 from attnviz.stats.definitions import STATISTIC_NAMES
 from attnviz.stats.detect import Thresholds, detect_heads
 from attnviz.stats.measure import measure_model
@@ -110,7 +110,13 @@ def build_head_atlas(
             other = load_model(compare, device=device, dtype=dtype)
         # one pass gives both the comparison and this model's statistics
         comparison = compare_models(
-            loaded, other, texts, toy_examples=toy_examples, seed=seed, progress=progress, batch_size=batch_size,
+            loaded,
+            other,
+            texts,
+            toy_examples=toy_examples,
+            seed=seed,
+            progress=progress,
+            batch_size=batch_size,
             max_length=max_length,
         )
         stats = comparison.stats_a

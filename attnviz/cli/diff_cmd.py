@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -123,7 +123,9 @@ def diff(
     ] = None,
     limit: Annotated[
         int,
-        typer.Option("--limit", "-n", min=0, help="Heads listed as changed most. Example: --limit 20", rich_help_panel=VIEW_PANEL),
+        typer.Option(
+            "--limit", "-n", min=0, help="Heads listed as changed most. Example: --limit 20", rich_help_panel=VIEW_PANEL
+        ),
     ] = 10,
     json_path: Annotated[
         Path | None,
@@ -185,7 +187,9 @@ def diff(
         if not text or len(text) != 1 or data is not None:
             raise InputError('--against needs exactly one --text (input A) and no --data: --text "…" --against "…"')
     elif len(models) < 2:
-        raise InputError("give two model specs to compare (A B), more for checkpoints, or one with --text and --against")
+        raise InputError(
+            "give two model specs to compare (A B), more for checkpoints, or one with --text and --against"
+        )
     texts = None if against is not None else corpus_from_options(data, text)
     stack_name = stack_value(stack)
 
@@ -200,7 +204,8 @@ def diff(
                 dtype=(dtype_b or dtype) if second else dtype,
             )
 
-    options = {
+    result: Any
+    options: dict[str, Any] = {
         "by_statistics": by_statistics,
         "batch_size": batch_size,
         "max_tokens_per_batch": max_tokens_per_batch,
@@ -276,8 +281,13 @@ def _show_inputs(result, limit) -> None:
         table.add_column(column, justify="left" if column == "stack" else "right")
     for h in sorted(heads, key=lambda entry: -entry["js_divergence"])[:limit]:
         table.add_row(
-            h["stack"], str(h["layer"]), str(h["head"]), f"{h['js_divergence']:.4f}", f"{h['total_variation']:.4f}",
-            f"{h['delta']['entropy']:+.4f}", f"{h['delta']['max_weight']:+.4f}",
+            h["stack"],
+            str(h["layer"]),
+            str(h["head"]),
+            f"{h['js_divergence']:.4f}",
+            f"{h['total_variation']:.4f}",
+            f"{h['delta']['entropy']:+.4f}",
+            f"{h['delta']['max_weight']:+.4f}",
         )
     console.print(table)
 
@@ -316,7 +326,9 @@ def _render(result, out: Path, stack, layer, head) -> Path:
         return write_diff_page(out, result)
     if isinstance(result, InputComparison):
         if not result.patterns_a:
-            raise InputError("the two inputs share no word: there is no common grid to draw (see --json for statistics)")
+            raise InputError(
+                "the two inputs share no word: there is no common grid to draw (see --json for statistics)"
+            )
         chosen = _chosen_head(result, stack or "self", layer, head)
         return save_figure(inputs_figure(result, stack=chosen[0], layer=chosen[1], head=chosen[2]), out)
     if isinstance(result, CheckpointComparison):

@@ -20,12 +20,12 @@ from attnviz.compare.result import HeadDifference, ModelComparison
 
 __all__ = [
     "CheckpointComparison",
-    "InputComparison",
-    "compare_checkpoints",
-    "compare_inputs",
     "HeadDifference",
     "HeadMatch",
+    "InputComparison",
     "ModelComparison",
+    "compare_checkpoints",
+    "compare_inputs",
     "compare_models",
     "match_heads",
     "query_divergences",

@@ -42,12 +42,16 @@ class CheckpointComparison:
 
 
 def compare_checkpoints(
-    specs: Sequence[str | LoadedModel], load: Callable[[str], LoadedModel], texts: Sequence[str] | None = None, **options
+    specs: Sequence[str | LoadedModel],
+    load: Callable[[str], LoadedModel],
+    texts: Sequence[str] | None = None,
+    **options,
 ) -> CheckpointComparison:
     """Compare each consecutive pair of ``specs`` and each against the first; ``load`` turns a spec into a model.
 
     ``options`` go to :func:`~attnviz.compare.models.compare_models`.
     """
+
     def model(spec: str | LoadedModel) -> LoadedModel:
         return spec if isinstance(spec, LoadedModel) else load(spec)
 

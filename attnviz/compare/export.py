@@ -16,7 +16,14 @@ from attnviz.outputs.files import write_text_atomic
 from attnviz.stats.definitions import STATISTIC_NAMES
 
 CSV_FIELDS = (
-    "model_a", "model_b", "stack", "layer", "head", "status", "js_divergence", "total_variation",
+    "model_a",
+    "model_b",
+    "stack",
+    "layer",
+    "head",
+    "status",
+    "js_divergence",
+    "total_variation",
     *(f"{side}_{name}" for side in ("a", "b", "delta") for name in STATISTIC_NAMES),
 )
 
@@ -52,7 +59,9 @@ def csv_text(record: dict) -> str:
                 for name in STATISTIC_NAMES
             ]
             numbers = ["" if head[m] is None else repr(head[m]) for m in ("js_divergence", "total_variation")]
-            writer.writerow([model_a, model_b, head["stack"], head["layer"], head["head"], head["status"], *numbers, *sides])
+            writer.writerow(
+                [model_a, model_b, head["stack"], head["layer"], head["head"], head["status"], *numbers, *sides]
+            )
     return buffer.getvalue()
 
 

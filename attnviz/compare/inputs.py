@@ -182,7 +182,8 @@ def _word_labels(result: AttentionCapture) -> list[str]:
 def _matching_words(labels_a: list[str], labels_b: list[str]) -> tuple[list[int], list[int]]:
     """Word positions of A and B that face each other: the longest runs of equal words, in order."""
     matcher = difflib.SequenceMatcher(None, labels_a, labels_b, autojunk=False)
-    positions_a, positions_b = [], []
+    positions_a: list[int] = []
+    positions_b: list[int] = []
     for block in matcher.get_matching_blocks():
         positions_a.extend(range(block.a, block.a + block.size))
         positions_b.extend(range(block.b, block.b + block.size))

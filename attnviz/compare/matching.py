@@ -36,7 +36,9 @@ class HeadMatch:
     b_position: int | None
 
 
-def present_heads(layout: Mapping[AttentionSite, int], identity: HeadIdentity | None) -> dict[AttentionSite, dict[int, int]]:
+def present_heads(
+    layout: Mapping[AttentionSite, int], identity: HeadIdentity | None
+) -> dict[AttentionSite, dict[int, int]]:
     """site -> {original head: position in the weights} of the heads a model really has (masked ones left out)."""
     present = {}
     for site, count in layout.items():

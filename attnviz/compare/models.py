@@ -85,13 +85,13 @@ def compare_models(
         )
 
     pairs = head_pairs(matches)
-    stats_a = StatisticsAccumulator(causal=model_a.causal, local_window=local_window)
-    stats_b = StatisticsAccumulator(causal=model_b.causal, local_window=local_window)
+    sums_a = StatisticsAccumulator(causal=model_a.causal, local_window=local_window)
+    sums_b = StatisticsAccumulator(causal=model_b.causal, local_window=local_window)
     recorder = LayerRecorder(pairs, _Handoff())
     divergence = DivergenceAccumulator(pairs)
     fused = prepare_kernel()  # a corpus pass, as in compute_statistics
-    context_a = dataclasses.replace(model_a.context([stats_a, recorder]), fused_softmax=fused)
-    context_b = dataclasses.replace(model_b.context([stats_b, divergence]), fused_softmax=fused)
+    context_a = dataclasses.replace(model_a.context([sums_a, recorder]), fused_softmax=fused)
+    context_b = dataclasses.replace(model_b.context([sums_b, divergence]), fused_softmax=fused)
     skipped: list[int] = []
     if own is not None:
         total = len(own)
@@ -104,12 +104,12 @@ def compare_models(
     with progress_bar() if progress else Progress(disable=True) as bar:
         task = bar.add_task(f"diff · {names[0]} → {names[1]}", total=total, status="")
         for batch_a, batch_b in paired:
-            stats_a.begin_batch(batch_a)
-            stats_b.begin_batch(batch_b)
+            sums_a.begin_batch(batch_a)
+            sums_b.begin_batch(batch_b)
             run_paired(model_a, batch_a, context_a, recorder, model_b, batch_b, context_b, divergence)
-            bar.update(task, advance=len(batch_a), status=f"{stats_a.num_tokens} tokens")
+            bar.update(task, advance=len(batch_a), status=f"{sums_a.num_tokens} tokens")
     seconds = time.perf_counter() - start
-    if stats_a.num_examples == 0:
+    if sums_a.num_examples == 0:
         raise InputError(
             f"{names[0]} and {names[1]} split none of the {total} texts into the same tokens: their patterns "
             "cannot be compared position by position. Compare their per-head statistics only with --by-statistics "
@@ -120,8 +120,8 @@ def compare_models(
             f"{len(skipped)} of {total} texts were left out: {names[0]} and {names[1]} split them into different "
             "tokens, so their patterns cannot be compared position by position"
         )
-    result_a = _statistics_result(stats_a, model_a, names[0])
-    result_b = _statistics_result(stats_b, model_b, names[1])
+    result_a = _statistics_result(sums_a, model_a, names[0])
+    result_b = _statistics_result(sums_b, model_b, names[1])
     head_at = {(m.site, m.a_position): m.head for m in matches if m.status == "matched"}
     divergences = {}
     for site, pair in pairs.items():
@@ -138,7 +138,7 @@ def compare_models(
         result_b,
         divergences,
         mode="patterns",
-        texts_compared=stats_a.num_examples,
+        texts_compared=sums_a.num_examples,
         texts_skipped=len(skipped),
         seconds=seconds,
     )
@@ -209,4 +209,3 @@ def _own_batches(
             "(--data or --text), or compare their statistics only with --by-statistics"
         )
     yield batch_a, batch_b
-

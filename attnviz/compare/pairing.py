@@ -167,10 +167,13 @@ class DivergenceAccumulator:
         if isinstance(item, BaseException):
             raise item
         if isinstance(item, _Done):
-            raise RuntimeError(f"model A computed no pattern at {site.name} for this batch")
-        received_site, layer = item  # type: ignore[misc]
+            raise RuntimeError(f"model A computed no pattern at {site.name} for this batch")  # noqa: TRY004 (a bug, not a type)
+        received_site: AttentionSite = item[0]  # type: ignore[index]
+        layer: Tensor = item[1]  # type: ignore[index]
         if received_site != site:
-            raise RuntimeError(f"the two models run their layers in different orders ({received_site.name}, {site.name})")
+            raise RuntimeError(
+                f"the two models run their layers in different orders ({received_site.name}, {site.name})"
+            )
         self._layer = (site, layer)
         return layer
 
@@ -182,7 +185,8 @@ class DivergenceAccumulator:
         if isinstance(item, BaseException):
             raise item
         if not isinstance(item, _Done):
-            raise RuntimeError(f"model A computed a pattern at {item[0].name} that model B did not")  # type: ignore[index]
+            site = item[0]  # type: ignore[index]
+            raise RuntimeError(f"model A computed a pattern at {site.name} that model B did not")  # noqa: TRY004
 
 
 def run_paired(
@@ -207,7 +211,7 @@ def run_paired(
             handoff.put(_Done())
         except _Cancelled:
             return
-        except BaseException as exc:  # handed to the comparing side, which raises it there
+        except BaseException as exc:  # noqa: BLE001 (handed to the comparing side, which raises it there)
             try:
                 handoff.put(exc)
             except _Cancelled:

@@ -155,8 +155,11 @@ class ModelComparison:
 
     def most_changed(self, count: int = 10, measure: str = "js_divergence") -> list[HeadDifference]:
         """The matched heads with the largest ``measure`` (divergence, or ``delta:<statistic>`` by size)."""
-        scored = [(self.value(h, measure), h) for h in self.heads if h.status == "matched"]
-        scored = [(abs(v), h) for v, h in scored if v is not None and not math.isnan(v)]
+        scored: list[tuple[float, HeadDifference]] = []
+        for head in self.heads:
+            value = self.value(head, measure) if head.status == "matched" else None
+            if value is not None and not math.isnan(value):
+                scored.append((abs(value), head))
         return [h for _, h in sorted(scored, key=lambda pair: -pair[0])[:count]]
 
     def record(self) -> dict:
@@ -205,4 +208,6 @@ def build_comparison(
         if divergences is not None and match.status == "matched":
             js, tv = divergences.get((match.site, match.head), (None, None))
         heads.append(HeadDifference(match.site, match.head, match.status, js, tv, a, b))
-    return ModelComparison(model_a=stats_a.model, model_b=stats_b.model, heads=heads, stats_a=stats_a, stats_b=stats_b, **fields)
+    return ModelComparison(
+        model_a=stats_a.model, model_b=stats_b.model, heads=heads, stats_a=stats_a, stats_b=stats_b, **fields
+    )

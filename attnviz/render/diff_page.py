@@ -36,18 +36,30 @@ def _columns(include_divergence: bool) -> list[dict]:
 def models_payload(comparison: ModelComparison | CheckpointComparison) -> dict:
     """JSON-ready data of the models page; checkpoints show JS and TV from the first, one column per checkpoint."""
     if isinstance(comparison, CheckpointComparison):
-        columns, values = [], {}
+        columns: list[dict] = []
+        values: dict[tuple, dict] = {}
         for result in comparison.from_first:
             for measure, label in (("js_divergence", "JS"), ("total_variation", "TV")):
                 columns.append(
-                    {"name": f"{label} @ {result.model_b}", "help": f"{measure} from {comparison.models[0]}",
-                     "scale": 1000, "signed": False}
+                    {
+                        "name": f"{label} @ {result.model_b}",
+                        "help": f"{measure} from {comparison.models[0]}",
+                        "scale": 1000,
+                        "signed": False,
+                    }
                 )
                 for head in result.heads:
-                    values.setdefault((head.site, head.head), {"status": head.status})[len(columns) - 1] = getattr(head, measure)
+                    values.setdefault((head.site, head.head), {"status": head.status})[len(columns) - 1] = getattr(
+                        head, measure
+                    )
         heads = [
-            {"stack": site.stack, "layer": site.layer, "head": head, "status": entry["status"],
-             "values": [entry.get(i) for i in range(len(columns))]}
+            {
+                "stack": site.stack,
+                "layer": site.layer,
+                "head": head,
+                "status": entry["status"],
+                "values": [entry.get(i) for i in range(len(columns))],
+            }
             for (site, head), entry in sorted(values.items())
         ]
         title = f"attnviz diff · {' → '.join(comparison.models)}"
@@ -60,7 +72,15 @@ def models_payload(comparison: ModelComparison | CheckpointComparison) -> dict:
         delta = record["delta"] or {}
         numbers = [record["js_divergence"], record["total_variation"]] if comparison.mode == "patterns" else []
         numbers += [delta.get(s.name) for s in STATISTICS]
-        heads.append({"stack": head.site.stack, "layer": head.site.layer, "head": head.head, "status": head.status, "values": numbers})
+        heads.append(
+            {
+                "stack": head.site.stack,
+                "layer": head.site.layer,
+                "head": head.head,
+                "status": head.status,
+                "values": numbers,
+            }
+        )
     title = f"attnviz diff · {comparison.model_b} (B) against {comparison.model_a} (A)"
     hint = (
         f"{comparison.texts_compared} texts, {comparison.stats_a.num_tokens} tokens; JS divergence in nats (≤ ln 2), "

@@ -48,7 +48,9 @@ def divergence_figure(comparison: ModelComparison, *, stack: str | None = None):
         finite = values[~values.isnan()]
         top = max(float(finite.max()) if finite.numel() else 0.0, 1e-12)
         cmap = plt.get_cmap("magma").with_extremes(bad="#d9d9d9")
-        image = ax.imshow((values * 1000).numpy(), aspect="auto", cmap=cmap, vmin=0.0, vmax=top * 1000, interpolation="nearest")
+        image = ax.imshow(
+            (values * 1000).numpy(), aspect="auto", cmap=cmap, vmin=0.0, vmax=top * 1000, interpolation="nearest"
+        )
         fig.colorbar(image, ax=ax, fraction=0.08, pad=0.03)
         if values.numel() <= ANNOTATE_CELLS:
             _annotate(ax, values, 1000, top)
@@ -86,12 +88,12 @@ def inputs_figure(comparison: InputComparison, *, stack: str = "self", layer: in
     largest = max(float(difference.abs().max()), 1e-9)
     top = max(float(a.max()), float(b.max()), 1e-9)
     panels = (
-        (f"A: {comparison.text_a}", a, plt.get_cmap("magma"), None, (0.0, top)),
-        (f"B: {comparison.text_b}", b, plt.get_cmap("magma"), None, (0.0, top)),
-        ("B − A", difference, plt.get_cmap(DIVERGING), TwoSlopeNorm(0.0, -largest, largest), None),
+        (f"A: {comparison.text_a}", a, plt.get_cmap("magma"), None),
+        (f"B: {comparison.text_b}", b, plt.get_cmap("magma"), None),
+        ("B − A", difference, plt.get_cmap(DIVERGING), TwoSlopeNorm(0.0, -largest, largest)),
     )
-    for ax, (title, values, cmap, norm, limits) in zip(axes.flat, panels):
-        extra = {"norm": norm} if norm is not None else {"vmin": limits[0], "vmax": limits[1]}
+    for ax, (title, values, cmap, norm) in zip(axes.flat, panels):
+        extra = {"norm": norm} if norm is not None else {"vmin": 0.0, "vmax": top}
         image = ax.imshow(values.numpy(), cmap=cmap, interpolation="nearest", **extra)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
         if values.numel() <= ANNOTATE_CELLS:
@@ -116,7 +118,9 @@ def _annotate_plain(ax, values: Tensor, diverging: bool, top: float) -> None:
         for column in range(values.shape[1]):
             value = float(values[row, column])
             light = (abs(value) / top < 0.6) if diverging else (value / top > 0.6)
-            ax.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=6, color="black" if light else "white")
+            ax.text(
+                column, row, f"{value:.2f}", ha="center", va="center", fontsize=6, color="black" if light else "white"
+            )
 
 
 def checkpoints_figure(comparison: CheckpointComparison, *, stack: str | None = None, measure: str = "js_divergence"):

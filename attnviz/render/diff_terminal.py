@@ -106,4 +106,3 @@ def _format(value: float | None, *, signed: bool = False) -> str:
     if value is None or math.isnan(value):
         return "–"
     return f"{value:+.4f}" if signed else f"{value:.4f}"
-

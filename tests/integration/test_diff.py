@@ -209,7 +209,9 @@ def test_toy_checkpoints_over_training(capsys, tmp_path):
     assert two.exit_code == 0, two.stderr
     record = json.loads(report.read_text())
     assert record["kind"] == "models" and all(h["js_divergence"] > 0 for h in record["heads"])
-    three = run_cli(capsys, "diff", specs[0], specs[0], specs[1], "--toy-examples", "16", "--json", report, "--out", figure)
+    three = run_cli(
+        capsys, "diff", specs[0], specs[0], specs[1], "--toy-examples", "16", "--json", report, "--out", figure
+    )
     assert three.exit_code == 0, three.stderr
     record = json.loads(report.read_text())
     assert record["kind"] == "checkpoints" and len(record["consecutive"]) == 2 and len(record["from_first"]) == 2
