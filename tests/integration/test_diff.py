@@ -339,3 +339,19 @@ def test_outputs_never_overwrite_inputs(capsys, tmp_path):
     result = run_cli(capsys, "diff", "minilm", "minilm", "--data", data, "--json", data)
     assert result.exit_code != 0 and result.error_lines()
     assert data.read_bytes() == before
+
+
+def test_pruned_toy_heads_keep_their_identity(tmp_path):
+    """A pruned toy model records its removals in its metadata: the remaining heads keep their numbers."""
+    from attnviz.models.identity import model_identity
+
+    toy = load_model("toy-induction", device="cpu")
+    removed = {AttentionSite("self", 0): [1, 2]}
+    pruned, _ = toy.remove_heads(removed)
+    again, _ = pruned.remove_heads({AttentionSite("self", 0): [1]})  # position 1 is now original head 3
+    assert model_identity(again).ids("self", 0, 1) == [0]
+    result = compare_models(toy, pruned, progress=False, toy_examples=16)
+    assert sorted(result.only("only_a")) == [("self", 0, 1), ("self", 0, 2)]
+    layer0 = [h for h in result.heads if h.site.layer == 0 and h.status == "matched"]
+    assert [h.head for h in layer0] == [0, 3] and all(h.js_divergence <= 1e-6 for h in layer0)
+    assert all(h.js_divergence > 1e-4 for h in result.heads if h.site.layer == 1)
