@@ -25,8 +25,9 @@ from attnviz.outputs.files import check_output_path, read_text_file
 from attnviz.render.atlas import ExtraColumns, HeadKey, write_atlas
 from attnviz.render.html_page import HTML_SUFFIXES
 from attnviz.stats.definitions import STATISTIC_NAMES
-from attnviz.stats.detect import Thresholds, detect_heads
+from attnviz.stats.detect import detect_heads
 from attnviz.stats.measure import measure_model
+from attnviz.stats.thresholds import Thresholds
 
 #: Example texts longer than this many characters are passed over (their patterns would be unreadably small).
 _EXAMPLE_MAX_CHARS = 120

@@ -63,6 +63,7 @@ def _register_commands() -> None:
         align_cmd,
         capture_cmd,
         diff_cmd,
+        env_cmd,
         heads_cmd,
         heatmap_cmd,
         models_cmd,
@@ -83,6 +84,7 @@ def _register_commands() -> None:
         report_cmd,
         align_cmd,
         models_cmd,
+        env_cmd,
     ):
         module.register(app)
 

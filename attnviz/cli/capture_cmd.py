@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from attnviz.captures.choices import CAPTURE_BITS
 from attnviz.cli.options import (
     OUTPUT_PANEL,
     DeviceMapOption,
@@ -21,16 +21,13 @@ from attnviz.cli.options import (
     SampleSeedOption,
     TargetOption,
     TemperatureOption,
+    choice_enum,
     choice_parser,
 )
 
-
-class Bits(str, Enum):
-    """Bits per attention weight in the capture file."""
-
-    b8 = "8"
-    b16 = "16"
-    b32 = "32"
+#: bits per attention weight in the capture file
+Bits = choice_enum("Bits", CAPTURE_BITS)
+DEFAULT_BITS = Bits("32")
 
 
 def capture(
@@ -58,7 +55,7 @@ def capture(
             "(error at most row max / 510, file about 4x smaller). Example: --bits 8",
             rich_help_panel=OUTPUT_PANEL,
         ),
-    ] = Bits.b32,
+    ] = DEFAULT_BITS,
     model: ModelOption = "minilm",
     target: TargetOption = None,
     with_rollout: Annotated[
@@ -112,7 +109,7 @@ def capture(
         generation,
     )
     if with_rollout:
-        from attnviz.heads.rollout import rollout
+        from attnviz.heads.propagation import rollout
 
         result.extras["rollout"] = rollout(result)
     path = result.save(out, bits=int(bits.value))

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
-from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.models.probing import ProbeBatch
-from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 
 if TYPE_CHECKING:  # the objectives are built on top of this module
     from attnviz.models.objective import Objective
