@@ -56,6 +56,8 @@ _EXPORTS = {
     "train_toy_model": "attnviz.toy",
     "load_toy_model": "attnviz.toy",
     "AttnvizError": "attnviz.common.errors",
+    "compare_models": "attnviz.compare",
+    "compare_inputs": "attnviz.compare",
     "head_functions": "attnviz.heads",
     "head_similarity": "attnviz.heads",
     "rollout": "attnviz.heads",
@@ -85,6 +87,8 @@ __all__ = [
     "build_toy_model",
     "capture",
     "capture_heatmap",
+    "compare_inputs",
+    "compare_models",
     "compute_statistics",
     "detect_heads",
     "head_atlas",
@@ -108,6 +112,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.atlas.inline import head_atlas
     from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, capture
     from attnviz.common.errors import AttnvizError
+    from attnviz.compare import compare_inputs, compare_models
     from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
     from attnviz.heads import FunctionThresholds, HeadFunctions, ProbeSettings, head_functions, head_similarity, rollout
     from attnviz.models.base import LoadedModel

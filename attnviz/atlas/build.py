@@ -19,11 +19,15 @@ from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder
 from attnviz.common.errors import InputError
 from attnviz.common.progress import status
 from attnviz.common.texts import load_texts
+from attnviz.compare.models import compare_models
+from attnviz.compare.result import ModelComparison
 from attnviz.models.base import LoadedModel
 from attnviz.models.specs import load_model
 from attnviz.outputs.files import check_output_path, read_text_file
 from attnviz.render.atlas import ExtraColumns, HeadKey, write_atlas
 from attnviz.render.html_page import HTML_SUFFIXES
+from attnviz.stats.definitions import STATISTIC_NAMES
+from attnviz.stats.detect import detect_heads
 from attnviz.stats.measure import measure_model
 from attnviz.stats.thresholds import Thresholds
 
@@ -139,12 +143,15 @@ def build_head_atlas(
     device: str = "auto",
     dtype: str = "auto",
     progress: bool = True,
+    compare: str | None = None,
 ) -> Path:
     """Measure ``checkpoint`` and write its head atlas to ``out`` (``.html``); returns the path.
 
     Text comes from ``texts``, a ``data`` file, or the shipped corpus (a toy checkpoint
     without either: its own task). ``extra_columns`` adds per-head columns
-    (``{name: {(stack, layer, head): value}}``), e.g. head-function scores.
+    (``{name: {(stack, layer, head): value}}``), e.g. head-function scores. ``compare``: another model
+    spec; its divergence from ``checkpoint`` and the change of every statistic become columns
+    (:func:`comparison_columns`), so the page sorts by what changed most.
     """
     out = check_output_path(out, HTML_SUFFIXES)
     if data is not None and Path(data).expanduser().resolve() == out.resolve():
@@ -160,18 +167,55 @@ def build_head_atlas(
         check_scores_fit(scores, str(checkpoint), loaded)
     if texts is None and loaded.own_examples(1, seed) is None:
         texts = load_texts()  # no own task: the shipped corpus, for the statistics and the examples alike
-    stats, detection = measure_model(
-        loaded,
-        texts,
-        thresholds=thresholds,
-        toy_examples=toy_examples,
-        seed=seed,
-        progress=progress,
-        batch_size=batch_size,
-        max_length=max_length,
-    )
+    comparison = None
+    if compare is not None:
+        with status(f"loading {compare}"):
+            other = load_model(compare, device=device, dtype=dtype)
+        # one pass gives both the comparison and this model's statistics
+        comparison = compare_models(
+            loaded,
+            other,
+            texts,
+            toy_examples=toy_examples,
+            seed=seed,
+            progress=progress,
+            batch_size=batch_size,
+            max_length=max_length,
+        )
+        stats = comparison.stats_a
+        detection = detect_heads(stats, thresholds)
+    else:
+        stats, detection = measure_model(
+            loaded,
+            texts,
+            thresholds=thresholds,
+            toy_examples=toy_examples,
+            seed=seed,
+            progress=progress,
+            batch_size=batch_size,
+            max_length=max_length,
+        )
     captured = example_captures(loaded, texts, examples, seed=seed)
     columns = dict(extra_columns or {})
     if scores is not None:
         columns = {"importance": scores.importance, **columns}
+    if comparison is not None:
+        columns = {**columns, **comparison_columns(comparison)}
     return write_atlas(out, stats, detection, captured, extra_columns=columns, identity=stats.identity)
+
+
+def comparison_columns(comparison: ModelComparison) -> dict[str, dict[HeadKey, float | None]]:
+    """Atlas columns of a comparison: ``js_divergence``, ``total_variation`` and ``Δ <statistic>`` (B − A) per head."""
+    columns: dict[str, dict[HeadKey, float | None]] = {
+        "js_divergence": {},
+        "total_variation": {},
+        **{f"Δ {name}": {} for name in STATISTIC_NAMES},
+    }
+    for head in comparison.heads:
+        key = (head.site.stack, head.site.layer, head.head)
+        columns["js_divergence"][key] = head.js_divergence
+        columns["total_variation"][key] = head.total_variation
+        delta = head.delta or {}
+        for name in STATISTIC_NAMES:
+            columns[f"Δ {name}"][key] = delta.get(name)
+    return columns

@@ -62,6 +62,7 @@ def _register_commands() -> None:
     from attnviz.cli import (
         align_cmd,
         capture_cmd,
+        diff_cmd,
         env_cmd,
         heads_cmd,
         heatmap_cmd,
@@ -77,6 +78,7 @@ def _register_commands() -> None:
         heatmap_cmd,
         capture_cmd,
         stats_cmd,
+        diff_cmd,
         heads_cmd,
         prune_cmd,
         train_cmd,

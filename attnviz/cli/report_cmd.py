@@ -50,6 +50,17 @@ def report(
             rich_help_panel=REPORT_PANEL,
         ),
     ] = 3,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            "--compare",
+            help="Another model spec (a fine-tuned, pruned or half-precision copy, a later checkpoint): adds each "
+            "head's divergence from it and the change of every statistic as sortable columns. "
+            "Example: --compare pruned-minilm",
+            rich_help_panel=REPORT_PANEL,
+            show_default=False,
+        ),
+    ] = None,
     batch_size: BatchSizeOption = 8,
     max_length: MaxLengthOption = None,
     device: DeviceOption = "auto",
@@ -64,6 +75,8 @@ def report(
       attnviz report smollm2 --out smollm2-atlas.html
 
       attnviz report pruned-minilm --prune-report prune.json --data reviews.txt
+
+      attnviz report minilm --compare pruned-minilm --out changes.html
     """
     from attnviz.atlas.build import build_head_atlas
     from attnviz.cli.stdin import corpus_from_options
@@ -78,6 +91,7 @@ def report(
         max_length=max_length,
         device=device,
         dtype=dtype,
+        compare=compare,
     )
     print(path)
 

@@ -63,6 +63,36 @@ def pruning_identity(checkpoint: str | Path | None) -> HeadIdentity | None:
     return identity
 
 
+def removal_identity(history: list[dict[str, list[int]]], layout: dict) -> HeadIdentity:
+    """The identity of a toy model pruned by ``history`` (its ``metadata["pruned"]["removed"]``).
+
+    Each entry maps a site name (``"self.0"``) to the heads removed then, numbered as the model was
+    at that time; replaying the entries in order gives each remaining head's original number.
+    ``layout``: site -> heads now (:meth:`LoadedModel.layout`).
+    """
+    removed_per_site: dict[str, int] = {}
+    for entry in history:
+        for name, heads in entry.items():
+            removed_per_site[name] = removed_per_site.get(name, 0) + len(heads)
+    identity = HeadIdentity()
+    for site, count in sorted(layout.items()):
+        ids = list(range(count + removed_per_site.get(site.name, 0)))
+        for entry in history:
+            gone = set(entry.get(site.name, []))
+            ids = [original for position, original in enumerate(ids) if position not in gone]
+        layers = identity.heads.setdefault(site.stack, [])
+        while len(layers) <= site.layer:
+            layers.append([])
+        layers[site.layer] = ids
+    return identity
+
+
 def model_identity(loaded) -> HeadIdentity | None:
-    """The identity of a loaded model (pruned checkpoints carry ``checkpoint_path``)."""
-    return pruning_identity(getattr(loaded, "checkpoint_path", None))
+    """The identity of a loaded model: pruned Hugging Face checkpoints carry ``checkpoint_path`` (their record),
+    pruned toy models the history of their removals in ``metadata``."""
+    recorded = pruning_identity(getattr(loaded, "checkpoint_path", None))
+    if recorded is not None:
+        return recorded
+    metadata = getattr(loaded, "metadata", None)
+    history = metadata.get("pruned", {}).get("removed") if isinstance(metadata, dict) else None
+    return removal_identity(history, loaded.layout()) if history else None

@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("core", {"core"}),
     ("models", {"models", "toy"}),
     ("capture", {"captures"}),
-    ("analysis", {"stats", "heads"}),
+    ("analysis", {"stats", "heads", "compare"}),
     ("output", {"render", "atlas", "prune"}),
     ("cli", {"cli", "__main__"}),
 ]
