@@ -14,7 +14,7 @@ from torch import Tensor
 from attnviz.compare.checkpoints import CheckpointComparison
 from attnviz.compare.inputs import InputComparison
 from attnviz.compare.result import ModelComparison
-from attnviz.render.stats_plots import _pyplot
+from attnviz.render.figures import colormap, subplots
 
 #: cells per panel up to which values are written into the cells
 ANNOTATE_CELLS = 400
@@ -35,19 +35,18 @@ def _annotate(ax, values: Tensor, scale: float, top: float) -> None:
 
 def divergence_figure(comparison: ModelComparison, *, stack: str | None = None):
     """JS divergence and total variation by layer × head (original numbers); A / B mark heads in one model only."""
-    plt = _pyplot()
     stack = stack or comparison.stacks[0]
     panels = [("js_divergence", "JS divergence (10⁻³ nats)"), ("total_variation", "total variation (10⁻³)")]
     first = comparison.matrix("js_divergence", stack)  # [layer, head]
     layers, heads = first.shape
-    fig, axes = plt.subplots(1, 2, figsize=(2 * (1.6 + 0.42 * heads), 1.4 + 0.32 * layers), squeeze=False)
+    fig, axes = subplots(1, 2, figsize=(2 * (1.6 + 0.42 * heads), 1.4 + 0.32 * layers), squeeze=False)
     status = {(h.site.layer, h.head): h.status for h in comparison.heads if h.site.stack == stack}
     sites = comparison.sites(stack)
     for ax, (measure, label) in zip(axes.flat, panels):
         values = comparison.matrix(measure, stack)  # [layer, head]
         finite = values[~values.isnan()]
         top = max(float(finite.max()) if finite.numel() else 0.0, 1e-12)
-        cmap = plt.get_cmap("magma").with_extremes(bad="#d9d9d9")
+        cmap = colormap("magma").with_extremes(bad="#d9d9d9")
         image = ax.imshow(
             (values * 1000).numpy(), aspect="auto", cmap=cmap, vmin=0.0, vmax=top * 1000, interpolation="nearest"
         )
@@ -73,7 +72,6 @@ def divergence_figure(comparison: ModelComparison, *, stack: str | None = None):
 
 def inputs_figure(comparison: InputComparison, *, stack: str = "self", layer: int = 0, head: int = 0):
     """One head's pattern on input A, on input B, and B − A (diverging, centred on 0), side by side."""
-    plt = _pyplot()
     from matplotlib.colors import TwoSlopeNorm
 
     from attnviz.core import AttentionSite
@@ -84,13 +82,13 @@ def inputs_figure(comparison: InputComparison, *, stack: str = "self", layer: in
     difference = b - a  # [n, n]
     n = a.shape[0]
     side = 1.2 + 0.36 * n
-    fig, axes = plt.subplots(1, 3, figsize=(3 * side + 1.5, side + 0.8), squeeze=False)
+    fig, axes = subplots(1, 3, figsize=(3 * side + 1.5, side + 0.8), squeeze=False)
     largest = max(float(difference.abs().max()), 1e-9)
     top = max(float(a.max()), float(b.max()), 1e-9)
     panels = (
-        (f"A: {comparison.text_a}", a, plt.get_cmap("magma"), None),
-        (f"B: {comparison.text_b}", b, plt.get_cmap("magma"), None),
-        ("B − A", difference, plt.get_cmap(DIVERGING), TwoSlopeNorm(0.0, -largest, largest)),
+        (f"A: {comparison.text_a}", a, colormap("magma"), None),
+        (f"B: {comparison.text_b}", b, colormap("magma"), None),
+        ("B − A", difference, colormap(DIVERGING), TwoSlopeNorm(0.0, -largest, largest)),
     )
     for ax, (title, values, cmap, norm) in zip(axes.flat, panels):
         extra = {"norm": norm} if norm is not None else {"vmin": 0.0, "vmax": top}
@@ -126,11 +124,10 @@ def _annotate_plain(ax, values: Tensor, diverging: bool, top: float) -> None:
 def checkpoints_figure(comparison: CheckpointComparison, *, stack: str | None = None, measure: str = "js_divergence"):
     """A line per head: ``measure`` from the first checkpoint across checkpoints (colour: layer); beside it the
     consecutive pairs' layer means."""
-    plt = _pyplot()
     paths = comparison.trajectories(measure, stack)  # [checkpoint, layer, head]
     checkpoints, layers, heads = paths.shape
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
-    cmap = plt.get_cmap("viridis")
+    fig, (left, right) = subplots(1, 2, figsize=(12, 4.6))
+    cmap = colormap("viridis")
     steps = list(range(checkpoints))
     for layer in range(layers):
         colour = cmap(layer / max(1, layers - 1))
@@ -140,7 +137,10 @@ def checkpoints_figure(comparison: CheckpointComparison, *, stack: str | None = 
                 left.plot(steps, line.numpy(), color=colour, linewidth=0.8, alpha=0.7)
     left.set_title(f"{measure.replace('_', ' ')} from {comparison.models[0]}, a line per head", fontsize=10)
     left.set_ylabel("nats" if measure == "js_divergence" else measure)
-    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, max(1, layers - 1)))
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    sm = ScalarMappable(cmap=cmap, norm=Normalize(0, max(1, layers - 1)))
     fig.colorbar(sm, ax=left, label="layer")
     for layer in range(layers):
         means = [float(torch.nanmean(r.matrix(measure, stack)[layer])) for r in comparison.consecutive]
