@@ -49,10 +49,20 @@ def encode_pattern(name: str, pattern: Tensor, bits: int) -> dict[str, Tensor]:
         return {name: pattern}
     if bits == 16:
         return {name: pattern.to(torch.float16)}
-    scale = pattern.amax(dim=-1) / _LEVELS  # [head, query]
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row stays all zero
-    codes = torch.round(pattern / safe[..., None]).clamp_(0, _LEVELS).to(torch.uint8)  # [head, query, key]
+    codes, scale = quantize_rows_8bit(pattern)
     return {name: codes.contiguous(), name + SCALE_SUFFIX: scale.contiguous()}
+
+
+def quantize_rows_8bit(pattern: Tensor) -> tuple[Tensor, Tensor]:
+    """8 bits per weight, scaled per row: ``(codes uint8 [..., query, key], scale float32 [..., query])``.
+
+    ``scale = row max / 255`` and a weight reads back as ``code · scale``, off by at most half a step
+    (:func:`error_bound`). Capture files and the HTML pages store patterns this way.
+    """
+    scale = pattern.amax(dim=-1) / _LEVELS  # [..., query]
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row stays all zero
+    codes = torch.round(pattern / safe[..., None]).clamp_(0, _LEVELS).to(torch.uint8)  # [..., query, key]
+    return codes, scale
 
 
 def decode_patterns(tensors: dict[str, Tensor]) -> dict[str, Tensor]:

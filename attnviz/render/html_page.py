@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnviz.captures.compact import quantize_rows_8bit
 from attnviz.outputs.files import check_output_path, write_text_atomic
 
 HTML_SUFFIXES = (".html", ".htm")
@@ -31,9 +32,8 @@ def quantize_rows(pattern: Tensor) -> dict[str, str]:
     """``[..., query, key]`` weights -> base64 ``codes`` (uint8, row-major) and ``scales`` (float32 per row)."""
     keys = pattern.shape[-1]
     rows = pattern.detach().float().cpu().reshape(-1, keys)  # [rows, key]
-    peak = rows.amax(dim=1).clamp_min(1e-12)  # [rows]
-    codes = torch.round(rows / peak[:, None] * 255).clamp(0, 255).to(torch.uint8)  # [rows, key]
-    scales = (peak / 255).numpy().astype("<f4")  # [rows]
+    codes, scale = quantize_rows_8bit(rows)  # [rows, key] uint8, [rows] float32
+    scales = scale.numpy().astype("<f4")  # [rows]
     return {
         "codes": base64.b64encode(codes.numpy().tobytes()).decode("ascii"),
         "scales": base64.b64encode(scales.tobytes()).decode("ascii"),
