@@ -33,6 +33,7 @@ from torch import Tensor
 from attnviz.captures.compact import check_bits, decode_patterns, encode_pattern
 from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import CaptureFileError, InputError
+from attnviz.common.tokens import display_token, word_groups, word_label
 from attnviz.core import AttentionSite
 from attnviz.core.recorder import PatternRecorder
 from attnviz.core.stacks import is_causal_stack, stack_of
@@ -117,6 +118,19 @@ class AttentionCapture(NotebookDisplay):
     def axis_word_ids(self, stack: str = "self") -> tuple[list[int | None], list[int | None]]:
         """(query word ids, key word ids) of ``stack``."""
         return stack_of(stack).pick(self.word_ids, self.target_word_ids)
+
+    def axis_labels(self, stack: str = "self", words: bool = False) -> tuple[list[str], list[str]]:
+        """Display labels of the query and key axes of ``stack``: tokens, or words (pieces joined)."""
+        query_tokens, key_tokens = self.axis_tokens(stack)
+        if not words:
+            return [display_token(t) for t in query_tokens], [display_token(t) for t in key_tokens]
+        query_words, key_words = self.axis_word_ids(stack)
+        if not query_words or not key_words:
+            raise InputError("this capture has no word boundaries, so words cannot be merged")
+        return (
+            [word_label(query_tokens, g) for g in word_groups(query_words)],
+            [word_label(key_tokens, g) for g in word_groups(key_words)],
+        )
 
     def is_causal(self, stack: str = "self") -> bool:
         """Whether queries of ``stack`` only see earlier keys."""

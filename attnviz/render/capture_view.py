@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
-from attnviz.common.tokens import display_token, merge_visibility, merge_words, word_groups, word_label
+from attnviz.common.tokens import merge_visibility, merge_words, word_groups
 from attnviz.models.names import full_model_name
 from attnviz.render.heatmap import FigureStyle, HeatmapPanel, causal_visibility, render_heatmaps
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
@@ -36,10 +36,8 @@ def capture_panels(
     if stack not in capture.patterns:
         raise InputError(f"this capture has no {stack} attention (it has {', '.join(capture.stacks)})")
     layer_indices = resolve_layers(layers, capture.num_layers(stack))
-    query_tokens, key_tokens = capture.axis_tokens(stack)
     query_words, key_words = capture.axis_word_ids(stack)
-    if words and (not query_words or not key_words):
-        raise InputError("this capture has no word boundaries, so words cannot be merged")
+    query_labels, key_labels = capture.axis_labels(stack, words)  # refuses words without word boundaries
 
     query_boundary, key_boundary = generated_boundaries(capture, stack, words)
     rows: list[list[HeatmapPanel]] = []
@@ -84,12 +82,6 @@ def capture_panels(
             long_titles.append(long_title)
         rows.append(row)
 
-    if words:
-        query_labels = [word_label(query_tokens, g) for g in word_groups(query_words)]
-        key_labels = [word_label(key_tokens, g) for g in word_groups(key_words)]
-    else:
-        query_labels = [display_token(t) for t in query_tokens]
-        key_labels = [display_token(t) for t in key_tokens]
     name = model_title(capture)
     if len(long_titles) == 1:
         title = f"{name} · {STACK_TITLES[stack]}{long_titles[0]}"

@@ -23,7 +23,7 @@ from torch import Tensor
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 from attnviz.common.progress import warn
-from attnviz.common.tokens import display_token, merge_visibility, merge_words, word_groups, word_label
+from attnviz.common.tokens import merge_visibility, merge_words
 from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title
 from attnviz.render.heatmap import causal_visibility
@@ -46,27 +46,13 @@ StackLayers = Mapping[str, Sequence[int]]  # stack -> the layer indices on the p
 Layout = Mapping[tuple[str, int], int]  # (stack, layer) -> heads
 
 
-def axis_labels(capture: AttentionCapture, stack: str, words: bool) -> tuple[list[str], list[str]]:
-    """Display labels of the query and key axes of ``stack`` (words or tokens)."""
-    query_tokens, key_tokens = capture.axis_tokens(stack)
-    if not words:
-        return [display_token(t) for t in query_tokens], [display_token(t) for t in key_tokens]
-    query_words, key_words = capture.axis_word_ids(stack)
-    return (
-        [word_label(query_tokens, g) for g in word_groups(query_words)],
-        [word_label(key_tokens, g) for g in word_groups(key_words)],
-    )
-
-
 def stack_header(tokens: AttentionCapture, stack: str, words: bool) -> dict:
     """The part of a stack's payload that needs no pattern: labels and per-row visible key counts.
 
     ``tokens``: a capture (its patterns are not read; one without patterns is fine).
     """
     query_words, key_words = tokens.axis_word_ids(stack)
-    if words and (not query_words or not key_words):
-        raise InputError("this capture has no word boundaries, so words cannot be merged")
-    queries, keys = axis_labels(tokens, stack, words)
+    queries, keys = tokens.axis_labels(stack, words)
     visible_counts = None  # null: every query sees every key
     if tokens.is_causal(stack):
         token_queries, token_keys = tokens.axis_tokens(stack)
