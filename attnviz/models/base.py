@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
 from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.common.images import ImageGrid
 from attnviz.models.probing import ProbeBatch
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 
@@ -46,6 +47,10 @@ class EncodedBatch:
     target_tokens: list[list[str]] | None = None
     target_special: list[list[bool]] | None = None
     target_word_ids: list[list[int | None]] | None = None
+    #: images (vision models): how the tokens cover the picture, the same for the whole batch
+    image_grid: ImageGrid | None = None
+    #: images (vision models): ``[b, H, W, 3]`` float32 0–1, each image as the model saw it (resized)
+    images: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -13,13 +13,14 @@ import torch
 from torch import nn
 
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
-from attnviz.common.errors import InputError, ModelSpecError, ParameterError, UnsupportedModelError
+from attnviz.common.errors import AttnvizError, InputError, ModelSpecError, ParameterError, UnsupportedModelError
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.hf_checks import check_loading_info, first_line, quiet_transformers, refuse_custom_code
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
 from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
 from attnviz.models.probing import ProbeBatch
+from attnviz.models.vision import is_vision_type, load_vision_model
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
@@ -70,7 +71,13 @@ def load_hf_model(
     placement = {"device_map": device_map} if device_map else {}
     try:
         config = transformers.AutoConfig.from_pretrained(source, **extra)
+        if not gguf_file and is_vision_type(getattr(config, "model_type", "")):  # images, not text
+            return load_vision_model(  # type: ignore[return-value]
+                source, config, name=name, device=device, dtype=dtype, device_map=device_map
+            )
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
+    except AttnvizError:
+        raise
     except Exception as exc:  # OSError, ValueError, tokenizers' own exceptions on a damaged tokenizer.json, …
         raise ModelSpecError(
             f"cannot load model {source!r}: {first_line(exc)} "
