@@ -14,7 +14,9 @@ for encoder-only and decoder-only models; ``encoder.*``, ``decoder.*`` and
 ``target_special`` (JSON lists of booleans), ``word_ids`` /
 ``target_word_ids`` (JSON lists of int or null), and ``causal`` (``true`` /
 ``false``); version 2 adds ``bits`` (32, 16 or 8) and, for captures of
-generated text, ``generated_from`` (index of the first generated token).
+generated text, ``generated_from`` (index of the first generated token); a vision model's capture adds
+``image_grid`` (JSON: ``rows``, ``cols``, ``extra_kinds``, ``patch_size``) and the tensor
+``image`` (float32 ``[H, W, 3]`` in 0–1, the resized picture).
 Version-1 files (always float32) still load. No pickle is involved.
 """
 
@@ -34,6 +36,7 @@ from attnviz.core import AttentionSite
 from attnviz.core.recorder import PatternRecorder
 from attnviz.core.stacks import stack_of
 from attnviz.common.errors import CaptureFileError, InputError
+from attnviz.common.images import ImageGrid
 from attnviz.outputs.files import atomic_path, check_output_path
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import HeadIdentity, model_identity
@@ -60,8 +63,11 @@ class AttentionCapture:
     #: index of the first generated token (decoder tokens for encoder-decoder models); None: no generation
     generated_from: int | None = None
     identity: HeadIdentity | None = None  # original head numbers of a pruned model
-    #: named tensors stored next to the patterns (e.g. ``rollout``, float32 ``[query, key]``)
+    #: named tensors stored next to the patterns (e.g. ``rollout``, float32 ``[query, key]``; ``image``,
+    #: float32 ``[H, W, 3]`` in 0–1, the picture a vision model saw)
     extras: dict[str, Tensor] = field(default_factory=dict)
+    #: a vision model's capture: how the tokens (extra tokens, then patches row-major) cover the image
+    image_grid: ImageGrid | None = None
 
     @property
     def stacks(self) -> list[str]:
@@ -144,6 +150,8 @@ class AttentionCapture:
             metadata["generated_from"] = json.dumps(self.generated_from)
         if self.identity is not None:
             metadata["head_identity"] = json.dumps(self.identity.to_dict())
+        if self.image_grid is not None:
+            metadata["image_grid"] = json.dumps(self.image_grid.to_dict())
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
         return path
@@ -212,6 +220,8 @@ def captures_from_patterns(
                 target_tokens=batch.target_tokens[i] if batch.target_tokens else None,
                 target_special=batch.target_special[i] if batch.target_special else None,
                 target_word_ids=batch.target_word_ids[i] if batch.target_word_ids else None,
+                image_grid=batch.image_grid,
+                extras={} if batch.images is None else {"image": batch.images[i].detach().to("cpu", torch.float32)},
             )
         )
     return captures
@@ -227,6 +237,11 @@ def capture_batch(
 ) -> list[AttentionCapture]:
     """Run ``texts`` through ``loaded`` and return one capture per text (padding trimmed)."""
     batch = loaded.encode(texts, targets=targets, max_length=max_length, truncate=truncate)
+    return capture_encoded(loaded, batch)
+
+
+def capture_encoded(loaded: LoadedModel, batch: EncodedBatch) -> list[AttentionCapture]:
+    """Run an encoded ``batch`` (texts or images) through ``loaded``: one capture per example (padding trimmed)."""
     recorder = PatternRecorder()
     with torch.no_grad():
         loaded.forward(batch, loaded.context([recorder]))
