@@ -94,7 +94,7 @@ def build_tiny_vision_model(family: str, path: Path, *, seed: int = 0) -> Path:
     return path
 
 
-def test_images(count: int, *, seed: int = 0, size: int = IMAGE_SIZE * 2):
+def sample_images(count: int, *, seed: int = 0, size: int = IMAGE_SIZE * 2):
     """``count`` seeded random RGB PIL images of ``size``×``size`` pixels (blocks of colour, not noise)."""
     from PIL import Image
 

@@ -28,7 +28,9 @@ ATTENTION_VARIANTS = (
     "linear",
     "performer",
 )
-TaskName = Enum("TaskName", {name: name for name in TASK_NAMES}, type=str)
+#: tasks on images (attnviz.toy.odd_patch): a small ViT, trained with the size and training options only
+IMAGE_TASK_NAMES = ("odd-patch",)
+TaskName = Enum("TaskName", {name: name for name in TASK_NAMES + IMAGE_TASK_NAMES}, type=str)
 Architecture = Enum("Architecture", {name: name for name in ARCHITECTURE_NAMES}, type=str)
 AttentionVariant = Enum("AttentionVariant", {name: name for name in ATTENTION_VARIANTS}, type=str)
 
@@ -243,9 +245,11 @@ def train(
     """Train a toy transformer on a synthetic task with a known attention solution, and save it.
 
     The checkpoint directory works as a model spec everywhere, e.g.
-    attnviz heatmap "3 1 4 1 5" --model toy-reverse.
+    attnviz heatmap "3 1 4 1 5" --model toy-reverse. odd-patch trains a small ViT on 32×32 images
+    (attnviz heatmap --image odd.png --model toy-odd-patch).
     """
     from attnviz.cli.console import console
+    from attnviz.common.errors import InputError
     from attnviz.models.base import parameter_count
     from attnviz.models.specs import resolve_device
     from attnviz.toy.checkpoint import check_checkpoint_output
@@ -253,8 +257,23 @@ def train(
     from attnviz.toy.tasks import get_task
     from attnviz.toy.training import TrainingSettings, build_toy_model
 
-    min_length, max_length = _parse_lengths(lengths)
     task = task.value
+    if task in IMAGE_TASK_NAMES:
+        token_only = {
+            "--architecture": architecture, "--lengths": lengths, "--symbols": symbols,
+            "--absolute-positions": absolute_positions, "--attention": attention, "--window": window,
+            "--stride": stride, "--global-tokens": global_tokens, "--block-size": block_size,
+            "--random-blocks": random_blocks, "--max-relative-position": max_relative_position,
+            "--features": features, "--checkpoint-every": checkpoint_every,
+        }  # fmt: skip
+        given = [flag for flag, value in token_only.items() if value is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} apply to the token tasks; {task} trains a small ViT")
+        from attnviz.cli.train_images import train_image_task
+
+        train_image_task(task, out, width, heads, layers, mlp_width, steps, batch_size, learning_rate, seed, eval_examples)
+        return
+    min_length, max_length = _parse_lengths(lengths)
     loaded = build_toy_model(
         task,
         architecture=architecture.value if architecture is not None else None,

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -110,6 +110,8 @@ class LoadedModel(ABC):
     encoder_decoder: bool = False
     #: longest input the model accepts (positions), or None when unbounded
     max_length: int | None = None
+    #: what the model reads: text (token sequences) or images (a vision transformer, see attnviz.models.vision)
+    modality: Literal["text", "image"] = "text"
 
     _layout: dict[AttentionSite, int] | None = None
 
@@ -180,6 +182,10 @@ class LoadedModel(ABC):
         Commands measure a model on its own data when the user gives no text; text models have none
         and are measured on a corpus (the shipped one by default).
         """
+        return None
+
+    def own_images(self, count: int, seed: int) -> list | None:
+        """``count`` images of the model's own task drawn with ``seed`` (a toy vision model), else None."""
         return None
 
     def own_example_batches(self, num_examples: int, *, batch_size: int, seed: int) -> list[EncodedBatch] | None:

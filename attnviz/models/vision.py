@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -119,6 +119,7 @@ def load_vision_model(
         model.to(device)
     model.eval()
     loaded = VisionModel(model, processor, name=name or source, extra_kinds=VISION_FAMILIES[model_type](config))
+    loaded.image_task = _image_task(source)
     loaded.layout()  # a probe forward pass: checks the grid against the patterns now, not in the middle of a command
     return loaded
 
@@ -147,6 +148,10 @@ def load_image_processor(source: str):
 
 class VisionModel(LoadedModel):
     """A transformers vision transformer whose attention runs through attnviz's core; reads images, not text."""
+
+    modality: Literal["text", "image"] = "image"
+    #: the toy image task the model was trained on (``odd-patch``), whose examples it can draw; None otherwise
+    image_task: str | None = None
 
     def __init__(self, model: nn.Module, processor: Any, *, name: str, extra_kinds: tuple[str, ...]):
         self.model = model
@@ -301,12 +306,20 @@ class VisionModel(LoadedModel):
         source = getattr(self.model.config, "_name_or_path", None)
         return [Path(source).resolve()] if source and Path(source).exists() else []
 
+    def own_images(self, count: int, seed: int) -> list[Image] | None:
+        """``count`` fresh examples of the model's own toy task (``toy-odd-patch``), or None for other models."""
+        if self.image_task is None:
+            return None
+        from attnviz.toy.odd_patch import odd_patch_images
+
+        return odd_patch_images(count, seed)[0]
+
     # -- text tools refuse ------------------------------------------------------------------------
 
     def probe_batches(self, length: int, sequences: int, *, seed: int, batch_size: int) -> list[ProbeBatch]:
         raise UnsupportedModelError(
-            f"{self.name} is a vision model: the head probes (previous-token, induction, duplicate-token, …) "
-            "are defined on text; use attnviz stats --images DIR for its heads"
+            f"{self.name} is a vision model: the head probes (previous-token, induction, duplicate-token) are "
+            "text tools, defined on token sequences; measure its heads on images with the image statistics instead"
         )
 
     def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
@@ -326,6 +339,20 @@ class VisionModel(LoadedModel):
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]):  # type: ignore[override]
         self.check_objective()
         raise AssertionError  # unreachable
+
+
+def _image_task(source: str) -> str | None:
+    """The toy image task recorded in a checkpoint directory (see :mod:`attnviz.toy.odd_patch`), if any."""
+    import json
+
+    from attnviz.toy.odd_patch import IMAGE_TASK_FILE
+
+    try:
+        document = json.loads((Path(source).expanduser() / IMAGE_TASK_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    task = document.get("task") if isinstance(document, dict) else None
+    return task if isinstance(task, str) else None
 
 
 def _per_channel(values: Any) -> list[float]:

@@ -236,12 +236,15 @@ def compute_image_statistics(
         sink_patches={site: mean for site, (mean, _) in shares.items()},
         sink_patches_std={site: std for site, (_, std) in shares.items()},
         num_sink_patches=sink_patch_count(grid.num_patches),
-        sink_heads=[
-            (site, head) for site, (mean, _) in shares.items() for head in range(mean.shape[0]) if mean[head] >= SINK_HEAD_SHARE
-        ],
+        sink_heads=flag_sink_heads({site: mean for site, (mean, _) in shares.items()}),
         images=list(names) if names is not None else [],
     )
     return stats
+
+
+def flag_sink_heads(shares: dict[AttentionSite, Tensor]) -> list[tuple[AttentionSite, int]]:
+    """The heads whose mean share of attention on the sink patches (``[h]`` per site) is at least :data:`SINK_HEAD_SHARE`."""
+    return [(site, head) for site, values in shares.items() for head in range(values.shape[0]) if values[head] >= SINK_HEAD_SHARE]
 
 
 def _image_batches(vision, images: Sequence[ImageSource], batch_size: int) -> Iterator[EncodedBatch]:

@@ -79,6 +79,10 @@ def measure_model(
     **batching,
 ) -> tuple[HeadStatistics, Detection]:
     """``(statistics, flags)`` of one loaded model: over ``images`` or ``texts``, else its own examples, else the corpus."""
+    if images is None and texts is None and loaded.modality == "image":
+        images = loaded.own_images(toy_examples, seed)  # the toy's own task images
+        if images is None:
+            raise InputError(f"{loaded.name} is a vision model: give it images to measure on")
     if images is not None:
         from attnviz.stats.images import compute_image_statistics
 
