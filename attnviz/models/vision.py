@@ -12,7 +12,8 @@ refused by name before any weight is read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -134,16 +135,25 @@ def load_image_processor(source: str):
             f"vision model {source!r} has no preprocessor_config.json (its image processor), so attnviz cannot tell "
             "how to resize and normalise images for it: save it with image_processor.save_pretrained(directory)"
         )
-    import logging
-
-    quiet = logging.getLogger("transformers")  # "requires torchvision ... falling back to the Pil processor" is fine
     try:
-        previous, quiet.disabled = quiet.disabled, True
-        return transformers.AutoImageProcessor.from_pretrained(source, trust_remote_code=False)
+        with quiet_image_processors():
+            return transformers.AutoImageProcessor.from_pretrained(source, trust_remote_code=False)
     except Exception as exc:
         raise ModelSpecError(f"cannot load the image processor of model {source!r}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def quiet_image_processors() -> Iterator[None]:
+    """Silence transformers' "requires torchvision … falling back to the Pil processor" notice (the Pillow
+    processors are what attnviz uses), restoring the logger afterwards."""
+    from transformers.utils import logging
+
+    previous = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
     finally:
-        quiet.disabled = previous
+        logging.set_verbosity(previous)
 
 
 class VisionModel(LoadedModel):

@@ -92,7 +92,11 @@ def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
     """An untrained tiny ``ViTForImageClassification`` (16 classes) and its image processor."""
     import transformers
 
+    from attnviz.models.hf_checks import quiet_transformers
+    from attnviz.models.vision import quiet_image_processors
+
     settings.validate()
+    quiet_transformers()  # as loading any model does: no progress bars while saving
     config = transformers.ViTConfig(
         hidden_size=settings.width,
         num_hidden_layers=settings.num_layers,
@@ -106,9 +110,10 @@ def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    processor = transformers.ViTImageProcessor(
-        size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, image_mean=[0.5] * 3, image_std=[0.5] * 3
-    )
+    with quiet_image_processors():
+        processor = transformers.ViTImageProcessor(
+            size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, image_mean=[0.5] * 3, image_std=[0.5] * 3
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = transformers.ViTForImageClassification(config)
