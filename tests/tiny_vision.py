@@ -62,7 +62,9 @@ def tiny_vision_config(family: str):
             config = transformers.Dinov2WithRegistersConfig(**common, num_register_tokens=2)
             model_class = transformers.Dinov2WithRegistersModel
         processor = transformers.BitImageProcessor(
-            size={"shortest_edge": IMAGE_SIZE}, crop_size=size, image_mean=[0.485, 0.456, 0.406],
+            size={"shortest_edge": IMAGE_SIZE},
+            crop_size=size,
+            image_mean=[0.485, 0.456, 0.406],
             image_std=[0.229, 0.224, 0.225],
         )
         return model_class, config, processor

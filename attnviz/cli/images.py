@@ -57,7 +57,9 @@ def image_source(image: str) -> str | bytes:
     if image != STDIN:
         return str(Path(image).expanduser())
     if sys.stdin is None or sys.stdin.isatty():
-        raise InputError("--image - reads the image from standard input, but nothing is piped in: attnviz ... < cat.png")
+        raise InputError(
+            "--image - reads the image from standard input, but nothing is piped in: attnviz ... < cat.png"
+        )
     data = sys.stdin.buffer.read()
     if not data:
         raise InputError("standard input is empty: pipe a PNG or JPEG image in")

@@ -271,7 +271,9 @@ def train(
             raise InputError(f"{', '.join(given)} apply to the token tasks; {task} trains a small ViT")
         from attnviz.cli.train_images import train_image_task
 
-        train_image_task(task, out, width, heads, layers, mlp_width, steps, batch_size, learning_rate, seed, eval_examples)
+        train_image_task(
+            task, out, width, heads, layers, mlp_width, steps, batch_size, learning_rate, seed, eval_examples
+        )
         return
     min_length, max_length = _parse_lengths(lengths)
     loaded = build_toy_model(

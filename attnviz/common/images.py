@@ -86,7 +86,7 @@ class ImageGrid:
     def from_dict(cls, values: object) -> ImageGrid:
         """The inverse of :meth:`to_dict`; ValueError on anything malformed (a damaged file)."""
         if not isinstance(values, dict):
-            raise ValueError("the image grid is not an object")
+            raise ValueError("the image grid is not an object")  # noqa: TRY004 (a damaged file, as below)
         rows, cols, kinds = values.get("rows"), values.get("cols"), values.get("extra_kinds")
         patch = values.get("patch_size", [1, 1])
         if not (isinstance(rows, int) and isinstance(cols, int) and rows >= 1 and cols >= 1):

@@ -12,8 +12,7 @@ refused by name before any weight is read.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,6 +23,7 @@ from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelEr
 from attnviz.common.images import ImageGrid
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.hf_checks import quiet_image_processors
 from attnviz.models.probing import ProbeBatch
 
 if TYPE_CHECKING:
@@ -88,16 +88,17 @@ def load_vision_model(
     import transformers
 
     from attnviz.core import ATTENTION_NAME, register_attention
-    from attnviz.models.hf import model_class_for
     from attnviz.models.hf_checks import check_loading_info, first_line
 
     model_type = config.model_type
     check_vision_family(model_type, source)
     processor = load_image_processor(source)
     tower = VISION_TOWERS.get(model_type)
-    cls = getattr(transformers, tower[0]) if tower else model_class_for(config)
-    if cls is transformers.AutoModel:
-        cls = transformers.AutoModel
+    # the class named by the config (a classifier loads with its head), else the bare model
+    named = [getattr(transformers, arch, None) for arch in getattr(config, "architectures", None) or []]
+    cls = (
+        getattr(transformers, tower[0]) if tower else next((c for c in named if c is not None), transformers.AutoModel)
+    )
     register_attention()
     placement = {"device_map": device_map} if device_map else {}
     with warnings.catch_warnings():
@@ -140,20 +141,6 @@ def load_image_processor(source: str):
             return transformers.AutoImageProcessor.from_pretrained(source, trust_remote_code=False)
     except Exception as exc:
         raise ModelSpecError(f"cannot load the image processor of model {source!r}: {exc}") from exc
-
-
-@contextlib.contextmanager
-def quiet_image_processors() -> Iterator[None]:
-    """Silence transformers' "requires torchvision … falling back to the Pil processor" notice (the Pillow
-    processors are what attnviz uses), restoring the logger afterwards."""
-    from transformers.utils import logging
-
-    previous = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(previous)
 
 
 class VisionModel(LoadedModel):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -27,7 +27,7 @@ from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads,
 
 #: which query's attention to draw: the class token, the mean over patch queries, or patch ``(row, col)``;
 #: None: the class token when the model has one, else the mean
-ImageQuery = Union[Literal["cls", "mean"], tuple[int, int], None]
+ImageQuery = Literal["cls", "mean"] | tuple[int, int] | None
 ImageView = Literal["heads", "rollout"]
 #: opacity of the heat overlay over the picture
 OVERLAY_ALPHA = 0.6
@@ -100,7 +100,9 @@ def image_panels(
     for layer in resolve_layers(layers, capture.num_layers()):
         pattern = capture.layer(layer)  # [head, query, key]
         ids = list(range(pattern.shape[0]))
-        picked = resolve_heads(heads, ids if capture.identity is None else capture.identity.ids("self", layer, len(ids)))
+        picked = resolve_heads(
+            heads, ids if capture.identity is None else capture.identity.ids("self", layer, len(ids))
+        )
         weights = query_row(pattern, grid, chosen)  # [head, key]
         if isinstance(picked, MeanOfHeads):
             patches, extras = split_keys(weights.mean(dim=0), grid)

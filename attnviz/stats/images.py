@@ -132,7 +132,7 @@ class ImageGridAccumulator:
         reach = self._reach[start : start + queries.shape[2]].to(pattern.device)  # [pq]
         on_patches = queries[..., grid.num_extra :].sum(-1).clamp(min=torch.finfo(torch.float32).tiny)  # [b, h, pq]
         distance = (queries * distances).sum(-1) / on_patches  # [b, h, pq] patches
-        batch, heads = pattern.shape[:2]
+        heads = pattern.shape[1]
         self.distance.setdefault(site, _Sums()).add_items(distance.permute(0, 2, 1).reshape(-1, heads))
         normalized = (distance / reach).permute(0, 2, 1).reshape(-1, heads)  # [b·pq, h]
         self.normalized.setdefault(site, _Sums()).add_items(normalized)
@@ -222,7 +222,10 @@ def compute_image_statistics(
     stats.identity = model_identity(vision)
     assert grid is not None
     for site, numbers in stats.sites.items():
-        for name, sums in (("mean_distance", grid_accumulator.distance), ("normalized_distance", grid_accumulator.normalized)):
+        for name, sums in (
+            ("mean_distance", grid_accumulator.distance),
+            ("normalized_distance", grid_accumulator.normalized),
+        ):
             index = STATISTIC_INDEX[name]
             if site in sums:
                 mean, std = sums[site].mean_std()
@@ -244,7 +247,12 @@ def compute_image_statistics(
 
 def flag_sink_heads(shares: dict[AttentionSite, Tensor]) -> list[tuple[AttentionSite, int]]:
     """The heads whose mean share of attention on the sink patches (``[h]`` per site) is at least :data:`SINK_HEAD_SHARE`."""
-    return [(site, head) for site, values in shares.items() for head in range(values.shape[0]) if values[head] >= SINK_HEAD_SHARE]
+    return [
+        (site, head)
+        for site, values in shares.items()
+        for head in range(values.shape[0])
+        if values[head] >= SINK_HEAD_SHARE
+    ]
 
 
 def _image_batches(vision, images: Sequence[ImageSource], batch_size: int) -> Iterator[EncodedBatch]:

@@ -92,8 +92,7 @@ def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
     """An untrained tiny ``ViTForImageClassification`` (16 classes) and its image processor."""
     import transformers
 
-    from attnviz.models.hf_checks import quiet_transformers
-    from attnviz.models.vision import quiet_image_processors
+    from attnviz.models.hf_checks import quiet_image_processors, quiet_transformers
 
     settings.validate()
     quiet_transformers()  # as loading any model does: no progress bars while saving

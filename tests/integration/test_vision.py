@@ -6,8 +6,6 @@ Tiny random ViT, DeiT, DINOv2 (with and without registers), CLIP-vision and SigL
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -79,7 +77,9 @@ def test_windowed_family_refused_by_name_before_loading(tmp_path):
     import transformers
 
     folder = tmp_path / "swin"
-    transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1], num_heads=[2]).save_pretrained(folder)
+    transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1], num_heads=[2]).save_pretrained(
+        folder
+    )
     # no weights and no image processor: anything that tried to load them would fail differently
     with pytest.raises(UnsupportedModelError, match="swin.*windows"):
         load_model(str(folder), device="cpu")
@@ -127,14 +127,19 @@ def hottest_drawn_patch(figure, axes_index: int, grid) -> int:
     ax = figure.axes[axes_index]
     luminance = []
     for x, y in overlay_patch_centres(ax, grid):
-        r, g, b = pixels[int(round(height - y)), int(round(x))]
+        r, g, b = pixels[round(height - y), round(x)]
         luminance.append(0.2126 * r + 0.7152 * g + 0.0722 * b)  # viridis grows brighter with the weight
     return int(np.argmax(luminance))
 
 
 @pytest.mark.parametrize(
     ("family", "query", "view"),
-    [("vit", None, "heads"), ("deit", (2, 1), "heads"), ("siglip", None, "heads"), ("dinov2_registers", None, "rollout")],
+    [
+        ("vit", None, "heads"),
+        ("deit", (2, 1), "heads"),
+        ("siglip", None, "heads"),
+        ("dinov2_registers", None, "rollout"),
+    ],
 )
 def test_overlay_hottest_patch_is_the_patterns(family, query, view, vision_models):
     from matplotlib.backends.backend_agg import FigureCanvasAgg

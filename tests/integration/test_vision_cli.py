@@ -26,7 +26,9 @@ def image_folder(tmp_path_factory):
 
 def test_capture_then_heatmap_from_capture(capsys, tmp_path, image_folder, tiny_vision_dirs):
     out = tmp_path / "image.safetensors"
-    result = run_cli(capsys, "capture", "--image", image_folder / "photo-0.png", "--model", tiny_vision_dirs["deit"], "--out", out)
+    result = run_cli(
+        capsys, "capture", "--image", image_folder / "photo-0.png", "--model", tiny_vision_dirs["deit"], "--out", out
+    )
     assert result.exit_code == 0, result.stderr
     saved = AttentionCapture.load(out)
     assert saved.tokens[:3] == ["[CLS]", "[DIST]", "r0c0"] and len(saved.tokens) == 18
@@ -53,15 +55,28 @@ def test_stats_over_a_folder(capsys, tmp_path, image_folder, tiny_vision_dirs):
     assert record["num_examples"] == 5 and record["image"]["distance_unit"] == "patches"
     assert record["image"]["extra_tokens"] == ["[CLS]", "[REG0]", "[REG1]"]
     images = sorted(image_folder.glob("*.png")) + [extra]
-    stats = compute_image_statistics(load_model(str(tiny_vision_dirs["dinov2_registers"]), device="cpu"), images, progress=False)
+    stats = compute_image_statistics(
+        load_model(str(tiny_vision_dirs["dinov2_registers"]), device="cpu"), images, progress=False
+    )
     for row in record["heads"]:
-        assert row["mean_distance"] == pytest.approx(float(stats.matrix("mean_distance")[row["layer"], row["head"]]), abs=1e-5)
+        assert row["mean_distance"] == pytest.approx(
+            float(stats.matrix("mean_distance")[row["layer"], row["head"]]), abs=1e-5
+        )
     assert "sink patches" in " ".join(result.stderr.split())
 
 
 def test_image_view_in_the_browser(capsys, tmp_path, image_folder, tiny_vision_dirs, open_page):
     page_path = tmp_path / "view.html"
-    result = run_cli(capsys, "heatmap", "--image", image_folder / "photo-1.png", "--model", tiny_vision_dirs["vit"], "--out", page_path)
+    result = run_cli(
+        capsys,
+        "heatmap",
+        "--image",
+        image_folder / "photo-1.png",
+        "--model",
+        tiny_vision_dirs["vit"],
+        "--out",
+        page_path,
+    )
     assert result.exit_code == 0, result.stderr
     run = open_page(page_path)
     page = run.page
@@ -79,8 +94,10 @@ def test_image_view_in_the_browser(capsys, tmp_path, image_folder, tiny_vision_d
     assert float(row[capture.tokens.index(hottest) - 1]) >= float(row.max()) * (1 - 2 / 255)  # 8-bit page codes
     assert "r2c3" in page.locator("#readout").text_content()
     # the picture is drawn: the canvas is not blank
-    blank = page.evaluate("() => { const c = document.getElementById('picture'); const d = c.getContext('2d')"
-                          ".getImageData(0, 0, c.width, c.height).data; return d.every(v => v === 0); }")
+    blank = page.evaluate(
+        "() => { const c = document.getElementById('picture'); const d = c.getContext('2d')"
+        ".getImageData(0, 0, c.width, c.height).data; return d.every(v => v === 0); }"
+    )
     assert blank is False
     run.assert_clean()
 
@@ -113,7 +130,9 @@ def test_bad_images_are_refused(capsys, tmp_path, bad_images, tiny_vision_dirs, 
 
 
 def test_image_to_a_text_model_and_text_to_a_vision_model(capsys, tmp_path, image_folder, tiny_vision_dirs):
-    result = run_cli(capsys, "heatmap", "--image", image_folder / "photo-0.png", "--model", "minilm", "--out", tmp_path / "a.png")
+    result = run_cli(
+        capsys, "heatmap", "--image", image_folder / "photo-0.png", "--model", "minilm", "--out", tmp_path / "a.png"
+    )
     assert_clean_error(result, "minilm is a text model")
     assert len(result.error_lines()) == 1
     result = run_cli(capsys, "heatmap", "a cat", "--model", tiny_vision_dirs["vit"], "--out", tmp_path / "b.png")
@@ -136,8 +155,12 @@ def test_image_from_standard_input(tmp_path, image_folder, tiny_vision_dirs):
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([source_root, *sys.path]), "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "attnviz", "capture", "--image", "-", "--model", str(tiny_vision_dirs["clip"])]
     done = subprocess.run(
-        [*command, "--out", str(out)], input=(image_folder / "photo-2.png").read_bytes(), capture_output=True,
-        env=environment, timeout=300,
+        [*command, "--out", str(out)],
+        input=(image_folder / "photo-2.png").read_bytes(),
+        capture_output=True,
+        check=False,
+        env=environment,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr.decode()
     assert AttentionCapture.load(out).tokens[0] == "[CLS]"
