@@ -18,8 +18,9 @@ until one of them is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from attnviz.common.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -93,8 +94,8 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, capture
-    from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
     from attnviz.common.errors import AttnvizError
+    from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
     from attnviz.heads import FunctionThresholds, HeadFunctions, ProbeSettings, head_functions, head_similarity, rollout
     from attnviz.models.base import LoadedModel
     from attnviz.models.specs import load_model
@@ -105,14 +106,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.toy import build_toy_model, load_toy_model, train_toy_model
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

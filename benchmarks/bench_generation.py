@@ -20,10 +20,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
+from attnviz.captures.generation import generate_capture
+from attnviz.common.texts import default_corpus_path, read_examples
 from attnviz.core import CONTEXT_KWARG
 from attnviz.core.recorder import PatternRecorder
-from attnviz.common.texts import default_corpus_path, read_examples
-from attnviz.captures.generation import generate_capture
 from attnviz.models.specs import load_model
 
 

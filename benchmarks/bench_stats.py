@@ -33,8 +33,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
-from attnviz.core import AttentionSite, kernel
 from attnviz.common.texts import default_corpus_path, read_examples
+from attnviz.core import AttentionSite, kernel
 from attnviz.models.base import EncodedBatch
 from attnviz.models.specs import load_model
 from attnviz.stats import HeadStatistics, StatisticsAccumulator, compute_statistics

@@ -14,16 +14,16 @@ from pathlib import Path
 import torch
 
 from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, captures_from_patterns
-from attnviz.common.texts import load_texts
 from attnviz.common.errors import InputError
-from attnviz.outputs.files import check_output_path, read_text_file
+from attnviz.common.progress import status
+from attnviz.common.texts import load_texts
 from attnviz.models.base import LoadedModel
 from attnviz.models.specs import load_model
+from attnviz.outputs.files import check_output_path, read_text_file
 from attnviz.render.atlas import ExtraColumns, HeadKey, write_atlas
 from attnviz.render.html_page import HTML_SUFFIXES
-from attnviz.common.progress import status
-from attnviz.stats.detect import Thresholds
 from attnviz.stats.measure import measure_model
+from attnviz.stats.thresholds import Thresholds
 
 #: Example texts longer than this many characters are passed over (their patterns would be unreadably small).
 _EXAMPLE_MAX_CHARS = 120

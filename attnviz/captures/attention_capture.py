@@ -32,14 +32,14 @@ import torch
 from torch import Tensor
 
 from attnviz.captures.compact import check_bits, decode_patterns, encode_pattern
-from attnviz.core import AttentionSite
-from attnviz.core.recorder import PatternRecorder
-from attnviz.core.stacks import stack_of
 from attnviz.common.errors import CaptureFileError, InputError
 from attnviz.common.images import ImageGrid
-from attnviz.outputs.files import atomic_path, check_output_path
+from attnviz.core import AttentionSite
+from attnviz.core.recorder import PatternRecorder
+from attnviz.core.stacks import is_causal_stack, stack_of
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import HeadIdentity, model_identity
+from attnviz.outputs.files import atomic_path, check_output_path
 
 FORMAT_NAME = "attnviz-capture"
 FORMAT_VERSION = "2"
@@ -112,7 +112,7 @@ class AttentionCapture:
 
     def is_causal(self, stack: str = "self") -> bool:
         """Whether queries of ``stack`` only see earlier keys."""
-        return stack_of(stack).is_causal(self.causal)
+        return is_causal_stack(stack, self.causal)
 
     # -- file format -----------------------------------------------------------------------
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attnviz.captures.choices import CAPTURE_BITS
 from attnviz.common.errors import ParameterError
 
 #: Bits per weight a capture file may use.
-CAPTURE_BITS = (8, 16, 32)
 #: Suffix of the tensor holding the per-row scales of an 8-bit pattern.
 SCALE_SUFFIX = ".scale"
 _LEVELS = 255

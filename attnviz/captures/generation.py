@@ -29,13 +29,12 @@ import torch
 from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.core import CONTEXT_KWARG, AttentionSite
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
+from attnviz.common.tokens import WORD_START_MARKERS, piece_starts_word
+from attnviz.core import CONTEXT_KWARG, AttentionSite
 from attnviz.models.base import LoadedModel
 
 # Markers of a token that starts a new word (byte-level BPE, SentencePiece) or continues one (WordPiece).
-_WORD_START_MARKERS = ("Ġ", "▁", "Ċ")
-_CONTINUATION_MARKER = "##"
 
 
 @dataclass
@@ -180,7 +179,7 @@ def _next_token(logits: Tensor, sample: bool, temperature: float, generator: tor
 
 def _word_ids_of_new_tokens(tokens: list[str], special: list[bool], last_word: int | None) -> list[int | None]:
     """Word ids of generated tokens, from their markers: ``Ġ``/``▁`` start a word, ``##`` continues one."""
-    uses_start_markers = any(t.startswith(_WORD_START_MARKERS) for t in tokens)
+    uses_start_markers = any(t.startswith(WORD_START_MARKERS) for t in tokens)
     word = -1 if last_word is None else last_word
     ids: list[int | None] = []
     previous_special = last_word is None
@@ -189,10 +188,7 @@ def _word_ids_of_new_tokens(tokens: list[str], special: list[bool], last_word: i
             ids.append(None)
             previous_special = True
             continue
-        if uses_start_markers:
-            starts = token.startswith(_WORD_START_MARKERS) or previous_special
-        else:
-            starts = not token.startswith(_CONTINUATION_MARKER) or previous_special
+        starts = piece_starts_word(token, uses_start_markers) or previous_special
         word += 1 if starts else 0
         ids.append(word)
         previous_special = token.strip("Ċ") == ""  # a text after a line break starts a word

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -16,17 +15,16 @@ from attnviz.cli.options import (
     DtypeOption,
     JsonOption,
     MaxLengthOption,
+    choice_enum,
     choice_parser,
 )
+from attnviz.heads.choices import ALIGNMENT_ROWS
 
 ALIGN_PANEL = "Alignment"
 
 
-class RowChoice(str, Enum):
-    """Which decoder rows stand for a target word."""
-
-    predicting = "predicting"
-    reading = "reading"
+#: which decoder rows stand for a target word
+RowChoice = choice_enum("RowChoice", ALIGNMENT_ROWS)
 
 
 def align(
@@ -99,11 +97,11 @@ def align(
 
       cat pairs.jsonl | attnviz align ./my-marian --data - --json align.json --limit 10
     """
-    from attnviz.heads.alignment import align_heads, read_alignment_pairs, write_alignment_json
-    from attnviz.cli.stdin import STDIN, read_stdin
     from attnviz.cli.console import console
-    from attnviz.outputs.files import check_output_path, check_outputs
+    from attnviz.cli.stdin import STDIN, read_stdin
+    from attnviz.heads.alignment import align_heads, read_alignment_pairs, write_alignment_json
     from attnviz.models.specs import load_model
+    from attnviz.outputs.files import check_output_path, check_outputs
     from attnviz.render.align_plot import alignment_grid_figure, alignment_table
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
 

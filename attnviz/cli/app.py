@@ -62,6 +62,7 @@ def _register_commands() -> None:
     from attnviz.cli import (
         align_cmd,
         capture_cmd,
+        env_cmd,
         heads_cmd,
         heatmap_cmd,
         models_cmd,
@@ -81,6 +82,7 @@ def _register_commands() -> None:
         report_cmd,
         align_cmd,
         models_cmd,
+        env_cmd,
     ):
         module.register(app)
 

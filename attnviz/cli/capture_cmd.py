@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from attnviz.captures.choices import CAPTURE_BITS
 from attnviz.cli.images import ImageOption
 from attnviz.cli.options import (
     OUTPUT_PANEL,
@@ -22,16 +22,13 @@ from attnviz.cli.options import (
     SampleSeedOption,
     TargetOption,
     TemperatureOption,
+    choice_enum,
     choice_parser,
 )
 
-
-class Bits(str, Enum):
-    """Bits per attention weight in the capture file."""
-
-    b8 = "8"
-    b16 = "16"
-    b32 = "32"
+#: bits per attention weight in the capture file
+Bits = choice_enum("Bits", CAPTURE_BITS)
+DEFAULT_BITS = Bits("32")
 
 
 def capture(
@@ -60,7 +57,7 @@ def capture(
             "(error at most row max / 510, file about 4x smaller). Example: --bits 8",
             rich_help_panel=OUTPUT_PANEL,
         ),
-    ] = Bits.b32,
+    ] = DEFAULT_BITS,
     model: ModelOption = "minilm",
     image: ImageOption = None,
     target: TargetOption = None,
@@ -108,7 +105,7 @@ def capture(
             raise InputError("--image captures an image: give no TEXT, --target or --generate with it")
         result = capture_image_option(image, model, device, dtype)
         if with_rollout:
-            from attnviz.heads.rollout import rollout
+            from attnviz.heads.propagation import rollout
 
             result.extras["rollout"] = rollout(result)
         path = result.save(out, bits=int(bits.value))
@@ -133,7 +130,7 @@ def capture(
         generation,
     )
     if with_rollout:
-        from attnviz.heads.rollout import rollout
+        from attnviz.heads.propagation import rollout
 
         result.extras["rollout"] = rollout(result)
     path = result.save(out, bits=int(bits.value))

@@ -44,6 +44,9 @@ class ConsoleReporter(Reporter):
     def warning(self, message: str) -> None:
         warn(message)
 
+    def notice(self, message: str) -> None:
+        console.print(f"[cyan]note:[/cyan] {message}", highlight=False)
+
     def status(self, message: str) -> ContextManager[object]:
         return console.status(message)
 

@@ -51,8 +51,8 @@ def guarded(callback: Callable) -> Callable:
 
     @functools.wraps(callback)
     def run_command(*args: Any, **kwargs: Any) -> Any:
-        from attnviz.outputs import files
         from attnviz.common.errors import OutputError
+        from attnviz.outputs import files
 
         parameters = _parameters()
         _check_values(kwargs, parameters)

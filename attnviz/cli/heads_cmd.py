@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -24,20 +23,18 @@ from attnviz.cli.options import (
     NoTableOption,
     StackOption,
     TextOption,
+    choice_enum,
     choice_parser,
     stack_value,
 )
+from attnviz.heads.labels import SCORE_NAMES
 
 PROBE_PANEL = "Probes"
 LABEL_PANEL = "Label thresholds"
 SIMILARITY_PANEL = "Head similarity"
 
 
-class ScoreName(str, Enum):
-    induction = "induction"
-    duplicate_token = "duplicate_token"
-    previous_token = "previous_token"
-    next_token = "next_token"
+ScoreName = choice_enum("ScoreName", SCORE_NAMES)
 
 
 def _threshold(option: str, help_text: str):
@@ -170,11 +167,11 @@ def heads(
 
       attnviz heads sample_data/toy/induction
     """
-    from attnviz.cli.stdin import corpus_from_options
     from attnviz.cli.console import console
+    from attnviz.cli.stdin import corpus_from_options
     from attnviz.heads import FunctionThresholds, ProbeSettings, head_functions
-    from attnviz.outputs.files import check_output_path
     from attnviz.models.specs import load_model
+    from attnviz.outputs.files import check_output_path
     from attnviz.render.heads_plots import FIGURE_SUFFIXES
 
     thresholds = FunctionThresholds().override(

@@ -23,18 +23,17 @@ from attnviz.cli.options import (
     StackChoice,
     TargetOption,
     TemperatureOption,
+    choice_enum,
     choice_parser,
     stack_value,
 )
+from attnviz.render.choices import SCALES
 
 VIEW_PANEL = "What to show"
 FIGURE_PANEL = "Figure"
 
 
-class ColourScale(str, Enum):
-    linear = "linear"
-    sqrt = "sqrt"
-    log = "log"
+ColourScale = choice_enum("ColourScale", SCALES)
 
 
 class HeatmapView(str, Enum):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from attnviz.core.stacks import STACKS
+from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
 
 MODEL_PANEL = "Model"
 INPUT_PANEL = "Input"
@@ -30,6 +33,11 @@ ModelOption = Annotated[
         "--model", "-m", help=f"Model spec: {MODEL_SPECS}. Example: --model smollm2", rich_help_panel=MODEL_PANEL
     ),
 ]
+
+
+def choice_enum(name: str, values: Iterable[Any]) -> type[Enum]:
+    """An Enum of the library's closed set ``values`` (member names and values are the strings), for Typer."""
+    return Enum(name, {str(value): str(value) for value in values}, type=str)  # type: ignore[return-value]
 
 
 def choice_parser(choices: type[Enum], what: str) -> Callable[[Any], Enum]:
@@ -84,11 +92,6 @@ DeviceOption = Annotated[
         rich_help_panel=MODEL_PANEL,
     ),
 ]
-
-# Spelled out (attnviz.models.specs imports torch); tests/unit/test_cli_choices.py checks them against
-# attnviz.models.specs.DTYPES. Like --device, the command gets the plain name the library takes.
-DTYPE_NAMES = ("auto", "float32", "float16", "bfloat16")
-DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 def parse_dtype(value: Any) -> str:
@@ -316,13 +319,8 @@ CsvOption = Annotated[
 ]
 
 
-class StackChoice(str, Enum):
-    """An attention stack (see :data:`attnviz.core.stacks.STACKS`)."""
-
-    self_ = "self"
-    encoder = "encoder"
-    decoder = "decoder"
-    cross = "cross"
+#: an attention stack (see :data:`attnviz.core.stacks.STACKS`)
+StackChoice = choice_enum("StackChoice", STACKS)
 
 
 def stack_value(choice: StackChoice | None) -> str | None:

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-
-# Spelled out (not imported from attnviz.prune, which imports torch) so the CLI starts fast; a unit test
-# checks them against attnviz.prune.importance.METHODS and attnviz.prune.strategy.SCOPES.
-ImportanceMethod = Enum(
-    "ImportanceMethod", {name: name for name in ("gradient", "ablation", "entropy", "confidence", "random")}, type=str
-)
-Scope = Enum("Scope", {name: name for name in ("global", "per-layer")}, type=str)
 
 from attnviz.cli.options import (
     INPUT_PANEL,
@@ -26,8 +18,13 @@ from attnviz.cli.options import (
     MaxLengthOption,
     MaxTokensPerBatchOption,
     TextOption,
+    choice_enum,
     choice_parser,
 )
+from attnviz.prune.choices import METHODS, SCOPES
+
+ImportanceMethod = choice_enum("ImportanceMethod", METHODS)
+Scope = choice_enum("Scope", SCOPES)
 
 HOW_MUCH_PANEL = "How much to prune"
 HOW_PANEL = "How to choose heads"
@@ -215,13 +212,13 @@ def prune(
 
       torchrun --standalone --nproc-per-node 2 -m attnviz prune smollm2 --ratio 0.2 --data notes.txt --out pruned
     """
-    from attnviz.cli.stdin import corpus_from_options
     from attnviz.cli.console import console
-    from attnviz.common.texts import load_texts
+    from attnviz.cli.stdin import corpus_from_options
     from attnviz.common.errors import InputError
+    from attnviz.common.texts import load_texts
     from attnviz.outputs.files import check_output_path
-    from attnviz.prune.pipeline import PruneConfig, prune_checkpoint
     from attnviz.prune.export import importance_table, summary_lines, summary_table, write_report_json
+    from attnviz.prune.pipeline import PruneConfig, prune_checkpoint
     from attnviz.prune.strategy import PruneStrategy
 
     if out is None:

@@ -160,8 +160,8 @@ def stats(
     from attnviz.common.errors import InputError
     from attnviz.outputs.files import check_output_path
     from attnviz.render.stats_plots import FIGURE_SUFFIXES
-    from attnviz.stats.detect import preset_thresholds
     from attnviz.stats.measure import measure_checkpoints
+    from attnviz.stats.thresholds import preset_thresholds
 
     # Check everything cheap before loading any model (the guard already refuses outputs over inputs).
     thresholds = preset_thresholds(preset.value).override(

@@ -1,36 +1,24 @@
 """Options of ``attnviz stats`` alone: the threshold preset and overrides, the statistic to sort and colour by.
 
-The closed sets are spelled out (attnviz.stats imports torch; the CLI starts without it);
-tests/unit/test_cli_choices.py checks them against attnviz.stats.STATISTIC_NAMES and PRESETS.
+The closed sets come from the library's light modules (:mod:`attnviz.stats.definitions`,
+:mod:`attnviz.stats.thresholds`), so the CLI starts without importing torch.
 """
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import VIEW_PANEL, choice_parser
+from attnviz.cli.options import VIEW_PANEL, choice_enum, choice_parser
+from attnviz.stats.definitions import STATISTIC_NAMES
+from attnviz.stats.thresholds import PRESETS
 
 DETECT_PANEL = "Detection thresholds (override the preset)"
 STATS_PANEL = "Statistics"
 
-STATISTIC_NAMES = (
-    "entropy",
-    "normalized_entropy",
-    "max_weight",
-    "mean_distance",
-    "normalized_distance",
-    "diagonal",
-    "previous_token",
-    "local_ratio",
-    "first_token",
-    "special_tokens",
-)
-PRESET_NAMES = ("normalized", "seed")
-Statistic = Enum("Statistic", {name: name for name in STATISTIC_NAMES}, type=str)
-Preset = Enum("Preset", {name: name for name in PRESET_NAMES}, type=str)
+Statistic = choice_enum("Statistic", STATISTIC_NAMES)
+Preset = choice_enum("Preset", PRESETS)
 
 PresetOption = Annotated[
     Preset,

@@ -2,37 +2,22 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import OUTPUT_PANEL, DeviceOption, choice_parser
+from attnviz.cli.options import OUTPUT_PANEL, DeviceOption, choice_enum, choice_parser
+from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES
+from attnviz.toy.tasks import TASKS
 
-# Closed sets as Enums, so --help lists the choices and Click refuses anything else. They are spelled out
-# here so that starting the CLI does not import torch through attnviz.toy; a unit test checks that they
-# equal attnviz.toy.tasks.TASKS, attnviz.toy.config.ARCHITECTURES and VARIANT_NAMES.
-TASK_NAMES = ("copy", "reverse", "sort", "previous-token", "induction")
-ARCHITECTURE_NAMES = ("encoder", "decoder", "encoder-decoder")
-ATTENTION_VARIANTS = (
-    "scaled-dot",
-    "dot",
-    "general",
-    "additive",
-    "relative",
-    "local",
-    "strided",
-    "longformer",
-    "bigbird",
-    "linear",
-    "performer",
-)
+# Closed sets as Enums, so --help lists the choices and Click refuses anything else.
+TASK_NAMES = tuple(TASKS)
 #: tasks on images (attnviz.toy.odd_patch): a small ViT, trained with the size and training options only
 IMAGE_TASK_NAMES = ("odd-patch",)
-TaskName = Enum("TaskName", {name: name for name in TASK_NAMES + IMAGE_TASK_NAMES}, type=str)
-Architecture = Enum("Architecture", {name: name for name in ARCHITECTURE_NAMES}, type=str)
-AttentionVariant = Enum("AttentionVariant", {name: name for name in ATTENTION_VARIANTS}, type=str)
+TaskName = choice_enum("TaskName", TASK_NAMES + IMAGE_TASK_NAMES)
+Architecture = choice_enum("Architecture", ARCHITECTURES)
+AttentionVariant = choice_enum("AttentionVariant", VARIANT_NAMES)
 
 TASK_PANEL = "Task"
 SIZE_PANEL = "Model size"

@@ -167,24 +167,39 @@ def physical_cores() -> int:
     return max(1, len(cores) or len(allowed))
 
 
+#: value of :data:`THREADS_VARIABLE` that gives each process as many threads as one process would use
+MATCH_ONE_PROCESS = "match"
+
+
 def cpu_threads_per_process() -> int:
     """Intra-op CPU threads of each process of a distributed CPU run.
 
-    By default as many as a single process would use (torch's default, one per physical core),
-    because float32 matrix products split their sums differently on different thread counts:
-    with equal thread counts the merged statistics equal a one-process run's bit for bit
-    (up to the order of float64 additions). ``ATTNVIZ_THREADS_PER_PROCESS=1`` trades that for
-    throughput when the processes share one machine (numbers then agree to float32 rounding).
+    By default each process takes its share of the machine's physical cores (cores divided by the
+    processes torchrun started on this node, ``LOCAL_WORLD_SIZE``), so the processes never
+    oversubscribe the cores; ``OMP_NUM_THREADS`` set above 1 says otherwise (torchrun sets it to 1
+    itself when it is not set, so 1 is read as "not set"). The statistics then equal a one-process
+    run's to float32 rounding: matrix products split their sums by thread count.
+    ``ATTNVIZ_THREADS_PER_PROCESS=N`` fixes the count; ``=match`` gives each process as many threads
+    as one process would use, which makes the merged statistics equal a one-process run's bit for
+    bit (up to the order of float64 additions) at the price of oversubscribing the cores.
     """
     value = os.environ.get(THREADS_VARIABLE)
     if value is None:
+        requested = os.environ.get("OMP_NUM_THREADS", "")
+        if requested.isdigit() and int(requested) > 1:
+            return int(requested)
+        processes_here = max(1, _environment_int("LOCAL_WORLD_SIZE", 1))
+        return max(1, physical_cores() // processes_here)
+    if value.strip().lower() == MATCH_ONE_PROCESS:
         return physical_cores()
     try:
         threads = int(value)
     except ValueError:
         threads = 0
     if threads < 1:
-        raise DistributedError(f"{THREADS_VARIABLE}={value!r} must be a positive integer, e.g. 1")
+        raise DistributedError(
+            f"{THREADS_VARIABLE}={value!r} must be a positive integer, e.g. 1, or {MATCH_ONE_PROCESS!r}"
+        )
     return threads
 
 
@@ -215,7 +230,7 @@ def join_from_environment(device: str = "auto") -> DataParallel:
         torch.cuda.set_device(local_rank)
         collective_device = f"cuda:{local_rank}"
     else:
-        torch.set_num_threads(cpu_threads_per_process())  # torchrun sets OMP_NUM_THREADS=1
+        torch.set_num_threads(cpu_threads_per_process())  # its share of the cores (torchrun set 1)
     if not dist.is_initialized():
         try:
             dist.init_process_group(backend)

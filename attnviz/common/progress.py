@@ -28,11 +28,18 @@ class AttnvizWarning(UserWarning):
     """A notice from attnviz's library: the result is usable, but not exactly what was asked for."""
 
 
+class AttnvizNotice(AttnvizWarning):
+    """Information worth seeing once (a one-time build that takes a while): nothing is wrong."""
+
+
 class Reporter:
-    """The silent reporter: warnings go to :mod:`warnings`, status lines and progress bars nowhere."""
+    """The silent reporter: warnings and notices go to :mod:`warnings`, status lines and progress bars nowhere."""
 
     def warning(self, message: str) -> None:
         warnings.warn(message, AttnvizWarning, stacklevel=3)
+
+    def notice(self, message: str) -> None:
+        warnings.warn(message, AttnvizNotice, stacklevel=3)
 
     def status(self, message: str) -> ContextManager[object]:
         return contextlib.nullcontext()
@@ -63,6 +70,11 @@ def use_reporter(reporter: Reporter) -> Iterator[Reporter]:
 def warn(message: str) -> None:
     """A one-line notice to the current reporter."""
     current_reporter().warning(message)
+
+
+def notice(message: str) -> None:
+    """A one-line notice that nothing is wrong but the caller should know (e.g. a minute-long build starts)."""
+    current_reporter().notice(message)
 
 
 def status(message: str) -> ContextManager[object]:

@@ -16,13 +16,17 @@ from torch import Tensor
 # Markers that tokenizers put on pieces: byte-level BPE (GPT-2, LLaMA-3, SmolLM2) marks a leading
 # space with "Ġ" and a newline with "Ċ"; SentencePiece (T5, LLaMA-2) marks a leading space with "▁";
 # WordPiece (BERT) marks a continuation with "##".
-_SPACE_MARKERS = ("Ġ", "▁")
+SPACE_MARKERS = ("Ġ", "▁")
+#: a piece starting with one of these begins a new word (byte-level BPE, SentencePiece; a line break)
+WORD_START_MARKERS = (*SPACE_MARKERS, "Ċ")
+#: a WordPiece piece starting with this continues the word before it
+CONTINUATION_MARKER = "##"
 
 
 def display_token(token: str) -> str:
     """A readable label for one raw token string (``Ġthe`` -> ``the``, ``Ċ`` -> ``\\n``)."""
     label = token
-    for marker in _SPACE_MARKERS:
+    for marker in SPACE_MARKERS:
         if label.startswith(marker) and len(label) > len(marker):
             label = label[len(marker) :]
         label = label.replace(marker, " ")
@@ -45,13 +49,19 @@ def word_groups(word_ids: Sequence[int | None]) -> list[list[int]]:
 
 def word_label(tokens: Sequence[str], group: Sequence[int]) -> str:
     """Join a word's pieces: ``["play", "##ing"]`` -> ``playing``."""
-    pieces = []
-    for position, index in enumerate(group):
-        piece = display_token(tokens[index])
-        if position > 0 and piece.startswith("##"):
-            piece = piece[2:]
-        pieces.append(piece)
-    return "".join(pieces)
+    return "".join(word_piece(tokens, index, position) for position, index in enumerate(group))
+
+
+def word_piece(tokens: Sequence[str], index: int, position: int) -> str:
+    """The text token ``index`` adds to its word, being its word's ``position``-th piece (``##ing`` -> ``ing``)."""
+    piece = display_token(tokens[index])
+    return piece[len(CONTINUATION_MARKER) :] if position > 0 and piece.startswith(CONTINUATION_MARKER) else piece
+
+
+def piece_starts_word(token: str, start_markers: bool) -> bool:
+    """Whether raw ``token`` begins a word: by a start marker (``start_markers``: the tokenizer uses them),
+    else unless it carries WordPiece's continuation marker."""
+    return token.startswith(WORD_START_MARKERS) if start_markers else not token.startswith(CONTINUATION_MARKER)
 
 
 def _aggregation(groups: list[list[int]], length: int, average: bool) -> Tensor:

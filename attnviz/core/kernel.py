@@ -37,18 +37,33 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from attnviz.common.progress import status
+from attnviz.common.progress import notice, status, warn
+from attnviz.core.kernel_build import (
+    clear_stale_lock,
+    forget_failure,
+    missing_tools,
+    remember_failure,
+    remembered_failure,
+    write_owner,
+)
 
 #: environment variable: "0" keeps the core on torch's operations (no build, no load)
 KERNEL_VARIABLE = "ATTNVIZ_KERNEL"
 
 #: shown (through the caller's reporter) while the kernel is being compiled
 BUILD_NOTICE = "building attnviz's fused attention kernel (once per machine, about a minute; ATTNVIZ_KERNEL=0 skips it)"
+#: what a user can do about a kernel that did not build
+REMEDY = (
+    "attnviz runs on torch's operations instead (same results, slower corpus passes) and will not try again "
+    "until the compiler changes; install a C++ compiler and ninja (e.g. apt-get install g++), or set "
+    "ATTNVIZ_KERNEL=0 to skip the kernel"
+)
 
 KernelState = Literal["unloaded", "loaded", "disabled", "unavailable"]
 
@@ -127,7 +142,7 @@ def prepare_kernel(*, build: bool = True) -> bool:
     Returns whether the core now uses it. Failures are remembered (see :func:`kernel_status`);
     they never raise: the core then stays on torch's operations.
     """
-    global _module, _state, _failure, _build_seconds
+    global _state, _failure, _build_seconds
     with _lock:
         if _state == "loaded":
             return True
@@ -142,35 +157,98 @@ def prepare_kernel(*, build: bool = True) -> bool:
             return False
         start = time.perf_counter()
         try:
-            from torch.utils import cpp_extension  # imported late: it is slow to import
+            return _build_and_load(capability)
+        finally:
+            _build_seconds = time.perf_counter() - start
 
-            flags = _compiler_flags(capability)
-            source = _source()
-            # The name carries a hash of the source and flags: a new attnviz version or another
-            # CPU capability builds its own copy instead of loading a stale one.
-            digest = hashlib.sha256((source + " ".join(flags) + torch.__version__).encode()).hexdigest()[:12]
-            name = f"attnviz_softmax_rows_{digest}"
-            notice = status(BUILD_NOTICE) if not _is_built(cpp_extension, name) else contextlib.nullcontext()
-            with notice:
+
+def _build_and_load(capability: str) -> bool:
+    """Build (if needed) and load the kernel; on failure remember why, here and on disk, and say so once."""
+    global _module, _state, _failure
+    from torch.utils import cpp_extension  # imported late: it is slow to import
+
+    flags = _compiler_flags(capability)
+    source = _source()
+    name = kernel_name(capability)
+    directory = build_directory(name)
+    built = directory is not None and (directory / f"{name}.so").exists()
+    if not built and directory is not None:
+        earlier = remembered_failure(directory)
+        if earlier is not None:  # said when it happened; `attnviz env` shows it
+            _state, _failure = "unavailable", f"{earlier} (an earlier build here failed; not tried again)"
+            return False
+    reason = None if built else missing_tools()
+    if reason is None:
+        try:
+            if directory is not None:
+                lock = clear_stale_lock(directory)
+                if lock.removed:
+                    warn(f"removed a stale build lock of attnviz's kernel ({lock.why}); building it again")
+                if not built:
+                    write_owner(directory)
+            if not built:
+                notice(BUILD_NOTICE)
+            with status(BUILD_NOTICE) if not built else contextlib.nullcontext():
                 _module = cpp_extension.load_inline(
                     name=name, cpp_sources=[source], extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False
                 )
-        except Exception as exc:  # noqa: BLE001 (no compiler, no ninja, a build error, …): stay on torch
-            _state, _failure = "unavailable", f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
-            return False
-        finally:
-            _build_seconds = time.perf_counter() - start
-        _state = "loaded"
-        return True
-
-
-def _is_built(cpp_extension, name: str) -> bool:
-    """Whether torch's extension cache already holds this build (then loading takes well under a second)."""
-    try:
-        directory = cpp_extension._get_build_directory(name, verbose=False)
-    except Exception:  # noqa: BLE001 (a private helper of torch: if it changes, just show the notice)
+        except Exception as exc:  # noqa: BLE001 (a build error, a broken toolchain, …): stay on torch
+            reason = f"the build failed ({type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]})"
+    if reason is not None:
+        _state, _failure = "unavailable", reason
+        if directory is not None:
+            remember_failure(directory, reason)
+        warn(f"attnviz's fused attention kernel is unavailable: {reason}. {REMEDY}")
         return False
-    return os.path.exists(os.path.join(directory, f"{name}.so"))
+    if directory is not None:
+        forget_failure(directory)
+    _state = "loaded"
+    return True
+
+
+def kernel_name(capability: str) -> str:
+    """The extension's name for this CPU capability: it carries a hash of the source, flags and torch version,
+    so a new attnviz version or another CPU capability builds its own copy instead of loading a stale one."""
+    key = _source() + " ".join(_compiler_flags(capability)) + torch.__version__
+    return f"attnviz_softmax_rows_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def build_directory(name: str) -> Path | None:
+    """torch's build directory of extension ``name`` (created if missing); None if torch's layout changed."""
+    from torch.utils import cpp_extension
+
+    try:
+        return Path(cpp_extension._get_build_directory(name, verbose=False))
+    except Exception:  # noqa: BLE001 (a private helper of torch: without it, build without the safeguards)
+        return None
+
+
+def describe_kernel() -> tuple[str, str, Path | None]:
+    """``(state, why, build directory)`` for a bug report, without building or loading anything.
+
+    States: ``loaded`` (in this process), ``built`` (cached, loads in well under a second), ``not built``
+    (builds on the first corpus pass), ``disabled`` (``ATTNVIZ_KERNEL=0``), ``unavailable`` (with why).
+    """
+    if _state in ("loaded", "disabled") or (_state == "unavailable" and _failure):
+        return _state, _failure, None
+    if kernel_disabled():
+        return "disabled", f"{KERNEL_VARIABLE}=0", None
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in VECTOR_CAPABILITIES:
+        return "unavailable", f"the kernel needs AVX2; this CPU offers {capability}", None
+    name = kernel_name(capability)
+    directory = build_directory(name)
+    if directory is None:
+        return "unknown", "torch's extension cache could not be located", None
+    if (directory / f"{name}.so").exists():
+        return "built", f"{capability} lanes", directory
+    earlier = remembered_failure(directory)
+    if earlier is not None:
+        return "unavailable", f"{earlier}; not tried again until the compiler changes", directory
+    missing = missing_tools()
+    if missing is not None:
+        return "unavailable", f"{missing}: the first corpus pass will say so once", directory
+    return "not built", "builds on the first corpus pass (about a minute)", directory
 
 
 def kernel_status() -> tuple[KernelState, str, float]:

@@ -42,6 +42,11 @@ STACKS: dict[str, Stack] = {
 }
 
 
+def is_causal_stack(name: str, causal_model: bool) -> bool:
+    """Whether stack ``name`` of a model (``causal_model``: decoder-only) lets queries see only earlier keys."""
+    return stack_of(name).is_causal(causal_model)
+
+
 def stack_of(name: str) -> Stack:
     """The :class:`Stack` called ``name``; ``ValueError`` for an unknown name."""
     try:

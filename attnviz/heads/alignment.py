@@ -31,18 +31,17 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture, capture_batch
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
-from attnviz.outputs.files import read_text_file
+from attnviz.common.tokens import merge_words, word_groups, word_piece
+from attnviz.heads.choices import RowChoice
 from attnviz.models.base import LoadedModel
-from attnviz.common.tokens import display_token, merge_words, word_groups
+from attnviz.outputs.files import read_text_file
 
-RowChoice = Literal["predicting", "reading"]
 _LINK = re.compile(r"^(\d+)(?:(-)(\d+)(\?|-[PpSs])?|([?pPsS])(\d+))$")
 
 
@@ -237,7 +236,7 @@ def whitespace_word_ids(
     for group in word_groups(word_ids):
         if word_ids[group[0]] is None:
             continue
-        label = _normalise("".join(_piece(tokens, i, k) for k, i in enumerate(group)))
+        label = _normalise("".join(word_piece(tokens, i, k) for k, i in enumerate(group)))
         while current < len(words) - 1 and consumed >= ends[current]:
             current += 1
         for index in group:
@@ -249,11 +248,6 @@ def whitespace_word_ids(
             "simplify the text or allow a longer maximum length"
         )
     return result
-
-
-def _piece(tokens: Sequence[str], index: int, position: int) -> str:
-    piece = display_token(tokens[index])
-    return piece[2:] if position > 0 and piece.startswith("##") else piece
 
 
 # -- scoring ------------------------------------------------------------------------------------------

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 
 import torch
 
+from attnviz.common.progress import status
 from attnviz.core.kernel import prepare_kernel
 from attnviz.heads.labels import FunctionThresholds
 from attnviz.heads.probes import ProbeSettings, probe_batches, resolve_settings
 from attnviz.heads.result import HeadFunctions
 from attnviz.heads.scores import ProbeScoreAccumulator
 from attnviz.models.base import LoadedModel
-from attnviz.common.progress import status
 
 
 def probe_scores(loaded: LoadedModel, settings: ProbeSettings | None = None) -> tuple[ProbeSettings, dict]:

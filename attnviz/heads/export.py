@@ -24,8 +24,8 @@ import json
 import math
 from pathlib import Path
 
+from attnviz.heads.labels import SCORE_NAMES
 from attnviz.heads.result import HeadFunctions
-from attnviz.heads.scores import SCORE_NAMES
 from attnviz.outputs.files import write_text_atomic
 
 FORMAT_NAME = "attnviz-heads"

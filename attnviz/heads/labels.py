@@ -23,10 +23,12 @@ that is not a problem flag, else its problem flag, else none.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass
 
-from attnviz.common.errors import InputError
-from attnviz.heads.scores import SCORE_NAMES
+from attnviz.common.thresholds import ThresholdSet
+
+#: the probe scores, in the order they are listed
+SCORE_NAMES: tuple[str, ...] = ("induction", "duplicate_token", "previous_token", "next_token")
 
 #: label of each score, in :data:`SCORE_NAMES` order
 LABELS: dict[str, str] = {
@@ -38,7 +40,7 @@ LABELS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class FunctionThresholds:
+class FunctionThresholds(ThresholdSet):
     """Least probe score that earns each label. ``None`` turns a label off."""
 
     # induction if the mean weight on the token after the earlier occurrence is at least this
@@ -49,24 +51,6 @@ class FunctionThresholds:
     previous_token_min: float | None = 0.5
     # next-token (bidirectional stacks) if the mean weight on position i + 1 is at least this
     next_token_min: float | None = 0.5
-
-    def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if value is None:
-                continue
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
-                raise InputError(f"threshold {item.name} must be a number between 0 and 1, got {value!r}")
-
-    def to_dict(self) -> dict[str, float | None]:
-        return asdict(self)
-
-    def override(self, **values: float | None) -> FunctionThresholds:
-        """A copy with the given (non-None) thresholds replaced; checks ranges."""
-        unknown = set(values) - {item.name for item in fields(self)}
-        if unknown:
-            raise InputError(f"unknown threshold(s): {', '.join(sorted(unknown))}")
-        return replace(self, **{name: value for name, value in values.items() if value is not None})
 
     def of(self, score: str) -> float | None:
         return getattr(self, f"{score}_min")

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError
-from attnviz.heads.labels import FunctionThresholds, main_label, merge_labels, probe_labels
+from attnviz.core import AttentionSite
+from attnviz.heads.labels import SCORE_NAMES, FunctionThresholds, main_label, merge_labels, probe_labels
 from attnviz.heads.probes import ProbeSettings
-from attnviz.heads.scores import SCORE_INDEX, SCORE_NAMES
+from attnviz.heads.scores import SCORE_INDEX
 
 #: the order stacks are listed in (they run in this order)
 STACK_ORDER = {"self": 0, "encoder": 1, "decoder": 2, "cross": 3}

@@ -35,15 +35,11 @@ import torch
 from torch import Tensor
 
 from attnviz.core import AttentionSite
+from attnviz.core.stacks import is_causal_stack
+from attnviz.heads.labels import SCORE_NAMES
 from attnviz.heads.probes import ProbeBatch
 
-SCORE_NAMES: tuple[str, ...] = ("induction", "duplicate_token", "previous_token", "next_token")
 SCORE_INDEX = {name: index for index, name in enumerate(SCORE_NAMES)}
-
-
-def causal_stack(stack: str, causal_model: bool) -> bool:
-    """Decoder self-attention is causal; so is the ``self`` attention of a decoder-only model."""
-    return stack == "decoder" or (stack == "self" and causal_model)
 
 
 def score_positions(length: int, query_start: int, key_start: int) -> list[tuple[Tensor, Tensor]]:
@@ -83,7 +79,7 @@ class ProbeScoreAccumulator:
         key = (stack, self._probe.length, query_start, key_start, device)
         if key not in self._positions:
             pairs = score_positions(self._probe.length, query_start, key_start)
-            if causal_stack(stack, self.causal):
+            if is_causal_stack(stack, self.causal):
                 pairs[SCORE_INDEX["next_token"]] = (torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
             self._positions[key] = [(q.to(device), k.to(device)) for q, k in pairs]
         return self._positions[key]

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError
+from attnviz.core import AttentionSite
+from attnviz.core.stacks import is_causal_stack
 from attnviz.heads.probes import ProbeSettings, probe_batches, resolve_settings
 from attnviz.heads.result import HeadSimilarity
 from attnviz.models.base import LoadedModel
@@ -116,7 +117,7 @@ def head_similarity(
     if max_examples < 1 or max_tokens < 2:
         raise InputError("head similarity needs at least 1 example and 2 tokens per example")
     stack = loaded.stacks()[0]
-    causal = loaded.causal and stack == "self"
+    causal = is_causal_stack(stack, loaded.causal)
     totals: Tensor | None = None
     queries = 0
     heads: list[tuple[str, int, int]] = []

@@ -10,8 +10,9 @@ import math
 from rich.table import Table
 from rich.text import Text
 
+from attnviz.heads.labels import SCORE_NAMES
 from attnviz.heads.result import HeadFunctions
-from attnviz.heads.scores import SCORE_INDEX, SCORE_NAMES
+from attnviz.heads.scores import SCORE_INDEX
 from attnviz.stats.tables import per_head_table, tag_text
 
 HEADERS = {"induction": "induct", "duplicate_token": "dup", "previous_token": "prev", "next_token": "next"}

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor, nn
 
-from attnviz.core import AttentionContext, AttentionSite
-from attnviz.core.stacks import stack_of
 from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.common.images import ImageGrid
-from attnviz.models.probing import ProbeBatch
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.core import AttentionContext, AttentionSite
+from attnviz.core.stacks import stack_of
+from attnviz.models.probing import ProbeBatch
 
 if TYPE_CHECKING:  # the objectives are built on top of this module
     from attnviz.models.objective import Objective

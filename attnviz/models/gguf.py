@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from attnviz.outputs import staging
 from attnviz.common.errors import AttnvizError, ModelSpecError, OutputError
-from attnviz.outputs.files import cache_root
-from attnviz.models.hf import first_line, load_hf_model
 from attnviz.common.progress import status
+from attnviz.models.hf import first_line, load_hf_model
+from attnviz.outputs import staging
+from attnviz.outputs.files import cache_root
 
 __all__ = ["cache_root", "converted_gguf_dir"]
 #: conversion directories of attnviz versions before the shared temporary prefix (no owner recorded)

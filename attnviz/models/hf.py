@@ -12,18 +12,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.common.errors import AttnvizError, InputError, ModelSpecError, ParameterError, UnsupportedModelError
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.progress import warn
+from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.hf_checks import check_loading_info, first_line, quiet_transformers, refuse_custom_code
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
 from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
 from attnviz.models.probing import ProbeBatch
-from attnviz.models.vision import is_vision_type, load_vision_model
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
-from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
-from attnviz.common.progress import warn
+from attnviz.models.vision import is_vision_type, load_vision_model
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")

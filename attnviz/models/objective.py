@@ -39,10 +39,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnviz.core import AttentionContext, HeadMask
 from attnviz.common.errors import ParameterError, UnsupportedModelError
-from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.core import AttentionContext, HeadMask
+from attnviz.models.base import EncodedBatch, LoadedModel
 
 #: Fewest loss-bearing units (predicted tokens, tokens, or task examples) worth scoring heads on.
 MIN_SCORING_UNITS = 8

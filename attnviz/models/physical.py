@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from attnviz.core import AttentionContext, AttentionSite
 from attnviz.common.errors import UnsupportedModelError
+from attnviz.core import AttentionContext, AttentionSite
 from attnviz.models.base import LoadedModel
 from attnviz.models.head_sets import normalize_removed
 from attnviz.models.slicing import slice_conv1d, slice_linear

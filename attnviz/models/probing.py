@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attnviz.common.errors import InputError
+from attnviz.core.stacks import stack_of
 
 if TYPE_CHECKING:  # the models call this module
     from attnviz.models.base import EncodedBatch, LoadedModel
@@ -27,12 +28,7 @@ class ProbeBatch:
 
     def starts(self, stack: str) -> tuple[int, int]:
         """(query-side start, key-side start) of ``stack``."""
-        if stack in ("self", "encoder"):
-            return self.source_start, self.source_start
-        assert self.target_start is not None
-        if stack == "decoder":
-            return self.target_start, self.target_start
-        return self.target_start, self.source_start  # cross: decoder queries over encoder keys
+        return stack_of(stack).pick(self.source_start, self.target_start)
 
 
 def check_probe_fits(loaded: LoadedModel, length: int, framing: int) -> None:

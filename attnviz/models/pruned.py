@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers.initialization import no_init_weights
 
-from attnviz.core import ATTENTION_NAME, AttentionSite, register_attention
 from attnviz.common.errors import ModelSpecError
+from attnviz.core import ATTENTION_NAME, AttentionSite, register_attention
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
 from attnviz.models.hf import HFModel, model_class_for
 from attnviz.models.hf_checks import first_line, refuse_custom_code

@@ -40,9 +40,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from attnviz.core import AttentionSite
-from attnviz.outputs.files import staged_directory
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
 from attnviz.models.physical import SitePlan, find_attention_blocks, masked_weights_model
+from attnviz.outputs.files import staged_directory
 
 FORMAT_NAME = "attnviz-pruned"
 FORMAT_VERSION = 1

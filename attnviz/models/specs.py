@@ -25,10 +25,11 @@ from pathlib import Path
 
 import torch
 
-from attnviz.common.texts import sample_data_path
 from attnviz.common.errors import InputError, ModelSpecError, ParameterError
-from attnviz.outputs.files import protect_inputs
+from attnviz.common.texts import sample_data_path
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
+from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
+from attnviz.outputs.files import protect_inputs
 
 DEFAULT_MODEL = "minilm"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -44,13 +45,9 @@ SHIPPED_TOYS = {
 }
 
 
-DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
+#: every precision name and alias -> its torch dtype
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES if name != "auto"} | {
+    alias: getattr(torch, name) for alias, name in DTYPE_ALIASES.items()
 }
 
 

@@ -18,8 +18,8 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from attnviz.outputs import staging
 from attnviz.common.errors import InputError, OutputError
+from attnviz.outputs import staging
 
 TEMP_PREFIX = staging.TEMP_PREFIX
 

@@ -15,12 +15,39 @@ model that runs through attnviz's attention core:
 * :mod:`.pipeline` — all of it in order (:func:`prune_model`, :func:`save_outcome`).
 """
 
-from attnviz.models.head_sets import RemovedHeads, removal_mask
-from attnviz.models.objective import Objective, Quality
-from attnviz.prune.importance import METHODS, HeadImportance, compute_importance
-from attnviz.prune.pipeline import PruneConfig, PruneOutcome, check_prunable, prune_model, save_outcome
-from attnviz.prune.export import PruneReport
-from attnviz.prune.strategy import SCOPES, PruneStrategy
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnviz.common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time each name is imported on first use
+    from attnviz.models.head_sets import RemovedHeads, removal_mask
+    from attnviz.models.objective import Objective, Quality
+    from attnviz.prune.choices import METHODS, SCOPES
+    from attnviz.prune.export import PruneReport
+    from attnviz.prune.importance import HeadImportance, compute_importance
+    from attnviz.prune.pipeline import PruneConfig, PruneOutcome, check_prunable, prune_model, save_outcome
+    from attnviz.prune.strategy import PruneStrategy
+
+#: public name -> module that defines it
+_EXPORTS = {
+    "METHODS": "attnviz.prune.choices",
+    "SCOPES": "attnviz.prune.choices",
+    "HeadImportance": "attnviz.prune.importance",
+    "Objective": "attnviz.models.objective",
+    "PruneConfig": "attnviz.prune.pipeline",
+    "PruneOutcome": "attnviz.prune.pipeline",
+    "PruneReport": "attnviz.prune.export",
+    "PruneStrategy": "attnviz.prune.strategy",
+    "Quality": "attnviz.models.objective",
+    "RemovedHeads": "attnviz.models.head_sets",
+    "check_prunable": "attnviz.prune.pipeline",
+    "compute_importance": "attnviz.prune.importance",
+    "prune_model": "attnviz.prune.pipeline",
+    "removal_mask": "attnviz.models.head_sets",
+    "save_outcome": "attnviz.prune.pipeline",
+}
 
 __all__ = [
     "METHODS",
@@ -39,3 +66,5 @@ __all__ = [
     "removal_mask",
     "save_outcome",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 from attnviz.common.errors import OutputParameterError
-from attnviz.outputs.files import check_output_parent
 from attnviz.models.base import LoadedModel
+from attnviz.outputs.files import check_output_parent
 
 
 def model_source_paths(spec: str, loaded: LoadedModel | None = None) -> list[Path]:

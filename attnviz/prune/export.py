@@ -43,9 +43,9 @@ from pathlib import Path
 from rich.table import Table
 
 from attnviz.core import AttentionSite
-from attnviz.outputs.files import check_output_path, write_text_atomic
 from attnviz.models.head_sets import heads_as_records, normalize_removed
 from attnviz.models.objective import Objective, Quality
+from attnviz.outputs.files import check_output_path, write_text_atomic
 
 FORMAT_NAME = "attnviz-prune-report"
 FORMAT_VERSION = 1

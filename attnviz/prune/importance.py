@@ -28,12 +28,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnviz.core import AttentionSite, HeadMask
 from attnviz.common.errors import InputError
+from attnviz.core import AttentionSite, HeadMask
 from attnviz.models.head_sets import RemovedHeads, keep_matrix, merge_removed, normalize_removed, removal_mask
 from attnviz.models.objective import Objective
-
-METHODS = ("gradient", "ablation", "entropy", "confidence", "random")
+from attnviz.prune.choices import METHODS
 
 #: ``scores[site]`` is ``[h]`` float64 (NaN for removed heads); higher = more important
 Scores = dict[AttentionSite, Tensor]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnviz.models.batching import token_batches
 from attnviz.common.errors import ParameterError
-from attnviz.models.base import EncodedBatch, LoadedModel
-from attnviz.models.objective import Objective
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.batching import token_batches
+from attnviz.models.objective import Objective
 
 #: examples per batch when none is given: own examples (small toy tasks) and texts
 OWN_EXAMPLES_PER_BATCH = 64

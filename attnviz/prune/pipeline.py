@@ -15,21 +15,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from attnviz.core import AttentionSite
 from attnviz.common.errors import ParameterError
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.progress import status
+from attnviz.core import AttentionSite
 from attnviz.models.base import LoadedModel, PrunedCopy
 from attnviz.models.head_sets import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
 from attnviz.models.objective import Objective, Quality
 from attnviz.models.physical import SitePlan
 from attnviz.models.specs import load_model
-from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.prune.checkpoint import check_output_dir, model_source_paths
-from attnviz.prune.importance import METHODS
+from attnviz.prune.choices import METHODS
 from attnviz.prune.cost import forward_output, measure_latency, parameter_count
-from attnviz.prune.judging import judging_batches, objectives_for
 from attnviz.prune.export import PruneReport, build_report
+from attnviz.prune.judging import judging_batches, objectives_for
 from attnviz.prune.strategy import PruneRun, PruneStrategy, default_steps, run_pruning
-from attnviz.common.progress import status
 
 
 @dataclass

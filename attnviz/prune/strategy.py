@@ -20,14 +20,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError, ParameterError
+from attnviz.common.progress import progress_bar
+from attnviz.core import AttentionSite
 from attnviz.models.head_sets import RemovedHeads, count_removed, max_removable, merge_removed, removal_mask
 from attnviz.models.objective import Objective, Quality
+from attnviz.prune.choices import SCOPES
 from attnviz.prune.importance import HeadImportance, Scores, compute_importance, scoring_passes
-from attnviz.common.progress import progress_bar
-
-SCOPES = ("global", "per-layer")
 
 
 @dataclass

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
+from attnviz.common.tokens import display_token, merge_visibility, merge_words, word_groups, word_label
 from attnviz.models.names import full_model_name
 from attnviz.render.heatmap import FigureStyle, HeatmapPanel, causal_visibility, render_heatmaps
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
-from attnviz.common.tokens import display_token, merge_visibility, merge_words, word_groups, word_label
 
 __all__ = ["FigureStyle", "capture_heatmap", "capture_panels", "model_title"]
 

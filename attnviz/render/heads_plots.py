@@ -28,8 +28,7 @@ def probe_scores_figure(result, *, stack: str = "self"):
     """
     from matplotlib import patheffects
 
-    from attnviz.heads.labels import LABELS
-    from attnviz.heads.scores import SCORE_NAMES
+    from attnviz.heads.labels import LABELS, SCORE_NAMES
 
     plt = _pyplot()
     matrices = {}
@@ -176,8 +175,8 @@ def capture_rollout_figure(capture, *, stack: str | None = None, annotate: bool 
 
     A stored ``rollout`` tensor is used when the capture has one.
     """
-    from attnviz.heads.rollout import attention_flow, rollout, rollout_stack
     from attnviz.common.tokens import display_token
+    from attnviz.heads.propagation import attention_flow, rollout, rollout_stack
 
     stack = stack or rollout_stack(capture)
     if flow:

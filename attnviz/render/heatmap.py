@@ -19,9 +19,9 @@ from torch import Tensor
 
 from attnviz.common.errors import InputError
 from attnviz.outputs.files import atomic_path, check_output_path
+from attnviz.render.choices import SCALES
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
-SCALES = ("linear", "sqrt", "log")
 
 #: Inches per token on a single heatmap, and the bounds of the figure's side.
 _INCHES_PER_TOKEN = 0.38

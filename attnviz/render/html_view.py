@@ -12,12 +12,12 @@ from pathlib import Path
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
+from attnviz.common.tokens import display_token, merge_visibility, merge_words, word_groups, word_label
 from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title
 from attnviz.render.heatmap import causal_visibility
 from attnviz.render.html_page import build_page, quantize_rows, write_page
 from attnviz.render.selection import LayerSelection, resolve_layers
-from attnviz.common.tokens import display_token, merge_visibility, merge_words, word_groups, word_label
 
 STACK_NAMES = {
     "self": "self-attention",

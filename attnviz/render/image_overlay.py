@@ -91,7 +91,7 @@ def image_panels(
     grid = image_grid_of(capture)
     chosen, described = resolve_query(grid, query)
     if view == "rollout":
-        from attnviz.heads.rollout import rollout
+        from attnviz.heads.propagation import rollout
 
         weights = query_row(rollout(capture), grid, chosen)  # [key]
         patches, extras = split_keys(weights, grid)

@@ -11,12 +11,42 @@ Typical use::
     detection = detect_heads(stats)      # default: the "normalized" thresholds
 """
 
-from attnviz.stats.accumulator import StatisticsAccumulator, block_statistics
-from attnviz.stats.compute import compute_statistics
-from attnviz.stats.definitions import STATISTIC_NAMES, STATISTICS, Statistic
-from attnviz.stats.detect import FLAGS, PRESETS, PROBLEM_FLAGS, Detection, Thresholds, detect_heads, preset_thresholds
-from attnviz.stats.export import stats_record, write_csv, write_json
-from attnviz.stats.result import HeadStatistics, SiteStatistics
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnviz.common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time each name is imported on first use
+    from attnviz.stats.accumulator import StatisticsAccumulator, block_statistics
+    from attnviz.stats.compute import compute_statistics
+    from attnviz.stats.definitions import STATISTIC_NAMES, STATISTICS, Statistic
+    from attnviz.stats.detect import FLAGS, PROBLEM_FLAGS, Detection, detect_heads
+    from attnviz.stats.export import stats_record, write_csv, write_json
+    from attnviz.stats.result import HeadStatistics, SiteStatistics
+    from attnviz.stats.thresholds import PRESETS, Thresholds, preset_thresholds
+
+#: public name -> module that defines it
+_EXPORTS = {
+    "FLAGS": "attnviz.stats.detect",
+    "PRESETS": "attnviz.stats.thresholds",
+    "PROBLEM_FLAGS": "attnviz.stats.detect",
+    "STATISTICS": "attnviz.stats.definitions",
+    "STATISTIC_NAMES": "attnviz.stats.definitions",
+    "Detection": "attnviz.stats.detect",
+    "HeadStatistics": "attnviz.stats.result",
+    "SiteStatistics": "attnviz.stats.result",
+    "Statistic": "attnviz.stats.definitions",
+    "StatisticsAccumulator": "attnviz.stats.accumulator",
+    "Thresholds": "attnviz.stats.thresholds",
+    "block_statistics": "attnviz.stats.accumulator",
+    "compute_statistics": "attnviz.stats.compute",
+    "detect_heads": "attnviz.stats.detect",
+    "preset_thresholds": "attnviz.stats.thresholds",
+    "stats_record": "attnviz.stats.export",
+    "write_csv": "attnviz.stats.export",
+    "write_json": "attnviz.stats.export",
+}
 
 __all__ = [
     "FLAGS",
@@ -38,3 +68,5 @@ __all__ = [
     "write_csv",
     "write_json",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -27,12 +27,13 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from attnviz.common.parallel import DataParallel
 from attnviz.core import AttentionSite
 from attnviz.core.kernel import RowSummary
+from attnviz.core.stacks import is_causal_stack
 from attnviz.models.base import EncodedBatch
-from attnviz.common.parallel import DataParallel
 from attnviz.stats.definitions import STATISTIC_NAMES
-from attnviz.stats.geometry import BlockLayout, StackGeometry, stack_is_causal
+from attnviz.stats.geometry import BlockLayout, StackGeometry
 
 
 def block_statistics(
@@ -297,7 +298,7 @@ class StatisticsAccumulator:
     def _geometry_of(self, site: AttentionSite, stack_key: tuple, device: torch.device) -> StackGeometry:
         geometry = self._geometry.get(stack_key)
         if geometry is None:
-            causal = stack_is_causal(site.stack, self.causal)
+            causal = is_causal_stack(site.stack, self.causal)
             geometry = StackGeometry.from_batch(self._batch, site.stack, causal, device)
             self._geometry[stack_key] = geometry
         return geometry

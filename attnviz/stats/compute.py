@@ -14,13 +14,13 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from rich.progress import Progress
 
-from attnviz.models.batching import DEFAULT_MAX_EXAMPLES, encode_batch, plan_batches, token_lengths
-from attnviz.core.kernel import prepare_kernel
 from attnviz.common.errors import InputError, ParameterError
-from attnviz.models.base import EncodedBatch, LoadedModel
-from attnviz.models.identity import model_identity
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import progress_bar
+from attnviz.core.kernel import prepare_kernel
+from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.batching import DEFAULT_MAX_EXAMPLES, encode_batch, plan_batches, token_lengths
+from attnviz.models.identity import model_identity
 from attnviz.stats.accumulator import StatisticsAccumulator
 from attnviz.stats.result import HeadStatistics
 

@@ -32,93 +32,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass
 
 from attnviz.core import AttentionSite
-from attnviz.common.errors import InputError, ParameterError
 from attnviz.stats.definitions import STATISTIC_INDEX
 from attnviz.stats.result import HeadStatistics
+from attnviz.stats.thresholds import PRESETS, Thresholds
 
 #: Problem flags, then pattern labels, in the order they are listed for a head.
 FLAGS = ("collapsed", "unfocused", "diagonal", "previous-token", "first-token-sink", "special-token", "local")
 PROBLEM_FLAGS = ("collapsed", "unfocused")
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Detection thresholds on a head's mean statistics. ``None`` disables a criterion.
-
-    "at least" thresholds flag values ≥ the threshold; "below" thresholds flag values < it.
-    """
-
-    # collapsed (any criterion): mean max_weight at least this ...
-    collapsed_max_weight: float | None = 0.9
-    # ... or mean normalized_entropy below this ...
-    collapsed_normalized_entropy: float | None = 0.1
-    # ... or mean entropy below this many nats (the seeds' rule; depends on sequence length)
-    collapsed_entropy: float | None = None
-    # unfocused (all criteria): mean normalized_entropy at least this ...
-    unfocused_normalized_entropy: float | None = 0.9
-    # ... and mean max_weight below this
-    unfocused_max_weight: float | None = 0.5
-    # diagonal: mean weight on the query's own position at least this
-    diagonal_min: float | None = 0.5
-    # previous-token: mean weight on the previous position at least this
-    previous_token_min: float | None = 0.5
-    # first-token-sink: mean weight on the first token at least this
-    first_token_min: float | None = 0.5
-    # special-token: mean weight on special tokens ([CLS], [SEP], BOS, EOS) at least this
-    special_tokens_min: float | None = 0.5
-    # local: mean weight within ±local_window positions at least this
-    local_ratio_min: float | None = 0.8
-
-    def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if value is None:
-                continue
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise ParameterError(item.name, f"threshold {{{item.name}}} must be a number, got {value!r}", value)
-            if item.name == "collapsed_entropy":
-                if value < 0:
-                    raise ParameterError(
-                        item.name, f"threshold {{{item.name}}} is in nats and must be ≥ 0, got {value}", value
-                    )
-            elif not 0.0 <= value <= 1.0:
-                raise ParameterError(
-                    item.name, f"threshold {{{item.name}}} must be between 0 and 1, got {value}", value
-                )
-
-    def to_dict(self) -> dict[str, float | None]:
-        return asdict(self)
-
-    def override(self, **values: float | None) -> Thresholds:
-        """A copy with the given (non-None) fields replaced; checks ranges."""
-        unknown = set(values) - {item.name for item in fields(self)}
-        if unknown:
-            raise InputError(f"unknown threshold(s): {', '.join(sorted(unknown))}")
-        return replace(self, **{name: value for name, value in values.items() if value is not None})
-
-
-#: Named threshold sets. ``normalized`` is the default; ``seed`` is the seeds' literal rule.
-PRESETS: dict[str, Thresholds] = {
-    "normalized": Thresholds(),
-    "seed": Thresholds(
-        collapsed_max_weight=None,
-        collapsed_normalized_entropy=None,
-        collapsed_entropy=1.0,
-        unfocused_normalized_entropy=None,
-        unfocused_max_weight=0.3,
-    ),
-}
-
-
-def preset_thresholds(name: str) -> Thresholds:
-    """The thresholds of preset ``name``; a clear error listing the presets otherwise."""
-    key = name.strip().lower()
-    if key not in PRESETS:
-        raise InputError(f"unknown threshold preset {name!r}: use {' or '.join(PRESETS)}")
-    return PRESETS[key]
 
 
 @dataclass

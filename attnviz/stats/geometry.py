@@ -12,14 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnviz.core.stacks import stack_of
 from attnviz.models.base import EncodedBatch
 from attnviz.stats.definitions import STATISTIC_INDEX, STATISTIC_NAMES
-
-
-def stack_is_causal(stack: str, causal_model: bool) -> bool:
-    """Decoder self-attention is causal; so is ``self`` attention of a causal (decoder-only) model."""
-    return stack_of(stack).is_causal(causal_model)
 
 
 @dataclass

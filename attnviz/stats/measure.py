@@ -9,14 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from attnviz.common.errors import InputError
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
+from attnviz.common.progress import status
 from attnviz.common.texts import load_texts
 from attnviz.models.base import LoadedModel
 from attnviz.models.specs import load_model
-from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
-from attnviz.common.progress import status
 from attnviz.stats.compute import compute_statistics
-from attnviz.stats.detect import Detection, Thresholds, detect_heads
+from attnviz.stats.detect import Detection, detect_heads
 from attnviz.stats.result import HeadStatistics
+from attnviz.stats.thresholds import Thresholds
 
 __all__ = ["measure_checkpoints", "measure_model"]
 

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError
+from attnviz.core import AttentionSite
 from attnviz.models.identity import HeadIdentity
 from attnviz.stats.definitions import STATISTIC_NAMES, statistic_index
 

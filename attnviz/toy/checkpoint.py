@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from attnviz.outputs import files
 from attnviz.common.errors import AttnvizError, ModelSpecError, OutputError
+from attnviz.outputs import files
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.files import FORMAT_NAME, FORMAT_VERSION, MARKER, WEIGHTS, sha256_of, write_checkpoint_files
 from attnviz.toy.loaded import ToyModel

@@ -25,19 +25,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnviz.outputs import files
-from attnviz.core import AttentionContext, AttentionSite
 from attnviz.common.errors import InputError, ParameterError
-from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
-from attnviz.models.probing import ProbeBatch
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
+from attnviz.core import AttentionContext, AttentionSite
+from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
+from attnviz.models.probing import ProbeBatch
+from attnviz.outputs import files
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.files import write_checkpoint_files
 from attnviz.toy.inputs import random_symbols_batch, symbol_probe_batches
 from attnviz.toy.model import ToyOutput, ToyTransformer
-from attnviz.toy.task_objective import TaskObjective
 from attnviz.toy.pruning import prune_toy_heads
+from attnviz.toy.task_objective import TaskObjective
 from attnviz.toy.tasks import Task, TaskSettings, ToyExample, get_task
 from attnviz.toy.tokenizer import EOS, SEP, SPECIAL_TOKENS, ToyTokenizer
 

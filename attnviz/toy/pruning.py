@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError
+from attnviz.core import AttentionSite
 from attnviz.models.base import parameter_count
 
 if TYPE_CHECKING:  # ToyModel calls this module; the pruned copy is built with type(loaded)

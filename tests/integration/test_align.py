@@ -11,6 +11,7 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 from figure_helpers import read_svg
 
+from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.heads.alignment import (
     AlignmentPair,
     GoldAlignment,
@@ -21,7 +22,6 @@ from attnviz.heads.alignment import (
     read_alignment_pairs,
     whitespace_word_ids,
 )
-from attnviz.common.errors import InputError, UnsupportedModelError
 
 REVERSE = Path(__file__).resolve().parents[2] / "sample_data" / "toy" / "reverse"
 

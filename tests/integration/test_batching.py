@@ -8,9 +8,9 @@ import pytest
 import torch
 from cli_helpers import assert_clean_error, run_cli
 
-from attnviz.models.batching import plan_batches, token_batches, token_lengths
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
+from attnviz.models.batching import plan_batches, token_batches, token_lengths
 
 TEXTS = [
     "A short one.",

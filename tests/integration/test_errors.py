@@ -8,7 +8,7 @@ from cli_helpers import run_cli
 from attnviz.cli.errors import error_message, flag_for
 from attnviz.common.errors import InputError, ParameterError
 from attnviz.prune.pipeline import PruneConfig
-from attnviz.stats.detect import Thresholds
+from attnviz.stats.thresholds import Thresholds
 from attnviz.toy.training import TrainingSettings
 
 

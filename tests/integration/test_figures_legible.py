@@ -14,8 +14,8 @@ from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.common.errors import InputError
 from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.heatmap import MASKED_LABEL, FigureStyle, label_positions, save_figure
-from attnviz.render.terminal import terminal_heatmap
 from attnviz.render.selection import MEAN_OF_HEADS
+from attnviz.render.terminal import terminal_heatmap
 
 
 def _synthetic(n=12, causal=True, layers=2, heads=3, model="smollm2"):

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.core.recorder import PatternRecorder
-from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.captures.generation import _word_ids_of_new_tokens, generate_capture
+from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.core.recorder import PatternRecorder
 from attnviz.models.hf import load_hf_model
 
 PROMPT = "The cat sat on the mat."

@@ -108,7 +108,7 @@ def test_corpus_adds_statistics_and_flags(capsys, tmp_path, tiny_model_dirs):
 
 def test_rollout_view_and_capture(capsys, tmp_path, tiny_model_dirs):
     from attnviz.captures.attention_capture import AttentionCapture
-    from attnviz.heads.rollout import rollout
+    from attnviz.heads.propagation import rollout
 
     model = str(tiny_model_dirs["gpt2"])
     out = tmp_path / "c.safetensors"
@@ -158,7 +158,7 @@ def test_help_lists_choices_and_examples(capsys, monkeypatch):
 
 def test_flow_view_draws_short_inputs_and_refuses_long_ones(capsys, tmp_path, tiny_model_dirs):
     from attnviz.captures.attention_capture import capture
-    from attnviz.heads.rollout import attention_flow
+    from attnviz.heads.propagation import attention_flow
     from attnviz.models.hf import load_hf_model
 
     model = str(tiny_model_dirs["bert"])

@@ -9,10 +9,10 @@ import torch
 
 from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.common.errors import InputError, OutputError
+from attnviz.common.tokens import display_token, merge_words, word_groups, word_label
 from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.heatmap import causal_visibility, save_figure
 from attnviz.render.selection import MEAN_OF_HEADS
-from attnviz.common.tokens import display_token, merge_words, word_groups, word_label
 
 
 def png_size(path):

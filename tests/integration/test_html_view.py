@@ -10,9 +10,9 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 
 from attnviz.captures.attention_capture import AttentionCapture, capture
+from attnviz.common.tokens import merge_words
 from attnviz.render.html_page import dequantize_rows, quantize_rows
 from attnviz.render.html_view import attention_view_payload, write_attention_view
-from attnviz.common.tokens import merge_words
 
 SENTENCE = "The cat sat on the mat because it was tired."
 TOLERANCE = 1 / 255

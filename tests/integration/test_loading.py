@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from attnviz.captures.attention_capture import capture
-from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError, ModelSpecError
+from attnviz.core import AttentionSite
 from attnviz.models.specs import load_model, resolve_dtype, smollm2_path
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnviz.core import AttentionSite
 from attnviz.common.texts import default_corpus_path, read_examples
+from attnviz.core import AttentionSite
 from attnviz.models.head_sets import removal_mask
 from attnviz.models.physical import prune_heads_physically
 from attnviz.models.specs import load_model

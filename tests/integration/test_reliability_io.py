@@ -17,8 +17,8 @@ import pytest
 from bad_input_helpers import TOY
 from cli_helpers import run_cli
 
-from attnviz.outputs import files, staging
 from attnviz.common.errors import ModelSpecError, OutputError
+from attnviz.outputs import files, staging
 
 
 @pytest.fixture

@@ -5,38 +5,29 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import typing
 
 import pytest
 from cli_helpers import assert_clean_error, run_cli
 
-from attnviz.heads.alignment import RowChoice as LibraryRowChoice
+from attnviz.captures.choices import CAPTURE_BITS
 from attnviz.cli.align_cmd import RowChoice
 from attnviz.cli.capture_cmd import Bits
 from attnviz.cli.heads_cmd import ScoreName
 from attnviz.cli.heatmap_cmd import ColourScale
-from attnviz.cli.options import (
-    DEVICE_FORMS,
-    DTYPE_ALIASES,
-    DTYPE_NAMES,
-    StackChoice,
-    choice_parser,
-    parse_device,
-    parse_dtype,
-)
+from attnviz.cli.options import DEVICE_FORMS, StackChoice, choice_parser, parse_device, parse_dtype
 from attnviz.cli.prune_cmd import ImportanceMethod, Scope
-from attnviz.cli.stats_options import PRESET_NAMES, STATISTIC_NAMES, Statistic
-from attnviz.cli.train_cmd import ARCHITECTURE_NAMES, ATTENTION_VARIANTS, TASK_NAMES
-from attnviz.captures.compact import CAPTURE_BITS
-from attnviz.core.stacks import STACKS
+from attnviz.cli.stats_options import Preset, Statistic
+from attnviz.cli.train_cmd import Architecture, AttentionVariant, TaskName
 from attnviz.common.errors import InputError, ParameterError
-from attnviz.heads.scores import SCORE_NAMES
+from attnviz.core.stacks import STACKS
+from attnviz.heads.choices import ALIGNMENT_ROWS
+from attnviz.heads.labels import SCORE_NAMES
+from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
 from attnviz.models.specs import DTYPES, resolve_device, resolve_dtype
-from attnviz.prune.importance import METHODS
-from attnviz.prune.strategy import SCOPES
-from attnviz.render.heatmap import SCALES
-from attnviz.stats.definitions import STATISTIC_NAMES as LIBRARY_STATISTICS
-from attnviz.stats.detect import PRESETS
+from attnviz.prune.choices import METHODS, SCOPES
+from attnviz.render.choices import SCALES
+from attnviz.stats.definitions import STATISTIC_NAMES
+from attnviz.stats.thresholds import PRESETS
 from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES
 from attnviz.toy.tasks import TASKS
 
@@ -45,19 +36,20 @@ def _values(choices) -> tuple:
     return tuple(choice.value for choice in choices)
 
 
-def test_cli_choices_equal_the_library_sets():
-    assert TASK_NAMES == tuple(TASKS)
-    assert ARCHITECTURE_NAMES == tuple(ARCHITECTURES)
-    assert ATTENTION_VARIANTS == tuple(VARIANT_NAMES)
+def test_cli_choices_are_the_library_sets():
+    """Each closed set has one owner in the library; the command line builds its choices from it."""
+    assert _values(TaskName) == tuple(TASKS)
+    assert _values(Architecture) == tuple(ARCHITECTURES)
+    assert _values(AttentionVariant) == tuple(VARIANT_NAMES)
     assert _values(ImportanceMethod) == tuple(METHODS)
     assert _values(Scope) == tuple(SCOPES)
-    assert STATISTIC_NAMES == LIBRARY_STATISTICS
-    assert PRESET_NAMES == tuple(PRESETS)
+    assert _values(Statistic) == STATISTIC_NAMES
+    assert _values(Preset) == tuple(PRESETS)
     assert _values(ScoreName) == SCORE_NAMES
     assert _values(ColourScale) == SCALES
     assert _values(StackChoice) == tuple(STACKS)
     assert tuple(int(bits) for bits in _values(Bits)) == CAPTURE_BITS
-    assert _values(RowChoice) == typing.get_args(LibraryRowChoice)
+    assert _values(RowChoice) == ALIGNMENT_ROWS
 
 
 def test_dtype_names_and_aliases_are_the_librarys():
@@ -107,8 +99,8 @@ HELP_CHOICES = [
     (["heatmap"], "--view", ("heads", "rollout", "flow")),
     (["heatmap"], "--scale", SCALES),
     (["heatmap"], "--stack", tuple(STACKS)),
-    (["capture"], "--bits", ("8", "16", "32")),
-    (["stats"], "--preset", PRESET_NAMES),
+    (["capture"], "--bits", tuple(str(bits) for bits in CAPTURE_BITS)),
+    (["stats"], "--preset", tuple(PRESETS)),
     (["stats"], "--sort", STATISTIC_NAMES),
     (["stats"], "--color-by", STATISTIC_NAMES),
     (["stats"], "--dtype", DTYPE_NAMES),
@@ -118,9 +110,9 @@ HELP_CHOICES = [
     (["prune"], "--strategy", tuple(SCOPES)),
     (["prune"], "--dtype", DTYPE_NAMES),
     (["report"], "--dtype", DTYPE_NAMES),
-    (["align"], "--rows", typing.get_args(LibraryRowChoice)),
-    (["train"], "--attention", ATTENTION_VARIANTS),
-    (["train"], "--architecture", ARCHITECTURE_NAMES),
+    (["align"], "--rows", ALIGNMENT_ROWS),
+    (["train"], "--attention", VARIANT_NAMES),
+    (["train"], "--architecture", ARCHITECTURES),
     (["train"], "--device", DEVICE_FORMS),
 ]
 
@@ -157,6 +149,21 @@ def test_a_bad_choice_is_one_error_line_naming_the_option(capsys, args, option, 
 
 
 def test_starting_the_cli_does_not_import_torch():
-    code = "import sys, attnviz.cli.app; print('torch' in sys.modules)"
+    """The command line and every module holding a closed set start without torch (lazy package imports)."""
+    light = [
+        "attnviz.cli.app",
+        "attnviz.captures.choices",
+        "attnviz.heads.choices",
+        "attnviz.heads.labels",
+        "attnviz.models.choices",
+        "attnviz.prune.choices",
+        "attnviz.render.choices",
+        "attnviz.stats.definitions",
+        "attnviz.stats.thresholds",
+        "attnviz.toy.config",
+        "attnviz.toy.tasks",
+        "attnviz.core.stacks",
+    ]
+    code = f"import sys, importlib; [importlib.import_module(m) for m in {light!r}]; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

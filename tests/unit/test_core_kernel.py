@@ -161,7 +161,8 @@ def test_statistics_with_the_kernel_equal_statistics_on_torch_ops(
             assert difference <= 1e-5, (name, statistic, float(difference))
 
 
-def test_disabled_and_failed_builds_fall_back_to_torch(monkeypatch):
+def test_disabled_and_failed_builds_fall_back_to_torch(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # a cache of its own: nothing built there
     monkeypatch.setattr(kernel, "_state", "unloaded")
     monkeypatch.setattr(kernel, "_module", None)
     monkeypatch.setenv(kernel.KERNEL_VARIABLE, "0")
@@ -172,13 +173,21 @@ def test_disabled_and_failed_builds_fall_back_to_torch(monkeypatch):
     monkeypatch.setattr(kernel, "_state", "unloaded")
     from torch.utils import cpp_extension
 
-    def no_compiler(**kwargs):
-        raise RuntimeError("Ninja is required to load C++ extensions")
+    attempts = []
 
-    monkeypatch.setattr(cpp_extension, "load_inline", no_compiler)
-    assert not kernel.prepare_kernel()
+    def broken_build(**kwargs):
+        attempts.append(kwargs["name"])
+        raise RuntimeError("Error building extension 'attnviz_softmax_rows'")
+
+    monkeypatch.setattr(cpp_extension, "load_inline", broken_build)
+    with pytest.warns(UserWarning, match=r"kernel is unavailable: the build failed .*Error building extension"):
+        assert not kernel.prepare_kernel()
     state, why, _ = kernel.kernel_status()
-    assert state == "unavailable" and "Ninja is required" in why
+    assert state == "unavailable" and "Error building extension" in why and len(attempts) == 1
+    # a later process (state reset) remembers the failure on disk and does not try again
+    monkeypatch.setattr(kernel, "_state", "unloaded")
+    assert not kernel.prepare_kernel()
+    assert len(attempts) == 1 and "not tried again" in kernel.kernel_status()[1]
     # the core still computes attention, on torch's operations
     query = torch.randn(1, 2, 5, 8)
     with torch.no_grad():

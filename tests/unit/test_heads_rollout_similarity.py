@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.heads.rollout import rollout
+from attnviz.heads.propagation import rollout
 from attnviz.heads.similarity import embedding_2d, head_similarity, pairwise_js
 
 
@@ -97,7 +97,7 @@ def test_capture_file_keeps_the_rollout(tmp_path):
 
 def test_attention_flow_by_hand_and_refusal_of_long_inputs():
     from attnviz.common.errors import InputError
-    from attnviz.heads.rollout import MAX_FLOW_TOKENS, attention_flow
+    from attnviz.heads.propagation import MAX_FLOW_TOKENS, attention_flow
 
     torch.manual_seed(3)
     one = [torch.rand(2, 3, 3).softmax(-1)]

@@ -103,3 +103,28 @@ def test_no_import_cycles():
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def lazy_packages() -> list[str]:
+    return sorted(
+        module_name(path)
+        for path in PACKAGE.rglob("__init__.py")
+        if "lazy_exports(" in path.read_text(encoding="utf-8")
+    )
+
+
+def test_lazy_exports_resolve_to_what_they_name():
+    """Every public name of a lazy package imports, and none is hidden by a submodule of the same name."""
+    import importlib
+
+    assert {"attnviz.core", "attnviz.heads", "attnviz.prune", "attnviz.stats", "attnviz.toy"} <= set(lazy_packages())
+    for package_name in lazy_packages():
+        package = importlib.import_module(package_name)
+        folder = PACKAGE.parent / package_name.replace(".", "/")
+        submodules = {path.stem for path in folder.glob("*.py")} | {
+            path.name for path in folder.iterdir() if path.is_dir()
+        }
+        for name, module in package._EXPORTS.items():
+            assert name not in submodules, f"{package_name}.{name} is also a submodule: the import would hide it"
+            assert getattr(package, name) is getattr(importlib.import_module(module), name)
+        assert set(package.__all__) - {"__version__"} == set(package._EXPORTS)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from tiny_models import TEXTS
 
-from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.core import AttentionSite
 from attnviz.models.base import LoadedModel, PrunedCopy
 from attnviz.models.hf import HFModel
 from attnviz.models.objective import LanguageModelObjective, RepresentationObjective

@@ -8,8 +8,8 @@ import pytest
 import torch
 from tiny_models import TEXTS
 
-from attnviz.core import AttentionSite, HeadMask
 from attnviz.common.errors import InputError
+from attnviz.core import AttentionSite, HeadMask
 from attnviz.models.head_sets import removal_mask
 from attnviz.models.hf import HFModel
 from attnviz.models.objective import LanguageModelObjective, RepresentationObjective

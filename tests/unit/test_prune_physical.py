@@ -8,8 +8,8 @@ import pytest
 import torch
 from tiny_models import TEXTS, main_output
 
-from attnviz.core import AttentionSite
 from attnviz.common.errors import ModelSpecError, OutputError, UnsupportedModelError
+from attnviz.core import AttentionSite
 from attnviz.models.head_sets import removal_mask
 from attnviz.models.physical import find_attention_blocks, plan_site, prune_heads_physically
 from attnviz.models.pruned import load_pruned_model

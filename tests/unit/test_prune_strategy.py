@@ -6,8 +6,8 @@ import pytest
 import torch
 from tiny_models import TEXTS
 
-from attnviz.core import AttentionSite
 from attnviz.common.errors import InputError
+from attnviz.core import AttentionSite
 from attnviz.models.head_sets import count_removed, removal_mask
 from attnviz.prune.judging import text_batches
 from attnviz.prune.strategy import PruneStrategy, layer_quotas, run_pruning, select_heads, step_targets

@@ -11,8 +11,8 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from attnviz.captures.attention_capture import PatternRecorder, capture
-from attnviz.core import AttentionSite, HeadMask
 from attnviz.common.errors import InputError, ModelSpecError, OutputError
+from attnviz.core import AttentionSite, HeadMask
 from attnviz.models.specs import load_model
 from attnviz.toy import (
     VARIANT_NAMES,

@@ -1,0 +1,35 @@
+"""Packages whose public names are imported on first use, so that importing a package stays cheap.
+
+The command line imports the library's closed sets (statistic names, presets, tasks …) from small
+modules; a package ``__init__`` that imported everything eagerly would pull torch and transformers in
+with them. Each package ``__init__`` therefore maps its public names to the modules defining them::
+
+    __getattr__, __dir__ = lazy_exports(__name__, {"compute_statistics": "attnviz.stats.compute"})
+
+A public name must not also be the name of a submodule of the same package: importing the submodule
+would set the package attribute to the module and hide the name (``tests/unit/test_layers.py`` checks).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for ``package``: each name in ``exports`` is imported from its module on first use."""
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[package], name, value)  # later lookups skip this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(exports) | set(vars(sys.modules[package])))
+
+    return __getattr__, __dir__
