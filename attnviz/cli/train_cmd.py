@@ -9,12 +9,12 @@ import typer
 
 from attnviz.cli.options import OUTPUT_PANEL, DeviceOption, choice_enum, choice_parser
 from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES
-from attnviz.toy.tasks import TASKS
+from attnviz.toy.tasks import IMAGE_TASKS, TASKS
 
 # Closed sets as Enums, so --help lists the choices and Click refuses anything else.
 TASK_NAMES = tuple(TASKS)
 #: tasks on images (attnviz.toy.odd_patch): a small ViT, trained with the size and training options only
-IMAGE_TASK_NAMES = ("odd-patch",)
+IMAGE_TASK_NAMES = IMAGE_TASKS
 TaskName = choice_enum("TaskName", TASK_NAMES + IMAGE_TASK_NAMES)
 Architecture = choice_enum("Architecture", ARCHITECTURES)
 AttentionVariant = choice_enum("AttentionVariant", VARIANT_NAMES)

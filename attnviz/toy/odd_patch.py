@@ -28,6 +28,7 @@ from attnviz.common.errors import InputError
 from attnviz.common.progress import progress_bar
 from attnviz.outputs import files
 from attnviz.toy.checkpoint import check_checkpoint_output
+from attnviz.toy.tasks import IMAGE_TASKS
 from attnviz.toy.training import TrainingSettings, learning_rate_at
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
     from attnviz.models.vision import VisionModel
 
-TASK_NAME = "odd-patch"
+TASK_NAME = IMAGE_TASKS[0]
 #: the file that marks an image-task toy checkpoint (next to config.json and preprocessor_config.json)
 IMAGE_TASK_FILE = "attnviz-image-task.json"
 IMAGE_SIZE = 32

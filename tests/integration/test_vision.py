@@ -144,7 +144,7 @@ def hottest_drawn_patch(figure, axes_index: int, grid) -> int:
 def test_overlay_hottest_patch_is_the_patterns(family, query, view, vision_models):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from attnviz.heads.rollout import rollout
+    from attnviz.heads.propagation import rollout
     from attnviz.render.image_overlay import image_heatmap
 
     result = capture_image(vision_models[family], sample_images(1, seed=5)[0])
