@@ -34,6 +34,15 @@ def tiny_model_dirs(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_vision_dirs(tmp_path_factory):
+    """``{family: directory}`` of tiny random vision transformers (``tiny_vision.VISION_FAMILIES``)."""
+    from tiny_vision import VISION_FAMILIES, build_tiny_vision_model
+
+    root = tmp_path_factory.mktemp("tiny-vision")
+    return {family: build_tiny_vision_model(family, root / family) for family in VISION_FAMILIES}
+
+
+@pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory):
     """``{family: directory}`` of the sharp variants (bert, gpt2, llama) that the pruning tests need."""
     root = tmp_path_factory.mktemp("sharp-tiny-models")

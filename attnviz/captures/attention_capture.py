@@ -14,7 +14,9 @@ for encoder-only and decoder-only models; ``encoder.*``, ``decoder.*`` and
 ``target_special`` (JSON lists of booleans), ``word_ids`` /
 ``target_word_ids`` (JSON lists of int or null), and ``causal`` (``true`` /
 ``false``); version 2 adds ``bits`` (32, 16 or 8) and, for captures of
-generated text, ``generated_from`` (index of the first generated token).
+generated text, ``generated_from`` (index of the first generated token); a vision model's capture adds
+``image_grid`` (JSON: ``rows``, ``cols``, ``extra_kinds``, ``patch_size``) and the tensor
+``image`` (float32 ``[H, W, 3]`` in 0–1, the resized picture).
 Version-1 files (always float32) still load. No pickle is involved.
 """
 
@@ -33,6 +35,7 @@ from torch import Tensor
 from attnviz.captures.compact import check_bits, decode_patterns, encode_pattern
 from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import CaptureFileError, InputError
+from attnviz.common.images import ImageGrid
 from attnviz.common.tokens import display_token, word_groups, word_label
 from attnviz.core import AttentionSite
 from attnviz.core.recorder import PatternRecorder
@@ -63,8 +66,11 @@ class AttentionCapture(NotebookDisplay):
     #: index of the first generated token (decoder tokens for encoder-decoder models); None: no generation
     generated_from: int | None = None
     identity: HeadIdentity | None = None  # original head numbers of a pruned model
-    #: named tensors stored next to the patterns (e.g. ``rollout``, float32 ``[query, key]``)
+    #: named tensors stored next to the patterns (e.g. ``rollout``, float32 ``[query, key]``; ``image``,
+    #: float32 ``[H, W, 3]`` in 0–1, the picture a vision model saw)
     extras: dict[str, Tensor] = field(default_factory=dict)
+    #: a vision model's capture: how the tokens (extra tokens, then patches row-major) cover the image
+    image_grid: ImageGrid | None = None
 
     def __repr__(self) -> str:
         shape = ", ".join(
@@ -270,6 +276,8 @@ class AttentionCapture(NotebookDisplay):
             metadata["generated_from"] = json.dumps(self.generated_from)
         if self.identity is not None:
             metadata["head_identity"] = json.dumps(self.identity.to_dict())
+        if self.image_grid is not None:
+            metadata["image_grid"] = json.dumps(self.image_grid.to_dict())
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
         return path
@@ -338,6 +346,8 @@ def captures_from_patterns(
                 target_tokens=batch.target_tokens[i] if batch.target_tokens else None,
                 target_special=batch.target_special[i] if batch.target_special else None,
                 target_word_ids=batch.target_word_ids[i] if batch.target_word_ids else None,
+                image_grid=batch.image_grid,
+                extras={} if batch.images is None else {"image": batch.images[i].detach().to("cpu", torch.float32)},
             )
         )
     return captures
@@ -353,6 +363,11 @@ def capture_batch(
 ) -> list[AttentionCapture]:
     """Run ``texts`` through ``loaded`` and return one capture per text (padding trimmed)."""
     batch = loaded.encode(texts, targets=targets, max_length=max_length, truncate=truncate)
+    return capture_encoded(loaded, batch)
+
+
+def capture_encoded(loaded: LoadedModel, batch: EncodedBatch) -> list[AttentionCapture]:
+    """Run an encoded ``batch`` (texts or images) through ``loaded``: one capture per example (padding trimmed)."""
     recorder = PatternRecorder()
     with torch.no_grad():
         loaded.forward(batch, loaded.context([recorder]))

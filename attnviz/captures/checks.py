@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnviz.common.images import ImageGrid
 from attnviz.core.stacks import stack_of
 
 #: tensors a capture file may hold besides the per-layer patterns (see AttentionCapture.extras)
@@ -78,6 +79,13 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
     by_stack: dict[str, dict[int, Tensor]] = {}
     extras: dict[str, Tensor] = {}
     for name, tensor in tensors.items():
+        if name == "image":  # a vision capture's picture: [H, W, 3] in 0–1
+            if tensor.ndim != 3 or tensor.shape[2] != 3 or min(tensor.shape[:2]) < 1:
+                raise damaged(f"the image tensor has shape {list(tensor.shape)}, not [height, width, 3]")
+            if not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
+                raise damaged("the image tensor is not finite floating-point data")
+            extras[name] = tensor.float().clamp(0.0, 1.0)
+            continue
         if name in KNOWN_EXTRAS:  # a named tensor next to the patterns
             if tuple(tensor.shape) != (len(tokens), len(tokens)):  # rollout: [query, key] over the source tokens
                 raise damaged(f"{name} has shape {list(tensor.shape)}, not [{len(tokens)}, {len(tokens)}]")
@@ -111,8 +119,19 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
         if sorted(layers) != list(range(len(layers))):
             raise damaged(f"the {stack} layers are not numbered 0…{len(layers) - 1}")
         patterns[stack] = [layers[i] for i in range(len(layers))]
+    image_grid = None
+    if "image_grid" in metadata:
+        try:
+            image_grid = ImageGrid.from_dict(field("image_grid"))
+        except ValueError as exc:
+            raise damaged(str(exc)) from exc
+        if image_grid.num_tokens != len(tokens) or target_tokens is not None:
+            raise damaged(f"its image grid makes {image_grid.num_tokens} tokens but it has {len(tokens)}")
+        if "image" not in extras:
+            raise damaged("it has an image grid but no image tensor")
     return {
         "model": model,
+        "image_grid": image_grid,
         "extras": extras,
         "tokens": tokens,
         "causal": causal,

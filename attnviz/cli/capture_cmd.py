@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from attnviz.captures.choices import CAPTURE_BITS
+from attnviz.cli.images import ImageOption
 from attnviz.cli.options import (
     OUTPUT_PANEL,
     DeviceMapOption,
@@ -31,12 +32,6 @@ DEFAULT_BITS = Bits("32")
 
 
 def capture(
-    text: Annotated[
-        str,
-        typer.Argument(
-            help="The sentence to capture; '-' reads it from standard input. Example: \"The cat sat on the mat.\""
-        ),
-    ],
     out: Annotated[
         Path,
         typer.Option(
@@ -46,6 +41,13 @@ def capture(
             rich_help_panel=OUTPUT_PANEL,
         ),
     ],
+    text: Annotated[
+        str | None,
+        typer.Argument(
+            help="The sentence to capture; '-' reads it from standard input. Example: \"The cat sat on the mat.\"",
+            show_default=False,
+        ),
+    ] = None,
     bits: Annotated[
         Bits,
         typer.Option(
@@ -57,6 +59,7 @@ def capture(
         ),
     ] = DEFAULT_BITS,
     model: ModelOption = "minilm",
+    image: ImageOption = None,
     target: TargetOption = None,
     with_rollout: Annotated[
         bool,
@@ -86,6 +89,8 @@ def capture(
       attnviz heatmap --from-capture cat.safetensors --layer 0
 
       attnviz capture "The capital of France is" --model smollm2 --generate 10 --bits 8 --out gen.safetensors
+
+      attnviz capture --image odd.png --model toy-odd-patch --out odd.safetensors
     """
     from attnviz.cli.capturing import capture_text, generation_settings, print_summary
     from attnviz.cli.stdin import text_or_stdin
@@ -93,8 +98,24 @@ def capture(
     from attnviz.outputs.files import check_output_path
 
     out = check_output_path(out, (".safetensors",))
+    if image is not None:
+        from attnviz.cli.images import capture_image_option, print_image_summary
+
+        if text is not None or generate is not None or target is not None:
+            raise InputError("--image captures an image: give no TEXT, --target or --generate with it")
+        result = capture_image_option(image, model, device, dtype)
+        if with_rollout:
+            from attnviz.heads.propagation import rollout
+
+            result.extras["rollout"] = rollout(result)
+        path = result.save(out, bits=int(bits.value))
+        print_image_summary(result)
+        print(path)
+        return
+    if text is None:
+        raise InputError('no text given: attnviz capture "The cat sat on the mat." --out cat.safetensors (or --image)')
     text = text_or_stdin(text)
-    if not text.strip():
+    if text is None or not text.strip():
         raise InputError("the text is empty: give at least one word")
     generation = generation_settings(generate, sample, temperature, seed, target)
     result = capture_text(

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.images import ImageOption, QueryOption
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
@@ -51,6 +52,8 @@ def heatmap(
         ),
     ] = None,
     model: ModelOption = "minilm",
+    image: ImageOption = None,
+    query: QueryOption = None,
     layer: Annotated[
         str | None,
         typer.Option(
@@ -215,6 +218,8 @@ def heatmap(
       attnviz heatmap --from-capture cat.safetensors --layer 0
 
       attnviz heatmap "The capital of France is" --model smollm2 --generate 8 --head mean
+
+      attnviz heatmap --image odd.png --model toy-odd-patch --query 1,2
     """
     from attnviz.captures.attention_capture import AttentionCapture
     from attnviz.cli.capturing import capture_text, generation_settings, print_summary
@@ -249,7 +254,13 @@ def heatmap(
         if stack not in (None, "cross"):
             raise InputError("--cross and --stack disagree: give one of them")
         stack = "cross"
-    if from_capture is not None:
+    if image is not None:
+        if text is not None or from_capture is not None or generate is not None:
+            raise InputError("--image draws an image: give no TEXT, --from-capture or --generate with it")
+        from attnviz.cli.images import capture_image_option
+
+        result = capture_image_option(image, model, device, dtype)
+    elif from_capture is not None:
         if text is not None:
             raise InputError("give either TEXT or --from-capture, not both")
         if generate is not None:
@@ -257,7 +268,7 @@ def heatmap(
         result = AttentionCapture.load(from_capture)
     else:
         if text is None:
-            raise InputError('no text given: attnviz heatmap "The cat sat on the mat."')
+            raise InputError('no text given: attnviz heatmap "The cat sat on the mat." (or --image PATH)')
         if not text.strip():
             raise InputError("the text is empty: give at least one word")
         if stack == "cross" and target is None and generate is None:
@@ -284,6 +295,19 @@ def heatmap(
             print(path)
             return
         result = capture_text(text, target, model, max_length, no_truncate, device, dtype, generation=generation)
+    if result.image_grid is not None:
+        from attnviz.cli.images import draw_image, print_image_summary
+
+        if terminal or words or view == HeatmapView.flow or stack is not None:
+            raise InputError("an image is drawn as overlays: --terminal, --words, --view flow and --stack do not apply")
+        drawn = draw_image(
+            result, out, html=html, layers=layers, heads=heads, query=query, view=view.value, style=style, dpi=dpi
+        )
+        print_image_summary(result)
+        print(drawn)
+        return
+    if query is not None:
+        raise InputError("--query picks a query patch of an image: give --image (or a capture of an image)")
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
     if terminal:

@@ -61,6 +61,24 @@ def stats(
     ] = None,
     data: DataOption = None,
     text: TextOption = None,
+    images_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--images",
+            help="Vision models: a folder of images (PNG, JPEG, …) to measure on, read a batch at a time. "
+            "Example: --images photos/",
+            rich_help_panel=INPUT_PANEL,
+        ),
+    ] = None,
+    image: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--image",
+            help="Vision models: one image to measure on (repeat it for more). Example: --image a.png --image b.png",
+            show_default=False,
+            rich_help_panel=INPUT_PANEL,
+        ),
+    ] = None,
     batch_size: BatchSizeOption = 8,
     max_tokens_per_batch: MaxTokensPerBatchOption = None,
     toy_examples: ToyExamplesOption = 128,
@@ -133,6 +151,8 @@ def stats(
 
       attnviz stats run/step-100 run/step-1000 run/step-5000 --plot evolution.png
 
+      attnviz stats toy-odd-patch --images photos/ --json vision-stats.json
+
       torchrun --standalone --nproc-per-node 4 -m attnviz stats smollm2 --data corpus.txt --json stats.json
     """
     from attnviz.cli.distributed import cli_session
@@ -162,6 +182,13 @@ def stats(
         if path is not None and path != STDOUT:
             check_output_path(path, suffixes)
     texts = corpus_from_options(data, text)
+    images = None
+    if images_dir is not None or image:
+        from attnviz.common.images import image_files
+
+        if texts is not None:
+            raise InputError("give either images (--images, --image) or text (--data, --text), not both")
+        images = (image_files(images_dir) if images_dir is not None else []) + [Path(p) for p in image or []]
 
     with cli_session(device, device_map) as parallel:
         results = measure_checkpoints(
@@ -179,6 +206,7 @@ def stats(
             max_tokens_per_batch=max_tokens_per_batch,
             max_length=max_length,
             truncate=not no_truncate,
+            images=images,
         )
         if parallel.is_main:  # only rank 0 prints and writes
             stack = stack_value(stack)
@@ -213,6 +241,10 @@ def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_
             console.print(overview(stats, detection, color_by, stack=name))
             for line in layer_summary(stats, detection, stack=name):
                 console.print(line, highlight=False)
+        if stats.image is not None:
+            from attnviz.stats.images import sink_summary
+
+            console.print(sink_summary(stats), highlight=False)
     if len(results) > 1:
         console.print(evolution_table(results, stack, statistics=table_statistics(console.width)))
     from attnviz.cli.distributed import throughput_line

@@ -9,11 +9,13 @@ import typer
 
 from attnviz.cli.options import DIRECTORY_METAVAR, OUTPUT_PANEL, DeviceOption, choice_enum, choice_parser
 from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES
-from attnviz.toy.tasks import TASKS
+from attnviz.toy.tasks import IMAGE_TASKS, TASKS
 
 # Closed sets as Enums, so --help lists the choices and Click refuses anything else.
 TASK_NAMES = tuple(TASKS)
-TaskName = choice_enum("TaskName", TASK_NAMES)
+#: tasks on images (attnviz.toy.odd_patch): a small ViT, trained with the size and training options only
+IMAGE_TASK_NAMES = IMAGE_TASKS
+TaskName = choice_enum("TaskName", TASK_NAMES + IMAGE_TASK_NAMES)
 Architecture = choice_enum("Architecture", ARCHITECTURES)
 AttentionVariant = choice_enum("AttentionVariant", VARIANT_NAMES)
 
@@ -230,9 +232,11 @@ def train(
     """Train a toy transformer on a synthetic task with a known attention solution, and save it.
 
     The checkpoint directory (default toy-TASK-trained) works as a model spec everywhere, e.g.
-    attnviz heatmap "3 1 4 1 5" --model ./toy-reverse-trained --target "5 1 4 1 3".
+    attnviz heatmap "3 1 4 1 5" --model ./toy-reverse-trained --target "5 1 4 1 3". odd-patch trains a small
+    ViT on 32×32 images (attnviz heatmap --image odd.png --model ./toy-odd-patch-trained).
     """
     from attnviz.cli.console import console
+    from attnviz.common.errors import InputError
     from attnviz.common.wording import layers_and_heads
     from attnviz.models.base import parameter_count
     from attnviz.models.specs import path_spec, resolve_device
@@ -241,8 +245,25 @@ def train(
     from attnviz.toy.tasks import get_task
     from attnviz.toy.training import TrainingSettings, build_toy_model
 
-    min_length, max_length = _parse_lengths(lengths)
     task = task.value
+    if task in IMAGE_TASK_NAMES:
+        token_only = {
+            "--architecture": architecture, "--lengths": lengths, "--symbols": symbols,
+            "--absolute-positions": absolute_positions, "--attention": attention, "--window": window,
+            "--stride": stride, "--global-tokens": global_tokens, "--block-size": block_size,
+            "--random-blocks": random_blocks, "--max-relative-position": max_relative_position,
+            "--features": features, "--checkpoint-every": checkpoint_every,
+        }  # fmt: skip
+        given = [flag for flag, value in token_only.items() if value is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} apply to the token tasks; {task} trains a small ViT")
+        from attnviz.cli.train_images import train_image_task
+
+        train_image_task(
+            task, out, width, heads, layers, mlp_width, steps, batch_size, learning_rate, seed, eval_examples
+        )
+        return
+    min_length, max_length = _parse_lengths(lengths)
     loaded = build_toy_model(
         task,
         architecture=architecture.value if architecture is not None else None,

@@ -296,6 +296,11 @@ def align_heads(
 
     ``progress``: optional callable ``progress(done, total)`` called after each batch.
     """
+    if loaded.modality == "image":
+        raise UnsupportedModelError(
+            f"{loaded.name} is a vision model: align scores cross-attention against word alignments of sentence "
+            "pairs, a text tool; it needs an encoder-decoder text model"
+        )
     if not loaded.encoder_decoder or "cross" not in loaded.stacks():
         raise UnsupportedModelError(f"{loaded.name} has no cross-attention: alignment needs an encoder-decoder model")
     if not 0.0 < threshold <= 1.0:

@@ -14,12 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
+from attnviz.common.images import ImageGrid
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
@@ -48,6 +49,10 @@ class EncodedBatch:
     target_tokens: list[list[str]] | None = None
     target_special: list[list[bool]] | None = None
     target_word_ids: list[list[int | None]] | None = None
+    #: images (vision models): how the tokens cover the picture, the same for the whole batch
+    image_grid: ImageGrid | None = None
+    #: images (vision models): ``[b, H, W, 3]`` float32 0–1, each image as the model saw it (resized)
+    images: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -111,6 +116,8 @@ class LoadedModel(ABC):
     encoder_decoder: bool = False
     #: longest input the model accepts (positions), or None when unbounded
     max_length: int | None = None
+    #: what the model reads: text (token sequences) or images (a vision transformer, see attnviz.models.vision)
+    modality: Literal["text", "image"] = "text"
 
     _layout: dict[AttentionSite, int] | None = None
 
@@ -181,6 +188,10 @@ class LoadedModel(ABC):
         Commands measure a model on its own data when the user gives no text; text models have none
         and are measured on a corpus (the shipped one by default).
         """
+        return None
+
+    def own_images(self, count: int, seed: int) -> list | None:
+        """``count`` images of the model's own task drawn with ``seed`` (a toy vision model), else None."""
         return None
 
     def own_example_batches(self, num_examples: int, *, batch_size: int, seed: int) -> list[EncodedBatch] | None:

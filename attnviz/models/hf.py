@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnviz.common.errors import InputError, ModelSpecError, ParameterError, UnsupportedModelError
+from attnviz.common.errors import AttnvizError, InputError, ModelSpecError, ParameterError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
@@ -29,6 +29,7 @@ from attnviz.models.objective import LanguageModelObjective, Objective, Represen
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
+from attnviz.models.vision import is_vision_type, load_vision_model
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")
@@ -76,7 +77,13 @@ def load_hf_model(
     placement = {"device_map": device_map} if device_map else {}
     try:
         config = transformers.AutoConfig.from_pretrained(source, **extra)
+        if not gguf_file and is_vision_type(getattr(config, "model_type", "")):  # images, not text
+            return load_vision_model(  # type: ignore[return-value]
+                source, config, name=name, device=device, dtype=dtype, device_map=device_map
+            )
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
+    except AttnvizError:
+        raise
     except Exception as exc:  # OSError, ValueError, tokenizers' own exceptions on a damaged tokenizer.json, …
         raise ModelSpecError(
             f"cannot load model {source!r}: {first_line(exc)} "

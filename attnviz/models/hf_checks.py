@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from attnviz.common.errors import ModelSpecError
@@ -110,3 +111,17 @@ def quiet_transformers() -> None:
 
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
+
+
+@contextlib.contextmanager
+def quiet_image_processors() -> Iterator[None]:
+    """Silence transformers' "requires torchvision … falling back to the Pil processor" notice (the Pillow
+    processors are what attnviz uses), restoring the logger afterwards."""
+    from transformers.utils import logging
+
+    previous = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(previous)

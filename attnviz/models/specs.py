@@ -43,6 +43,7 @@ SHIPPED_TOYS = {
     "toy-previous-token": "previous-token",
     "toy-reverse": "reverse",
     "toy-sort": "sort",
+    "toy-odd-patch": "odd-patch",  # a small ViT (attnviz.toy.odd_patch): reads images
 }
 
 

@@ -82,6 +82,7 @@ def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None
         },
         "thresholds": thresholds,
         "heads": heads,
+        **({"image": stats.image.to_dict()} if stats.image is not None else {}),
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from attnviz.common.errors import InputError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import status
 from attnviz.common.texts import load_texts
@@ -33,6 +34,7 @@ def measure_checkpoints(
     device_map: str | None = None,
     local_window: int = 2,
     parallel: DataParallel = SINGLE_PROCESS,
+    images: Sequence | None = None,
     **batching,
 ) -> list[tuple[HeadStatistics, Detection]]:
     """``(statistics, flags)`` of every model in ``specs``, in order.
@@ -41,6 +43,8 @@ def measure_checkpoints(
     with ``seed``) when it has them, else the shipped corpus. ``batching`` goes to
     :func:`~attnviz.stats.compute.compute_statistics` (``batch_size``, ``max_tokens_per_batch``,
     ``max_length``, ``truncate``). Under ``parallel`` each process loads its own copy on its device.
+    ``images`` (paths, bytes or PIL images): measure vision models on these instead of text
+    (:func:`~attnviz.stats.images.compute_image_statistics`).
     """
     results = []
     for spec in specs:
@@ -55,6 +59,7 @@ def measure_checkpoints(
                 seed=seed,
                 local_window=local_window,
                 parallel=parallel,
+                images=images,
                 **batching,
             )
         )
@@ -71,9 +76,23 @@ def measure_model(
     local_window: int = 2,
     parallel: DataParallel = SINGLE_PROCESS,
     progress: bool = True,
+    images: Sequence | None = None,
     **batching,
 ) -> tuple[HeadStatistics, Detection]:
-    """``(statistics, flags)`` of one loaded model: over ``texts``, else its own examples, else the corpus."""
+    """``(statistics, flags)`` of one loaded model: over ``images`` or ``texts``, else its own examples, else the corpus."""
+    if images is None and texts is None and loaded.modality == "image":
+        images = loaded.own_images(toy_examples, seed)  # the toy's own task images
+        if images is None:
+            raise InputError(f"{loaded.name} is a vision model: give it images to measure on")
+    if images is not None:
+        from attnviz.stats.images import compute_image_statistics
+
+        if texts is not None:
+            raise InputError("give either images or texts to measure on, not both")
+        stats = compute_image_statistics(
+            loaded, images, batch_size=batching.get("batch_size") or 8, progress=progress and parallel.is_main
+        )
+        return stats, detect_heads(stats, thresholds)
     own = loaded.own_examples(toy_examples, seed) if texts is None else None
     if own is not None:
         stats = compute_statistics(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -46,6 +47,8 @@ class HeadStatistics(NotebookDisplay):
     identity: HeadIdentity | None = None  # original head numbers of a pruned model
     seconds: float | None = None  # wall time of the corpus pass (all processes of a distributed run)
     processes: int = 1  # processes of a data-parallel run (torchrun) that shared the corpus
+    #: images (vision models): sink-patch shares and sink heads (an ``attnviz.stats.images.ImageHeadStatistics``)
+    image: Any = None
 
     names = STATISTIC_NAMES
 

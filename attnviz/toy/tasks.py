@@ -292,6 +292,8 @@ def _symbol_rank(symbol: str) -> tuple[int, int | str]:
 TASKS: dict[str, Task] = {
     task.name: task for task in (CopyTask(), ReverseTask(), SortTask(), PreviousTokenTask(), InductionTask())
 }
+#: tasks on images, each trained as a small ViT (see attnviz.toy.odd_patch)
+IMAGE_TASKS: tuple[str, ...] = ("odd-patch",)
 
 
 def get_task(name: str) -> Task:

@@ -29,7 +29,7 @@ from attnviz.render.choices import SCALES
 from attnviz.stats.definitions import STATISTIC_NAMES
 from attnviz.stats.thresholds import PRESETS
 from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES
-from attnviz.toy.tasks import TASKS
+from attnviz.toy.tasks import IMAGE_TASKS, TASKS
 
 
 def _values(choices) -> tuple:
@@ -38,7 +38,7 @@ def _values(choices) -> tuple:
 
 def test_cli_choices_are_the_library_sets():
     """Each closed set has one owner in the library; the command line builds its choices from it."""
-    assert _values(TaskName) == tuple(TASKS)
+    assert _values(TaskName) == tuple(TASKS) + IMAGE_TASKS
     assert _values(Architecture) == tuple(ARCHITECTURES)
     assert _values(AttentionVariant) == tuple(VARIANT_NAMES)
     assert _values(ImportanceMethod) == tuple(METHODS)

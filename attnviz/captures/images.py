@@ -1,0 +1,44 @@
+"""Capturing a vision transformer's attention on images (see :mod:`attnviz.models.vision`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Union
+
+from attnviz.captures.attention_capture import AttentionCapture, capture_encoded
+from attnviz.common.images import open_image
+from attnviz.models.base import LoadedModel
+from attnviz.models.vision import vision_model_of
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+#: an image as attnviz accepts it: a file path, the file's bytes, or a PIL image
+ImageSource = Union[str, "os.PathLike[str]", bytes, "Image"]
+
+
+def as_pil_image(source: ImageSource) -> Image:
+    """A PIL image from a path, bytes or a PIL image (RGB; damaged or 1×1 images refused with one clear error)."""
+    from PIL.Image import Image as PILImage
+
+    if isinstance(source, PILImage):
+        return source.convert("RGB")
+    return open_image(source)
+
+
+def capture_images(loaded: LoadedModel, images: Sequence[ImageSource]) -> list[AttentionCapture]:
+    """Capture every attention pattern of a vision model on ``images`` (one capture each).
+
+    Each capture's tokens are the model's extra tokens (``[CLS]``, ``[DIST]``, ``[REG0]``…) then the
+    patches ``r{row}c{col}`` row-major; ``capture.image_grid`` says how, and ``capture.extras["image"]``
+    holds the resized picture (``[H, W, 3]`` float32 in 0–1).
+    """
+    vision = vision_model_of(loaded)
+    pictures = [as_pil_image(source) for source in images]
+    return capture_encoded(vision, vision.encode_images(pictures))
+
+
+def capture_image(loaded: LoadedModel, image: ImageSource) -> AttentionCapture:
+    """:func:`capture_images` of one image."""
+    return capture_images(loaded, [image])[0]

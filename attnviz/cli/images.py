@@ -1,0 +1,106 @@
+"""What the commands share for images: ``--image`` (a file or ``-``), ``--query``, capturing, drawing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnviz.cli.options import INPUT_PANEL
+
+ImageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--image",
+        help="A PNG or JPEG image for a vision model (ViT, DeiT, DINOv2, CLIP/SigLIP vision tower, toy-odd-patch); "
+        "'-' reads it from standard input. Example: --image cat.png --model toy-odd-patch",
+        show_default=False,
+        rich_help_panel=INPUT_PANEL,
+    ),
+]
+QueryOption = Annotated[
+    str | None,
+    typer.Option(
+        "--query",
+        help="Images: whose attention to draw: cls (the class token; the default when the model has one), mean "
+        "(the mean over patch queries; the default otherwise) or ROW,COL (one patch). Example: --query 1,2",
+        show_default=False,
+        rich_help_panel="What to show",
+    ),
+]
+
+
+def parse_query(text: str | None):
+    """``cls``/``mean``/``ROW,COL`` -> the library's :data:`~attnviz.render.image_overlay.ImageQuery`."""
+    from attnviz.common.errors import InputError
+
+    if text is None:
+        return None
+    value = text.strip().lower()
+    if value in ("cls", "mean"):
+        return value
+    parts = value.split(",")
+    try:
+        row, col = (int(part) for part in parts)
+    except ValueError:
+        raise InputError(f"--query {text!r}: give cls, mean or a patch as ROW,COL, e.g. --query 1,2") from None
+    return row, col
+
+
+def image_source(image: str) -> str | bytes:
+    """The path, or the bytes of standard input for ``-`` (refusing a terminal or empty input)."""
+    from attnviz.cli.stdin import STDIN
+    from attnviz.common.errors import InputError
+
+    if image != STDIN:
+        return str(Path(image).expanduser())
+    if sys.stdin is None or sys.stdin.isatty():
+        raise InputError(
+            "--image - reads the image from standard input, but nothing is piped in: attnviz ... < cat.png"
+        )
+    data = sys.stdin.buffer.read()
+    if not data:
+        raise InputError("standard input is empty: pipe a PNG or JPEG image in")
+    return data
+
+
+def capture_image_option(image: str, model: str, device: str, dtype: str):
+    """Read ``--image`` (before loading anything), load ``model`` and capture the image."""
+    from attnviz.captures.images import capture_image
+    from attnviz.cli.console import console
+    from attnviz.common.images import open_image
+    from attnviz.models.specs import load_model
+
+    source = image_source(image)
+    picture = open_image(source)  # a bad image fails before the model loads
+    with console.status(f"loading {model}"):
+        loaded = load_model(model, device=device, dtype=dtype)
+    return capture_image(loaded, picture)
+
+
+def draw_image(result, out: Path, *, html: bool, layers, heads, query, view: str, style, dpi: int) -> Path:
+    """Write the overlay figure (or the interactive page) of an image capture."""
+    if html:
+        from attnviz.render.image_view import write_image_view
+
+        return write_image_view(out, result, layers=layers)
+    from attnviz.render.heatmap import save_figure
+    from attnviz.render.image_overlay import image_heatmap
+
+    figure = image_heatmap(result, layers=layers, heads=heads, query=parse_query(query), view=view, style=style)  # type: ignore[arg-type]  # parsed by the option
+    return save_figure(figure, out, dpi=dpi)
+
+
+def print_image_summary(result) -> None:
+    """One line on stderr: the model, the grid and the extra tokens, layers × heads."""
+    from attnviz.cli.console import console
+
+    grid = result.image_grid
+    extras = ", ".join(grid.token_labels()[: grid.num_extra]) or "no extra tokens"
+    console.print(
+        f"[bold]{result.model}[/bold] (vision) · {grid.rows}×{grid.cols} patches + {extras} · "
+        f"{result.num_layers()} layers × {result.num_heads()} heads",
+        highlight=False,
+    )

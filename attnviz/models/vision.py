@@ -1,0 +1,371 @@
+"""Vision transformers (ViT, DeiT, DINOv2, the vision towers of CLIP and SigLIP) on attnviz's attention core.
+
+They load like any Hugging Face model (a directory or a hub id in the local cache) but read images
+through their image processor (``preprocessor_config.json``) instead of text through a tokenizer.
+Each image becomes the family's extra tokens followed by a row-major grid of patches
+(:class:`~attnviz.common.images.ImageGrid`); the grid is read from the model (its patch size and the
+size of the processed image), never guessed, and checked against the patterns the model produces.
+
+Families whose attention is not one pattern over all patches (Swin's shifted windows, …) are
+refused by name before any weight is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
+from attnviz.common.images import ImageGrid
+from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
+from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.hf_checks import quiet_image_processors
+from attnviz.models.probing import ProbeBatch
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+#: model_type -> the kinds of the extra tokens before the patches (read from the config)
+VISION_FAMILIES: dict[str, Callable[[Any], tuple[str, ...]]] = {
+    "vit": lambda config: ("cls",),
+    "deit": lambda config: ("cls", "distillation"),
+    "dinov2": lambda config: ("cls",),
+    "dinov2_with_registers": lambda config: ("cls",) + ("register",) * int(config.num_register_tokens),
+    "clip_vision_model": lambda config: ("cls",),
+    "siglip_vision_model": lambda config: (),
+    "clip": lambda config: ("cls",),  # a whole CLIP checkpoint: its vision tower is read
+    "siglip": lambda config: (),
+}
+#: whole image-text checkpoints whose vision tower attnviz reads: model_type -> (class name, weight prefix)
+VISION_TOWERS = {"clip": ("CLIPVisionModel", "vision_model."), "siglip": ("SiglipVisionModel", "vision_model.")}
+#: vision families attnviz refuses, by model_type, with the reason
+REFUSED_VISION = {
+    "swin": "Swin attends within shifted windows, so its patterns are per window, not over the image",
+    "swinv2": "Swin V2 attends within shifted windows, so its patterns are per window, not over the image",
+    "donut-swin": "Donut's Swin encoder attends within shifted windows, not over the whole image",
+    "maskformer-swin": "MaskFormer's Swin backbone attends within shifted windows, not over the whole image",
+    "swin2sr": "Swin2SR attends within shifted windows, not over the whole image",
+    "vitdet": "ViTDet attends within windows in most layers, not over the whole image",
+    "hiera": "Hiera attends within mask units, not over the whole image",
+    "vit_mae": "ViT-MAE drops a random three quarters of the patches before attention",
+    "beit": "BEiT adds a relative position bias that attnviz's core does not receive",
+    "data2vec-vision": "Data2Vec-Vision adds a relative position bias that attnviz's core does not receive",
+}
+SUPPORTED_NAMES = "ViT, DeiT, DINOv2 (with or without registers), CLIP and SigLIP vision towers"
+
+
+def is_vision_type(model_type: str) -> bool:
+    """Whether ``model_type`` is a vision family attnviz reads or refuses by name."""
+    return model_type in VISION_FAMILIES or model_type in REFUSED_VISION
+
+
+def check_vision_family(model_type: str, source: str) -> None:
+    """Refuse, by name, a vision family whose attention attnviz cannot show (before anything is loaded)."""
+    reason = REFUSED_VISION.get(model_type)
+    if reason is not None:
+        raise UnsupportedModelError(
+            f"model {source!r} is a {model_type} model, which attnviz cannot show: {reason}. "
+            f"attnviz reads {SUPPORTED_NAMES}"
+        )
+
+
+def load_vision_model(
+    source: str,
+    config: Any,
+    *,
+    name: str | None,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    device_map: str | None = None,
+) -> VisionModel:
+    """Load a vision transformer and its image processor onto the attention core (see the module docstring)."""
+    import warnings
+
+    import transformers
+
+    from attnviz.core import ATTENTION_NAME, register_attention
+    from attnviz.models.hf_checks import check_loading_info, first_line
+
+    model_type = config.model_type
+    check_vision_family(model_type, source)
+    processor = load_image_processor(source)
+    tower = VISION_TOWERS.get(model_type)
+    # the class named by the config (a classifier loads with its head), else the bare model
+    named = [getattr(transformers, arch, None) for arch in getattr(config, "architectures", None) or []]
+    cls = (
+        getattr(transformers, tower[0]) if tower else next((c for c in named if c is not None), transformers.AutoModel)
+    )
+    register_attention()
+    placement = {"device_map": device_map} if device_map else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model, info = cls.from_pretrained(
+                source,
+                attn_implementation=ATTENTION_NAME,
+                dtype=dtype,
+                output_loading_info=True,
+                trust_remote_code=False,
+                **placement,
+            )
+        except Exception as exc:  # damaged weights, a refused pickle, a config the class rejects, …
+            raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
+    if tower:  # the text tower's weights are in the file but not in the vision model: not an error here
+        info["unexpected_keys"] = [key for key in info.get("unexpected_keys") or () if key.startswith(tower[1])]
+    check_loading_info(info, source)
+    if not device_map:
+        model.to(device)
+    model.eval()
+    loaded = VisionModel(model, processor, name=name or source, extra_kinds=VISION_FAMILIES[model_type](config))
+    loaded.image_task = _image_task(source)
+    loaded.layout()  # a probe forward pass: checks the grid against the patterns now, not in the middle of a command
+    return loaded
+
+
+def load_image_processor(source: str):
+    """The model's image processor, from its ``preprocessor_config.json``; a clear error without one."""
+    import transformers
+
+    folder = Path(source).expanduser()
+    if folder.is_dir() and not (folder / "preprocessor_config.json").is_file():
+        raise ModelSpecError(
+            f"vision model {source!r} has no preprocessor_config.json (its image processor), so attnviz cannot tell "
+            "how to resize and normalise images for it: save it with image_processor.save_pretrained(directory)"
+        )
+    try:
+        with quiet_image_processors():
+            return transformers.AutoImageProcessor.from_pretrained(source, trust_remote_code=False)
+    except Exception as exc:
+        raise ModelSpecError(f"cannot load the image processor of model {source!r}: {exc}") from exc
+
+
+class VisionModel(LoadedModel):
+    #: a transformers vision model (or vision tower): its config and submodules differ by family
+    model: Any
+
+    """A transformers vision transformer whose attention runs through attnviz's core; reads images, not text."""
+
+    modality: Literal["text", "image"] = "image"
+    #: the toy image task the model was trained on (``odd-patch``), whose examples it can draw; None otherwise
+    image_task: str | None = None
+
+    def __init__(self, model: nn.Module, processor: Any, *, name: str, extra_kinds: tuple[str, ...]):
+        self.model = model
+        self.processor = processor
+        self.name = name
+        self.extra_kinds = tuple(extra_kinds)
+        self._module_names = {module: module_name for module_name, module in model.named_modules()}
+        self._sites: dict[nn.Module, AttentionSite | None] = {}
+        #: eager attention read back through ``output_attentions`` (families whose attention calls the
+        #: interface without the forward's keyword arguments, e.g. SigLIP)
+        self.fallback = False
+
+    # -- the patch grid -----------------------------------------------------------------------
+
+    @property
+    def patch_size(self) -> tuple[int, int]:
+        """Pixels per patch (height, width), from the model's config."""
+        config = self.model.config
+        size = getattr(config, "patch_size", None) or getattr(getattr(config, "vision_config", None), "patch_size", 0)
+        height, width = (size, size) if isinstance(size, int) else tuple(size or (0, 0))
+        return int(height), int(width)
+
+    def grid_for(self, height: int, width: int) -> ImageGrid:
+        """The grid of a processed image of ``height × width`` pixels (its patch size from the config)."""
+        patch_height, patch_width = self.patch_size
+        if patch_height < 1 or height < patch_height or width < patch_width:
+            raise UnsupportedModelError(
+                f"{self.name}: the processed image is {height}×{width} pixels, smaller than one "
+                f"{patch_height}×{patch_width} patch"
+            )
+        return ImageGrid(height // patch_height, width // patch_width, self.extra_kinds, (patch_height, patch_width))
+
+    # -- encoding -----------------------------------------------------------------------------
+
+    def encode_images(self, images: Sequence[Image]) -> EncodedBatch:
+        """Resize and normalise ``images`` with the model's image processor into one batch.
+
+        Every image of a batch gets the same size, hence one grid (``batch.image_grid``);
+        ``batch.images`` holds what the model saw, ``[b, H, W, 3]`` float32 in 0–1.
+        """
+        images = list(images)
+        if not images:
+            raise InputError("no image given")
+        try:
+            pixels = self.processor(images=images, return_tensors="pt")["pixel_values"]  # [b, 3, H, W]
+        except Exception as exc:  # an image the processor cannot resize
+            raise InputError(f"{self.name}'s image processor cannot read this image: {exc}") from exc
+        grid = self.grid_for(pixels.shape[-2], pixels.shape[-1])
+        labels = grid.token_labels()
+        special = [index < grid.num_extra for index in range(grid.num_tokens)]
+        word_ids = [None] * grid.num_extra + list(range(grid.num_patches))
+        dtype = next(self.model.parameters()).dtype
+        count = len(images)
+        return EncodedBatch(
+            inputs={"pixel_values": pixels.to(self.device, dtype)},
+            tokens=[list(labels) for _ in range(count)],
+            special=[list(special) for _ in range(count)],
+            word_ids=[list(word_ids) for _ in range(count)],
+            truncated=[False] * count,
+            image_grid=grid,
+            images=self.displayed(pixels),
+        )
+
+    def displayed(self, pixels: Tensor) -> Tensor:
+        """``[b, H, W, 3]`` float32 in 0–1: the processed images as the model saw them (normalisation undone)."""
+        processor = self.processor
+        values = pixels.float()  # [b, 3, H, W]
+        if getattr(processor, "do_normalize", False):
+            mean = torch.tensor(_per_channel(processor.image_mean)).view(1, 3, 1, 1)  # [1, 3, 1, 1]
+            std = torch.tensor(_per_channel(processor.image_std)).view(1, 3, 1, 1)  # [1, 3, 1, 1]
+            values = values * std + mean
+        if getattr(processor, "do_rescale", False):
+            values = values / (float(processor.rescale_factor) * 255.0)
+        return values.clamp(0.0, 1.0).permute(0, 2, 3, 1).contiguous()  # [b, H, W, 3]
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        targets: Sequence[str] | None = None,
+        max_length: int | None = None,
+        truncate: bool = True,
+    ) -> EncodedBatch:
+        raise InputError(f"{self.name} is a vision model: give it an image (--image PATH), not text")
+
+    def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:
+        self.encode(texts)  # refuses text
+        return []
+
+    # -- running ------------------------------------------------------------------------------
+
+    def forward(self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = False):
+        """Run the model on ``batch.inputs['pixel_values']``; without ``logits`` the base model (no classifier)."""
+        if "pixel_values" not in batch.inputs:
+            raise InputError(f"{self.name} is a vision model: give it an image (--image PATH), not text")
+        module = self.model if logits else self.model.base_model
+        kwargs: dict[str, Any] = {"pixel_values": batch.inputs["pixel_values"]}
+        if not self.fallback:
+            if context is not None:
+                kwargs[CONTEXT_KWARG] = context
+            return module(**kwargs)
+        if context is not None and context.head_mask is not None:
+            raise UnsupportedModelError(f"{self.name}: attnviz cannot mask the heads of this model")
+        outputs = module(**kwargs, output_attentions=context is not None)
+        if context is not None:
+            for layer, pattern in enumerate(outputs.attentions):  # each [b, h, q, k]
+                for observer in context.observers:
+                    observer.observe(AttentionSite("self", layer), pattern.float(), 0)
+        return outputs
+
+    def layout(self) -> dict[AttentionSite, int]:
+        """Heads per site, from a probe forward pass on a grey image; checks the grid against the patterns."""
+        if self._layout is None:
+            from PIL import Image as PILImage
+
+            from attnviz.core.recorder import PatternRecorder
+
+            batch = self.encode_images([PILImage.new("RGB", (224, 224), (128, 128, 128))])
+            recorder = PatternRecorder()
+            with torch.no_grad():
+                self.forward(batch, self.context([recorder]))
+            if not recorder.patterns and not self.fallback:
+                # SigLIP's attention calls the interface without the forward's keyword arguments, so the
+                # context cannot travel with it: read its eager attention weights instead (the same numbers).
+                self.model.set_attn_implementation("eager")
+                self.fallback = True
+                with torch.no_grad():
+                    self.forward(batch, self.context([recorder]))
+            if not recorder.patterns:
+                raise UnsupportedModelError(f"{self.name}: attnviz cannot read this model's attention")
+            tokens = next(iter(recorder.patterns.values())).shape[-1]
+            grid = batch.image_grid
+            assert grid is not None
+            if tokens != grid.num_tokens:
+                raise UnsupportedModelError(
+                    f"{self.name}: its attention covers {tokens} tokens, but {grid.num_extra} extra token(s) and a "
+                    f"{grid.rows}×{grid.cols} patch grid make {grid.num_tokens}; attnviz cannot map it onto the image"
+                )
+            self._layout = {site: pattern.shape[1] for site, pattern in sorted(recorder.patterns.items())}
+        return self._layout
+
+    def site_of(self, module: nn.Module) -> AttentionSite | None:
+        """``vit.encoder.layer.3.attention.attention`` -> self.3 (the first number in the module's name)."""
+        if module not in self._sites:
+            import re
+
+            numbers = re.findall(r"(?:^|\.)(\d+)(?:\.|$)", self._module_names.get(module, ""))
+            self._sites[module] = AttentionSite("self", int(numbers[0])) if numbers else None
+        return self._sites[module]
+
+    def source_paths(self) -> list[Path]:
+        source = getattr(self.model.config, "_name_or_path", None)
+        return [Path(source).resolve()] if source and Path(source).exists() else []
+
+    def own_images(self, count: int, seed: int) -> list[Image] | None:
+        """``count`` fresh examples of the model's own toy task (``toy-odd-patch``), or None for other models."""
+        if self.image_task is None:
+            return None
+        from attnviz.toy.odd_patch import odd_patch_images
+
+        return odd_patch_images(count, seed)[0]
+
+    # -- text tools refuse ------------------------------------------------------------------------
+
+    def probe_batches(self, length: int, sequences: int, *, seed: int, batch_size: int) -> list[ProbeBatch]:
+        raise UnsupportedModelError(
+            f"{self.name} is a vision model: the head probes (previous-token, induction, duplicate-token) are "
+            "text tools, defined on token sequences; measure its heads on images with the image statistics instead"
+        )
+
+    def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
+        raise UnsupportedModelError(f"{self.name} is a vision model: attnviz times text models only")
+
+    def check_objective(self) -> None:
+        raise UnsupportedModelError(
+            f"attnviz prune does not prune vision models ({self.name}): it judges heads on text or a toy task"
+        )
+
+    def objective(self, batches, *, probes: int = 8, seed: int = 0, parallel=None):
+        self.check_objective()
+
+    def check_generation(self) -> None:
+        raise UnsupportedModelError(f"{self.name} is a vision model: it does not write text")
+
+    def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]):
+        self.check_objective()
+        raise AssertionError  # unreachable
+
+
+def _image_task(source: str) -> str | None:
+    """The toy image task recorded in a checkpoint directory (see :mod:`attnviz.toy.odd_patch`), if any."""
+    import json
+
+    from attnviz.toy.odd_patch import IMAGE_TASK_FILE
+
+    try:
+        document = json.loads((Path(source).expanduser() / IMAGE_TASK_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    task = document.get("task") if isinstance(document, dict) else None
+    return task if isinstance(task, str) else None
+
+
+def _per_channel(values: Any) -> list[float]:
+    """An image mean or std as three floats (processors store a float or a list)."""
+    if isinstance(values, (int, float)):
+        return [float(values)] * 3
+    return [float(value) for value in values]
+
+
+def vision_model_of(loaded: LoadedModel) -> VisionModel:
+    """``loaded`` itself when it reads images; a one-line error naming the vision families otherwise."""
+    if isinstance(loaded, VisionModel):
+        return loaded
+    raise InputError(
+        f"{loaded.name} is a text model: an image needs a vision model ({SUPPORTED_NAMES}, or toy-odd-patch)"
+    )

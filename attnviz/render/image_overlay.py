@@ -1,0 +1,227 @@
+"""Attention of a vision transformer drawn on the image itself: one translucent heat overlay per head.
+
+From a capture of an image (:func:`attnviz.captures.images.capture_image`): one query's attention
+to every patch, shaped to the model's ``rows × cols`` patch grid and laid over the resized picture
+(nearest-neighbour, so each patch is one flat colour), with the extra tokens ([CLS], [DIST],
+registers) as a strip of cells beside it on the same colour scale, and one colour bar.
+
+The query is the class token by default; models without one (SigLIP) default to the mean over the
+patch queries, and the title says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from attnviz.captures.attention_capture import AttentionCapture
+from attnviz.common.errors import InputError
+from attnviz.common.images import ImageGrid
+from attnviz.render.capture_view import model_title
+from attnviz.render.heatmap import FigureStyle
+from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
+
+#: which query's attention to draw: the class token, the mean over patch queries, or patch ``(row, col)``;
+#: None: the class token when the model has one, else the mean
+ImageQuery = Literal["cls", "mean"] | tuple[int, int] | None
+ImageView = Literal["heads", "rollout"]
+#: opacity of the heat overlay over the picture
+OVERLAY_ALPHA = 0.6
+_PANEL_INCHES = 2.6
+
+
+@dataclass
+class ImagePanel:
+    """One overlay: attention to each patch (``[rows, cols]``) and to each extra token (``[extras]``)."""
+
+    patches: Tensor  # [rows, cols] float32
+    extras: Tensor  # [num_extra] float32
+    title: str
+
+
+def image_grid_of(capture: AttentionCapture) -> ImageGrid:
+    """The capture's patch grid; a clear error for a capture of text."""
+    if capture.image_grid is None or "image" not in capture.extras:
+        raise InputError(f"this capture of {capture.model} is of text, not of an image: draw it without --image")
+    return capture.image_grid
+
+
+def resolve_query(grid: ImageGrid, query: ImageQuery) -> tuple[Literal["mean"] | int, str]:
+    """(the query: ``"mean"`` or a token index, and its words for titles)."""
+    if query is None:
+        query = "cls" if grid.has_class_token else "mean"
+        if query == "mean":
+            return "mean", "mean over patches (the model has no class token)"
+    if query == "cls":
+        if not grid.has_class_token:
+            raise InputError("this model has no class token: use the query mean or a patch row,col")
+        return 0, "[CLS]"
+    if query == "mean":
+        return "mean", "mean over patches"
+    row, col = query
+    return grid.patch_token(row, col), f"patch r{row}c{col}"
+
+
+def query_row(pattern: Tensor, grid: ImageGrid, query: Literal["mean"] | int) -> Tensor:
+    """``[..., key]`` attention of the query from ``pattern`` ``[..., query, key]`` (mean: over patch queries)."""
+    if query == "mean":
+        return pattern[..., grid.num_extra :, :].mean(dim=-2)
+    return pattern[..., query, :]
+
+
+def split_keys(weights: Tensor, grid: ImageGrid) -> tuple[Tensor, Tensor]:
+    """``[key]`` weights -> (``[rows, cols]`` on the patches, ``[extras]`` on the extra tokens)."""
+    patches = weights[grid.num_extra :].reshape(grid.rows, grid.cols)  # [rows, cols], row-major patches
+    return patches.float(), weights[: grid.num_extra].float()
+
+
+def image_panels(
+    capture: AttentionCapture,
+    *,
+    layers: LayerSelection = (-1,),
+    heads: HeadSelection = None,
+    query: ImageQuery = None,
+    view: ImageView = "heads",
+) -> tuple[list[list[ImagePanel]], str]:
+    """Rows of panels (one row per layer, heads across; one panel for rollout), and the query's words."""
+    grid = image_grid_of(capture)
+    chosen, described = resolve_query(grid, query)
+    if view == "rollout":
+        from attnviz.heads.propagation import rollout
+
+        weights = query_row(rollout(capture), grid, chosen)  # [key]
+        patches, extras = split_keys(weights, grid)
+        return [[ImagePanel(patches, extras, f"rollout through {capture.num_layers()} layers")]], described
+    rows = []
+    for layer in resolve_layers(layers, capture.num_layers()):
+        pattern = capture.layer(layer)  # [head, query, key]
+        ids = list(range(pattern.shape[0]))
+        picked = resolve_heads(
+            heads, ids if capture.identity is None else capture.identity.ids("self", layer, len(ids))
+        )
+        weights = query_row(pattern, grid, chosen)  # [head, key]
+        if isinstance(picked, MeanOfHeads):
+            patches, extras = split_keys(weights.mean(dim=0), grid)
+            rows.append([ImagePanel(patches, extras, f"layer {layer} · mean of heads")])
+            continue
+        row = []
+        for position in picked:
+            patches, extras = split_keys(weights[position], grid)
+            number = position if capture.identity is None else capture.identity.ids("self", layer, len(ids))[position]
+            row.append(ImagePanel(patches, extras, f"layer {layer} · head {number}"))
+        rows.append(row)
+    return rows, described
+
+
+def image_heatmap(
+    capture: AttentionCapture,
+    *,
+    layers: LayerSelection = (-1,),
+    heads: HeadSelection = None,
+    query: ImageQuery = None,
+    view: ImageView = "heads",
+    style: FigureStyle | None = None,
+):
+    """A matplotlib figure: each chosen head's (or rollout's) attention as an overlay on the image.
+
+    ``layers``/``heads``: as for :func:`~attnviz.render.capture_view.capture_heatmap` (last layer, all heads);
+    ``query``: see :data:`ImageQuery`; ``view``: ``"heads"`` or ``"rollout"`` (Abnar & Zuidema 2020).
+    """
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.figure import Figure
+
+    style = style or FigureStyle()
+    style.check()
+    grid = image_grid_of(capture)
+    rows, described = image_panels(capture, layers=layers, heads=heads, query=query, view=view)
+    image = capture.extras["image"].numpy()  # [H, W, 3] in 0–1
+    panels = [panel for row in rows for panel in row]
+    top = style.vmax or max(max([float(p.patches.max())] + p.extras.tolist()) for p in panels) or 1.0
+    norm, cmap = style.norm(top), style.colour_map()
+    columns = max(len(row) for row in rows)
+    extra_room = 0.45 if grid.num_extra else 0.0
+    figure = Figure(
+        figsize=(columns * (_PANEL_INCHES + extra_room) + 1.2, len(rows) * (_PANEL_INCHES + 0.5) + 0.7),
+        layout="constrained",
+    )
+    axes = figure.subplots(len(rows), columns, squeeze=False)
+    for r, row in enumerate(rows):
+        for c in range(columns):
+            ax = axes[r][c]
+            if c >= len(row):
+                ax.set_axis_off()
+                continue
+            draw_overlay(ax, image, row[c], grid, norm, cmap, query_patch=_patch_of(query, grid))
+    figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="attention weight", shrink=0.8)
+    figure.suptitle(f"{model_title(capture)} · query: {described}", fontsize=10)
+    return figure
+
+
+def _patch_of(query: ImageQuery, grid: ImageGrid) -> tuple[int, int] | None:
+    return query if isinstance(query, tuple) else None
+
+
+def draw_overlay(ax, image, panel: ImagePanel, grid: ImageGrid, norm, cmap, *, query_patch=None) -> None:
+    """The picture, the translucent per-patch heat on it, the patch grid, and the extra tokens beside it."""
+    from matplotlib.patches import Rectangle
+
+    height, width = image.shape[:2]
+    patch_height, patch_width = grid.patch_size
+    covered = (grid.cols * patch_width, grid.rows * patch_height)  # pixels the grid covers (a crop may leave a rim)
+    ax.imshow(image, extent=(0, width, height, 0), interpolation="bilinear")
+    ax.imshow(
+        panel.patches.numpy(),
+        extent=(0, covered[0], covered[1], 0),
+        cmap=cmap,
+        norm=norm,
+        alpha=OVERLAY_ALPHA,
+        interpolation="nearest",
+    )
+    if grid.rows <= 32:  # faint patch boundaries
+        for row in range(1, grid.rows):
+            ax.axhline(row * patch_height, color="white", linewidth=0.3, alpha=0.4)
+        for col in range(1, grid.cols):
+            ax.axvline(col * patch_width, color="white", linewidth=0.3, alpha=0.4)
+    if query_patch is not None:
+        row, col = query_patch
+        ax.add_patch(
+            Rectangle((col * patch_width, row * patch_height), patch_width, patch_height, fill=False, color="#e8384f")
+        )
+    ax.set_xlim(0, width)
+    ax.set_ylim(height, 0)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(panel.title, fontsize=8)
+    if grid.num_extra:
+        _draw_extras(ax, panel.extras, grid, norm, cmap)
+
+
+def _draw_extras(ax, extras: Tensor, grid: ImageGrid, norm, cmap) -> None:
+    """The extra tokens as a column of cells right of the image, same colours, labelled with their weight."""
+    count = grid.num_extra
+    height = min(1.0, count / max(grid.rows, 1) * 1.0)
+    strip = ax.inset_axes((1.03, 1.0 - height, 0.1, height))
+    strip.imshow(extras.numpy()[:, None], cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
+    labels = grid.token_labels()[:count]
+    strip.set_xticks([])
+    strip.set_yticks(range(count))
+    strip.set_yticklabels([f"{label} {float(value):.2f}" for label, value in zip(labels, extras)], fontsize=6)
+    strip.yaxis.tick_right()
+    strip.tick_params(length=0)
+
+
+def overlay_patch_centres(ax, grid: ImageGrid) -> Sequence[tuple[float, float]]:
+    """Display coordinates (pixels from the bottom left) of every patch centre of a drawn overlay, row-major."""
+    patch_height, patch_width = grid.patch_size
+    centres = torch.tensor(
+        [
+            [col * patch_width + patch_width / 2, row * patch_height + patch_height / 2]
+            for row in range(grid.rows)
+            for col in range(grid.cols)
+        ]
+    )
+    return [tuple(point) for point in ax.transData.transform(centres.numpy())]

@@ -1,0 +1,233 @@
+"""The toy vision task ``odd-patch``: a small ViT whose class token has a known job.
+
+Each image is 32×32 RGB, a 4×4 grid of 8×8-pixel patches, all one random colour but one patch of
+a clearly different random colour; the label is that patch's index (row-major, 0–15). To answer,
+the class token must find the odd patch and read its position, so in a trained model its attention
+in the last layer lands on that patch.
+
+The model is transformers' own ``ViTForImageClassification`` (tiny), saved as a Hugging Face
+directory with its image processor: it loads through the same loader as any ViT
+(:mod:`attnviz.models.vision`), and the directory's :data:`IMAGE_TASK_FILE` records the task and
+the training, so the model can draw examples of its own task. Training reuses the token toys'
+settings, schedule and progress bar (:mod:`attnviz.toy.training`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from attnviz.common.errors import InputError
+from attnviz.common.progress import progress_bar
+from attnviz.outputs import files
+from attnviz.toy.checkpoint import check_checkpoint_output
+from attnviz.toy.tasks import IMAGE_TASKS
+from attnviz.toy.training import TrainingSettings, learning_rate_at
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+    from attnviz.models.vision import VisionModel
+
+TASK_NAME = IMAGE_TASKS[0]
+#: the file that marks an image-task toy checkpoint (next to config.json and preprocessor_config.json)
+IMAGE_TASK_FILE = "attnviz-image-task.json"
+IMAGE_SIZE = 32
+PATCH_SIZE = 8
+GRID = IMAGE_SIZE // PATCH_SIZE
+#: the smallest RGB distance (colours in 0–1) between the odd patch and the others: "clearly different"
+MIN_COLOUR_DISTANCE = 0.3
+
+
+@dataclass(frozen=True)
+class OddPatchModelSettings:
+    """The toy ViT's size (stored in the checkpoint)."""
+
+    width: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    mlp_width: int = 128
+
+    def validate(self) -> OddPatchModelSettings:
+        for name in ("width", "num_heads", "num_layers", "mlp_width"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1 for the odd-patch ViT (got {getattr(self, name)})")
+        if self.width % self.num_heads:
+            raise InputError(f"{self.num_heads} heads do not divide the width {self.width}: choose a divisor")
+        return self
+
+
+def odd_patch_pixels(count: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """``count`` examples: ``[b, 32, 32, 3]`` float32 colours in 0–1, and ``[b]`` long labels (the odd patch)."""
+    base = torch.rand(count, 3, generator=generator)  # [b, rgb]
+    odd = torch.rand(count, 3, generator=generator)  # [b, rgb]
+    for _ in range(100):  # redraw odd colours too close to the base colour
+        close = (odd - base).norm(dim=1) < MIN_COLOUR_DISTANCE  # [b]
+        if not close.any():
+            break
+        odd[close] = torch.rand(int(close.sum()), 3, generator=generator)
+    labels = torch.randint(0, GRID * GRID, (count,), generator=generator)  # [b]
+    is_odd = torch.nn.functional.one_hot(labels, GRID * GRID).bool().view(count, GRID, GRID)  # [b, 4, 4]
+    colours = torch.where(is_odd[..., None], odd[:, None, None, :], base[:, None, None, :])  # [b, 4, 4, rgb]
+    pixels = colours.repeat_interleave(PATCH_SIZE, 1).repeat_interleave(PATCH_SIZE, 2)  # [b, 32, 32, rgb]
+    return pixels, labels
+
+
+def odd_patch_images(count: int, seed: int) -> tuple[list[Image], list[int]]:
+    """``count`` odd-patch examples drawn with ``seed``, as 8-bit RGB PIL images, and their labels."""
+    from PIL import Image as PILImage
+
+    pixels, labels = odd_patch_pixels(count, torch.Generator().manual_seed(seed))
+    bytes_ = (pixels * 255).round().to(torch.uint8).numpy()  # [b, 32, 32, rgb]
+    return [PILImage.fromarray(array, "RGB") for array in bytes_], labels.tolist()
+
+
+def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
+    """An untrained tiny ``ViTForImageClassification`` (16 classes) and its image processor."""
+    import transformers
+
+    from attnviz.models.hf_checks import quiet_image_processors, quiet_transformers
+
+    settings.validate()
+    quiet_transformers()  # as loading any model does: no progress bars while saving
+    config = transformers.ViTConfig(  # type: ignore[call-arg]  # num_labels goes to PretrainedConfig
+        hidden_size=settings.width,
+        num_hidden_layers=settings.num_layers,
+        num_attention_heads=settings.num_heads,
+        intermediate_size=settings.mlp_width,
+        image_size=IMAGE_SIZE,
+        patch_size=PATCH_SIZE,
+        num_labels=GRID * GRID,
+        id2label={index: f"r{index // GRID}c{index % GRID}" for index in range(GRID * GRID)},
+        label2id={f"r{index // GRID}c{index % GRID}": index for index in range(GRID * GRID)},
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    with quiet_image_processors():
+        processor = transformers.ViTImageProcessor(
+            size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, image_mean=[0.5] * 3, image_std=[0.5] * 3
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = transformers.ViTForImageClassification(config)
+    return model, processor
+
+
+@dataclass
+class OddPatchResult:
+    """A trained odd-patch ViT and how well it does on fresh held-out images."""
+
+    model: Any  # ViTForImageClassification, eval mode
+    processor: Any
+    accuracy: float  # held-out classification accuracy
+    attention_hits: float  # share of held-out images whose last-layer [CLS] attention peaks on the odd patch
+    seconds: float
+    settings: TrainingSettings
+    model_settings: OddPatchModelSettings
+
+
+def _normalised(pixels: Tensor) -> Tensor:
+    """``[b, H, W, 3]`` 0–1 -> ``[b, 3, H, W]`` as the processor makes it (mean 0.5, std 0.5)."""
+    return (pixels.permute(0, 3, 1, 2) - 0.5) / 0.5
+
+
+def train_odd_patch(
+    settings: TrainingSettings, model_settings: OddPatchModelSettings | None = None, *, description: str | None = None
+) -> OddPatchResult:
+    """Train the toy ViT on fresh odd-patch images every step (AdamW, warmup then cosine decay), then measure it."""
+    settings.validate()
+    model_settings = (model_settings or OddPatchModelSettings()).validate()
+    model, processor = build_odd_patch_model(model_settings, settings.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # toy-sized matrices are fastest on one thread
+    started = time.perf_counter()
+    try:
+        generator = torch.Generator().manual_seed(settings.seed)
+        model.train()
+        with progress_bar() as progress:
+            task = progress.add_task(description or f"training {TASK_NAME}", total=settings.steps, status="")
+            for step in range(settings.steps):
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate_at(step, settings)
+                pixels, labels = odd_patch_pixels(settings.batch_size, generator)
+                logits = model(pixel_values=_normalised(pixels)).logits  # [b, 16]
+                loss = torch.nn.functional.cross_entropy(logits, labels)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                if step % 10 == 0 or step == settings.steps - 1:
+                    accuracy = float((logits.argmax(-1) == labels).float().mean())
+                    progress.update(task, status=f"loss {loss.item():.3f}  accuracy {accuracy:.1%}")
+                progress.advance(task)
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    seconds = time.perf_counter() - started
+    accuracy, hits = measure_odd_patch(model, settings.eval_examples, seed=10_000 + settings.seed)
+    return OddPatchResult(model, processor, accuracy, hits, seconds, settings, model_settings)
+
+
+def class_token_peaks(last_layer: Tensor, extra_tokens: int = 1) -> Tensor:
+    """``[b]``: the patch on which the class token's attention peaks, maximised over heads.
+
+    ``last_layer``: ``[b, h, q, k]`` patterns of the last layer (token 0 the class token).
+    """
+    to_patches = last_layer[:, :, 0, extra_tokens:]  # [b, h, patches]
+    return to_patches.amax(dim=1).argmax(dim=-1)  # [b]
+
+
+def measure_odd_patch(model, count: int, *, seed: int) -> tuple[float, float]:
+    """(accuracy, share of images whose last-layer class-token attention peaks on the odd patch) on fresh images."""
+    pixels, labels = odd_patch_pixels(count, torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        implementation = model.config._attn_implementation
+        model.set_attn_implementation("eager")
+        try:
+            outputs = model(pixel_values=_normalised(pixels), output_attentions=True)
+        finally:
+            model.set_attn_implementation(implementation)
+    accuracy = float((outputs.logits.argmax(-1) == labels).float().mean())
+    hits = float((class_token_peaks(outputs.attentions[-1]) == labels).float().mean())
+    return accuracy, hits
+
+
+def check_odd_patch_output(path: str | os.PathLike) -> Path:
+    """A checkpoint destination: new, empty, or an earlier odd-patch checkpoint (replaced); else OutputError."""
+    out = Path(path).expanduser()
+    if out.is_dir() and (out / IMAGE_TASK_FILE).is_file():
+        files.check_output_parent(out)
+        return out
+    return check_checkpoint_output(out)
+
+
+def save_odd_patch(result: OddPatchResult, path: str | os.PathLike) -> Path:
+    """Write the trained model, its image processor and :data:`IMAGE_TASK_FILE` into a new directory, atomically."""
+    out = check_odd_patch_output(path)
+    with files.staged_directory(out) as staging:
+        result.model.save_pretrained(staging)
+        result.processor.save_pretrained(staging)
+        document = {
+            "task": TASK_NAME,
+            "image_size": IMAGE_SIZE,
+            "patch_size": PATCH_SIZE,
+            "model": asdict(result.model_settings),
+            "training": {"settings": asdict(result.settings), "seconds": round(result.seconds, 1)},
+            "held_out": {"accuracy": result.accuracy, "class_token_on_odd_patch": result.attention_hits},
+        }
+        (staging / IMAGE_TASK_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def own_odd_patch_examples(loaded: VisionModel, count: int, seed: int):
+    """A batch of ``count`` fresh odd-patch images for ``loaded`` (a model trained on the task)."""
+    images, _ = odd_patch_images(count, seed)
+    return loaded.encode_images(images)
