@@ -51,6 +51,9 @@ _EXPORTS = {
     "PruneStrategy": "attnviz.prune",
     "render_heatmaps": "attnviz.render.heatmap",
     "capture_heatmap": "attnviz.render.capture_view",
+    "capture_image": "attnviz.captures.images",
+    "image_heatmap": "attnviz.render.image_overlay",
+    "compute_image_statistics": "attnviz.stats.images",
     "save_figure": "attnviz.render.heatmap",
     "build_toy_model": "attnviz.toy",
     "train_toy_model": "attnviz.toy",
@@ -87,14 +90,17 @@ __all__ = [
     "build_toy_model",
     "capture",
     "capture_heatmap",
+    "capture_image",
     "compare_inputs",
     "compare_models",
+    "compute_image_statistics",
     "compute_statistics",
     "detect_heads",
     "head_atlas",
     "head_functions",
     "head_similarity",
     "head_view",
+    "image_heatmap",
     "load_model",
     "load_toy_model",
     "model_view",
@@ -111,6 +117,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.atlas.inline import head_atlas
     from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, capture
+    from attnviz.captures.images import capture_image
     from attnviz.common.errors import AttnvizError
     from attnviz.compare import compare_inputs, compare_models
     from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
@@ -121,8 +128,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.prune import PruneConfig, PruneStrategy, prune_model, save_outcome
     from attnviz.render.capture_view import capture_heatmap
     from attnviz.render.heatmap import render_heatmaps, save_figure
+    from attnviz.render.image_overlay import image_heatmap
     from attnviz.render.inline import HtmlView, head_view, model_view, show
     from attnviz.stats import PRESETS, StatisticsAccumulator, compute_statistics, detect_heads
+    from attnviz.stats.images import compute_image_statistics
     from attnviz.toy import build_toy_model, load_toy_model, train_toy_model
 
 
