@@ -22,6 +22,7 @@ from attnviz.common.texts import load_texts
 from attnviz.compare.models import compare_models
 from attnviz.compare.result import ModelComparison
 from attnviz.models.base import LoadedModel
+from attnviz.models.identity import model_identity
 from attnviz.models.specs import load_model
 from attnviz.outputs.files import check_output_path, read_text_file
 from attnviz.render.atlas import ExtraColumns, HeadKey, write_atlas
@@ -105,9 +106,13 @@ def _model_name(spec: str) -> str:
 
 def _original_heads(loaded: LoadedModel, stack: str) -> int:
     """Heads per layer before any pruning (a pruned model's scores number the original heads)."""
-    config = getattr(loaded, "config", None) or getattr(loaded.model, "config", None)
-    built = [getattr(config, name, None) for name in ("num_heads", "num_attention_heads", "n_head", "num_heads")]
-    return max([loaded.num_heads(stack), *(h for h in built if isinstance(h, int))])
+    identity = model_identity(loaded)
+    counts = [loaded.num_heads(stack)]
+    if identity is not None:  # the original numbers of every layer's surviving heads
+        for site in loaded.layout():
+            if site.stack == stack:
+                counts.extend(id + 1 for id in identity.ids(stack, site.layer, loaded.layout()[site]))
+    return max(counts)
 
 
 def example_captures(

@@ -32,7 +32,9 @@ def atlas(tmp_path_factory):
         for layer in range(6)
         for head in range(12)
     ]
-    prune.write_text(json.dumps({"format": "attnviz-prune-report", "version": 1, "importance": importance}))
+    prune.write_text(
+        json.dumps({"format": "attnviz-prune-report", "version": 1, "model": "minilm", "importance": importance})
+    )
     extra = {"function": {("self", 0, 2): "previous-token"}}
     path = build_head_atlas(
         "minilm",

@@ -16,7 +16,8 @@ from attnviz.render.selection import MEAN_OF_HEADS, resolve_heads, resolve_layer
 def test_cli_text_becomes_typed_selections():
     assert parse_layer_option("all") is None and parse_layer_option(" ALL ") is None
     assert parse_layer_option("-1") == [-1]
-    assert parse_layer_option("0, 3,") == [0, 3]
+    with pytest.raises(InputError, match="empty entry"):  # a left-out entry is refused, not skipped
+        parse_layer_option("0, 3,")
     assert parse_head_option("all") is None
     assert parse_head_option("Mean") is MEAN_OF_HEADS
     assert parse_head_option("2,-1") == [2, -1]
