@@ -148,7 +148,8 @@ def test_ctrl_c_again_during_clean_up_prints_no_traceback(tmp_path):
         process.send_signal(signum)
         time.sleep(0.005)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 128 + signal.SIGINT, stderr
+    # a signal that lands after the clean-up, as the process exits, may end it by that signal itself
+    assert process.returncode in (128 + signal.SIGINT, -signal.SIGINT, -signal.SIGQUIT), stderr
     assert "Traceback" not in stderr
     assert [line for line in stderr.splitlines() if line.startswith("error:")] == [
         "error: interrupted by SIGINT: unfinished outputs were discarded"
