@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Union
 
 from attnviz.captures.attention_capture import AttentionCapture, capture_encoded
 from attnviz.common.images import open_image
-from attnviz.models.base import LoadedModel
-from attnviz.models.vision import vision_model_of
+from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.vision import VisionModel, vision_model_of
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -25,6 +25,14 @@ def as_pil_image(source: ImageSource) -> Image:
     if isinstance(source, PILImage):
         return source.convert("RGB")
     return open_image(source)
+
+
+def image_batches(vision: VisionModel, images: Sequence[ImageSource], batch_size: int) -> Iterator[EncodedBatch]:
+    """``vision``'s batches of at most ``batch_size`` of ``images``, each read when its batch comes (memory: one
+    batch of pictures); a file that is not a readable image stops it with one clear InputError."""
+    for start in range(0, len(images), batch_size):
+        pictures = [as_pil_image(source) for source in images[start : start + batch_size]]
+        yield vision.encode_images(pictures)
 
 
 def capture_images(loaded: LoadedModel, images: Sequence[ImageSource]) -> list[AttentionCapture]:

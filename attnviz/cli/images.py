@@ -32,6 +32,16 @@ QueryOption = Annotated[
 ]
 
 
+def images_from_options(folder: Path | None, files: list[str] | None) -> list[Path] | None:
+    """The images of ``--images DIR`` (its image files, sorted) then ``--image FILE`` (repeatable); None without
+    either. A folder without image files is refused here; each image is read (and checked) when it is used."""
+    if folder is None and not files:
+        return None
+    from attnviz.common.images import image_files
+
+    return (image_files(folder) if folder is not None else []) + [Path(file).expanduser() for file in files or []]
+
+
 def parse_query(text: str | None):
     """``cls``/``mean``/``ROW,COL`` -> the library's :data:`~attnviz.render.image_overlay.ImageQuery`."""
     from attnviz.common.errors import InputError

@@ -68,7 +68,7 @@ def prune(
         typer.Option(
             "--min-score",
             help="Stop before quality falls below this fraction of the original (perplexity: 1/ppl; accuracy; "
-            "cosine similarity), checked after each step. Example: --min-score 0.9",
+            "cosine similarity; agreement of image classes), checked after each step. Example: --min-score 0.9",
             rich_help_panel=HOW_MUCH_PANEL,
             show_default=False,
         ),
@@ -132,12 +132,41 @@ def prune(
             show_default=False,
         ),
     ] = None,
+    images_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--images",
+            help="Vision classifiers: a folder of images (PNG, JPEG, …) to judge heads on; no labels needed, the "
+            "model's own predictions are the target. Example: --images photos/",
+            rich_help_panel=INPUT_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    image: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--image",
+            help="Vision classifiers: one image to judge heads on (repeat it for more). Example: --image a.png",
+            rich_help_panel=INPUT_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    eval_images: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-images",
+            help="Vision classifiers: a folder of held-out images to measure quality on (default: the scoring "
+            "images). Example: --eval-images heldout/",
+            rich_help_panel=INPUT_PANEL,
+            show_default=False,
+        ),
+    ] = None,
     batch_size: Annotated[
         int | None,
         typer.Option(
             "--batch-size",
             min=1,
-            help="Examples per forward pass (default: 8 texts, 64 toy examples). Example: --batch-size 4",
+            help="Examples per forward pass (default: 8 texts, 16 images, 64 toy examples). Example: --batch-size 4",
             rich_help_panel=INPUT_PANEL,
             show_default=False,
         ),
@@ -148,7 +177,7 @@ def prune(
         typer.Option(
             "--toy-examples",
             min=1,
-            help="Toy models: task examples drawn for scoring, and as many "
+            help="Toy models (toy-odd-patch too): task examples drawn for scoring, and as many "
             "(another seed) for evaluation. Example: --toy-examples 512",
             rich_help_panel=INPUT_PANEL,
         ),
@@ -185,7 +214,8 @@ def prune(
         typer.Option(
             "--latency-tokens",
             min=1,
-            help="Input length for the latency measurement. Example: --latency-tokens 512",
+            help="Input length for the latency measurement (text models; a vision model is timed on one image). "
+            "Example: --latency-tokens 512",
             rich_help_panel=MEASURE_PANEL,
         ),
     ] = 256,
@@ -206,6 +236,9 @@ def prune(
 ) -> None:
     """Remove the least important attention heads and write a physically smaller checkpoint.
 
+    Heads are judged on text (the shipped corpus by default), on a toy model's own task, or, for an image
+    classifier, on images, by how far its class predictions move from the unpruned model's own.
+
     Examples:
 
       attnviz prune minilm --ratio 0.3 --out pruned-minilm
@@ -213,6 +246,8 @@ def prune(
       attnviz prune smollm2 --count 54 --iterative --data notes.txt --out pruned-smollm2 --json report.json
 
       attnviz prune toy-induction --min-score 0.95 --importance ablation --out pruned-toy
+
+      attnviz prune ./vit-classifier --images photos/ --eval-images heldout/ --ratio 0.25 --out pruned-vit
 
       torchrun --standalone --nproc-per-node 2 -m attnviz prune smollm2 --ratio 0.2 --data notes.txt --out pruned
     """
@@ -244,8 +279,12 @@ def prune(
         json_path = check_output_path(json_path, (".json",))
         if json_path.resolve().is_relative_to(out.expanduser().resolve()):
             raise InputError(f"--json {json_path} lies inside --out {out}: write the report elsewhere")
-    texts = corpus_from_options(data, text) or load_texts()  # the shipped corpus by default
+    from attnviz.cli.images import images_from_options
+
+    texts = corpus_from_options(data, text)  # None: the shipped corpus (text models)
     eval_texts = load_texts(eval_data) if eval_data is not None else None
+    images = images_from_options(images_dir, image)
+    held_out_images = images_from_options(eval_images, None)
 
     from attnviz.cli.distributed import cli_session
 
@@ -256,6 +295,8 @@ def prune(
             config,
             texts=texts,
             eval_texts=eval_texts,
+            images=images,
+            eval_images=held_out_images,
             force=force,
             transformers_copy=transformers_copy,
             device=device,

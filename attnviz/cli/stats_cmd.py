@@ -182,13 +182,11 @@ def stats(
         if path is not None and path != STDOUT:
             check_output_path(path, suffixes)
     texts = corpus_from_options(data, text)
-    images = None
-    if images_dir is not None or image:
-        from attnviz.common.images import image_files
+    from attnviz.cli.images import images_from_options
 
-        if texts is not None:
-            raise InputError("give either images (--images, --image) or text (--data, --text), not both")
-        images = (image_files(images_dir) if images_dir is not None else []) + [Path(p) for p in image or []]
+    images = images_from_options(images_dir, image)
+    if images is not None and texts is not None:
+        raise InputError("give either images (--images, --image) or text (--data, --text), not both")
 
     with cli_session(device, device_map) as parallel:
         results = measure_checkpoints(

@@ -163,11 +163,18 @@ class LoadedModel(ABC):
         """
         if self._layout is None:
             recorder = _HeadCounter()
-            batch = self.encode(["attention probe"], targets=["probe"] if self.encoder_decoder else None)
+            batch = self.probe_batch()
             with torch.no_grad():
                 self.forward(batch, AttentionContext(observers=[recorder], site_of=self.site_of))
             self._layout = dict(sorted(recorder.heads.items()))
         return self._layout
+
+    def probe_batch(self) -> EncodedBatch:
+        """One tiny input of the model's own modality for a probe forward pass that finds the attention sites.
+
+        A short text (with a short decoder target for encoder-decoder models); vision models give a grey image.
+        """
+        return self.encode(["attention probe"], targets=["probe"] if self.encoder_decoder else None)
 
     def num_layers(self, stack: str | None = None) -> int:
         stack = stack or self.stacks()[0]

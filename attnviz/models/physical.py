@@ -147,7 +147,7 @@ def find_attention_blocks(loaded: LoadedModel) -> dict[AttentionSite, AttentionB
             found[site] = module
         return site
 
-    batch = loaded.encode(["attention probe"])
+    batch = loaded.probe_batch()  # a short text, or a grey image for a vision model
     with torch.no_grad():
         loaded.forward(batch, AttentionContext(site_of=site_of))
     names = {module: name for name, module in model.named_modules()}

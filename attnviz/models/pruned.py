@@ -3,7 +3,8 @@
 Layers of a pruned checkpoint may keep different numbers of heads, which a transformers config
 cannot express: the model is built at full size from ``config.json``, each attention site is
 shrunk to the head counts recorded in ``attnviz-pruned.json`` (its format is described in
-:mod:`attnviz.models.pruned_format`, which writes it), and then the weights are read.
+:mod:`attnviz.models.pruned_format`, which writes it), and then the weights are read. A pruned vision
+classifier reads its image processor in place of a tokenizer (:mod:`attnviz.models.vision_pruning`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers.initialization import no_init_weights
 
-from attnviz.common.errors import ModelSpecError
+from attnviz.common.errors import AttnvizError, ModelSpecError
 from attnviz.core import ATTENTION_NAME, AttentionSite, register_attention
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
 from attnviz.models.hf import HFModel, model_class_for
 from attnviz.models.hf_checks import first_line, refuse_custom_code
 from attnviz.models.physical import shrink_to_counts
 from attnviz.models.pruned_format import FORMAT_NAME, FORMAT_VERSION
+from attnviz.models.vision import is_vision_type, load_image_processor
+from attnviz.models.vision_pruning import wrap_pruned_vision
 
 
 def read_pruned_metadata(path: str | os.PathLike) -> dict:
@@ -79,9 +82,21 @@ def load_pruned_model(
     register_attention()
     try:
         config = transformers.AutoConfig.from_pretrained(str(path), trust_remote_code=False)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+        vision = is_vision_type(getattr(config, "model_type", ""))  # reads images: an image processor, no tokenizer
+        tokenizer = None if vision else transformers.AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except AttnvizError:
+        raise
     except Exception as exc:  # OSError, ValueError, tokenizers' own exceptions on a damaged tokenizer.json, …
         raise ModelSpecError(f"cannot load pruned model {path}: {first_line(exc)}") from exc
+    processor = load_image_processor(str(path)) if vision else None
+
+    def wrap(model: nn.Module) -> LoadedModel:
+        if vision:
+            return wrap_pruned_vision(model, processor, path, name)
+        loaded = HFModel(model, tokenizer, name=name or str(path))
+        loaded.checkpoint_path = str(path)
+        return loaded
+
     cls = model_class_for(config)
     with no_init_weights():  # every weight is read from the file below
         model = cls._from_config(config, attn_implementation=ATTENTION_NAME, dtype=dtype)
@@ -95,7 +110,7 @@ def load_pruned_model(
         raise ModelSpecError(
             f"{path / PRUNED_MARKER} has a malformed site entry ({exc}): prune the model again"
         ) from exc
-    shrink_to_counts(HFModel(model, tokenizer, name=str(path)), counts)
+    shrink_to_counts(wrap(model), counts)
     state = _state_dict(path)
     try:
         result = model.load_state_dict(state, strict=False)
@@ -108,7 +123,8 @@ def load_pruned_model(
     _check_missing(model, result.missing_keys, set(state), path)
     model.to(device)  # dtype was set at construction (rotary buffers stay float32)
     model.eval()
-    loaded = HFModel(model, tokenizer, name=name or str(path))
-    loaded.checkpoint_path = str(path)
+    loaded = wrap(model)
     loaded.check_weights()
+    if vision:
+        loaded.layout()  # a probe forward pass that checks the patch grid against the patterns
     return loaded

@@ -108,21 +108,29 @@ def save_pruned_checkpoint(
     plans: Mapping[AttentionSite, SitePlan],
     removed: Mapping[AttentionSite, Sequence[int]],
     transformers_copy: bool = True,
+    preprocessor: Any = None,
+    save_options: Mapping[str, Any] | None = None,
+    extra_files: Mapping[str, str] | None = None,
 ) -> Path:
     """Write the physically pruned ``pruned`` (and the masked-weights copy) to ``out``, atomically.
 
-    ``out`` must have passed :func:`check_output_dir`.
+    ``out`` must have passed :func:`check_output_dir`. ``preprocessor``: what turns inputs into tensors, saved
+    in both directories (default: the tokenizer; a vision model's image processor); ``save_options``: keyword
+    arguments of the pruned model's ``save_pretrained``; ``extra_files``: ``{name: text}`` written beside it.
     """
     metadata = pruned_metadata(source, original, plans, TRANSFORMERS_COPY if transformers_copy else None)
+    preprocessor = original.tokenizer if preprocessor is None else preprocessor
 
     def write(tmp: Path) -> None:
         model: Any = pruned.model  # a transformers model: save_pretrained is its own
-        model.save_pretrained(tmp)
-        pruned.tokenizer.save_pretrained(tmp)
+        model.save_pretrained(tmp, **(save_options or {}))
+        preprocessor.save_pretrained(tmp)
         (tmp / PRUNED_MARKER).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
         if transformers_copy:
             masked: Any = masked_weights_model(original, removed)
             masked.save_pretrained(tmp / TRANSFORMERS_COPY)
-            original.tokenizer.save_pretrained(tmp / TRANSFORMERS_COPY)
+            preprocessor.save_pretrained(tmp / TRANSFORMERS_COPY)
 
     return write_directory_atomically(Path(out), write)

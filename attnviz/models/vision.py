@@ -21,9 +21,11 @@ from torch import Tensor, nn
 
 from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
 from attnviz.common.images import ImageGrid
+from attnviz.common.parallel import SINGLE_PROCESS
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
-from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.hf_checks import quiet_image_processors
+from attnviz.models.physical import find_attention_blocks, prune_heads_physically
 from attnviz.models.probing import ProbeBatch
 
 if TYPE_CHECKING:
@@ -121,7 +123,7 @@ def load_vision_model(
         model.to(device)
     model.eval()
     loaded = VisionModel(model, processor, name=name or source, extra_kinds=VISION_FAMILIES[model_type](config))
-    loaded.image_task = _image_task(source)
+    loaded.image_task = image_task_of(source)
     loaded.layout()  # a probe forward pass: checks the grid against the patterns now, not in the middle of a command
     return loaded
 
@@ -152,6 +154,8 @@ class VisionModel(LoadedModel):
     modality: Literal["text", "image"] = "image"
     #: the toy image task the model was trained on (``odd-patch``), whose examples it can draw; None otherwise
     image_task: str | None = None
+    #: the pruned checkpoint directory this model was read from (see :mod:`attnviz.models.vision_pruning`)
+    checkpoint_path: str | None = None
 
     def __init__(self, model: nn.Module, processor: Any, *, name: str, extra_kinds: tuple[str, ...]):
         self.model = model
@@ -265,11 +269,9 @@ class VisionModel(LoadedModel):
     def layout(self) -> dict[AttentionSite, int]:
         """Heads per site, from a probe forward pass on a grey image; checks the grid against the patterns."""
         if self._layout is None:
-            from PIL import Image as PILImage
-
             from attnviz.core.recorder import PatternRecorder
 
-            batch = self.encode_images([PILImage.new("RGB", (224, 224), (128, 128, 128))])
+            batch = self.probe_batch()
             recorder = PatternRecorder()
             with torch.no_grad():
                 self.forward(batch, self.context([recorder]))
@@ -292,6 +294,12 @@ class VisionModel(LoadedModel):
                 )
             self._layout = {site: pattern.shape[1] for site, pattern in sorted(recorder.patterns.items())}
         return self._layout
+
+    def probe_batch(self) -> EncodedBatch:
+        """One grey image, resized by the model's image processor."""
+        from PIL import Image as PILImage
+
+        return self.encode_images([PILImage.new("RGB", (224, 224), (128, 128, 128))])
 
     def site_of(self, module: nn.Module) -> AttentionSite | None:
         """``vit.encoder.layer.3.attention.attention`` -> self.3 (the first number in the module's name)."""
@@ -322,26 +330,50 @@ class VisionModel(LoadedModel):
             "text tools, defined on token sequences; measure its heads on images with the image statistics instead"
         )
 
-    def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
-        raise UnsupportedModelError(f"{self.name} is a vision model: attnviz times text models only")
-
-    def check_objective(self) -> None:
-        raise UnsupportedModelError(
-            f"attnviz prune does not prune vision models ({self.name}): it judges heads on text or a toy task"
-        )
-
-    def objective(self, batches, *, probes: int = 8, seed: int = 0, parallel=None):
-        self.check_objective()
-
     def check_generation(self) -> None:
         raise UnsupportedModelError(f"{self.name} is a vision model: it does not write text")
 
-    def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]):
+    # -- pruning: image classifiers, judged by their own predictions (attnviz.models.vision_pruning) ----
+
+    def with_model(self, model: nn.Module) -> VisionModel:
+        copy = VisionModel(model, self.processor, name=self.name, extra_kinds=self.extra_kinds)
+        copy.image_task, copy.fallback, copy.source = self.image_task, self.fallback, self.source
+        return copy
+
+    def check_objective(self) -> None:
+        from attnviz.models.vision_pruning import check_classifier
+
+        check_classifier(self)
+
+    def objective(self, batches, *, probes: int = 8, seed: int = 0, parallel=SINGLE_PROCESS):
+        """The KL divergence from the unpruned model's own class distribution (``PredictionObjective``)."""
+        from attnviz.models.vision_pruning import PredictionObjective
+
         self.check_objective()
-        raise AssertionError  # unreachable
+        return PredictionObjective(self, batches, probes=probes, seed=seed, parallel=parallel)
+
+    def check_head_removal(self) -> None:
+        find_attention_blocks(self)  # raises UnsupportedModelError for a layout without slicing rules
+
+    def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]):
+        return prune_heads_physically(self, removed)
+
+    def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
+        """One image of seeded random pixels at the size the image processor gives (``tokens`` does not apply)."""
+        from PIL import Image as PILImage
+
+        generator = torch.Generator().manual_seed(seed)
+        pixels = torch.randint(0, 256, (224, 224, 3), generator=generator, dtype=torch.uint8)  # [H, W, rgb]
+        return self.encode_images([PILImage.fromarray(pixels.numpy(), "RGB")])
+
+    def save_pruned(self, directory, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True):
+        """The pruned-checkpoint format of :mod:`attnviz.models.pruned_format`, with the image processor."""
+        from attnviz.models.vision_pruning import save_pruned_vision_model
+
+        return save_pruned_vision_model(self, directory, pruned, source=source, transformers_copy=transformers_copy)
 
 
-def _image_task(source: str) -> str | None:
+def image_task_of(source: str) -> str | None:
     """The toy image task recorded in a checkpoint directory (see :mod:`attnviz.toy.odd_patch`), if any."""
     import json
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from attnviz.captures.images import ImageSource
 from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import ParameterError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
@@ -142,10 +143,14 @@ def build_objectives(
     texts: Sequence[str] | None,
     eval_texts: Sequence[str] | None,
     parallel: DataParallel = SINGLE_PROCESS,
+    *,
+    images: Sequence[ImageSource] | None = None,
+    eval_images: Sequence[ImageSource] | None = None,
 ) -> tuple[Objective, Objective]:
     """(scoring objective, evaluation objective); the evaluation data defaults to the scoring data.
 
-    ``parallel``: in a data-parallel run each process scores and evaluates its share of the batches.
+    ``parallel``: in a data-parallel run each process scores and evaluates its share of the batches;
+    ``images``, ``eval_images``: the data of a vision classifier (see :func:`~attnviz.prune.judging.judging_batches`).
     """
     scoring, evaluation = judging_batches(
         loaded,
@@ -156,6 +161,8 @@ def build_objectives(
         max_tokens_per_batch=config.max_tokens_per_batch,
         max_length=config.max_length,
         seed=config.seed,
+        images=images,
+        eval_images=eval_images,
     )
     return objectives_for(loaded, scoring, evaluation, probes=config.probes, seed=config.seed, parallel=parallel)
 
@@ -189,7 +196,7 @@ def _check_and_time(
     The physically pruned model must compute what the original computes with the same heads
     masked; the latency input is the model's :meth:`~attnviz.models.base.LoadedModel.timing_batch`.
     """
-    latency_texts = list(texts or []) + list(eval_texts or [])
+    latency_texts = list(texts or []) + list(eval_texts or [])  # vision models draw an image instead
     latency_batch = loaded.timing_batch(config.latency_tokens, texts=latency_texts, seed=config.seed)
     masked_output = forward_output(loaded, latency_batch, loaded.context(head_mask=mask))
     pruned_output = forward_output(pruned, latency_batch)
@@ -215,12 +222,17 @@ def prune_model(
     *,
     texts: Sequence[str] | None = None,
     eval_texts: Sequence[str] | None = None,
+    images: Sequence[ImageSource] | None = None,
+    eval_images: Sequence[ImageSource] | None = None,
     parallel: DataParallel = SINGLE_PROCESS,
 ) -> PruneOutcome:
     """Score, choose and physically remove heads of ``loaded``; measure before and after.
 
-    ``texts``: scoring data (ignored for toy models, which draw task examples);
+    ``texts``: scoring data (ignored for toy models, which draw task examples; None: the shipped corpus);
     ``eval_texts``: held-out evaluation data (default: the scoring data);
+    ``images``, ``eval_images``: the same for a vision classifier (paths, bytes or PIL images; a toy
+    trained on an image task draws its own without them), judged by the KL divergence from its own
+    predictions (:mod:`attnviz.models.vision_pruning`);
     ``parallel``: a data-parallel run's process (scores and qualities are summed over processes,
     so every process makes the same choices; only rank 0 should write the outcome).
     """
@@ -229,7 +241,9 @@ def prune_model(
     layout = loaded.layout()
     count = config.target_count(layout)
     strategy = effective_strategy(config, layout, count)
-    scoring, evaluation = build_objectives(loaded, config, texts, eval_texts, parallel)
+    scoring, evaluation = build_objectives(
+        loaded, config, texts, eval_texts, parallel, images=images, eval_images=eval_images
+    )
 
     with status("evaluating the unpruned model"):
         quality_before = evaluation.evaluate()
@@ -294,8 +308,10 @@ def prune_checkpoint(
     out: str | os.PathLike,
     config: PruneConfig,
     *,
-    texts: Sequence[str],
+    texts: Sequence[str] | None = None,
     eval_texts: Sequence[str] | None = None,
+    images: Sequence[ImageSource] | None = None,
+    eval_images: Sequence[ImageSource] | None = None,
     force: bool = False,
     transformers_copy: bool = True,
     device: str = "auto",
@@ -305,7 +321,8 @@ def prune_checkpoint(
 ) -> PruneOutcome:
     """``attnviz prune`` as one call: load ``checkpoint``, prune it by ``config``, write the result to ``out``.
 
-    ``out`` is checked against the model's own files once it is loaded (before anything is scored);
+    ``texts`` (None: the shipped corpus) or, for a vision classifier, ``images`` are the scoring data (see
+    :func:`prune_model`). ``out`` is checked against the model's own files once it is loaded (before anything is scored);
     under ``parallel`` every process loads and scores its share, and only the main process writes.
     The returned outcome's report names what was written.
     """
@@ -314,7 +331,9 @@ def prune_checkpoint(
     loaded = load_model(checkpoint, device=parallel.device_for(device), dtype=dtype, device_map=device_map)
     check_prunable(loaded)
     check_output_dir(out, force=force, inputs=model_source_paths(checkpoint, loaded))
-    outcome = prune_model(loaded, config, texts=texts, eval_texts=eval_texts, parallel=parallel)
+    outcome = prune_model(
+        loaded, config, texts=texts, eval_texts=eval_texts, images=images, eval_images=eval_images, parallel=parallel
+    )
     if parallel.is_main:  # every process chose the same heads; the main one writes
         save_outcome(outcome, out, source=checkpoint, transformers_copy=transformers_copy)
     return outcome

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from rich.progress import Progress
 from torch import Tensor
 
-from attnviz.captures.images import ImageSource, as_pil_image
+from attnviz.captures.images import ImageSource, image_batches
 from attnviz.common.errors import InputError
 from attnviz.common.images import ImageGrid
 from attnviz.common.progress import progress_bar
@@ -211,7 +211,7 @@ def compute_image_statistics(
     grid = None
     with progress_bar() if progress else Progress(disable=True) as bar:
         task = bar.add_task(f"statistics · {vision.name}", total=len(images), status="")
-        for batch in _image_batches(vision, images, batch_size):
+        for batch in image_batches(vision, images, batch_size):
             grid = batch.image_grid
             accumulator.begin_batch(batch)
             grid_accumulator.begin_batch(batch)
@@ -254,13 +254,6 @@ def flag_sink_heads(shares: dict[AttentionSite, Tensor]) -> list[tuple[Attention
         for head in range(values.shape[0])
         if values[head] >= SINK_HEAD_SHARE
     ]
-
-
-def _image_batches(vision, images: Sequence[ImageSource], batch_size: int) -> Iterator[EncodedBatch]:
-    """Batches of at most ``batch_size`` images, read when their batch comes (memory: one batch)."""
-    for start in range(0, len(images), batch_size):
-        pictures = [as_pil_image(source) for source in images[start : start + batch_size]]
-        yield vision.encode_images(pictures)
 
 
 def sink_summary(stats: HeadStatistics) -> str:
