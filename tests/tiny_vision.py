@@ -107,3 +107,26 @@ def sample_images(count: int, *, seed: int = 0, size: int = IMAGE_SIZE * 2):
         pixels = blocks.repeat_interleave(size // 4, 0).repeat_interleave(size // 4, 1)  # [size, size, rgb]
         images.append(Image.fromarray(pixels.numpy(), "RGB"))
     return images
+
+
+#: the image classifier of each family that has one (the towers of CLIP and SigLIP are left out)
+CLASSIFIERS = {
+    "vit": "ViTForImageClassification",
+    "deit": "DeiTForImageClassificationWithTeacher",
+    "dinov2": "Dinov2ForImageClassification",
+    "dinov2_registers": "Dinov2WithRegistersForImageClassification",
+}
+
+
+def build_tiny_classifier(family: str, path: Path, *, seed: int = 0, num_labels: int = 5) -> Path:
+    """Save a seeded random tiny image classifier of ``family`` (``num_labels`` classes) and its image processor."""
+    import transformers
+
+    _, config, processor = tiny_vision_config(family)
+    config.num_labels = num_labels
+    torch.manual_seed(seed)
+    model = getattr(transformers, CLASSIFIERS[family])(config)
+    model.eval()
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path

@@ -170,9 +170,7 @@ def test_text_tools_refuse_the_toy_vit(capsys, tmp_path):
     result = run_cli(capsys, "heads", "toy-odd-patch")
     assert_clean_error(result, "vision model", "text tools")
     assert len(result.error_lines()) == 1
-    result = run_cli(capsys, "prune", "toy-odd-patch", "--ratio", "0.3", "--out", tmp_path / "pruned")
-    assert_clean_error(result, "does not prune vision models")
-    assert not (tmp_path / "pruned").exists()
+    # (prune works on vision classifiers: tests/integration/test_vision_prune.py)
 
 
 # -- the shipped toy ViT --------------------------------------------------------------------------------
