@@ -17,6 +17,7 @@ from attnviz.models.base import LoadedModel, PrunedCopy
 from attnviz.models.hf import HFModel
 from attnviz.models.objective import LanguageModelObjective, RepresentationObjective
 from attnviz.models.specs import load_model
+from attnviz.models.vision import VisionModel
 from attnviz.prune.checkpoint import model_source_paths
 from attnviz.prune.cost import forward_output
 from attnviz.prune.judging import judging_batches
@@ -54,7 +55,7 @@ def toy():
 
 
 def test_both_kinds_implement_the_whole_contract():
-    for kind in (HFModel, ToyModel):
+    for kind in (HFModel, ToyModel, VisionModel):
         inherited = [name for name in CONTRACT if getattr(kind, name) is getattr(LoadedModel, name)]
         assert inherited == [], f"{kind.__name__} leaves {inherited} to the base class"
 
@@ -162,7 +163,11 @@ def test_judging_batches_draw_fresh_toy_data_and_reuse_texts(tiny_models, toy):
     scoring, evaluation = judging_batches(bert, TEXTS, None, **settings)
     assert evaluation is scoring and sorted(t for b in scoring for t in b.lengths) == sorted(bert.token_counts(TEXTS))
     with pytest.raises(InputError, match="no text"):
-        judging_batches(bert, None, None, **settings)
+        judging_batches(bert, [], None, **settings)
+    from attnviz.common.texts import load_texts
+
+    scoring, _ = judging_batches(bert, None, None, **settings)  # no text given: the shipped corpus
+    assert sum(len(b) for b in scoring) == len([text for text in load_texts() if text.strip()])
 
 
 def test_timing_batch_has_the_length_asked_for(tiny_models, toy):
