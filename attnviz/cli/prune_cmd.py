@@ -136,6 +136,7 @@ def prune(
         Path | None,
         typer.Option(
             "--images",
+            metavar=DIRECTORY_METAVAR,
             help="Vision classifiers: a folder of images (PNG, JPEG, …) to judge heads on; no labels needed, the "
             "model's own predictions are the target. Example: --images photos/",
             rich_help_panel=INPUT_PANEL,
@@ -146,6 +147,7 @@ def prune(
         list[str] | None,
         typer.Option(
             "--image",
+            metavar="<path>",
             help="Vision classifiers: one image to judge heads on (repeat it for more). Example: --image a.png",
             rich_help_panel=INPUT_PANEL,
             show_default=False,
@@ -155,6 +157,7 @@ def prune(
         Path | None,
         typer.Option(
             "--eval-images",
+            metavar=DIRECTORY_METAVAR,
             help="Vision classifiers: a folder of held-out images to measure quality on (default: the scoring "
             "images). Example: --eval-images heldout/",
             rich_help_panel=INPUT_PANEL,
@@ -236,8 +239,7 @@ def prune(
 ) -> None:
     """Remove the least important attention heads and write a physically smaller checkpoint.
 
-    Heads are judged on text (the shipped corpus by default), on a toy model's own task, or, for an image
-    classifier, on images, by how far its class predictions move from the unpruned model's own.
+    Heads are judged on text (default: the shipped corpus), a toy's own task, or images (image classifiers).
 
     Examples:
 
