@@ -1,7 +1,8 @@
 """What "quality" means when heads are removed: the loss that importance is measured on.
 
 Every :class:`~attnviz.models.base.LoadedModel` says which objective judges it
-(:meth:`~attnviz.models.base.LoadedModel.objective`); the three there are:
+(:meth:`~attnviz.models.base.LoadedModel.objective`); the three here are (image classifiers have
+:class:`~attnviz.models.vision_pruning.PredictionObjective`):
 
 * :class:`LanguageModelObjective` (causal LMs): next-token cross-entropy through
   the model's LM head; the metric is perplexity.
@@ -53,8 +54,8 @@ class Quality:
     """How good a (possibly masked or pruned) model is on an objective's data."""
 
     loss: float  # the objective's mean loss (lower is better)
-    metric: float  # the objective's metric (perplexity, accuracy or cosine similarity)
-    metric_name: str  # "perplexity", "accuracy", "cosine_similarity" or "loss"
+    metric: float  # the objective's metric (perplexity, accuracy, cosine similarity or agreement)
+    metric_name: str  # "perplexity", "accuracy", "cosine_similarity", "agreement" or "loss"
     higher_is_better: bool  # whether a larger metric is better
 
     @property

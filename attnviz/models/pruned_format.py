@@ -4,7 +4,8 @@
 
 * ``DIR/`` — the **physically pruned** checkpoint: ``config.json`` (the original
   configuration, unchanged), ``model.safetensors`` with the smaller weights,
-  the tokenizer files, and ``attnviz-pruned.json`` (the marker; see below).
+  the tokenizer files (an image classifier: its image processor), and ``attnviz-pruned.json``
+  (the marker; see below).
   Layers may keep different numbers of heads, which a transformers config
   cannot express, so plain ``transformers`` refuses this directory (size
   mismatch); ``attnviz.models.specs.load_model(DIR)`` — and every attnviz

@@ -5,7 +5,8 @@ JSON fields (``attnviz prune … --json PATH``; see also the README):
 ==========================  ===============================================================
 ``format``, ``version``     ``"attnviz-prune-report"``, ``1``
 ``model``                   the model spec that was pruned
-``objective``               ``language_model``, ``task`` (toy) or ``representation`` (encoders)
+``objective``               ``language_model``, ``task`` (toy), ``representation`` (encoders) or
+                            ``prediction`` (image classifiers, :mod:`attnviz.models.vision_pruning`)
 ``importance_method``       ``gradient``, ``ablation``, ``entropy``, ``confidence`` or ``random``
 ``normalized``              importance scores were ℓ2-normalised per layer
 ``strategy``                ``{scope, iterative, steps, min_score, seed}``
@@ -16,7 +17,7 @@ JSON fields (``attnviz prune … --json PATH``; see also the README):
                             zeroed output weights (grouped-query attention; see ``attnviz.models.physical``)
 ``steps``                   ``[{step, pruned, total_removed, metric}]`` (metric only with min_score)
 ``stopped_by_min_score``    a step was refused because quality fell below ``min_score``
-``metric``                  ``perplexity`` (lower is better), ``accuracy`` or ``cosine_similarity``
+``metric``                  ``perplexity`` (lower is better), ``accuracy``, ``cosine_similarity`` or ``agreement``
 ``metric_before``           metric of the unpruned model on the evaluation data
 ``metric_masked``           metric of the unpruned model with the removed heads masked
 ``metric_after``            metric of the physically pruned model
