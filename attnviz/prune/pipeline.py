@@ -20,6 +20,7 @@ from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import ParameterError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import status
+from attnviz.common.texts import load_texts
 from attnviz.core import AttentionSite
 from attnviz.models.base import LoadedModel, PrunedCopy
 from attnviz.models.head_sets import RemovedHeads, layout_after, max_removable, removal_mask, total_heads
@@ -238,6 +239,8 @@ def prune_model(
     """
     config.validate()
     check_prunable(loaded)
+    if texts is None and loaded.modality == "text":
+        texts = load_texts()  # the shipped corpus: the scoring data and the latency input
     layout = loaded.layout()
     count = config.target_count(layout)
     strategy = effective_strategy(config, layout, count)

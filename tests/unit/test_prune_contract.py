@@ -170,6 +170,17 @@ def test_judging_batches_draw_fresh_toy_data_and_reuse_texts(tiny_models, toy):
     assert sum(len(b) for b in scoring) == len([text for text in load_texts() if text.strip()])
 
 
+def test_prune_without_text_uses_the_shipped_corpus(tiny_models):
+    from attnviz.common.texts import load_texts
+    from attnviz.prune.pipeline import PruneConfig, prune_model
+
+    config = PruneConfig(count=1, importance="random", max_length=16, latency_tokens=16, latency_repeats=1)
+    default = prune_model(tiny_models["bert"], config).report
+    given = prune_model(tiny_models["bert"], config, texts=load_texts()).report
+    assert default.scoring_units == given.scoring_units > 100 and default.latency_tokens == 16
+    assert default.loss_after == pytest.approx(given.loss_after)
+
+
 def test_timing_batch_has_the_length_asked_for(tiny_models, toy):
     bert = tiny_models["bert"]
     batch = bert.timing_batch(40, texts=TEXTS[:1])
