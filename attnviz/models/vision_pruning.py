@@ -83,6 +83,8 @@ def kl_divergence(reference: Tensor, log_q: Tensor) -> Tensor:
 class PredictionObjective(Objective):
     """KL divergence from the unpruned classifier's own class distribution; metric agreement (module docstring)."""
 
+    loaded: VisionModel  # built by VisionModel.objective
+
     kind = "prediction"
     metric_name = "agreement"
     higher_is_better = True
@@ -90,7 +92,7 @@ class PredictionObjective(Objective):
 
     def __init__(
         self,
-        loaded: LoadedModel,
+        loaded: VisionModel,
         batches: Sequence[EncodedBatch],
         *,
         probes: int = 8,
@@ -117,10 +119,11 @@ class PredictionObjective(Objective):
         units = self.total_units()
         if units < MIN_SCORING_UNITS:
             parameter = "eval_images" if what.startswith("evaluation") else "images"
+            more = f"{{{parameter}}}" + (" or draw more with {toy_examples}" if self.loaded.image_task else "")
             raise ParameterError(
                 parameter,
                 f"the {what} has only {units} image{'s' if units != 1 else ''} to judge heads on; at least "
-                f"{MIN_SCORING_UNITS} are needed: give more images with {{{parameter}}}",
+                f"{MIN_SCORING_UNITS} are needed: give more images with {more}",
             )
 
     def batch_loss(self, index: int, context: AttentionContext) -> tuple[Tensor, int]:
