@@ -174,7 +174,7 @@ def test_prune_without_text_uses_the_shipped_corpus(tiny_models):
     from attnviz.common.texts import load_texts
     from attnviz.prune.pipeline import PruneConfig, prune_model
 
-    config = PruneConfig(count=1, importance="random", max_length=16, latency_tokens=16, latency_repeats=1)
+    config = PruneConfig(count=1, importance="random", max_length=64, latency_tokens=16, latency_repeats=1)
     default = prune_model(tiny_models["bert"], config).report
     given = prune_model(tiny_models["bert"], config, texts=load_texts()).report
     assert default.scoring_units == given.scoring_units > 100 and default.latency_tokens == 16
