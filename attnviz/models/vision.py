@@ -318,8 +318,11 @@ class VisionModel(LoadedModel):
         """``count`` fresh examples of the model's own toy task (``toy-odd-patch``), or None for other models."""
         if self.image_task is None:
             return None
-        from attnviz.toy.odd_patch import odd_patch_images
+        from attnviz.common.resources import require_memory
+        from attnviz.toy.odd_patch import IMAGE_SIZE, odd_patch_images
 
+        # every image is held at once (float pixels, the 8-bit picture, the processed tensor): refuse what cannot fit
+        require_memory("toy_examples", count, 16.0 * count * IMAGE_SIZE * IMAGE_SIZE * 3, "the task images")
         return odd_patch_images(count, seed)[0]
 
     # -- text tools refuse ------------------------------------------------------------------------

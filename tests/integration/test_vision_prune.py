@@ -247,6 +247,7 @@ def test_refusals(capsys, tmp_path, tiny_vision_dirs, classifier_dirs, image_fol
         ((vit, "--images", refusal_inputs["broken"]), ("photo-99.png", "not an image")),
         ((vit,), ("is a vision model", "--images")),
         ((vit, "--image", image_folder / "photo-00.png"), ("only 1 image", "at least 8", "--images")),
+        (("toy-odd-patch", "--toy-examples", "1000000000000"), ("--toy-examples", "memory")),
     ]
     for arguments, fragments in cases:
         out = tmp_path / "pruned"
