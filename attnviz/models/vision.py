@@ -363,11 +363,9 @@ class VisionModel(LoadedModel):
 
     def timing_batch(self, tokens: int, *, texts: Sequence[str], seed: int = 0) -> EncodedBatch:
         """One image of seeded random pixels at the size the image processor gives (``tokens`` does not apply)."""
-        from PIL import Image as PILImage
+        from attnviz.models.vision_pruning import random_image_batch
 
-        generator = torch.Generator().manual_seed(seed)
-        pixels = torch.randint(0, 256, (224, 224, 3), generator=generator, dtype=torch.uint8)  # [H, W, rgb]
-        return self.encode_images([PILImage.fromarray(pixels.numpy(), "RGB")])
+        return random_image_batch(self, seed)
 
     def save_pruned(self, directory, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True):
         """The pruned-checkpoint format of :mod:`attnviz.models.pruned_format`, with the image processor."""

@@ -152,6 +152,15 @@ class PredictionObjective(Objective):
         return float(kl.sum()), float(agree.sum()), kl.shape[0]
 
 
+def random_image_batch(loaded: VisionModel, seed: int) -> EncodedBatch:
+    """One 224×224 image of seeded random pixels, through ``loaded``'s image processor (the latency input)."""
+    from PIL import Image as PILImage
+
+    generator = torch.Generator().manual_seed(seed)
+    pixels = torch.randint(0, 256, (224, 224, 3), generator=generator, dtype=torch.uint8)  # [H, W, rgb]
+    return loaded.encode_images([PILImage.fromarray(pixels.numpy(), "RGB")])
+
+
 def save_pruned_vision_model(
     original: VisionModel,
     directory: str | os.PathLike,
