@@ -93,7 +93,9 @@ def main() -> None:
     print(f"   {'':22}{'time':>10}{'peak RSS':>14}")
     print(f"   {'plain forward':22}{forward_time:>9.1f}s{forward_peak / MB:>11.0f} MB")
     print(f"   {'capture L3 H2':22}{capture_time:>9.1f}s{capture_peak / MB:>11.0f} MB")
-    print(f"   ratio capture / forward: time {capture_time / forward_time:.2f}×, peak {capture_peak / forward_peak:.2f}×")
+    print(
+        f"   ratio capture / forward: time {capture_time / forward_time:.2f}×, peak {capture_peak / forward_peak:.2f}×"
+    )
 
     print(f"\n2. figure of one head at {tokens:,} tokens")
     print(f"   {'format':8}{'pooled':>10}{'unpooled':>12}{'ratio':>9}")

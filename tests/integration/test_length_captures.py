@@ -91,7 +91,9 @@ def test_saved_subset_keeps_the_models_numbers(tiny_models, tmp_path, capsys, bi
 
 def test_cli_capture_records_the_chosen_layer_and_head(tiny_dirs, tmp_path, capsys):
     out = tmp_path / "l1h2.safetensors"
-    result = run_cli(capsys, "capture", TEXT, "--model", tiny_dirs["llama"], "--layer", "-1", "--head", "2", "--out", out)
+    result = run_cli(
+        capsys, "capture", TEXT, "--model", tiny_dirs["llama"], "--layer", "-1", "--head", "2", "--out", out
+    )
     assert result.exit_code == 0, result.stderr
     back = AttentionCapture.load(out)
     assert back.recorded_layers() == [1]
