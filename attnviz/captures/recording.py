@@ -111,7 +111,6 @@ def plan_recording(
             ids_per_layer.append([ids[p] for p in kept])
         if not every_head or layers is not None:
             identity.heads[stack] = ids_per_layer
-        if not every_head:
             identity.model_heads[stack] = counts_per_layer
     if stacks is not None:
         for stack in available:

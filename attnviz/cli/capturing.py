@@ -55,12 +55,14 @@ def print_summary(result, stack) -> None:
     queries, keys = result.axis_tokens(stack)
     kind = "causal" if result.causal else "encoder-decoder" if result.encoder_decoder else "bidirectional"
     size = layers_and_heads(result.head_counts(stack))
-    if result.identity is not None and result.identity.is_subset():  # the model's layers and heads it holds
+    identity = result.identity
+    if identity is not None and identity.is_subset() and stack in identity.model_heads:
+        # the model's size, then the layers and heads this capture holds (its numbers are the model's)
         held = result.recorded_layers(stack)
         heads = sum(result.head_counts(stack)[layer] for layer in held)
         size = (
-            f"{plural(heads, 'head')} of {plural(len(held), 'layer')} recorded ({'layer' if len(held) == 1 else 'layers'} "
-            f"{', '.join(map(str, held))} of {len(result.head_counts(stack))})"
+            f"{layers_and_heads(identity.model_heads[stack])}, recorded: {'layer' if len(held) == 1 else 'layers'} "
+            f"{', '.join(map(str, held))} ({plural(heads, 'head')})"
         )
     console.print(
         f"[bold]{result.model}[/bold] ({kind}) · {plural(len(keys), 'token')}"

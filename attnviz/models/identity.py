@@ -27,7 +27,7 @@ class HeadIdentity:
     masked: dict[str, list[list[int]]] = field(default_factory=dict)
     #: a capture of some layers: stack -> the model's layers it records (a stack absent here: every layer)
     recorded_layers: dict[str, list[int]] = field(default_factory=dict)
-    #: a capture of some heads: stack -> per layer, how many heads the model numbers (``heads`` are those recorded)
+    #: a capture of some layers or heads: stack -> per layer, how many heads the model numbers (``heads``: those recorded)
     model_heads: dict[str, list[int]] = field(default_factory=dict)
 
     def is_recorded(self, stack: str, layer: int) -> bool:

@@ -149,5 +149,5 @@ def test_heatmap_records_only_what_it_draws(tiny_dirs, tmp_path, capsys):
     args = ("heatmap", TEXT, "--model", tiny_dirs["llama"], "--layer", "1", "--head", "6", "--out", figure)
     result = run_cli(capsys, *args)
     assert result.exit_code == 0, result.stderr
-    assert "1 head of 1 layer recorded (layer 1 of 2)" in " ".join(result.stderr.split())
+    assert "self attention: 2 layers × 8 heads, recorded: layer 1 (1 head)" in " ".join(result.stderr.split())
     assert "layer 1, head 6" in figure.read_text(encoding="utf-8")
