@@ -4,7 +4,8 @@ Prints, side by side:
 
 1. capture of one head (layer 3, head 2) against a plain forward pass on the same text: time and peak
    resident memory above what was resident before (the capture records ``[1, q, k]`` float32, 64 MB at
-   4,096 tokens, where recording every head of every layer would need 18 GB);
+   4,096 tokens, where recording every head of every layer would need 18 GB; it also tokenises the text,
+   which the forward pass is given already encoded);
 2. the figure of that one head, max-pooled, to PNG, SVG and PDF, next to the same figure drawn with every
    cell (unpooled; PNG only unless ``--unpooled-all``);
 3. the figure of all 30 layers, one head each (the capture of 30 heads first, then the figure).
@@ -17,6 +18,7 @@ Prints, side by side:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 import time
@@ -105,7 +107,10 @@ def main() -> None:
             unpooled = float("nan")
             if not args.no_unpooled and (suffix == ".png" or args.unpooled_all):
                 unpooled = figure_seconds(one, Path(folder) / f"full{suffix}", layers=[3], heads=[2], pooled=False)
-            print(f"   {suffix:8}{pooled:>9.1f}s{unpooled:>11.1f}s{unpooled / pooled:>8.1f}×")
+            if not math.isnan(unpooled):  # drawn
+                print(f"   {suffix:8}{pooled:>9.1f}s{unpooled:>11.1f}s{unpooled / pooled:>8.1f}×")
+            else:
+                print(f"   {suffix:8}{pooled:>9.1f}s{'—':>12}{'—':>9}")
         if args.no_grid:
             return
         del one
