@@ -195,7 +195,8 @@ def _draw(
         if not wanted:  # inner panels of a grid: the outer panels carry the labels
             set_ticks([])
             continue
-        font, room = _font_and_room(side, len(labels), small)
+        # sized for the labels that will be drawn (at most MAX_TICK_LABELS), not for every token
+        font, room = _font_and_room(side, min(len(labels), MAX_TICK_LABELS), small)
         positions = label_positions(len(labels), min(room, MAX_TICK_LABELS))
         set_ticks([p + 0.5 for p in positions])
         set_labels([_short(labels[p]) for p in positions], rotation=rotation, fontsize=font)
