@@ -71,15 +71,27 @@ class HeadIdentity:
             recorded_layers=record.get("recorded_layers", {}),
             model_heads=record.get("model_heads", {}),
         )
-        for name, table in (
-            ("heads", identity.heads),
-            ("masked", identity.masked),
-            ("recorded_layers", identity.recorded_layers),
-            ("model_heads", identity.model_heads),
+        # read from files: every table must be stack -> list of numbers (or of lists of numbers)
+        for name, table, nested in (
+            ("heads", identity.heads, True),
+            ("masked", identity.masked, True),
+            ("recorded_layers", identity.recorded_layers, False),
+            ("model_heads", identity.model_heads, False),
         ):
-            if not isinstance(table, dict) or not all(isinstance(value, list) for value in table.values()):
-                raise ValueError(f"{name} is not a mapping of stack to list")
+            if not isinstance(table, dict) or not all(
+                isinstance(value, list) and all(_numbers(item) if nested else _number(item) for item in value)
+                for value in table.values()
+            ):
+                raise ValueError(f"{name} is not a mapping of stack to lists of numbers")
         return identity
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _numbers(value: object) -> bool:
+    return isinstance(value, list) and all(_number(item) for item in value)
 
 
 def pruning_identity(checkpoint: str | Path | None) -> HeadIdentity | None:

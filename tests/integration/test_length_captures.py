@@ -151,3 +151,32 @@ def test_heatmap_records_only_what_it_draws(tiny_dirs, tmp_path, capsys):
     assert result.exit_code == 0, result.stderr
     assert "self attention: 2 layers × 8 heads, recorded: layer 1 (1 head)" in " ".join(result.stderr.split())
     assert "layer 1, head 6" in figure.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"recorded_layers": {"self": [0]}},  # says layer 0, holds layer 1
+        {"recorded_layers": {"self": ["1"]}},  # not numbers
+        {"model_heads": {"self": [4, True]}},
+        {"heads": {"self": [[], [3.5]]}},
+    ],
+)
+def test_damaged_partial_capture_metadata_is_refused(tiny_models, tmp_path, damage):
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from attnviz.common.errors import CaptureFileError
+
+    path = capture(tiny_models["bert"], TEXT, layers=[1], heads=[3]).save(tmp_path / "part.safetensors")
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata()
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+    identity = json.loads(metadata["head_identity"])
+    identity.update(damage)
+    metadata["head_identity"] = json.dumps(identity)
+    save_file(tensors, str(path), metadata=metadata)
+    with pytest.raises(CaptureFileError, match="damaged"):
+        AttentionCapture.load(path)
