@@ -195,9 +195,11 @@ def _draw(
         if not wanted:  # inner panels of a grid: the outer panels carry the labels
             set_ticks([])
             continue
-        # sized for the labels that will be drawn (at most MAX_TICK_LABELS), not for every token
-        font, room = _font_and_room(side, min(len(labels), MAX_TICK_LABELS), small)
-        positions = label_positions(len(labels), min(room, MAX_TICK_LABELS))
+        # sized for the labels that will be drawn (at most MAX_TICK_LABELS; a third of that on a grid's small
+        # panels), not for every token
+        most = MAX_TICK_LABELS // 3 if small else MAX_TICK_LABELS
+        font, room = _font_and_room(side, min(len(labels), most), small)
+        positions = label_positions(len(labels), min(room, most))
         set_ticks([p + 0.5 for p in positions])
         set_labels([_short(labels[p]) for p in positions], rotation=rotation, fontsize=font)
     _draw_boundaries(ax, panel)
