@@ -124,7 +124,7 @@ def checked_layers(layers: list[Tensor], queries: int, keys: int, what: str) -> 
             raise InputError(f"{name} holds {layer.dtype} values, not attention weights")
         tolerance = _ROW_SUM_TOLERANCE.get(layer.dtype, _DEFAULT_ROW_SUM_TOLERANCE)
         pattern = layer.detach().to("cpu", torch.float32).contiguous()  # [head, q, k]
-        if not torch.isfinite(pattern).all() or (pattern < 0).any():
+        if not _finite_and_non_negative(pattern):
             raise InputError(f"{name} holds NaN, infinite or negative values: these are not attention weights")
         sums = pattern.sum(dim=-1)  # [head, q]
         worst = float((sums - 1).abs().max())
@@ -134,8 +134,18 @@ def checked_layers(layers: list[Tensor], queries: int, keys: int, what: str) -> 
                 f"{name}: the row of head {head}, query {query} sums to {float(sums[head, query]):.4g}, not 1; "
                 "give attention weights after the softmax (a TransformerLens 'hook_pattern', not 'hook_attn_scores')"
             )
-        checked.append(pattern.clone())
+        # a copy of the caller's tensor, made once: ``to`` already copied one of another dtype or device
+        checked.append(pattern.clone() if pattern.data_ptr() == layer.data_ptr() else pattern)
     return checked
+
+
+def _finite_and_non_negative(pattern: Tensor) -> bool:
+    """Head by head (no whole-layer boolean temporaries): ``aminmax`` propagates NaN, which fails both tests."""
+    for head in pattern.reshape(-1, *pattern.shape[-2:]):  # [query, key]
+        low, high = torch.aminmax(head)
+        if not (float(low) >= 0 and float(high) < float("inf")):
+            return False
+    return True
 
 
 def looks_causal(layers: list[Tensor]) -> bool:
