@@ -180,3 +180,17 @@ def test_damaged_partial_capture_metadata_is_refused(tiny_models, tmp_path, dama
     save_file(tensors, str(path), metadata=metadata)
     with pytest.raises(CaptureFileError, match="damaged"):
         AttentionCapture.load(path)
+
+
+def test_padded_batch_subset_equals_each_full_capture(tiny_models):
+    """Texts of different lengths: each example's recorded heads, padding trimmed, equal its full capture's."""
+    from attnviz.captures.attention_capture import capture_batch
+
+    loaded = tiny_models["gpt2"]
+    texts = [TEXTS[1], "Short one.", TEXTS[2]]
+    parts = capture_batch(loaded, texts, layers=[0], heads=[1, 3])
+    for text, part in zip(texts, parts, strict=True):
+        full = capture(loaded, text)
+        assert part.tokens == full.tokens
+        assert torch.allclose(part.layer(0), full.layer(0)[[1, 3]], atol=1e-6)
+        assert part.layer(0).is_contiguous()
