@@ -23,8 +23,7 @@ from attnviz.core.attention import AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import HeadIdentity, model_identity
 
-#: default most bytes of attention weights a capture may hold (float32, as recorded)
-DEFAULT_MAX_BYTES = 4 * 10**9
+#: bytes per recorded weight (float32)
 _FLOAT_BYTES = 4
 
 

@@ -125,7 +125,7 @@ def capture(
 
       attnviz heatmap --from-capture cat.safetensors --layer 0
 
-      attnviz capture long.txt --model smollm2 --layer 3 --head 2 --bits 8 --out l3h2.safetensors
+      attnviz capture - --model smollm2 --layer 3 --head 2 --bits 8 --out l3h2.safetensors < long.txt
 
       attnviz capture "The capital of France is" --model smollm2 --generate 10 --bits 8 --out gen.safetensors
 
