@@ -18,6 +18,11 @@ generated text, ``generated_from`` (index of the first generated token); a visio
 ``image_grid`` (JSON: ``rows``, ``cols``, ``extra_kinds``, ``patch_size``) and the tensor
 ``image`` (float32 ``[H, W, 3]`` in 0–1, the resized picture).
 Version-1 files (always float32) still load. No pickle is involved.
+
+A capture of some layers or heads (``capture(..., layers=, heads=, stacks=)``) keeps the model's
+numbers: ``patterns[stack]`` still has one entry per model layer, those not recorded holding no heads
+(``[0, query, key]``), and ``identity`` (metadata ``head_identity``) names the recorded layers and
+the model's number of each recorded head; the file stores the recorded layers only.
 """
 
 from __future__ import annotations
