@@ -56,12 +56,13 @@ def print_summary(result, stack) -> None:
     kind = "causal" if result.causal else "encoder-decoder" if result.encoder_decoder else "bidirectional"
     size = layers_and_heads(result.head_counts(stack))
     identity = result.identity
-    if identity is not None and identity.is_subset() and stack in identity.model_heads:
+    if identity is not None and identity.is_subset():
         # the model's size, then the layers and heads this capture holds (its numbers are the model's)
         held = result.recorded_layers(stack)
         heads = sum(result.head_counts(stack)[layer] for layer in held)
+        model_size = layers_and_heads(identity.model_heads.get(stack) or [0] * len(result.head_counts(stack)))
         size = (
-            f"{layers_and_heads(identity.model_heads[stack])}, recorded: {'layer' if len(held) == 1 else 'layers'} "
+            f"{model_size.replace(' × 0 heads', '')}, recorded: {'layer' if len(held) == 1 else 'layers'} "
             f"{', '.join(map(str, held))} ({plural(heads, 'head')})"
         )
     console.print(
