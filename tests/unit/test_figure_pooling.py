@@ -98,3 +98,15 @@ def test_cross_attention_pools_each_axis_by_its_own_length(queries, keys):
     assert (pooling.query_width, pooling.key_width) == widths
     assert torch.equal(panels[0].pattern, _block_max_by_reshape(pattern, *widths))
     assert len(query_labels) == panels[0].pattern.shape[0] and len(key_labels) == panels[0].pattern.shape[1]
+
+
+def test_grid_panels_are_pooled_to_256_cells_with_few_labels():
+    length = 600
+    labels = [f"t{i}" for i in range(length)]
+    panels = [HeatmapPanel(torch.softmax(torch.randn(length, length), dim=-1), f"L{i} H0") for i in range(2)]
+    figure = render_heatmaps([[panel] for panel in panels], labels, labels, title="grid")
+    assert "max-pooled: 3×3 tokens per cell" in figure._suptitle.get_text()  # ⌈600/256⌉ = 3
+    drawn = [axis for axis in figure.axes if axis.images]
+    assert [axis.images[0].get_array().shape for axis in drawn] == [(200, 200), (200, 200)]
+    for axis in drawn:
+        assert len(axis.get_yticklabels()) <= MAX_TICK_LABELS // 3
