@@ -18,30 +18,36 @@ generated text, ``generated_from`` (index of the first generated token); a visio
 ``image_grid`` (JSON: ``rows``, ``cols``, ``extra_kinds``, ``patch_size``) and the tensor
 ``image`` (float32 ``[H, W, 3]`` in 0–1, the resized picture).
 Version-1 files (always float32) still load. No pickle is involved.
+
+A capture of some layers or heads (``capture(..., layers=, heads=, stacks=)``) keeps the model's
+numbers: ``patterns[stack]`` still has one entry per model layer, those not recorded holding no heads
+(``[0, query, key]``), and ``identity`` (metadata ``head_identity``) names the recorded layers and
+the model's number of each recorded head; the file stores the recorded layers only.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from attnviz.captures.compact import check_bits, decode_patterns, encode_pattern
+from attnviz.captures.compact import check_bits, encode_pattern
+from attnviz.captures.recording import check_capture_size, plan_recording
 from attnviz.common.display import NotebookDisplay
-from attnviz.common.errors import CaptureFileError, InputError
+from attnviz.common.errors import InputError
 from attnviz.common.images import ImageGrid
+from attnviz.common.selection import HeadSelection, LayerSelection
 from attnviz.common.tokens import display_token, word_groups, word_label
 from attnviz.core import AttentionSite
 from attnviz.core.recorder import PatternRecorder
 from attnviz.core.stacks import is_causal_stack, stack_of
 from attnviz.models.base import EncodedBatch, LoadedModel
-from attnviz.models.identity import HeadIdentity, model_identity
+from attnviz.models.identity import HeadIdentity
 from attnviz.outputs.files import atomic_path, check_output_path
 
 FORMAT_NAME = "attnviz-capture"
@@ -74,11 +80,12 @@ class AttentionCapture(NotebookDisplay):
 
     def __repr__(self) -> str:
         shape = ", ".join(
-            f"{stack}: {len(layers)} layers × {layers[0].shape[0] if layers else 0} heads"
+            f"{stack}: {len(layers)} layers × {max((t.shape[0] for t in layers), default=0)} heads"
             for stack, layers in self.patterns.items()
         )
         target = "" if self.target_tokens is None else f", {len(self.target_tokens)} target tokens"
-        return f"AttentionCapture(model={self.model!r}, {len(self.tokens)} tokens{target}, {shape})"
+        recorded = " (some layers or heads only)" if self.identity is not None and self.identity.is_subset() else ""
+        return f"AttentionCapture(model={self.model!r}, {len(self.tokens)} tokens{target}, {shape}{recorded})"
 
     @property
     def stacks(self) -> list[str]:
@@ -108,11 +115,25 @@ class AttentionCapture(NotebookDisplay):
         layers = self._layers(stack)
         if not -len(layers) <= layer < len(layers):
             raise InputError(f"layer {layer} is out of range: the model has {len(layers)} layers (0–{len(layers) - 1})")
+        number = layer % len(layers)
+        if not self.is_recorded(number, stack):
+            held = ", ".join(map(str, self.recorded_layers(stack))) or "none"
+            raise InputError(f"layer {number} is not in this capture: it records {stack} layers {held}")
         return layers[layer]
+
+    def is_recorded(self, layer: int, stack: str = "self") -> bool:
+        """Whether the capture holds ``layer`` of ``stack`` (a capture of some layers holds no heads of the others)."""
+        return self.identity is None or self.identity.is_recorded(stack, layer)
+
+    def recorded_layers(self, stack: str = "self") -> list[int]:
+        """The model's layers of ``stack`` this capture holds (every layer, unless it records some only)."""
+        return [layer for layer in range(len(self._layers(stack))) if self.is_recorded(layer, stack)]
 
     def stacked(self, stack: str = "self") -> Tensor:
         """``[layer, head, query, key]``; needs the same head count in every layer."""
         layers = self._layers(stack)
+        if len(self.recorded_layers(stack)) != len(layers):
+            raise InputError("this capture records some layers only: index them one by one (recorded_layers)")
         if len({t.shape for t in layers}) != 1:
             raise InputError("layers have different head counts (a pruned model): index them one by one")
         return torch.stack(layers)
@@ -169,75 +190,19 @@ class AttentionCapture(NotebookDisplay):
         token strings). Raises :class:`~attnviz.common.errors.InputError` when a shape does not fit the
         tokens or a row is not a distribution.
         """
-        from attnviz.captures.external import (
-            check_tokens,
-            checked_layers,
-            default_special,
-            layers_of,
-            looks_causal,
-            stacks_of_output,
-        )
-        from attnviz.common.tokens import word_ids_from_markers
+        from attnviz.captures.external import capture_from_attentions
 
-        tokens = check_tokens(tokens, "tokens")
-        output = stacks_of_output(attentions)
-        if output is not None:  # a transformers ModelOutput
-            attentions = output.get("encoder", output.get("self"))
-            decoder_attentions = decoder_attentions if decoder_attentions is not None else output.get("decoder")
-            cross_attentions = cross_attentions if cross_attentions is not None else output.get("cross")
-            if attentions is None:
-                raise InputError("the model output holds no attentions: run the model with output_attentions=True")
-        encoder_decoder = target_tokens is not None or cross_attentions is not None or decoder_attentions is not None
-        flags = default_special(tokens) if special is None else [bool(flag) for flag in special]
-        if len(flags) != len(tokens):
-            raise InputError(f"special has {len(flags)} flags for {len(tokens)} tokens: give one per token")
-        fields: dict[str, Any] = {"special": flags, "word_ids": word_ids_from_markers(tokens, flags)}
-        self_layers = checked_layers(
-            layers_of(attentions, "attentions", batch_index), len(tokens), len(tokens), "attentions"
-        )
-        if not encoder_decoder:
-            inferred = looks_causal(self_layers)
-            if causal and not inferred:
-                raise InputError(
-                    "causal=True, but the patterns give weight to later tokens: leave causal out to infer it"
-                )
-            return cls(
-                model=model,
-                tokens=tokens,
-                causal=inferred if causal is None else bool(causal),
-                patterns={"self": self_layers},
-                **fields,
-            )
-        if target_tokens is None:
-            raise InputError(
-                "decoder or cross-attention was given without target_tokens: pass the decoder's tokens as target_tokens"
-            )
-        targets = check_tokens(target_tokens, "target_tokens")
-        target_flags = default_special(targets)
-        patterns = {"encoder": self_layers}
-        if decoder_attentions is not None:
-            patterns["decoder"] = checked_layers(
-                layers_of(decoder_attentions, "decoder_attentions", batch_index),
-                len(targets),
-                len(targets),
-                "decoder_attentions",
-            )
-        if cross_attentions is not None:
-            patterns["cross"] = checked_layers(
-                layers_of(cross_attentions, "cross_attentions", batch_index),
-                len(targets),
-                len(tokens),
-                "cross_attentions",
-            )
-        return cls(
+        return capture_from_attentions(
+            cls,
+            attentions,
+            tokens,
+            cross_attentions=cross_attentions,
+            target_tokens=target_tokens,
+            decoder_attentions=decoder_attentions,
+            causal=causal,
+            batch_index=batch_index,
+            special=special,
             model=model,
-            tokens=tokens,
-            causal=False,
-            patterns=patterns,
-            target_tokens=targets,
-            target_special=target_flags,
-            target_word_ids=word_ids_from_markers(targets, target_flags),
-            **fields,
         )
 
     # -- file format -----------------------------------------------------------------------
@@ -254,7 +219,8 @@ class AttentionCapture(NotebookDisplay):
         tensors: dict[str, Tensor] = {}
         for stack, layers in self.patterns.items():
             for layer, pattern in enumerate(layers):
-                tensors.update(encode_pattern(f"{stack}.{layer}", pattern, bits))
+                if self.is_recorded(layer, stack):  # a capture of some layers stores only those
+                    tensors.update(encode_pattern(f"{stack}.{layer}", pattern, bits))
         tensors.update(
             {name: tensor.detach().to("cpu", torch.float32).contiguous() for name, tensor in self.extras.items()}
         )
@@ -285,62 +251,50 @@ class AttentionCapture(NotebookDisplay):
     @classmethod
     def load(cls, path: str | Path) -> AttentionCapture:
         """Read a capture written by :meth:`save` (or by ``attnviz capture``)."""
-        from safetensors import safe_open
+        from attnviz.captures.checks import read_capture_file
 
-        from attnviz.captures.checks import capture_fields
-        from attnviz.outputs.files import protect_inputs
-
-        path = Path(path).expanduser()
-        if not path.is_file():
-            raise CaptureFileError(f"capture file {path} does not exist or is not a file")
-        protect_inputs([path], "capture file")
-        try:
-            with safe_open(str(path), framework="pt") as handle:
-                metadata = handle.metadata() or {}
-                tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (safe_open is not iterable)
-        except Exception as exc:  # SafetensorError, OSError, ValueError, an unknown dtype, …
-            raise CaptureFileError(f"{path} is not a readable safetensors capture file: {exc}") from exc
-        if metadata.get("format") != FORMAT_NAME:
-            raise CaptureFileError(f"{path} is not an attnviz capture (attnviz capture writes those)")
-        version = metadata.get("version")
-        if version not in READABLE_VERSIONS:
-            raise CaptureFileError(
-                f"{path} is an attnviz capture of format version {version!r}; this attnviz reads versions "
-                f"{' and '.join(READABLE_VERSIONS)}: capture it again (or upgrade attnviz for newer files)"
-            )
-        try:
-            decoded = decode_patterns(tensors)  # float32, whatever the bits per weight
-        except (ValueError, RuntimeError) as exc:
-            raise CaptureFileError(f"{path} is a damaged attnviz capture: {exc}; capture it again") from exc
-        fields = capture_fields(path, metadata, decoded, version)
-        if "head_identity" in metadata:  # a pruned model's original head numbers
-            try:
-                fields["identity"] = HeadIdentity.from_dict(json.loads(metadata["head_identity"]))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise CaptureFileError(f"{path} has a damaged head_identity field ({exc}): capture it again") from exc
+        fields = read_capture_file(Path(path).expanduser(), FORMAT_NAME, READABLE_VERSIONS)
         return cls(**fields)
 
 
 def captures_from_patterns(
-    patterns: dict[AttentionSite, Tensor], batch: EncodedBatch, model_name: str, causal: bool
+    patterns: dict[AttentionSite, Tensor] | PatternRecorder,
+    batch: EncodedBatch,
+    model_name: str,
+    causal: bool,
+    layer_counts: dict[str, int] | None = None,
 ) -> list[AttentionCapture]:
-    """Split batched ``[b, h, q, k]`` patterns into one trimmed :class:`AttentionCapture` per example."""
-    by_stack: dict[str, dict[int, Tensor]] = defaultdict(dict)
-    for site, tensor in patterns.items():
-        by_stack[site.stack][site.layer] = tensor
+    """Split batched ``[b, h, q, k]`` patterns into one trimmed :class:`AttentionCapture` per example.
+
+    Given the recorder itself, each site's tensor is let go of as soon as it is split, so the peak is
+    one copy of the patterns (one example: its tensors are kept as they are, without a copy).
+    ``layer_counts``: stack -> the model's layer count, for a capture of some layers (the others hold
+    ``[0, query, key]``, no heads).
+    """
+    recorder = patterns if isinstance(patterns, PatternRecorder) else None
+    sites = recorder.sites() if recorder is not None else sorted(cast("dict", patterns))
+    stacks = sorted({site.stack for site in sites}, key=_STACK_ORDER.index)
+    per_example: list[dict[str, list[Tensor]]] = [{} for _ in range(len(batch))]
+    for stack in stacks:
+        query_lengths, key_lengths = batch.query_key_lengths(stack)
+        count = (layer_counts or {}).get(stack, 1 + max(site.layer for site in sites if site.stack == stack))
+        for i in range(len(batch)):
+            per_example[i][stack] = [torch.empty(0, query_lengths[i], key_lengths[i]) for _ in range(count)]
+        for site in (site for site in sites if site.stack == stack):
+            tensor = recorder.pop(site) if recorder is not None else cast("dict", patterns)[site]  # [b, h, q, k]
+            for i in range(len(batch)):
+                q, k = query_lengths[i], key_lengths[i]
+                whole = len(batch) == 1 and tensor.shape[2] == q and tensor.shape[3] == k
+                per_example[i][stack][site.layer] = tensor[i] if whole else tensor[i, :, :q, :k].clone()
+            del tensor  # the batch's tensor goes as soon as its examples are cut out
     captures = []
     for i in range(len(batch)):
-        per_stack = {}
-        for stack, layers in by_stack.items():
-            query_lengths, key_lengths = batch.query_key_lengths(stack)
-            q, k = query_lengths[i], key_lengths[i]
-            per_stack[stack] = [layers[layer][i, :, :q, :k].clone() for layer in sorted(layers)]
         captures.append(
             AttentionCapture(
                 model=model_name,
                 tokens=batch.tokens[i],
                 causal=causal,
-                patterns=per_stack,
+                patterns=per_example[i],
                 special=batch.special[i],
                 word_ids=batch.word_ids[i],
                 target_tokens=batch.target_tokens[i] if batch.target_tokens else None,
@@ -353,6 +307,9 @@ def captures_from_patterns(
     return captures
 
 
+_STACK_ORDER = ["self", "encoder", "decoder", "cross"]
+
+
 def capture_batch(
     loaded: LoadedModel,
     texts: Sequence[str],
@@ -360,21 +317,45 @@ def capture_batch(
     targets: Sequence[str] | None = None,
     max_length: int | None = None,
     truncate: bool = True,
+    layers: LayerSelection = None,
+    heads: HeadSelection = None,
+    stacks: Sequence[str] | None = None,
+    max_bytes: int | None = None,
 ) -> list[AttentionCapture]:
-    """Run ``texts`` through ``loaded`` and return one capture per text (padding trimmed)."""
+    """Run ``texts`` through ``loaded`` and return one capture per text (padding trimmed).
+
+    ``layers``, ``heads``, ``stacks`` and ``max_bytes``: as in :func:`capture_encoded`.
+    """
     batch = loaded.encode(texts, targets=targets, max_length=max_length, truncate=truncate)
-    return capture_encoded(loaded, batch)
+    return capture_encoded(loaded, batch, layers=layers, heads=heads, stacks=stacks, max_bytes=max_bytes)
 
 
-def capture_encoded(loaded: LoadedModel, batch: EncodedBatch) -> list[AttentionCapture]:
-    """Run an encoded ``batch`` (texts or images) through ``loaded``: one capture per example (padding trimmed)."""
-    recorder = PatternRecorder()
+def capture_encoded(
+    loaded: LoadedModel,
+    batch: EncodedBatch,
+    *,
+    layers: LayerSelection = None,
+    heads: HeadSelection = None,
+    stacks: Sequence[str] | None = None,
+    max_bytes: int | None = None,
+) -> list[AttentionCapture]:
+    """Run an encoded ``batch`` (texts or images) through ``loaded``: one capture per example (padding trimmed).
+
+    Only what is chosen is recorded: ``layers`` (indices, negative from the end; None: all), ``heads``
+    (the model's head numbers; None: all) and, for encoder-decoder models, ``stacks`` (``encoder``,
+    ``decoder``, ``cross``; None: all). The capture keeps the model's numbers (its identity says which
+    layers and heads it holds; the other layers hold no heads). ``max_bytes``: refuse, before the model
+    runs, a capture whose float32 patterns would take more (:class:`~attnviz.common.errors.ParameterError`
+    naming the size it needs); None: no limit.
+    """
+    recording = plan_recording(loaded, layers=layers, heads=heads, stacks=stacks)
+    check_capture_size(recording, batch, loaded.layout(), max_bytes)
+    recorder = PatternRecorder(recording.sites, recording.lengths(batch))
     with torch.no_grad():
         loaded.forward(batch, loaded.context([recorder]))
-    captures = captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
-    identity = model_identity(loaded)
+    captures = captures_from_patterns(recorder, batch, loaded.name, loaded.causal, recording.layer_counts)
     for result in captures:
-        result.identity = identity
+        result.identity = recording.identity
     return captures
 
 
@@ -385,8 +366,24 @@ def capture(
     target: str | None = None,
     max_length: int | None = None,
     truncate: bool = True,
+    layers: LayerSelection = None,
+    heads: HeadSelection = None,
+    stacks: Sequence[str] | None = None,
+    max_bytes: int | None = None,
 ) -> AttentionCapture:
-    """Capture every attention pattern of ``loaded`` on one text (and decoder ``target``)."""
+    """Capture the attention patterns of ``loaded`` on one text (and decoder ``target``): every one by default.
+
+    ``layers``, ``heads``, ``stacks`` and ``max_bytes``: as in :func:`capture_encoded` (record only those;
+    refuse a capture larger than ``max_bytes`` before the model runs).
+    """
     return capture_batch(
-        loaded, [text], targets=None if target is None else [target], max_length=max_length, truncate=truncate
+        loaded,
+        [text],
+        targets=None if target is None else [target],
+        max_length=max_length,
+        truncate=truncate,
+        layers=layers,
+        heads=heads,
+        stacks=stacks,
+        max_bytes=max_bytes,
     )[0]

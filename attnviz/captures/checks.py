@@ -17,19 +17,63 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnviz.captures.compact import decode_patterns
+from attnviz.common.errors import CaptureFileError
 from attnviz.common.images import ImageGrid
 from attnviz.core.stacks import stack_of
+from attnviz.models.identity import HeadIdentity
 
 #: tensors a capture file may hold besides the per-layer patterns (see AttentionCapture.extras)
 KNOWN_EXTRAS = ("rollout",)
-from attnviz.common.errors import CaptureFileError
 
 #: slack allowed on attention weights read back (they are probabilities)
 _WEIGHT_SLACK = 1e-3
 _NAME = re.compile(r"(self|encoder|decoder|cross)\.(0|[1-9][0-9]*)")
 
 
-def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tensor], version: str) -> dict[str, Any]:
+def read_capture_file(path: Path, format_name: str, readable_versions: tuple[str, ...]) -> dict[str, Any]:
+    """The checked keyword arguments of an ``AttentionCapture`` read from ``path``; raises CaptureFileError."""
+    from safetensors import safe_open
+
+    from attnviz.outputs.files import protect_inputs
+
+    if not path.is_file():
+        raise CaptureFileError(f"capture file {path} does not exist or is not a file")
+    protect_inputs([path], "capture file")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (safe_open is not iterable)
+    except Exception as exc:  # SafetensorError, OSError, ValueError, an unknown dtype, …
+        raise CaptureFileError(f"{path} is not a readable safetensors capture file: {exc}") from exc
+    if metadata.get("format") != format_name:
+        raise CaptureFileError(f"{path} is not an attnviz capture (attnviz capture writes those)")
+    version = metadata.get("version")
+    if version not in readable_versions:
+        raise CaptureFileError(
+            f"{path} is an attnviz capture of format version {version!r}; this attnviz reads versions "
+            f"{' and '.join(readable_versions)}: capture it again (or upgrade attnviz for newer files)"
+        )
+    try:
+        decoded = decode_patterns(tensors)  # float32, whatever the bits per weight; empties ``tensors``
+    except (ValueError, RuntimeError) as exc:
+        raise CaptureFileError(f"{path} is a damaged attnviz capture: {exc}; capture it again") from exc
+    identity = None
+    if "head_identity" in metadata:  # a pruned model's original head numbers, the layers of a partial capture
+        try:
+            identity = HeadIdentity.from_dict(json.loads(metadata["head_identity"]))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise CaptureFileError(f"{path} has a damaged head_identity field ({exc}): capture it again") from exc
+    return {**capture_fields(path, metadata, decoded, version, identity), "identity": identity}
+
+
+def capture_fields(
+    path: Path,
+    metadata: dict[str, str],
+    tensors: dict[str, Tensor],
+    version: str,
+    identity: HeadIdentity | None = None,
+) -> dict[str, Any]:
     """The keyword arguments of :class:`~attnviz.captures.attention_capture.AttentionCapture`, checked; raises CaptureFileError."""
 
     def damaged(what: str) -> CaptureFileError:
@@ -108,7 +152,7 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
         if not tensor.is_floating_point():
             raise damaged(f"{name} holds {tensor.dtype} values, not attention weights")
         tensor = tensor.float()
-        if not bool(torch.isfinite(tensor).all()) or tensor.min() < -_WEIGHT_SLACK or tensor.max() > 1 + _WEIGHT_SLACK:
+        if not _are_weights(tensor):
             raise damaged(f"{name} holds values that are not attention weights (NaN, infinite, or outside 0–1)")
         by_stack.setdefault(stack, {})[layer] = tensor
     if not by_stack:
@@ -116,9 +160,20 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
     patterns = {}
     for stack in (s for s in ("self", "encoder", "decoder", "cross") if s in by_stack):
         layers = by_stack[stack]
-        if sorted(layers) != list(range(len(layers))):
-            raise damaged(f"the {stack} layers are not numbered 0…{len(layers) - 1}")
-        patterns[stack] = [layers[i] for i in range(len(layers))]
+        recorded = identity.recorded_layers.get(stack) if identity is not None else None
+        if recorded is None:
+            if sorted(layers) != list(range(len(layers))):
+                raise damaged(f"the {stack} layers are not numbered 0…{len(layers) - 1}")
+            count = len(layers)
+        else:  # a capture of some layers: exactly those, the others hold no heads
+            if sorted(layers) != sorted(recorded):
+                raise damaged(f"its {stack} layers are {sorted(layers)}, but it says it records {sorted(recorded)}")
+            heads = identity.heads.get(stack) if identity is not None else None
+            count = len(heads) if heads else max(layers) + 1
+            if count <= max(layers):
+                raise damaged(f"its {stack} layer {max(layers)} is beyond the {count} layers it says the model has")
+        empty = torch.empty(0, *lengths[stack])
+        patterns[stack] = [layers.get(i, empty) for i in range(count)]
     image_grid = None
     if "image_grid" in metadata:
         try:
@@ -143,6 +198,18 @@ def capture_fields(path: Path, metadata: dict[str, str], tensors: dict[str, Tens
         "target_word_ids": target_word_ids,
         "generated_from": generated_from,
     }
+
+
+def _are_weights(tensor: Tensor) -> bool:
+    """Every value finite and within 0–1 (with slack), checked head by head: no whole-tensor temporaries.
+
+    ``aminmax`` propagates NaN, and a NaN fails both comparisons.
+    """
+    for head in tensor:  # [query, key]
+        low, high = torch.aminmax(head)
+        if not (float(low) >= -_WEIGHT_SLACK and float(high) <= 1 + _WEIGHT_SLACK):
+            return False
+    return True
 
 
 def _token_list(value: Any, name: str, damaged) -> list[str]:

@@ -25,6 +25,8 @@ from attnviz.common.errors import ParameterError
 #: Suffix of the tensor holding the per-row scales of an 8-bit pattern.
 SCALE_SUFFIX = ".scale"
 _LEVELS = 255
+#: rows quantised at once: a 8,192-key chunk of 1,024 rows is a 32 MB temporary
+_CHUNK_ROWS = 1024
 
 
 def check_bits(bits: int) -> int:
@@ -61,21 +63,36 @@ def quantize_rows_8bit(pattern: Tensor) -> tuple[Tensor, Tensor]:
     """
     scale = pattern.amax(dim=-1) / _LEVELS  # [..., query]
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row stays all zero
-    codes = torch.round(pattern / safe[..., None]).clamp_(0, _LEVELS).to(torch.uint8)  # [..., query, key]
+    codes = torch.empty(pattern.shape, dtype=torch.uint8)  # [..., query, key]
+    rows, flat_codes, flat_safe = (
+        pattern.reshape(-1, pattern.shape[-1]),
+        codes.view(-1, pattern.shape[-1]),
+        safe.reshape(-1),
+    )
+    # in chunks of rows: the float32 temporaries stay small however long the input (no whole-tensor copy)
+    for start in range(0, rows.shape[0], _CHUNK_ROWS):
+        stop = start + _CHUNK_ROWS
+        chunk = rows[start:stop] / flat_safe[start:stop, None]
+        flat_codes[start:stop] = chunk.round_().clamp_(0, _LEVELS)
     return codes, scale
 
 
 def decode_patterns(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Float32 patterns by name from a file's tensors (any of the three encodings, mixed or not)."""
+    """Float32 patterns by name from a file's tensors (any of the three encodings, mixed or not).
+
+    Each tensor is taken out of ``tensors`` as it is decoded, so only one encoded copy and the decoded
+    ones are held at a time (8 bits: the codes are widened and scaled in place, one float32 copy).
+    """
     decoded = {}
-    for name, tensor in tensors.items():
-        if name.endswith(SCALE_SUFFIX):
-            continue
+    for name in [name for name in tensors if not name.endswith(SCALE_SUFFIX)]:
+        tensor = tensors.pop(name)
         if tensor.dtype == torch.uint8:
             scale = tensors.get(name + SCALE_SUFFIX)
             if scale is None:
                 raise ValueError(f"8-bit pattern {name} has no {name + SCALE_SUFFIX} tensor")
-            decoded[name] = tensor.to(torch.float32) * scale.to(torch.float32)[..., None]  # [head, query, key]
+            widened = tensor.to(torch.float32)  # [head, query, key]
+            del tensor
+            decoded[name] = widened.mul_(scale.to(torch.float32)[..., None])
         else:
             decoded[name] = tensor.to(torch.float32)
     return decoded

@@ -124,7 +124,7 @@ def checked_layers(layers: list[Tensor], queries: int, keys: int, what: str) -> 
             raise InputError(f"{name} holds {layer.dtype} values, not attention weights")
         tolerance = _ROW_SUM_TOLERANCE.get(layer.dtype, _DEFAULT_ROW_SUM_TOLERANCE)
         pattern = layer.detach().to("cpu", torch.float32).contiguous()  # [head, q, k]
-        if not torch.isfinite(pattern).all() or (pattern < 0).any():
+        if not _finite_and_non_negative(pattern):
             raise InputError(f"{name} holds NaN, infinite or negative values: these are not attention weights")
         sums = pattern.sum(dim=-1)  # [head, q]
         worst = float((sums - 1).abs().max())
@@ -134,8 +134,18 @@ def checked_layers(layers: list[Tensor], queries: int, keys: int, what: str) -> 
                 f"{name}: the row of head {head}, query {query} sums to {float(sums[head, query]):.4g}, not 1; "
                 "give attention weights after the softmax (a TransformerLens 'hook_pattern', not 'hook_attn_scores')"
             )
-        checked.append(pattern.clone())
+        # a copy of the caller's tensor, made once: ``to`` already copied one of another dtype or device
+        checked.append(pattern.clone() if pattern.data_ptr() == layer.data_ptr() else pattern)
     return checked
+
+
+def _finite_and_non_negative(pattern: Tensor) -> bool:
+    """Head by head (no whole-layer boolean temporaries): ``aminmax`` propagates NaN, which fails both tests."""
+    for head in pattern.reshape(-1, *pattern.shape[-2:]):  # [query, key]
+        low, high = torch.aminmax(head)
+        if not (float(low) >= 0 and float(high) < float("inf")):
+            return False
+    return True
 
 
 def looks_causal(layers: list[Tensor]) -> bool:
@@ -174,3 +184,79 @@ def stacks_of_output(output: Any) -> dict[str, Any] | None:
     if not any(hasattr(output, attribute) for attribute in ("attentions", "encoder_attentions")):
         return None
     return {stack: value for stack, value in found.items() if value}
+
+
+def capture_from_attentions(
+    capture_class: Any,
+    attentions: Any,
+    tokens: Sequence[str],
+    *,
+    cross_attentions: Any = None,
+    target_tokens: Sequence[str] | None = None,
+    decoder_attentions: Any = None,
+    causal: bool | None = None,
+    batch_index: int | None = None,
+    special: Sequence[bool] | None = None,
+    model: str = "external",
+) -> Any:
+    """The body of :meth:`AttentionCapture.from_attentions <attnviz.captures.attention_capture.AttentionCapture.from_attentions>`: ``capture_class(...)`` of checked patterns."""
+    from attnviz.common.tokens import word_ids_from_markers
+
+    tokens = check_tokens(tokens, "tokens")
+    output = stacks_of_output(attentions)
+    if output is not None:  # a transformers ModelOutput
+        attentions = output.get("encoder", output.get("self"))
+        decoder_attentions = decoder_attentions if decoder_attentions is not None else output.get("decoder")
+        cross_attentions = cross_attentions if cross_attentions is not None else output.get("cross")
+        if attentions is None:
+            raise InputError("the model output holds no attentions: run the model with output_attentions=True")
+    encoder_decoder = target_tokens is not None or cross_attentions is not None or decoder_attentions is not None
+    flags = default_special(tokens) if special is None else [bool(flag) for flag in special]
+    if len(flags) != len(tokens):
+        raise InputError(f"special has {len(flags)} flags for {len(tokens)} tokens: give one per token")
+    fields: dict[str, Any] = {"special": flags, "word_ids": word_ids_from_markers(tokens, flags)}
+    self_layers = checked_layers(
+        layers_of(attentions, "attentions", batch_index), len(tokens), len(tokens), "attentions"
+    )
+    if not encoder_decoder:
+        inferred = looks_causal(self_layers)
+        if causal and not inferred:
+            raise InputError("causal=True, but the patterns give weight to later tokens: leave causal out to infer it")
+        return capture_class(
+            model=model,
+            tokens=tokens,
+            causal=inferred if causal is None else bool(causal),
+            patterns={"self": self_layers},
+            **fields,
+        )
+    if target_tokens is None:
+        raise InputError(
+            "decoder or cross-attention was given without target_tokens: pass the decoder's tokens as target_tokens"
+        )
+    targets = check_tokens(target_tokens, "target_tokens")
+    target_flags = default_special(targets)
+    patterns = {"encoder": self_layers}
+    if decoder_attentions is not None:
+        patterns["decoder"] = checked_layers(
+            layers_of(decoder_attentions, "decoder_attentions", batch_index),
+            len(targets),
+            len(targets),
+            "decoder_attentions",
+        )
+    if cross_attentions is not None:
+        patterns["cross"] = checked_layers(
+            layers_of(cross_attentions, "cross_attentions", batch_index),
+            len(targets),
+            len(tokens),
+            "cross_attentions",
+        )
+    return capture_class(
+        model=model,
+        tokens=tokens,
+        causal=False,
+        patterns=patterns,
+        target_tokens=targets,
+        target_special=target_flags,
+        target_word_ids=word_ids_from_markers(targets, target_flags),
+        **fields,
+    )

@@ -3,27 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from attnviz.captures.choices import CAPTURE_BITS
 from attnviz.cli.images import ImageOption
 from attnviz.cli.options import (
+    DEFAULT_MAX_BYTES,
     OUTPUT_PANEL,
+    VIEW_PANEL,
     DeviceMapOption,
     DeviceOption,
     DtypeOption,
     GenerateOption,
+    MaxBytesOption,
     MaxLengthOption,
     ModelOption,
     NoTruncateOption,
     SampleOption,
     SampleSeedOption,
+    StackChoice,
     TargetOption,
     TemperatureOption,
     choice_enum,
     choice_parser,
+    stack_value,
 )
 
 #: bits per attention weight in the capture file
@@ -70,7 +75,37 @@ def capture(
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = False,
+    layer: Annotated[
+        str,
+        typer.Option(
+            "--layer",
+            "-l",
+            help="Layers to record: index, negative index, comma list, or 'all'; the file keeps the model's "
+            "layer numbers. Example: --layer 3",
+            rich_help_panel=VIEW_PANEL,
+        ),
+    ] = "all",
+    head: Annotated[
+        str,
+        typer.Option(
+            "--head",
+            help="Heads to record in each chosen layer: index, comma list, or 'all'. Example: --head 2",
+            rich_help_panel=VIEW_PANEL,
+        ),
+    ] = "all",
+    stack: Annotated[
+        StackChoice | None,
+        typer.Option(
+            "--stack",
+            parser=choice_parser(StackChoice, "stack"),
+            help="Encoder-decoder models: record only this stack, encoder, decoder or cross (default: all). "
+            "Example: --stack cross",
+            show_default=False,
+            rich_help_panel=VIEW_PANEL,
+        ),
+    ] = None,
     max_length: MaxLengthOption = None,
+    max_bytes: MaxBytesOption = DEFAULT_MAX_BYTES,
     no_truncate: NoTruncateOption = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -80,7 +115,9 @@ def capture(
     temperature: TemperatureOption = 1.0,
     seed: SampleSeedOption = None,
 ) -> None:
-    """Save all attention patterns of TEXT as a safetensors file (one \\[head, query, key] tensor per layer).
+    """Save the attention patterns of TEXT as a safetensors file (one \\[head, query, key] tensor per layer).
+
+    Every layer and head by default; --layer and --head record only those (with the model's numbers).
 
     Examples:
 
@@ -88,21 +125,31 @@ def capture(
 
       attnviz heatmap --from-capture cat.safetensors --layer 0
 
+      attnviz capture - --model smollm2 --layer 3 --head 2 --bits 8 --out l3h2.safetensors < long.txt
+
       attnviz capture "The capital of France is" --model smollm2 --generate 10 --bits 8 --out gen.safetensors
 
       attnviz capture --image odd.png --model toy-odd-patch --out odd.safetensors
     """
-    from attnviz.cli.capturing import capture_text, generation_settings, print_summary
+    from attnviz.cli.capturing import capture_text, generation_settings, max_bytes_value, print_summary
+    from attnviz.cli.selection import parse_head_option, parse_layer_option
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.common.errors import InputError
     from attnviz.outputs.files import check_output_path
 
     out = check_output_path(out, (".safetensors",))
+    layers, heads = parse_layer_option(layer), parse_head_option(head)
+    if heads is not None and not isinstance(heads, list):
+        raise InputError("--head mean draws an average: a capture records heads, give numbers or all")
+    byte_limit = max_bytes_value(max_bytes)
+    partial = layers is not None or heads is not None or stack is not None
     if image is not None:
         from attnviz.cli.images import capture_image_option, print_image_summary
 
         if text is not None or generate is not None or target is not None:
             raise InputError("--image captures an image: give no TEXT, --target or --generate with it")
+        if partial:
+            raise InputError("--image captures every layer and head: give no --layer, --head or --stack with it")
         result = capture_image_option(image, model, device, dtype)
         if with_rollout:
             from attnviz.heads.propagation import rollout
@@ -118,6 +165,13 @@ def capture(
     if text is None or not text.strip():
         raise InputError("the text is empty: give at least one word")
     generation = generation_settings(generate, sample, temperature, seed, target)
+    if generation is not None and partial:
+        raise InputError("--generate records every layer and head: give no --layer, --head or --stack with it")
+    if with_rollout and partial:
+        raise InputError("--rollout goes through every layer and head: give no --layer, --head or --stack with it")
+    recording: dict[str, Any] = {} if generation is not None else {"max_bytes": byte_limit}
+    if partial:
+        recording.update(layers=layers, heads=heads, stacks=[stack_value(stack)] if stack else None)
     result = capture_text(
         text,
         target,
@@ -128,6 +182,7 @@ def capture(
         dtype,
         device_map.value if device_map else None,
         generation,
+        **recording,
     )
     if with_rollout:
         from attnviz.heads.propagation import rollout

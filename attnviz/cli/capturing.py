@@ -21,8 +21,14 @@ def generation_settings(generate, sample, temperature, seed, target) -> dict | N
     return {"max_new_tokens": generate, "sample": sample, "temperature": temperature, "seed": seed}
 
 
-def capture_text(text, target, model, max_length, no_truncate, device, dtype, device_map=None, generation=None):
-    """Load ``model`` and capture ``text`` (with ``generation``: while the model continues it)."""
+def capture_text(
+    text, target, model, max_length, no_truncate, device, dtype, device_map=None, generation=None, **recording
+):
+    """Load ``model`` and capture ``text`` (with ``generation``: while the model continues it).
+
+    ``recording``: ``layers``, ``heads``, ``stacks`` and ``max_bytes`` of :func:`attnviz.captures.attention_capture.capture`
+    (a generation records every layer).
+    """
     from attnviz.captures.attention_capture import capture
     from attnviz.cli.console import console
     from attnviz.common.progress import status
@@ -31,7 +37,7 @@ def capture_text(text, target, model, max_length, no_truncate, device, dtype, de
     with status(f"loading {model}"):
         loaded = load_model(model, device=device, dtype=dtype, device_map=device_map)
     if generation is None:
-        return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate)
+        return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate, **recording)
     from attnviz.captures.generation import generate_capture
 
     with status(f"generating up to {generation['max_new_tokens']} tokens"):
@@ -48,9 +54,27 @@ def print_summary(result, stack) -> None:
     stack = stack or result.stacks[0]
     queries, keys = result.axis_tokens(stack)
     kind = "causal" if result.causal else "encoder-decoder" if result.encoder_decoder else "bidirectional"
+    size = layers_and_heads(result.head_counts(stack))
+    identity = result.identity
+    if identity is not None and identity.is_subset():
+        # the model's size, then the layers and heads this capture holds (its numbers are the model's)
+        held = result.recorded_layers(stack)
+        heads = sum(result.head_counts(stack)[layer] for layer in held)
+        model_size = layers_and_heads(identity.model_heads.get(stack) or [0] * len(result.head_counts(stack)))
+        size = (
+            f"{model_size.replace(' × 0 heads', '')}, recorded: {'layer' if len(held) == 1 else 'layers'} "
+            f"{', '.join(map(str, held))} ({plural(heads, 'head')})"
+        )
     console.print(
         f"[bold]{result.model}[/bold] ({kind}) · {plural(len(keys), 'token')}"
         + (f" → {plural(len(queries), 'target token')}" if stack in ("cross", "decoder") else "")
-        + f" · {stack} attention: {layers_and_heads(result.head_counts(stack))}",
+        + f" · {stack} attention: {size}",
         highlight=False,
     )
+
+
+def max_bytes_value(text: str) -> int:
+    """``--max-bytes`` text -> bytes (one ``error:`` line for a size that is not one)."""
+    from attnviz.cli.sizes import parse_byte_size
+
+    return parse_byte_size(text, "--max-bytes")

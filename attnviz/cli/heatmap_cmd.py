@@ -10,11 +10,13 @@ import typer
 
 from attnviz.cli.images import ImageOption, QueryOption
 from attnviz.cli.options import (
+    DEFAULT_MAX_BYTES,
     INPUT_PANEL,
     OUTPUT_PANEL,
     DeviceOption,
     DtypeOption,
     GenerateOption,
+    MaxBytesOption,
     MaxLengthOption,
     ModelOption,
     NoTruncateOption,
@@ -143,6 +145,7 @@ def heatmap(
         ),
     ] = None,
     max_length: MaxLengthOption = None,
+    max_bytes: MaxBytesOption = DEFAULT_MAX_BYTES,
     no_truncate: NoTruncateOption = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
@@ -222,7 +225,7 @@ def heatmap(
       attnviz heatmap --image odd.png --model toy-odd-patch --query 1,2
     """
     from attnviz.captures.attention_capture import AttentionCapture
-    from attnviz.cli.capturing import capture_text, generation_settings, print_summary
+    from attnviz.cli.capturing import capture_text, generation_settings, max_bytes_value, print_summary
     from attnviz.cli.selection import check_one_pattern, parse_head_option, parse_layer_option
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.common.errors import InputError
@@ -248,6 +251,7 @@ def heatmap(
             layers = None
     style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
     style.check()
+    byte_limit = max_bytes_value(max_bytes)
     text = text_or_stdin(text)
     stack = stack_value(stack)
     if cross:
@@ -294,7 +298,23 @@ def heatmap(
             print_page_summary(loaded, result, stack)
             print(path)
             return
-        result = capture_text(text, target, model, max_length, no_truncate, device, dtype, generation=generation)
+        # record only what is drawn: the chosen layers (and heads, for a figure) of the stack shown;
+        # rollout and flow go through every layer, and a generation records everything
+        recording = {}
+        if generation is None:
+            recording = {"max_bytes": byte_limit, "stacks": [stack] if stack else None}
+            if view == HeatmapView.heads:
+                recording["layers"] = layers
+                recording["heads"] = None if html else heads
+        result = capture_text(
+            text, target, model, max_length, no_truncate, device, dtype, generation=generation, **recording
+        )
+    if layer is None and result.identity is not None and result.identity.is_subset():
+        # the default "last layer" of a capture of some layers is the last one it holds
+        held = result.recorded_layers(stack or result.stacks[0])
+        layers = held[-1:] if not html else None
+        if terminal and layers:
+            one_layer = layers[0]
     if result.image_grid is not None:
         from attnviz.cli.images import draw_image, print_image_summary
 

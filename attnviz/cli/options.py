@@ -379,3 +379,17 @@ StackOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+#: the default of ``--max-bytes``: most memory a capture's patterns may take
+DEFAULT_MAX_BYTES = "4GB"
+
+MaxBytesOption = Annotated[
+    str,
+    typer.Option(
+        "--max-bytes",
+        help="Refuse, before the model runs, a capture whose attention weights (float32) would take more memory "
+        "than this (512MB, 4GB, 1.5GiB, …); --layer and --head record less. Example: --max-bytes 8GB",
+        rich_help_panel=INPUT_PANEL,
+    ),
+]

@@ -35,7 +35,10 @@ def capture_panels(
     stack = stack or capture.stacks[0]
     if stack not in capture.patterns:
         raise InputError(f"this capture has no {stack} attention (it has {', '.join(capture.stacks)})")
-    layer_indices = resolve_layers(layers, capture.num_layers(stack))
+    # None: every layer the capture holds (a capture of some layers holds no heads in the others)
+    layer_indices = (
+        capture.recorded_layers(stack) if layers is None else resolve_layers(layers, capture.num_layers(stack))
+    )
     query_words, key_words = capture.axis_word_ids(stack)
     query_labels, key_labels = capture.axis_labels(stack, words)  # refuses words without word boundaries
 
@@ -46,7 +49,10 @@ def capture_panels(
         patterns = capture.layer(layer_index, stack)  # [head, query, key]
         ids = capture.identity.ids(stack, layer_index, patterns.shape[0]) if capture.identity else None
         # a pruned model's heads are chosen by their original numbers, as its figures name them
-        selection = resolve_heads(heads, ids if ids is not None else range(patterns.shape[0]))
+        count = capture.identity.head_count(stack, layer_index) if capture.identity else None
+        selection = resolve_heads(
+            heads, ids if ids is not None else range(patterns.shape[0]), count=count, recorded_only=count is not None
+        )
         if isinstance(selection, MeanOfHeads):
             head_count = patterns.shape[0]
             chosen = [

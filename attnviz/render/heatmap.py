@@ -27,6 +27,8 @@ FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 #: Inches per token on a single heatmap, and the bounds of the figure's side.
 _INCHES_PER_TOKEN = 0.38
 _MIN_SIDE, _MAX_SIDE = 5.0, 32.0
+#: Side of a single pooled heatmap (inches): 512 cells at 150 dpi are about four pixels each.
+_POOLED_SIDE = 14.0
 #: Bounds of a grid figure (inches): wide enough for 16 heads, tall enough for 30 layers.
 _GRID_MAX_WIDTH, _GRID_MAX_HEIGHT = 26.0, 64.0
 #: Default for annotation: print weights in cells when a single heatmap has at most this many tokens.
@@ -46,8 +48,8 @@ class HeatmapPanel:
     title: str
     visible: Tensor | None = None  # [query, key] bool; False cells are drawn as masked
     #: a line is drawn before this row / column: where generated tokens start (None: no line)
-    query_boundary: int | None = None
-    key_boundary: int | None = None
+    query_boundary: float | None = None
+    key_boundary: float | None = None
 
 
 @dataclass
@@ -102,6 +104,9 @@ def causal_visibility(query_len: int, key_len: int) -> Tensor:
     return torch.ones(query_len, key_len, dtype=torch.bool).tril(diagonal=offset)
 
 
+#: Most tick labels per axis: laying out hundreds of labels is what made long figures slow, and more
+#: than this many cannot be read anyway.
+MAX_TICK_LABELS = 48
 #: Tick labels longer than this are shortened with an ellipsis.
 _MAX_LABEL_CHARS = 16
 
@@ -190,8 +195,11 @@ def _draw(
         if not wanted:  # inner panels of a grid: the outer panels carry the labels
             set_ticks([])
             continue
-        font, room = _font_and_room(side, len(labels), small)
-        positions = label_positions(len(labels), room)
+        # sized for the labels that will be drawn (at most MAX_TICK_LABELS; a third of that on a grid's small
+        # panels), not for every token
+        most = MAX_TICK_LABELS // 3 if small else MAX_TICK_LABELS
+        font, room = _font_and_room(side, min(len(labels), most), small)
+        positions = label_positions(len(labels), min(room, most))
         set_ticks([p + 0.5 for p in positions])
         set_labels([_short(labels[p]) for p in positions], rotation=rotation, fontsize=font)
     _draw_boundaries(ax, panel)
@@ -214,11 +222,13 @@ def render_heatmaps(
 
     ``panels`` is a flat list (laid out in one row) or a list of rows (one per layer,
     heads across). ``annotate=None`` prints weights in the cells of a single heatmap
-    of at most :data:`ANNOTATE_MAX_TOKENS` tokens.
+    of at most :data:`ANNOTATE_MAX_TOKENS` tokens. Past 512 tokens a side, panels are max-pooled
+    (:mod:`attnviz.render.pooling`) and the figure says by how much.
     """
     from matplotlib.patches import Patch
 
     from attnviz.render.figures import subplots
+    from attnviz.render.pooling import pool_panels
 
     style = style or FigureStyle()
     style.check()
@@ -235,6 +245,14 @@ def render_heatmaps(
         rows = [flat[i : i + columns] for i in range(0, len(flat), columns)]
     if not flat:
         raise ValueError("no heatmap panels to render")
+    # long inputs: each panel max-pooled to a few hundred cells a side (rows keep their lengths)
+    pooled, query_labels, key_labels, pooling = pool_panels(flat, query_labels, key_labels, grid=len(flat) > 1)
+    if pooling is not None:
+        lengths = [len(row) for row in rows]
+        starts = [sum(lengths[:i]) for i in range(len(rows))]
+        rows = [pooled[start : start + length] for start, length in zip(starts, lengths)]
+        flat = pooled
+        annotate = False  # a pooled cell is a block's maximum, not one weight
     vmax = style.vmax or _largest_visible(flat) or 1.0
     norm = style.norm(vmax)
     tokens = max(len(query_labels), len(key_labels))
@@ -242,7 +260,7 @@ def render_heatmaps(
     if len(flat) == 1:
         if annotate is None:
             annotate = tokens <= ANNOTATE_MAX_TOKENS
-        side = _side(tokens)
+        side = _side(tokens) if pooling is None else _POOLED_SIDE
         fig, ax = subplots(figsize=(side * 1.18, side + 0.6), layout="constrained")
         mesh = _draw(
             ax, flat[0], query_labels, key_labels, style=style, norm=norm, annotate=annotate, side=side, small=False
@@ -286,6 +304,8 @@ def render_heatmaps(
     colorbar.outline.set_linewidth(0)
     colorbar.set_label(f"attention weight ({style.scale} scale)")
     subtitle = "" if len(flat) == 1 else "\nrows of each panel: attending from (queries) · columns: attended to (keys)"
+    if pooling is not None:
+        subtitle += "\n" + pooling.note
     fig.suptitle(title + subtitle, fontsize=11)
     if masked:
         fig.legend(

@@ -200,7 +200,7 @@ def stack_payload(
     identity: HeadIdentity | None = None,
 ) -> dict:
     """JSON-ready description of one stack with every cell kept: labels, visible key counts, encoded layers."""
-    indices = list(range(capture.num_layers(stack))) if layers is None else list(layers)
+    indices = capture.recorded_layers(stack) if layers is None else list(layers)
     builder = _builder(capture, {stack: indices}, words, identity, full_cells=2**62)
     return builder.payload()["stacks"][0]
 
@@ -231,7 +231,11 @@ def attention_view_payload(
     Past ``full_cells`` cells in all, each row keeps its strongest keys within ``byte_budget`` bytes.
     """
     chosen = chosen_stacks(capture.stacks, stacks)
-    wanted = {stack: resolve_layers(layers, capture.num_layers(stack)) for stack in chosen}
+    wanted = {
+        stack: capture.recorded_layers(stack) if layers is None else resolve_layers(layers, capture.num_layers(stack))
+        for stack in chosen
+        if layers is not None or capture.recorded_layers(stack)
+    }
     builder = _builder(capture, wanted, words, identity, title, full_cells=full_cells, byte_budget=byte_budget)
     return builder.payload()
 

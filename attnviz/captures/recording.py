@@ -1,0 +1,147 @@
+"""What a capture records: the chosen stacks, layers and heads of a model, and what that will cost.
+
+A capture records ``[head, query, key]`` float32 per layer: ``layers × heads × n²`` values, which
+at long inputs is more memory than a machine has (SmolLM2, 30 layers × 9 heads at 4,096 tokens:
+18 GB). Recording only the layers and heads that will be shown makes it ``n²`` per head; and a
+capture that would still exceed a limit is refused before the model runs, with the size it needs.
+
+Layer and head numbers are always the model's own: the capture of layer 3 head 2 says so in its
+:class:`~attnviz.models.identity.HeadIdentity`, and its other layers hold no heads.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from attnviz.common.errors import ParameterError
+from attnviz.common.resources import format_bytes
+from attnviz.common.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
+from attnviz.common.wording import plural
+from attnviz.core.attention import AttentionSite
+from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.identity import HeadIdentity, model_identity
+
+#: bytes per recorded weight (float32)
+_FLOAT_BYTES = 4
+
+
+@dataclass
+class Recording:
+    """The sites to record with the head positions to keep at each (None: every head), and their labels."""
+
+    sites: dict[AttentionSite, list[int] | None]
+    identity: HeadIdentity | None
+    #: stack -> number of layers of the model
+    layer_counts: dict[str, int] = field(default_factory=dict)
+
+    def bytes_for(self, batch: EncodedBatch, layout: dict[AttentionSite, int]) -> int:
+        """Float32 bytes the padded ``[b, h_kept, q, k]`` patterns of ``batch`` take."""
+        total = 0
+        for site, heads in self.sites.items():
+            queries, keys = (max(lengths) for lengths in batch.query_key_lengths(site.stack))
+            kept = layout[site] if heads is None else len(heads)
+            total += len(batch) * kept * queries * keys * _FLOAT_BYTES
+        return total
+
+    def lengths(self, batch: EncodedBatch) -> dict[str, tuple[int, int, int]]:
+        """stack -> (batch, padded query length, padded key length), for the recorder's tensors."""
+        shapes = {}
+        for stack in {site.stack for site in self.sites}:
+            queries, keys = (max(lengths) for lengths in batch.query_key_lengths(stack))
+            shapes[stack] = (len(batch), queries, keys)
+        return shapes
+
+
+def plan_recording(
+    loaded: LoadedModel,
+    *,
+    layers: LayerSelection = None,
+    heads: HeadSelection = None,
+    stacks: Sequence[str] | None = None,
+) -> Recording:
+    """The sites, heads and identity of a capture of ``layers`` and ``heads`` (model numbers) of ``stacks``.
+
+    ``layers``: layer indices (negative from the end) of every chosen stack, None for all; ``heads``: head
+    numbers as the model numbers them (a pruned model's original numbers), None or the mean for all;
+    ``stacks``: for an encoder-decoder model, any of ``encoder``, ``decoder``, ``cross`` (None: all).
+    """
+    layout = loaded.layout()  # site -> heads, found by a tiny probe pass
+    base = model_identity(loaded)
+    available = loaded.stacks()
+    if stacks is not None:
+        if len(stacks) == 0:
+            raise ParameterError("stacks", "no stack given in {stacks}: name one of " + ", ".join(available))
+        for stack in stacks:
+            if stack not in available:
+                raise ParameterError(
+                    "stacks", f"{loaded.name} has no {stack} attention: it has {', '.join(available)}", stack
+                )
+    chosen_stacks = [stack for stack in available if stacks is None or stack in stacks]
+    every_head = heads is None or isinstance(heads, MeanOfHeads)
+    by_stack: dict[str, list[AttentionSite]] = defaultdict(list)
+    for site in layout:
+        by_stack[site.stack].append(site)
+    sites: dict[AttentionSite, list[int] | None] = {}
+    identity = HeadIdentity(
+        heads=dict(base.heads) if base else {}, masked=dict(base.masked) if base else {}
+    )  # copies of the tables it changes
+    layer_counts = {stack: len(by_stack[stack]) for stack in available}
+    for stack in chosen_stacks:
+        count = layer_counts[stack]
+        chosen_layers = resolve_layers(layers, count)
+        if layers is not None:
+            identity.recorded_layers[stack] = sorted(set(chosen_layers))
+        ids_per_layer: list[list[int]] = []
+        counts_per_layer: list[int] = []
+        for layer in range(count):
+            site = AttentionSite(stack, layer)
+            ids = base.ids(stack, layer, layout[site]) if base else list(range(layout[site]))
+            numbered = max(ids, default=-1) + 1 if base else layout[site]
+            counts_per_layer.append(numbered)
+            if layer not in chosen_layers:
+                ids_per_layer.append([])
+                continue
+            positions = None if every_head else resolve_heads(heads, ids, count=numbered)
+            assert not isinstance(positions, MeanOfHeads)
+            sites[site] = None if positions is None else sorted(set(positions))
+            kept = list(range(len(ids))) if positions is None else sorted(set(positions))
+            ids_per_layer.append([ids[p] for p in kept])
+        if not every_head or layers is not None:
+            identity.heads[stack] = ids_per_layer
+            identity.model_heads[stack] = counts_per_layer
+    if stacks is not None:
+        for stack in available:
+            if stack not in chosen_stacks:
+                identity.recorded_layers[stack] = []
+    subset = identity.is_subset()
+    return Recording(sites=sites, identity=identity if subset else base, layer_counts=layer_counts)
+
+
+def check_capture_size(
+    recording: Recording, batch: EncodedBatch, layout: dict[AttentionSite, int], max_bytes: int | None
+) -> None:
+    """Refuse a capture whose patterns would take more than ``max_bytes`` (None: no limit), naming the size it needs."""
+    if max_bytes is None:
+        return
+    check_max_bytes(max_bytes)
+    needed = recording.bytes_for(batch, layout)
+    if needed <= max_bytes:
+        return
+    heads = sum(layout[site] if kept is None else len(kept) for site, kept in recording.sites.items())
+    tokens = max(len(tokens) for tokens in batch.tokens)
+    raise ParameterError(
+        "max_bytes",
+        f"this capture would hold {format_bytes(needed)} of attention weights ({plural(heads, 'head')} at "
+        f"{plural(tokens, 'token')}, float32), more than {{max_bytes}} {format_bytes(max_bytes)}: record fewer "
+        "layers or heads ({layers}, {heads}), give a shorter input ({max_length}), or raise {max_bytes}",
+        max_bytes,
+    )
+
+
+def check_max_bytes(max_bytes: int) -> int:
+    """``max_bytes`` when it is a positive whole number of bytes; refused otherwise."""
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
+        raise ParameterError("max_bytes", f"{{max_bytes}} must be a positive number of bytes, got {max_bytes!r}")
+    return max_bytes
