@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -26,8 +27,7 @@ from attnviz.models.hf import HFModel, model_class_for
 from attnviz.models.hf_checks import first_line, refuse_custom_code
 from attnviz.models.physical import shrink_to_counts
 from attnviz.models.pruned_format import FORMAT_NAME, FORMAT_VERSION
-from attnviz.models.vision import is_vision_type, load_image_processor
-from attnviz.models.vision_pruning import wrap_pruned_vision
+from attnviz.models.vision import VISION_FAMILIES, VisionModel, image_task_of, is_vision_type, load_image_processor
 
 
 def read_pruned_metadata(path: str | os.PathLike) -> dict:
@@ -127,4 +127,13 @@ def load_pruned_model(
     loaded.check_weights()
     if vision:
         loaded.layout()  # a probe forward pass that checks the patch grid against the patterns
+    return loaded
+
+
+def wrap_pruned_vision(model: Any, processor: Any, path: Path, name: str | None) -> VisionModel:
+    """A vision model built from the pruned checkpoint ``path`` (and its image processor) as a :class:`VisionModel`."""
+    kinds = VISION_FAMILIES[model.config.model_type](model.config)
+    loaded = VisionModel(model, processor, name=name or str(path), extra_kinds=kinds)
+    loaded.image_task = image_task_of(str(path))
+    loaded.checkpoint_path = str(path)
     return loaded

@@ -32,7 +32,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -197,14 +197,3 @@ def save_pruned_vision_model(
         extra_files=extra_files,
     )
     return path, (path / TRANSFORMERS_COPY if transformers_copy else None)
-
-
-def wrap_pruned_vision(model: Any, processor: Any, path: Path, name: str | None) -> VisionModel:
-    """A vision model built from the pruned checkpoint ``path`` (and its image processor) as a :class:`VisionModel`."""
-    from attnviz.models.vision import VISION_FAMILIES, VisionModel, image_task_of
-
-    kinds = VISION_FAMILIES[model.config.model_type](model.config)
-    loaded = VisionModel(model, processor, name=name or str(path), extra_kinds=kinds)
-    loaded.image_task = image_task_of(str(path))
-    loaded.checkpoint_path = str(path)
-    return loaded

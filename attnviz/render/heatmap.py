@@ -21,6 +21,7 @@ from torch import Tensor
 from attnviz.common.errors import InputError
 from attnviz.outputs.files import atomic_path, check_output_path
 from attnviz.render.choices import SCALES
+from attnviz.render.panels import HeatmapPanel
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -38,18 +39,6 @@ _LOG_DECADES = 3
 
 _MASKED_COLOR = "#d9d9d9"
 MASKED_LABEL = "masked: the query cannot see this key"
-
-
-@dataclass
-class HeatmapPanel:
-    """One heatmap: a ``[query, key]`` pattern, its title, and which cells are visible."""
-
-    pattern: Tensor  # [query, key], float
-    title: str
-    visible: Tensor | None = None  # [query, key] bool; False cells are drawn as masked
-    #: a line is drawn before this row / column: where generated tokens start (None: no line)
-    query_boundary: float | None = None
-    key_boundary: float | None = None
 
 
 @dataclass

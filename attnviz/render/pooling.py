@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from attnviz.render.heatmap import HeatmapPanel
 from attnviz.render.html_rows import bin_starts, bin_width
+from attnviz.render.panels import HeatmapPanel
 
 #: panels with more cells than this along a side are pooled
 POOL_ABOVE = 512
