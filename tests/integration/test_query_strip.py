@@ -1,0 +1,200 @@
+"""One query's attention as strips (``heatmap --query N``): the recorded rows against transformers' eager
+attention, the figure's image and top-key marks against those rows (pooled by hand), the terminal view,
+``--from-capture``, and bad input refused with one ``error:`` line.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy
+import pytest
+import torch
+import transformers
+from cli_helpers import run_cli
+from figure_helpers import read_svg
+from tiny_models import TEXTS
+
+from attnviz.captures.attention_capture import AttentionCapture, capture
+from attnviz.captures.query_rows import capture_query_rows, query_rows_of_capture
+from attnviz.common.errors import InputError
+from attnviz.common.selection import MEAN_OF_HEADS
+from attnviz.common.tokens import display_token
+from attnviz.core import attention as core_attention
+from attnviz.models.specs import load_model
+from attnviz.render.query_strip import query_strip
+
+#: about 70 tokens: long enough for several blocks of queries once the block size is made small
+TEXT = " ".join(TEXTS[:5])
+#: the query positions checked: first, middle, last (as "last"), negative
+QUERIES = [0, "middle", "last", -5]
+
+
+@pytest.fixture(scope="module")
+def eager(tiny_model_dirs):
+    """``{family: (loaded model, eager attentions [layer][head, query, key])}`` for BERT and LLaMA (GQA)."""
+    models = {}
+    for family in ("bert", "llama"):
+        loaded = load_model(str(tiny_model_dirs[family]), device="cpu")
+        batch = loaded.encode([TEXT])
+        reference = getattr(transformers, type(loaded.model).__name__).from_pretrained(
+            str(tiny_model_dirs[family]), attn_implementation="eager"
+        )
+        with torch.no_grad():
+            output = reference.eval()(**batch.inputs, output_attentions=True)
+        models[family] = (loaded, [layer[0] for layer in output.attentions])
+    return models
+
+
+def _position(query, count: int) -> int:
+    if query == "middle":
+        return count // 2
+    return count - 1 if query == "last" else query % count
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+@pytest.mark.parametrize("query", QUERIES)
+@pytest.mark.parametrize("block_elements", [None, 8 * 70 * 6])  # all queries in one block, or blocks of ~6 queries
+def test_rows_equal_eager_attention(eager, family, query, block_elements, monkeypatch):
+    if block_elements is not None:
+        monkeypatch.setattr(core_attention, "BLOCK_ELEMENTS", block_elements)
+    loaded, reference = eager[family]
+    count = reference[0].shape[1]
+    rows = capture_query_rows(loaded, TEXT, count // 2 if query == "middle" else query)
+    position = _position(query, count)
+    assert rows.query == position and len(rows.key_tokens) == count
+    assert rows.layers == list(range(len(reference)))
+    for layer, expected in enumerate(reference):  # [head, query, key]
+        assert rows.heads[layer] == list(range(expected.shape[0]))
+        assert (rows.rows[layer] - expected[:, position, :]).abs().max() <= 1e-6, (family, layer)
+    if loaded.causal:  # the query sees keys 0..position
+        assert rows.visible is not None and rows.visible.tolist() == [k <= position for k in range(count)]
+    else:
+        assert rows.visible is None
+
+
+def test_chosen_layers_heads_and_mean(eager):
+    loaded, reference = eager["llama"]
+    rows = capture_query_rows(loaded, TEXT, -1, layers=[-1], heads=[2, 7])
+    assert rows.layers == [1] and rows.heads == [[2, 7]]
+    assert (rows.row(1, 7) - reference[1][7, -1]).abs().max() <= 1e-6
+    mean = capture_query_rows(loaded, TEXT, 10, layers=[0], heads=MEAN_OF_HEADS)
+    assert mean.labels() == ["L0 mean"]
+    assert (mean.row(0) - reference[0][:, 10].mean(dim=0)).abs().max() <= 1e-6
+
+
+def test_from_capture_gives_the_same_rows(eager, tmp_path, capsys):
+    loaded, _ = eager["llama"]
+    path = capture(loaded, TEXT).save(tmp_path / "c.safetensors")
+    for query in (0, 17, "last", -3):
+        live = capture_query_rows(loaded, TEXT, query)
+        saved = query_rows_of_capture(AttentionCapture.load(path), query)
+        assert saved.query == live.query and saved.key_tokens == live.key_tokens
+        for mine, theirs in zip(saved.rows, live.rows):
+            assert (mine - theirs).abs().max() <= 1e-6
+    rows = query_rows_of_capture(AttentionCapture.load(path), 17, layers=[1], heads=[3])
+    top = rows.top_keys(1)[0][0]
+    result = run_cli(
+        capsys, "heatmap", "--from-capture", path, "--query", "17", "--layer", "1", "--head", "3", "--terminal"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert f"{top}:{display_token(rows.key_tokens[top])}" in result.stderr  # the terminal view is drawn on stderr
+
+
+def _pool_by_hand(row: list[float], block: int) -> list[float]:
+    return [max(row[start : start + block]) for start in range(0, len(row), block)]
+
+
+@pytest.mark.parametrize("max_columns", [1024, 7])
+def test_figure_shows_the_rows_and_marks_the_top_keys(eager, max_columns):
+    loaded, reference = eager["llama"]
+    rows = capture_query_rows(loaded, TEXT, 40, layers=[0, 1], heads=[1, 4, 6])
+    figure = query_strip(rows, max_columns=max_columns)
+    strips_ax = figure.axes[0]
+    shown = strips_ax.images[0].get_array()  # [strip, column], masked where the query sees no key
+    count = len(rows.key_tokens)
+    block = 1 if count <= max_columns else math.ceil(count / max_columns)
+    expected = [reference[layer][head, 40].tolist() for layer in (0, 1) for head in (1, 4, 6)]  # eager rows
+    assert shown.shape == (6, math.ceil(count / block))
+    hidden = numpy.ma.getmaskarray(shown)
+    for strip, row in enumerate(expected):
+        pooled = _pool_by_hand(row, block)
+        for column, value in enumerate(pooled):
+            covers_visible = column * block <= 40  # a causal query at 40 sees keys 0..40
+            assert bool(hidden[strip, column]) == (not covers_visible)
+            if covers_visible:
+                assert abs(float(shown[strip, column]) - value) <= 1e-6
+    title = figure.get_suptitle()
+    assert ("max-pooled" in title and f"largest weight of {block} neighbouring keys" in title) == (block > 1)
+
+    # the top-5 marked and listed keys are the argmax-5 of each eager row
+    marks = strips_ax.collections[0].get_offsets()  # (key + 0.5, strip + 0.5)
+    marked = {(int(y - 0.5), int(x - 0.5)) for x, y in marks}
+    listing = {text.get_gid(): text.get_text() for text in figure.axes[1].texts}
+    for strip, row in enumerate(expected):
+        top = torch.topk(torch.tensor(row), 5).indices.tolist()
+        assert {key for s, key in marked if s == strip} == set(top)
+        assert [int(key) for key in re.findall(r"(?:^|   )(\d+):", listing[f"top-keys-{strip}"])] == top
+
+
+def test_first_query_of_a_causal_model_sees_one_key(eager):
+    loaded, _ = eager["llama"]
+    rows = capture_query_rows(loaded, TEXT, 0, layers=[0], heads=[0])
+    assert rows.top_keys(5) == [[0]]
+    assert float(rows.row(0, 0)[0]) == pytest.approx(1.0)
+    shown = query_strip(rows).axes[0].images[0].get_array()
+    assert numpy.ma.getmaskarray(shown)[0].tolist() == [column != 0 for column in range(len(rows.key_tokens))]
+
+
+def test_cli_figure_and_terminal(eager, tiny_model_dirs, tmp_path, capsys):
+    loaded, reference = eager["bert"]
+    model = str(tiny_model_dirs["bert"])
+    out = tmp_path / "strip.svg"
+    result = run_cli(capsys, "heatmap", TEXT, "--model", model, "--query", "-2", "--layer", "all", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == str(out)
+    svg = read_svg(out).texts
+    count = reference[0].shape[1]
+    top = int(torch.argmax(reference[1][0, count - 2]))
+    listed = f"{top}:{display_token(loaded.encode([TEXT]).tokens[0][top])} "
+    assert any(text.startswith(listed) for text in svg)  # the list beside strip L1 H0 starts with its top key
+    assert "L1 H3" in svg and "8 strips of 2 layers" in " ".join(result.stderr.split())
+
+    terminal = run_cli(capsys, "heatmap", TEXT, "--model", model, "--query", "last", "--head", "2", "--terminal")
+    assert terminal.exit_code == 0, terminal.stderr
+    top = int(torch.argmax(reference[1][2, -1]))
+    token = display_token(loaded.encode([TEXT]).tokens[0][top])
+    assert f"top: {top}:{token}" in terminal.stderr and terminal.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("query", "extra", "message"),
+    [
+        ("10000", [], "out of range"),
+        ("abc", [], "token position"),
+        ("1,2", [], "for images"),
+        ("mean", [], "for images"),
+        ("cls", [], "for images"),
+        ("last", ["--out", "page.html"], "figure"),
+        ("last", ["--view", "rollout"], "--view"),
+        ("last", ["--words"], "--words"),
+    ],
+)
+def test_bad_queries_on_text_are_refused(tiny_model_dirs, tmp_path, capsys, monkeypatch, query, extra, message):
+    monkeypatch.chdir(tmp_path)
+    model = str(tiny_model_dirs["bert"])
+    args = ["heatmap", "The cat sat on the mat.", "--model", model, "--query", query, "--out", "strip.png", *extra]
+    result = run_cli(capsys, *args)
+    assert result.exit_code != 0
+    assert len(result.error_lines()) == 1 and message in result.error_lines()[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_library_refuses_a_query_out_of_range(eager):
+    loaded, _ = eager["bert"]
+    with pytest.raises(InputError, match="out of range"):
+        capture_query_rows(loaded, "The cat sat.", 6)
+    with pytest.raises(InputError, match="query position"):
+        capture_query_rows(loaded, "The cat sat.", "first")  # type: ignore[arg-type]
