@@ -22,6 +22,10 @@ _TOKEN_CHARS = 12
 _MAX_CELL = 3  # characters per cell at most
 
 
+def _unchanged(value: float) -> float:
+    return value
+
+
 def _token(label: str) -> str:
     return label if len(label) <= _TOKEN_CHARS else label[: _TOKEN_CHARS - 1] + "…"
 
@@ -52,11 +56,21 @@ def terminal_strip(
         Text(f"{rows.model} · attention of query {rows.query} ({query!r}) over {keys:,} keys", style="bold"),
         Text("one line per head: attended-to keys from left (first) to right (last)", style="dim"),
     ]
+    # The colour map has cmap.N colours: name each once (with render/terminal.py's helper on values
+    # already normalised), then give every cell the colour of its level, as the map itself would.
+    palette = [_colour((level + 0.5) / cmap.N, _unchanged, cmap) for level in range(cmap.N)]
+    shown = pooled.numpy()
+    shown = np.maximum(shown, norm.vmin) if style.scale == "log" else shown  # zeros sit at the bottom of a log scale
+    levels = np.clip((np.asarray(norm(shown)) * cmap.N).astype(int), 0, cmap.N - 1)  # [strip, column]
     for index in range(strips):
         line = Text(labels[index].rjust(label_width - 1) + " ")
-        for column in range(pooled.shape[1]):
-            colour = _colour(float(pooled[index, column]), norm, cmap) if covered[column] else _MASKED
-            line.append(" " * cell, style=f"on {colour}")
+        colours = [palette[level] if seen else _MASKED for level, seen in zip(levels[index], covered.tolist())]
+        run = 0
+        for column, colour in enumerate(colours):  # one segment per run of cells of the same colour
+            run += 1
+            if column + 1 == len(colours) or colours[column + 1] != colour:
+                line.append(" " * (cell * run), style=f"on {colour}")
+                run = 0
         lines.append(line)
         listed = "  ".join(f"{key}:{_token(tokens[key])} {float(matrix[index, key]):.2f}" for key in top[index])
         lines.append(Text(" " * label_width + "top: " + listed, style="dim", no_wrap=True, overflow="ellipsis"))

@@ -198,3 +198,41 @@ def test_library_refuses_a_query_out_of_range(eager):
         capture_query_rows(loaded, "The cat sat.", 6)
     with pytest.raises(InputError, match="query position"):
         capture_query_rows(loaded, "The cat sat.", "first")  # type: ignore[arg-type]
+
+
+def test_terminal_cells_are_the_pooled_row_in_the_colour_helpers_colours():
+    """A planted row of 300 keys on 60 columns: each cell has the colour of the largest weight it covers."""
+    from attnviz.captures.query_rows import QueryRows
+    from attnviz.render.heatmap import FigureStyle
+    from attnviz.render.strip_terminal import terminal_strip
+    from attnviz.render.terminal import _colour
+
+    keys = 300
+    row = torch.full((keys,), 0.5 / (keys - 3))
+    row[[0, 137, 299]] = torch.tensor([0.3, 0.15, 0.05])  # a sink, a peak in the middle, the last key
+    row[150:] = 0.0  # a causal query at 149 sees keys 0..149
+    row = row / row.sum()
+    tokens = [f"w{index}" for index in range(keys)]
+    rows = QueryRows("planted", "self", 149, tokens, tokens, [0], [[0]], [row[None, :]], torch.arange(keys) <= 149)
+    group = terminal_strip(rows, width=67)  # "L0 H0 ", 60 columns of 5 keys, one column spare
+    line = group.renderables[2]
+    assert line.plain.startswith("L0 H0 ")
+    cells = []  # the colour of each character after the label
+    for span in line.spans:
+        cells += [span.style.removeprefix("on ")] * (span.end - span.start)
+    assert len(cells) == 60
+    style = FigureStyle()
+    norm, cmap = style.norm(float(row.max())), style.colour_map()
+    for column in range(60):
+        block = row[column * 5 : column * 5 + 5]
+        expected = _colour(float(block.max()), norm, cmap) if column * 5 <= 149 else "grey23"
+        assert cells[column] == expected, column
+    assert "top: 0:w0 " in group.renderables[3].plain and "137:w137" in group.renderables[3].plain
+    assert "each cell is the largest weight of 5 neighbouring keys" in group.renderables[-1].plain
+
+
+def test_top_level_exports():
+    import attnviz
+
+    assert attnviz.capture_query_rows is capture_query_rows and attnviz.query_strip is query_strip
+    assert attnviz.QueryRows.__name__ == "QueryRows" and attnviz.query_rows_of_capture is query_rows_of_capture
