@@ -28,7 +28,7 @@ MAX_COLUMNS = 1024
 #: Keys circled and listed per strip by default.
 TOP_KEYS = 5
 #: Width of the strips and of the list of top keys beside them (inches).
-_STRIP_INCHES, _LIST_INCHES = 8.5, 4.3
+_STRIP_INCHES, _LIST_INCHES = 8.5, 4.6
 _QUERY_COLOUR, _TOP_COLOUR = "#e8384f", "#00e5ff"
 _STACK_WORDS = {"self": "", "encoder": "encoder ", "decoder": "decoder ", "cross": "cross-"}
 
@@ -57,6 +57,15 @@ def _row_inches(strips: int) -> float:
 def _key_label(position: int, label: str, every: bool) -> str:
     short = label if len(label) <= 12 else label[:11] + "…"
     return short if every else f"{short} ·{position}"
+
+
+def _listed(label: str) -> str:
+    return label if len(label) <= 10 else label[:9] + "…"
+
+
+def _weight(value: float) -> str:
+    """``.32``, ``1.0``: two decimals in the width of three characters."""
+    return "1.0" if value >= 0.995 else f"{value:.2f}".removeprefix("0")
 
 
 def query_strip(
@@ -150,9 +159,7 @@ def query_strip(
         )
     listing.axis("off")
     for index, keys_of_strip in enumerate(top):
-        text = "   ".join(
-            f"{key}:{_key_label(key, labels[key], True)} {float(matrix[index, key]):.2f}" for key in keys_of_strip
-        )
+        text = "  ".join(f"{key}:{_listed(labels[key])} {_weight(float(matrix[index, key]))}" for key in keys_of_strip)
         listing.text(0.0, index + 0.5, text, va="center", ha="left", fontsize=strip_font, gid=f"top-keys-{index}")
     listing.set_xlim(0, 1)
     listing.set_ylim(strips, 0)

@@ -135,7 +135,7 @@ def test_figure_shows_the_rows_and_marks_the_top_keys(eager, max_columns):
     for strip, row in enumerate(expected):
         top = torch.topk(torch.tensor(row), 5).indices.tolist()
         assert {key for s, key in marked if s == strip} == set(top)
-        assert [int(key) for key in re.findall(r"(?:^|   )(\d+):", listing[f"top-keys-{strip}"])] == top
+        assert [int(key) for key in re.findall(r"(?:^|  )(\d+):", listing[f"top-keys-{strip}"])] == top
 
 
 def test_first_query_of_a_causal_model_sees_one_key(eager):
