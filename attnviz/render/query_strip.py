@@ -2,7 +2,7 @@
 
 This is how long-context attention is read: where does the last token look among 4,096 keys (the
 first token, the recent ones, a retrieved passage)? The strips share one colour scale and one key
-axis; token labels along it are thinned, and each strip's strongest keys are circled and listed
+axis; token labels along it are thinned, and each strip's strongest keys are marked and listed
 with their tokens beside it. Above :data:`MAX_COLUMNS` keys the strips are max-pooled (each column
 holds the largest weight of the block of keys it covers, so a sharp peak never fades) and the figure
 says so. All strips are one image, so drawing 270 of them takes about as long as drawing one.
@@ -25,11 +25,13 @@ __all__ = ["MAX_COLUMNS", "TOP_KEYS", "pool_max", "query_strip"]
 
 #: Above this many keys a strip is max-pooled to at most this many columns.
 MAX_COLUMNS = 1024
-#: Keys circled and listed per strip by default.
+#: Keys marked and listed per strip by default.
 TOP_KEYS = 5
 #: Width of the strips and of the list of top keys beside them (inches).
 _STRIP_INCHES, _LIST_INCHES = 8.5, 4.6
 _QUERY_COLOUR, _TOP_COLOUR = "#e8384f", "#00e5ff"
+#: where the mark of a top key sits, from the top of its strip (a fraction of the strip's height)
+_MARK_HEIGHT = 0.22
 _STACK_WORDS = {"self": "", "encoder": "encoder ", "decoder": "decoder ", "cross": "cross-"}
 
 
@@ -78,7 +80,7 @@ def query_strip(
 ):
     """A figure of ``rows`` (from :func:`~attnviz.captures.query_rows.capture_query_rows`): one strip per layer and head.
 
-    ``top_k`` keys of largest weight per strip are circled and listed with their tokens and weights;
+    ``top_k`` keys of largest weight per strip are marked (a triangle points at each) and listed with their tokens and weights;
     ``max_columns``: above this many keys the strips are max-pooled (stated in the figure); ``style``:
     colour scale, top of the scale and colour map, shared by every strip.
     """
@@ -144,17 +146,19 @@ def query_strip(
     ax.tick_params(length=2, pad=1)
     ax.axvline(rows.query + 0.5, color=_QUERY_COLOUR, linestyle="--", linewidth=1.0, label="the query's position")
 
-    # the strongest keys of each strip: circled, and listed beside it
+    # the strongest keys of each strip: a triangle in the top part of the strip points down at each (the
+    # cell itself stays visible: a peak one key wide is a thin line), and they are listed beside the strip
     top = rows.top_keys(top_k) if top_k else [[] for _ in range(strips)]
-    marks = [(key + 0.5, index + 0.5) for index, keys_of_strip in enumerate(top) for key in keys_of_strip]
+    marks = [(key + 0.5, index + _MARK_HEIGHT) for index, keys_of_strip in enumerate(top) for key in keys_of_strip]
     if marks:
         ax.scatter(
             [x for x, _ in marks],
             [y for _, y in marks],
-            s=max(6.0, (row_inches * 72 * 0.5) ** 2),
-            facecolors="none",
-            edgecolors=_TOP_COLOUR,
-            linewidths=0.8,
+            s=max(4.0, (row_inches * 72 * 0.32) ** 2),
+            marker="v",
+            facecolors=_TOP_COLOUR,
+            edgecolors="black",
+            linewidths=0.3,
             label=f"the {top_k} keys of largest weight (listed right)",
         )
     listing.axis("off")

@@ -129,8 +129,8 @@ def test_figure_shows_the_rows_and_marks_the_top_keys(eager, max_columns):
     assert ("max-pooled" in title and f"largest weight of {block} neighbouring keys" in title) == (block > 1)
 
     # the top-5 marked and listed keys are the argmax-5 of each eager row
-    marks = strips_ax.collections[0].get_offsets()  # (key + 0.5, strip + 0.5)
-    marked = {(int(y - 0.5), int(x - 0.5)) for x, y in marks}
+    marks = strips_ax.collections[0].get_offsets()  # (key + 0.5, a point inside the strip's row)
+    marked = {(int(y), int(x)) for x, y in marks}
     listing = {text.get_gid(): text.get_text() for text in figure.axes[1].texts}
     for strip, row in enumerate(expected):
         top = torch.topk(torch.tensor(row), 5).indices.tolist()
