@@ -186,7 +186,7 @@ def capture_query_rows(
     if stack not in loaded.stacks():
         raise InputError(f"{loaded.name} has no {stack} attention; it has {', '.join(loaded.stacks())}")
     if stack_of(stack).query_side == "target" and target is None:
-        raise InputError(f"the queries of {stack} attention are the decoder's tokens: give target")
+        raise ParameterError("target", f"the queries of {stack} attention are the decoder's tokens: give {{target}}")
     batch = loaded.encode(
         [text],
         targets=None if target is None or not loaded.encoder_decoder else [target],

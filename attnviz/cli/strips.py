@@ -164,7 +164,7 @@ def _draw(rows, out: Path, terminal: bool, style, dpi: int) -> None:
     strips = sum(row.shape[0] for row in rows.rows)
     console.print(
         f"[bold]{rows.model}[/bold] · {plural(len(rows.key_tokens), 'token')} · query {rows.query} "
-        f"({display_token(rows.query_token)!r}) · {plural(strips, 'strip')} of {plural(len(rows.layers), 'layer')}",
+        f"('{display_token(rows.query_token)}') · {plural(strips, 'strip')} of {plural(len(rows.layers), 'layer')}",
         highlight=False,
     )
     if path is not None:

@@ -89,9 +89,9 @@ def query_strip(
     from attnviz.render.figures import new_figure
 
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ParameterError("top_k", "{top_k} must be a whole number of keys, 0 or more, not {value!r}", top_k)
+        raise ParameterError("top_k", f"{{top_k}} must be a whole number of keys, 0 or more, not {top_k!r}", top_k)
     if isinstance(max_columns, bool) or not isinstance(max_columns, int) or max_columns < 1:
-        raise ParameterError("max_columns", "{max_columns} must be at least 1, not {value!r}", max_columns)
+        raise ParameterError("max_columns", f"{{max_columns}} must be at least 1, not {max_columns!r}", max_columns)
     style = style or FigureStyle()
     style.check()
     matrix = rows.matrix()  # [strip, key]
@@ -188,7 +188,7 @@ def query_strip(
         name = full if full == rows.model else f"{full} ({rows.model})"
         token = display_token(rows.query_token)
         title = (
-            f"{name} · {_STACK_WORDS.get(rows.stack, '')}attention of query {rows.query} ({token!r}) "
+            f"{name} · {_STACK_WORDS.get(rows.stack, '')}attention of query {rows.query} ('{token}') "
             f"over {keys:,} keys\n{strips} strip{'s' if strips != 1 else ''}, {pooling}"
         )
     figure.suptitle(title, fontsize=10)

@@ -53,7 +53,7 @@ def terminal_strip(
 
     query = display_token(rows.query_token)
     lines: list[Text] = [
-        Text(f"{rows.model} · attention of query {rows.query} ({query!r}) over {keys:,} keys", style="bold"),
+        Text(f"{rows.model} · attention of query {rows.query} ('{query}') over {keys:,} keys", style="bold"),
         Text("one line per head: attended-to keys from left (first) to right (last)", style="dim"),
     ]
     # The colour map has cmap.N colours: name each once (with render/terminal.py's helper on values
