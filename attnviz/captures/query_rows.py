@@ -212,20 +212,10 @@ def capture_query_rows(
         raise UnsupportedModelError(
             f"{loaded.name}: the attention of {stack} layers {missing} did not pass through attnviz's core"
         )
-    mean = isinstance(heads, MeanOfHeads)
     rows = [observer.rows[layer] for layer in layer_ids]  # [head, key] each
-    return QueryRows(
-        model=loaded.name,
-        stack=stack,
-        query=index,
-        query_tokens=list(query_tokens),
-        key_tokens=list(key_tokens),
-        layers=layer_ids,
-        heads=[chosen[layer][1] for layer in layer_ids],
-        rows=[row.mean(dim=0, keepdim=True) for row in rows] if mean else rows,
-        visible=_visibility(is_causal_stack(stack, loaded.causal), index, len(query_tokens), len(key_tokens)),
-        mean_of_heads=mean,
-    )
+    numbers = [chosen[layer][1] for layer in layer_ids]
+    causal = is_causal_stack(stack, loaded.causal)
+    return _query_rows(loaded.name, stack, index, (query_tokens, key_tokens), layer_ids, numbers, rows, causal, heads)
 
 
 def query_rows_of_capture(
@@ -242,26 +232,43 @@ def query_rows_of_capture(
             "this capture is of an image: pick its query patch with attnviz.image_heatmap(capture, query=...)"
         )
     stack = stack or capture.stacks[0]
-    query_tokens, key_tokens = capture.axis_tokens(stack)  # refuses a stack the capture lacks
-    index = resolve_query(query, len(query_tokens))
-    layer_ids = resolve_layers(layers, capture.num_layers(stack))
+    layer_ids = resolve_layers(layers, capture.num_layers(stack))  # refuses a stack the capture lacks
+    tokens = capture.axis_tokens(stack)
+    index = resolve_query(query, len(tokens[0]))
     head_numbers, rows = [], []
     for layer in layer_ids:
         patterns = capture.layer(layer, stack)  # [head, query, key]
         ids = capture.identity.ids(stack, layer, patterns.shape[0]) if capture.identity else None
         positions, numbers = _chosen_heads(heads, ids if ids is not None else list(range(patterns.shape[0])))
-        row = patterns[positions, index, :].detach().float().cpu()  # [head, key]
-        rows.append(row.mean(dim=0, keepdim=True) if isinstance(heads, MeanOfHeads) else row.clone())
+        rows.append(patterns[positions, index, :].detach().float().cpu().clone())  # [head, key]
         head_numbers.append(numbers)
+    causal = capture.is_causal(stack)
+    return _query_rows(capture.model, stack, index, tokens, layer_ids, head_numbers, rows, causal, heads)
+
+
+def _query_rows(
+    model: str,
+    stack: str,
+    index: int,
+    tokens: tuple[Sequence[str], Sequence[str]],
+    layers: list[int],
+    heads: list[list[int]],
+    rows: list[Tensor],
+    causal: bool,
+    selection: HeadSelection,
+) -> QueryRows:
+    """The :class:`QueryRows` of ``rows`` (``[head, key]`` per layer), averaged over heads for ``MEAN_OF_HEADS``."""
+    query_tokens, key_tokens = tokens
+    mean = isinstance(selection, MeanOfHeads)
     return QueryRows(
-        model=capture.model,
+        model=model,
         stack=stack,
         query=index,
         query_tokens=list(query_tokens),
         key_tokens=list(key_tokens),
-        layers=layer_ids,
-        heads=head_numbers,
-        rows=rows,
-        visible=_visibility(capture.is_causal(stack), index, len(query_tokens), len(key_tokens)),
-        mean_of_heads=isinstance(heads, MeanOfHeads),
+        layers=layers,
+        heads=heads,
+        rows=[row.mean(dim=0, keepdim=True) for row in rows] if mean else rows,
+        visible=_visibility(causal, index, len(query_tokens), len(key_tokens)),
+        mean_of_heads=mean,
     )
