@@ -79,12 +79,12 @@ def terminal_strip(
     axis = [" "] * span
     axis[min(rows.query // block, pooled.shape[1] - 1) * cell] = "▲"
     lines.append(Text(" " * label_width + "".join(axis)))
-    lines.append(Text(" " * label_width + "0" + f"{keys - 1}".rjust(max(1, span - 1)) + "  ▲ the query", style="dim"))
+    lines.append(Text(" " * label_width + "0" + f"{keys - 1}".rjust(max(1, span - 1)), style="dim"))
 
     legend = Text("  0 " if style.scale != "log" else f"  {vmax / 1000:.4f} ")
     for step in np.linspace(0, 1, 24):
         legend.append(" ", style=f"on {_colour(norm.inverse(step), norm, cmap)}")
-    legend.append(f" {vmax:.3f} ({style.scale} scale)")
+    legend.append(f" {vmax:.3f} ({style.scale} scale) · ▲ the query's position")
     lines.append(legend)
     if rows.visible is not None and not bool(rows.visible.all()):
         masked_line = Text("  ")
