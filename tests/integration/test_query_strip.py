@@ -14,6 +14,8 @@ import torch
 import transformers
 from cli_helpers import run_cli
 from figure_helpers import read_svg
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tiny_models import TEXTS
 
 from attnviz.captures.attention_capture import AttentionCapture, capture
@@ -236,3 +238,40 @@ def test_top_level_exports():
 
     assert attnviz.capture_query_rows is capture_query_rows and attnviz.query_strip is query_strip
     assert attnviz.QueryRows.__name__ == "QueryRows" and attnviz.query_rows_of_capture is query_rows_of_capture
+
+
+@pytest.fixture(scope="module")
+def toy_capture(tmp_path_factory):
+    from bad_input_helpers import TOY
+
+    root = tmp_path_factory.mktemp("strip-fuzz")
+    capture(load_model(str(TOY), device="cpu"), "a b c d").save(root / "good.safetensors")
+    return root
+
+
+QUERY_TEXT = st.one_of(
+    st.sampled_from(["", " ", "last", "LAST", " -1 ", "-0", "+2", "1,2", "1, 2", "cls", "mean", "1e3", "0x10", "٣"]),
+    st.integers(-(10**20), 10**20).map(str),
+    st.text(max_size=8),
+)
+EXTRA = st.sampled_from([[], ["--terminal"], ["--head", "mean"], ["--layer", "all"], ["--scale", "log"], ["--words"]])
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(query=QUERY_TEXT, extra=EXTRA)
+def test_any_query_gives_strips_or_one_error_line(toy_capture, capsys, monkeypatch, query, extra):
+    monkeypatch.chdir(toy_capture)
+    result = run_cli(
+        capsys, "heatmap", "--from-capture", "good.safetensors", "--query", query, "--out", "s.png", *extra
+    )
+    assert "Traceback" not in result.stderr and "unexpected internal error" not in result.stderr
+    if result.exit_code != 0:
+        assert len(result.error_lines()) == 1, result.stderr
+        assert not (toy_capture / "s.png").exists()
+    (toy_capture / "s.png").unlink(missing_ok=True)
