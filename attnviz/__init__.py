@@ -10,6 +10,7 @@ The main entry points, in the order data flows through them::
     detection = attnviz.detect_heads(stats)                    # collapsed / unfocused / labels
     functions = attnviz.head_functions(model)                  # induction / duplicate / previous-token heads
     matrix = attnviz.rollout(result)                           # attention rollout [query, key]
+    rows = attnviz.capture_query_rows(model, long_text, "last")  # one query's row per head, any length
     outcome = attnviz.prune_model(model, attnviz.PruneConfig(ratio=0.3), texts=texts)
 
 Names are imported lazily, so ``import attnviz`` does not import torch or transformers
@@ -52,6 +53,10 @@ _EXPORTS = {
     "render_heatmaps": "attnviz.render.heatmap",
     "capture_heatmap": "attnviz.render.capture_view",
     "capture_image": "attnviz.captures.images",
+    "capture_query_rows": "attnviz.captures.query_rows",
+    "query_rows_of_capture": "attnviz.captures.query_rows",
+    "QueryRows": "attnviz.captures.query_rows",
+    "query_strip": "attnviz.render.query_strip",
     "image_heatmap": "attnviz.render.image_overlay",
     "compute_image_statistics": "attnviz.stats.images",
     "save_figure": "attnviz.render.heatmap",
@@ -84,6 +89,7 @@ __all__ = [
     "ProbeSettings",
     "PruneConfig",
     "PruneStrategy",
+    "QueryRows",
     "StatisticsAccumulator",
     "__version__",
     "attend",
@@ -91,6 +97,7 @@ __all__ = [
     "capture",
     "capture_heatmap",
     "capture_image",
+    "capture_query_rows",
     "compare_inputs",
     "compare_models",
     "compute_image_statistics",
@@ -105,6 +112,8 @@ __all__ = [
     "load_toy_model",
     "model_view",
     "prune_model",
+    "query_rows_of_capture",
+    "query_strip",
     "render_heatmaps",
     "rollout",
     "save_figure",
@@ -118,6 +127,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.atlas.inline import head_atlas
     from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, capture
     from attnviz.captures.images import capture_image
+    from attnviz.captures.query_rows import QueryRows, capture_query_rows, query_rows_of_capture
     from attnviz.common.errors import AttnvizError
     from attnviz.compare import compare_inputs, compare_models
     from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend
@@ -130,6 +140,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.render.heatmap import render_heatmaps, save_figure
     from attnviz.render.image_overlay import image_heatmap
     from attnviz.render.inline import HtmlView, head_view, model_view, show
+    from attnviz.render.query_strip import query_strip
     from attnviz.stats import PRESETS, StatisticsAccumulator, compute_statistics, detect_heads
     from attnviz.stats.images import compute_image_statistics
     from attnviz.toy import build_toy_model, load_toy_model, train_toy_model

@@ -222,6 +222,8 @@ def heatmap(
 
       attnviz heatmap "The capital of France is" --model smollm2 --generate 8 --head mean
 
+      attnviz heatmap "The capital of France is Paris." --model smollm2 --query last --layer all --scale sqrt
+
       attnviz heatmap --image odd.png --model toy-odd-patch --query 1,2
     """
     from attnviz.captures.attention_capture import AttentionCapture
@@ -234,6 +236,18 @@ def heatmap(
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
     from attnviz.render.html_page import HTML_SUFFIXES
 
+    if query is not None and image is None:  # a text's query position draws strips (attnviz/cli/strips.py)
+        from attnviz.cli.strips import query_strips
+
+        style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
+        generation_options = (generate, sample, temperature, seed)
+        if query_strips(
+            query, text=text, model=model, layer=layer, head=head, out=out, terminal=terminal, words=words,
+            view=view.value, stack=stack_value(stack), cross=cross, target=target, from_capture=from_capture,
+            generation_options=generation_options, max_length=max_length, no_truncate=no_truncate, device=device,
+            dtype=dtype, style=style, dpi=dpi,
+        ):  # fmt: skip
+            return
     html = False
     if view != HeatmapView.heads and words:
         raise InputError(f"--words applies to --view heads only: --view {view.value} draws sub-word tokens")

@@ -24,8 +24,10 @@ QueryOption = Annotated[
     str | None,
     typer.Option(
         "--query",
-        help="Images: whose attention to draw: cls (the class token; the default when the model has one), mean "
-        "(the mean over patch queries; the default otherwise) or ROW,COL (one patch). Example: --query 1,2",
+        help="Text: one query's attention over every key as strips, one per layer and head (any length): a token "
+        "position, negative from the end, or last. Images: whose attention to draw: cls (the class token; the default "
+        "when the model has one), mean (the mean over patch queries; the default otherwise) or ROW,COL (one patch). "
+        "Example: --query last",
         show_default=False,
         rich_help_panel="What to show",
     ),
