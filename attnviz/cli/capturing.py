@@ -78,3 +78,29 @@ def max_bytes_value(text: str) -> int:
     from attnviz.cli.sizes import parse_byte_size
 
     return parse_byte_size(text, "--max-bytes")
+
+
+def load_quietly(model, device, dtype):
+    """Load ``model`` under a status line."""
+    from attnviz.cli.console import console
+    from attnviz.models.specs import load_model
+
+    with console.status(f"loading {model}"):
+        return load_model(model, device=device, dtype=dtype)
+
+
+def print_page_summary(loaded, result, stack) -> None:
+    """The summary line of a page (whose capture may hold no patterns: a long page is streamed)."""
+    if result.patterns:
+        print_summary(result, stack)
+        return
+    from attnviz.cli.console import console
+
+    stack = stack or loaded.stacks()[0]
+    keys = result.axis_tokens(stack)[1]
+    console.print(
+        f"[bold]{result.model}[/bold] · {len(keys)} tokens · {loaded.num_layers(stack)} layers × "
+        f"{loaded.num_heads(stack)} heads · long input: the page keeps each query's strongest keys "
+        "and a pooled overview (see the page's notes)",
+        highlight=False,
+    )

@@ -227,7 +227,14 @@ def heatmap(
       attnviz heatmap --image odd.png --model toy-odd-patch --query 1,2
     """
     from attnviz.captures.attention_capture import AttentionCapture
-    from attnviz.cli.capturing import capture_text, generation_settings, max_bytes_value, print_summary
+    from attnviz.cli.capturing import (
+        capture_text,
+        generation_settings,
+        load_quietly,
+        max_bytes_value,
+        print_page_summary,
+        print_summary,
+    )
     from attnviz.cli.selection import check_one_pattern, parse_head_option, parse_layer_option
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.common.errors import InputError
@@ -371,34 +378,6 @@ def heatmap(
         path = save_figure(figure, out, dpi=dpi)
     print_summary(result, stack)
     print(path)
-
-
-def load_quietly(model, device, dtype):
-    """Load ``model`` under a status line."""
-    from attnviz.cli.console import console
-    from attnviz.models.specs import load_model
-
-    with console.status(f"loading {model}"):
-        return load_model(model, device=device, dtype=dtype)
-
-
-def print_page_summary(loaded, result, stack) -> None:
-    """The summary line of a page (whose capture may hold no patterns: a long page is streamed)."""
-    if result.patterns:
-        from attnviz.cli.capturing import print_summary
-
-        print_summary(result, stack)
-        return
-    from attnviz.cli.console import console
-
-    stack = stack or loaded.stacks()[0]
-    keys = result.axis_tokens(stack)[1]
-    console.print(
-        f"[bold]{result.model}[/bold] · {len(keys)} tokens · {loaded.num_layers(stack)} layers × "
-        f"{loaded.num_heads(stack)} heads · long input: the page keeps each query's strongest keys "
-        "and a pooled overview (see the page's notes)",
-        highlight=False,
-    )
 
 
 def register(app: typer.Typer) -> None:
