@@ -98,14 +98,26 @@ def measure_model(
         )
         return stats, detect_heads(stats, thresholds)
     own = loaded.own_examples(toy_examples, seed) if texts is None else None
-    positions = {"by_position": by_position, "bucket_size": bucket_size}
     if own is not None:
         stats = compute_statistics(
-            loaded, batches=[own], local_window=local_window, parallel=parallel, progress=progress, **positions
+            loaded,
+            batches=[own],
+            local_window=local_window,
+            parallel=parallel,
+            progress=progress,
+            by_position=by_position,
+            bucket_size=bucket_size,
         )
     else:
         corpus = texts if texts is not None else load_texts()
         stats = compute_statistics(
-            loaded, corpus, local_window=local_window, parallel=parallel, progress=progress, **positions, **batching
+            loaded,
+            corpus,
+            local_window=local_window,
+            parallel=parallel,
+            progress=progress,
+            by_position=by_position,
+            bucket_size=bucket_size,
+            **batching,
         )
     return stats, detect_heads(stats, thresholds)

@@ -12,8 +12,8 @@ from cli_helpers import run_cli
 
 from attnviz.core import AttentionSite
 from attnviz.core import attention as core_attention
-from attnviz.stats import compute_statistics
 from attnviz.stats import compute as stats_compute
+from attnviz.stats import compute_statistics
 from attnviz.stats.by_position import POSITION_METRICS, auto_bucket_size
 
 LONG = (
