@@ -165,7 +165,7 @@ class PositionSums:
             if merged[2 * number + 1].sum() > 0:
                 self.sums[site], self.counts[site] = merged[2 * number], merged[2 * number + 1]
             else:  # no process observed this site (as in one process: absent)
-                self.sums.pop(site, None), self.counts.pop(site, None)
+                del self.sums[site], self.counts[site]
 
     def result(self) -> PositionStatistics:
         """Means per bucket (NaN where a bucket has no query)."""

@@ -250,14 +250,10 @@ def test_smollm2_first_bucket_sink_mass_at_1024_tokens_equals_eager():
     assert length == 1024
     size = stats.by_position.bucket_size
     assert size == auto_bucket_size(1024) == 32
-    model = loaded.model
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        with torch.no_grad():
-            out = model(**batch.inputs, output_attentions=True, use_cache=False)
-    finally:
-        model.set_attn_implementation(previous)
+    path = loaded.model.config._name_or_path
+    eager = transformers.AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        out = eager.model(**batch.inputs, output_attentions=True, use_cache=False)
     for layer, attention in enumerate(out.attentions):  # [1, h, n, n]
         expected = attention[0, :, :size, 0].double().mean(-1)  # [h] mean over the first bucket's queries
         mine = stats.by_position.sites[AttentionSite("self", layer)][0, :, 0]
