@@ -258,3 +258,74 @@ def test_smollm2_first_bucket_sink_mass_at_1024_tokens_equals_eager():
         expected = attention[0, :, :size, 0].double().mean(-1)  # [h] mean over the first bucket's queries
         mine = stats.by_position.sites[AttentionSite("self", layer)][0, :, 0]
         assert (mine - expected).abs().max().item() <= 1e-4, layer
+
+
+def test_encoder_decoder_stacks_and_empty_buckets(tiny_model_dirs):
+    """BART: every stack is measured; the decoder (one start token per text) leaves later buckets empty (NaN)."""
+    from attnviz.models.hf import load_hf_model
+
+    loaded = load_hf_model(str(tiny_model_dirs["bart"]), device="cpu")
+    stats = compute_statistics(loaded, [LONG, SHORT], by_position=True, bucket_size=8, progress=False)
+    positions = stats.by_position
+    assert {site.stack for site in positions.sites} == {"encoder", "decoder", "cross"}
+    decoder = positions.sites[AttentionSite("decoder", 0)]  # [M, h, B]
+    assert positions.counts[AttentionSite("decoder", 0)][0] == 2
+    assert decoder[:, :, 1:].isnan().all() and not decoder[:, :, 0].isnan().any()
+    # a decoder start token sees only itself: all its weight is on the first token, within 15, at distance 0
+    assert torch.allclose(decoder[0, :, 0], torch.ones(decoder.shape[1], dtype=torch.float64))
+    assert torch.allclose(decoder[2, :, 0], torch.zeros(decoder.shape[1], dtype=torch.float64))
+    encoder = positions.sites[AttentionSite("encoder", 1)]  # every bucket of the longer text has queries
+    assert not encoder.isnan().any()
+    assert (encoder[1] <= math.log(max(len(ids) for ids in loaded.encode([LONG]).tokens)) + 1e-6).all()  # ≤ ln n
+
+
+class TwoProcesses:
+    """A stand-in for a data-parallel run of two processes that saw the same data: sums double."""
+
+    distributed = True
+
+    def sum(self, tensors):
+        return [2 * tensor.detach().double().cpu() for tensor in tensors]
+
+
+def test_merge_across_processes_keeps_the_means_and_doubles_the_counts(tiny_model_dirs):
+    from attnviz.models.hf import load_hf_model
+    from attnviz.stats.accumulator import StatisticsAccumulator
+    from attnviz.stats.by_position import PositionSums
+
+    loaded = load_hf_model(str(tiny_model_dirs["llama"]), device="cpu")
+    batch = loaded.encode([LONG, SHORT])
+    accumulator = StatisticsAccumulator(causal=True, by_position=PositionSums(8, max(batch.lengths)))
+    accumulator.begin_batch(batch)
+    with torch.no_grad():
+        loaded.forward(batch, loaded.context([accumulator]))
+    alone = accumulator.by_position.result()
+    accumulator.merge_across(TwoProcesses(), loaded.layout())
+    merged = accumulator.by_position.result()
+    for site in alone.sites:
+        assert torch.allclose(alone.sites[site], merged.sites[site], equal_nan=True)
+        assert torch.equal(2 * alone.counts[site], merged.counts[site])
+
+
+def test_figure_draws_one_line_per_layer_and_the_mean(tiny_model_dirs):
+    from attnviz.models.hf import load_hf_model
+    from attnviz.render.position_plots import position_figure
+
+    loaded = load_hf_model(str(tiny_model_dirs["llama"]), device="cpu")
+    stats = compute_statistics(loaded, [LONG, SHORT], by_position=True, bucket_size=8, progress=False)
+    figure = position_figure([stats])
+    panels = [ax for ax in figure.axes if ax.get_title()]
+    assert [ax.get_title().split(" (")[0] for ax in panels] == [
+        "sink mass",
+        "entropy",
+        "mean attention distance",
+        "recent share",
+    ]
+    positions = stats.by_position
+    for ax, name in zip(panels, POSITION_METRICS):
+        lines = ax.get_lines()
+        assert len(lines) == 2 + 1  # two layers, then every head in black
+        for layer, line in enumerate(lines[:2]):
+            assert list(line.get_xdata()) == positions.bucket_starts
+            assert line.get_ydata() == pytest.approx(positions.layer_means(name)[layer].tolist(), abs=1e-6)
+    assert any(ax.get_label() == "<colorbar>" for ax in figure.axes)
