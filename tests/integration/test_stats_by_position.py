@@ -254,10 +254,28 @@ def test_smollm2_first_bucket_sink_mass_at_1024_tokens_equals_eager():
     eager = transformers.AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
     with torch.no_grad():
         out = eager.model(**batch.inputs, output_attentions=True, use_cache=False)
-    for layer, attention in enumerate(out.attentions):  # [1, h, n, n]
+    position = torch.arange(length, dtype=torch.float64)
+    offset = (position[:, None] - position[None, :]).abs()  # [n, n] |i − j|
+    bucket = torch.arange(length) // size
+    queries = torch.bincount(bucket).double()  # [B]
+    for layer, attention in enumerate(out.attentions):  # each [1, h, n, n]
+        pattern = attention[0].double()  # [h, n, n]
         expected = attention[0, :, :size, 0].double().mean(-1)  # [h] mean over the first bucket's queries
-        mine = stats.by_position.sites[AttentionSite("self", layer)][0, :, 0]
-        assert (mine - expected).abs().max().item() <= 1e-4, layer
+        mine = stats.by_position.sites[AttentionSite("self", layer)]  # [M, h, B]
+        assert (mine[0, :, 0] - expected).abs().max().item() <= 1e-4, layer
+        # every bucket and metric too (distance: float32 sums of weights × positions, so relative)
+        values = torch.stack(
+            [
+                pattern[..., 0],
+                -(pattern * pattern.clamp(min=1e-300).log()).sum(-1),
+                (pattern * offset).sum(-1),
+                (pattern * (offset <= 15)).sum(-1),
+            ]
+        )  # [M, h, n]
+        reference = torch.zeros_like(mine).index_add_(2, bucket, values) / queries
+        for index, tolerance in ((0, 1e-4), (1, 1e-4), (3, 1e-4)):
+            assert (mine[index] - reference[index]).abs().max().item() <= tolerance, (layer, index)
+        assert ((mine[2] - reference[2]).abs() / reference[2].clamp(min=1)).max().item() <= 1e-5, layer
 
 
 def test_encoder_decoder_stacks_and_empty_buckets(tiny_model_dirs):
