@@ -28,6 +28,8 @@ from attnviz.cli.options import (
     stack_value,
 )
 from attnviz.cli.stats_options import (
+    BucketSizeOption,
+    ByPositionOption,
     CollapsedEntropy,
     CollapsedMaxWeight,
     CollapsedNormalizedEntropy,
@@ -92,6 +94,8 @@ def stats(
     dtype: DtypeOption = "auto",
     device_map: DeviceMapOption = None,
     local_window: LocalWindowOption = 2,
+    by_position: ByPositionOption = False,
+    bucket_size: BucketSizeOption = None,
     stack: StackOption = None,
     preset: PresetOption = "normalized",
     collapsed_max_weight: CollapsedMaxWeight = None,
@@ -178,7 +182,10 @@ def stats(
     )
     if json_path == STDOUT and csv_path == STDOUT:
         raise InputError("only one of --json and --csv can write to stdout ('-')")
-    for path, suffixes in ((json_path, (".json",)), (csv_path, (".csv",)), (plot, FIGURE_SUFFIXES)):
+    outputs = [(json_path, (".json",)), (csv_path, (".csv",)), (plot, FIGURE_SUFFIXES)]
+    if by_position or bucket_size is not None:
+        outputs += _check_by_position(by_position, bucket_size, csv_path, plot)
+    for path, suffixes in outputs:
         if path is not None and path != STDOUT:
             check_output_path(path, suffixes)
     texts = corpus_from_options(data, text)
@@ -187,6 +194,8 @@ def stats(
     images = images_from_options(images_dir, image)
     if images is not None and texts is not None:
         raise InputError("give either images (--images, --image) or text (--data, --text), not both")
+    if images is not None and by_position:
+        raise InputError("--by-position is for text: images have no reading order")
 
     with cli_session(device, device_map) as parallel:
         results = measure_checkpoints(
@@ -205,6 +214,8 @@ def stats(
             max_length=max_length,
             truncate=not no_truncate,
             images=images,
+            by_position=by_position,
+            bucket_size=bucket_size,
         )
         if parallel.is_main:  # only rank 0 prints and writes
             stack = stack_value(stack)
@@ -217,6 +228,24 @@ def stats(
             # written (staged) first: a failing write stops the run before any table is shown
             _write(results, preset.value, json_path, csv_path, plot, stack)
             _show(results, stack, **view, color_by=color_by.value, no_table=no_table)
+
+
+def _check_by_position(by_position, bucket_size, csv_path, plot) -> list:
+    """Refuse what --by-position cannot do before any model loads; the extra files it writes, to check."""
+    from attnviz.common.errors import InputError
+    from attnviz.stats.by_position import check_bucket_size
+    from attnviz.stats.position_export import position_path
+
+    if not by_position:
+        raise InputError("--bucket-size sets the width of the --by-position buckets: add --by-position")
+    check_bucket_size(bucket_size)
+    if csv_path == STDOUT:
+        raise InputError("--csv - cannot also hold the by-position table: give --csv a file name")
+    companions = []
+    for path in (csv_path, plot):
+        if path is not None:
+            companions.append((position_path(path), (path.suffix.lower(),)))
+    return companions
 
 
 def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_table) -> None:
@@ -264,6 +293,7 @@ def _stacks(stats, stack) -> list[str]:
 def _write(results, preset, json_path, csv_path, plot, stack) -> None:
     from attnviz.render.stats_plots import head_statistics_evolution_figure, head_statistics_figure, save_figure
     from attnviz.stats.export import csv_text, json_text, stats_record, write_csv, write_json
+    from attnviz.stats.position_export import position_path, write_position_csv
 
     records = [stats_record(stats, detection, preset) for stats, detection in results]
     written = []
@@ -272,6 +302,9 @@ def _write(results, preset, json_path, csv_path, plot, stack) -> None:
             sys.stdout.write(text_of(records))
         elif path is not None:
             written.append(writer(path, records))
+    by_position = [stats for stats, _ in results if stats.by_position is not None]
+    if by_position and csv_path is not None:  # the long by-position table next to the per-head one
+        written.append(write_position_csv(position_path(csv_path), records))
     if plot is not None:
         all_stats = [stats for stats, _ in results]
         detections = [detection for _, detection in results]
@@ -281,6 +314,10 @@ def _write(results, preset, json_path, csv_path, plot, stack) -> None:
         else:
             figure = head_statistics_evolution_figure(all_stats, detections, stack=name_of_stack)
         written.append(save_figure(figure, plot))
+        if by_position:
+            from attnviz.render.position_plots import position_figure
+
+            written.append(save_figure(position_figure(by_position, stack=name_of_stack), position_path(plot)))
     for path in written:
         if STDOUT in (json_path, csv_path):  # stdout holds the document: the paths go to the terminal
             from attnviz.cli.console import console

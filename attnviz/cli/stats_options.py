@@ -124,3 +124,26 @@ SpecialTokensMin = _threshold(
 LocalRatioMin = _threshold(
     "--local-ratio-min", "local if mean weight within ±w positions ≥ this (0.8). Example: --local-ratio-min 0.9"
 )
+
+ByPositionOption = Annotated[
+    bool,
+    typer.Option(
+        "--by-position",
+        help="Also measure each head along the input: sink mass, entropy, mean distance and the share on the "
+        "16 most recent tokens, per bucket of query positions; in --json (by_position), a long CSV next to --csv "
+        "(NAME.by-position.csv) and a figure next to --plot (NAME.by-position.png). Example: --by-position",
+        rich_help_panel=STATS_PANEL,
+    ),
+]
+
+BucketSizeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--bucket-size",
+        help="Query positions per --by-position bucket (at least 1; larger than the input: one bucket). "
+        "Default: the smallest power of two ≥ 16 giving at most 32 buckets over the longest text "
+        "(256 at 8,192 tokens). Needs --by-position. Example: --bucket-size 128",
+        rich_help_panel=STATS_PANEL,
+        show_default=False,
+    ),
+]

@@ -33,6 +33,7 @@ from attnviz.core import AttentionSite
 from attnviz.core.kernel import RowSummary
 from attnviz.core.stacks import is_causal_stack
 from attnviz.models.base import EncodedBatch
+from attnviz.stats.by_position import PositionSums, recent_share, summary_recent_share
 from attnviz.stats.definitions import STATISTIC_NAMES
 from attnviz.stats.geometry import BlockLayout, StackGeometry
 
@@ -224,8 +225,9 @@ class StatisticsAccumulator:
     #: diagonal (diagonal, previous, local window) without a pass or a gather of their own
     accepts_summary = True
 
-    def __init__(self, *, causal: bool, local_window: int = 2):
+    def __init__(self, *, causal: bool, local_window: int = 2, by_position: PositionSums | None = None):
         self.causal = causal  # the model is decoder-only causal (its "self" stack is causal)
+        self.by_position = by_position  # sums by query position (attnviz.stats.by_position), if asked for
         self.local_window = local_window  # w of local_ratio, as asked
         self._window = local_window  # w used on the current batch: at most its longest sequence − 1 (the same sums)
         self._totals: dict[AttentionSite, Tensor] = {}  # site -> [2, S, h] float64: Σ value, Σ value² (counted queries)
@@ -241,7 +243,8 @@ class StatisticsAccumulator:
     @property
     def summary_band_reach(self) -> int:
         """How far either side of the diagonal the kernel's summary should read weights (the core asks for it)."""
-        return band_reach_needed(self._window)
+        # by position: the band also holds recent_share's keys (|i − j| ≤ 15), so it needs no gather
+        return max(band_reach_needed(self._window), self.by_position.reach if self.by_position else 0)
 
     @property
     def totals(self) -> dict[AttentionSite, Tensor]:
@@ -267,6 +270,8 @@ class StatisticsAccumulator:
         # window cut to the sequence, and the band (2w + 1 columns) stays as small as the input.
         longest = max([*batch.lengths, *(batch.target_lengths or [])], default=1)
         self._window = clamp(self.local_window, max(longest - 1, 0))
+        if self.by_position is not None:
+            self.by_position.begin_batch(longest)
 
     def observe(
         self,
@@ -286,7 +291,8 @@ class StatisticsAccumulator:
         pending = self._pending
         if pending is not None and (pending.site != site or pending.next_start != query_start):
             self._flush()
-        if summary is not None and summary_covers(summary, self._window):
+        reach = self.by_position.reach if self.by_position else 0
+        if summary is not None and summary_covers(summary, max(self._window, reach)):
             if self._pending is None:
                 self._pending = _SummarisedRows(site, stack_key, query_start)
             self._pending.add(summary, pattern[..., 0], special_mass(pattern, geometry))
@@ -300,6 +306,8 @@ class StatisticsAccumulator:
             self._scratch = torch.empty(pattern.numel(), dtype=torch.float32, device=pattern.device)
         values = block_statistics(pattern, layout, geometry, self._scratch, scores, summary)  # [S, b, h, blk]
         self._add(site, values, layout)
+        if self.by_position is not None:
+            self.by_position.add(site, values, layout, recent_share(pattern, layout, self.by_position.reach))
 
     def _geometry_of(self, site: AttentionSite, stack_key: tuple, device: torch.device) -> StackGeometry:
         geometry = self._geometry.get(stack_key)
@@ -322,7 +330,10 @@ class StatisticsAccumulator:
             geometry = self._geometry[pending.stack_key]
             layout = BlockLayout.rows(geometry, pending.query_start, first.shape[-1], self._window)
             self._layouts[key] = layout
-        self._add(pending.site, summary_statistics(summary, first, special, layout), layout)
+        values = summary_statistics(summary, first, special, layout)  # [S, b, h, q]
+        self._add(pending.site, values, layout)
+        if self.by_position is not None:  # the kernel's band reaches by_position.reach (summary_band_reach)
+            self.by_position.add(pending.site, values, layout, summary_recent_share(summary, self.by_position.reach))
 
     def _add(self, site: AttentionSite, values: Tensor, layout: BlockLayout) -> None:
         """Add per-query ``values`` ``[S, b, h, q]`` of the queries ``layout`` counts to ``site``'s sums."""
@@ -359,6 +370,8 @@ class StatisticsAccumulator:
             if seen[number] > 0:
                 self._totals[site], self._counts[site] = merged[2 * number], merged[2 * number + 1]
         self.num_examples, self.num_tokens = (int(value) for value in examples_tokens.tolist())
+        if self.by_position is not None:
+            self.by_position.merge_across(parallel, dict(layout))
 
     @property
     def sums(self) -> dict[AttentionSite, Tensor]:

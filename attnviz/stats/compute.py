@@ -22,6 +22,7 @@ from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.batching import DEFAULT_MAX_EXAMPLES, encode_batch, plan_batches, token_lengths
 from attnviz.models.identity import model_identity
 from attnviz.stats.accumulator import StatisticsAccumulator
+from attnviz.stats.by_position import PositionSums, check_bucket_size
 from attnviz.stats.result import HeadStatistics
 
 
@@ -37,6 +38,8 @@ def compute_statistics(
     progress: bool = True,
     truncate: bool = True,
     parallel: DataParallel = SINGLE_PROCESS,
+    by_position: bool = False,
+    bucket_size: int | None = None,
 ) -> HeadStatistics:
     """Per-head statistics of ``loaded`` over ``texts`` (or over ready-made ``batches``).
 
@@ -55,6 +58,11 @@ def compute_statistics(
         truncate: cut texts longer than the limit (with a warning) instead of refusing them.
         parallel: this process's share of a data-parallel run; the result is the same on
             every process and equals a one-process run.
+        by_position: also reduce each head by query position, in buckets of ``bucket_size``
+            positions (the result's ``by_position``, :mod:`attnviz.stats.by_position`).
+        bucket_size: width of those buckets; None: the smallest power of two ≥ 16 that gives at
+            most 32 buckets over the longest input (256 at 8,192 tokens). Given without
+            ``by_position``, it is refused.
 
     The result records the wall time of the pass (``seconds``) and so its throughput.
     """
@@ -62,12 +70,21 @@ def compute_statistics(
         raise InputError("give either texts or batches")
     if local_window < 0:
         raise ParameterError("local_window", f"{{local_window}} must be ≥ 0, got {local_window}", local_window)
+    if bucket_size is not None and not by_position:
+        raise ParameterError(
+            "bucket_size",
+            "{bucket_size} sets the width of the by-position buckets: ask for them with {by_position}",
+            bucket_size,
+        )
+    check_bucket_size(bucket_size)
+    longest: int | None = None  # tokens of the longest input, when known before the pass
     if texts is not None:
         texts = list(texts)
         if not texts:
             raise InputError("no text given: give at least one example")
         lengths = token_lengths(loaded, texts, max_length)
         plan = plan_batches(lengths, max_tokens=max_tokens_per_batch, max_examples=batch_size)
+        longest = max(lengths)
         mine = [plan[index] for index in parallel.shard([len(chosen) * lengths[chosen[0]] for chosen in plan])]
         total: int | None = sum(len(chosen) for chosen in mine)
         batches = (encode_batch(loaded, texts, chosen, max_length=max_length, truncate=truncate) for chosen in mine)
@@ -75,10 +92,12 @@ def compute_statistics(
         assert batches is not None  # one of the two is given (checked above)
         if not isinstance(batches, Iterator) or parallel.distributed:
             batches = list(batches)
+            longest = max((_longest(batch) for batch in batches), default=None)
             batches = [batches[index] for index in parallel.shard([_padded_tokens(batch) for batch in batches])]
         total = None if isinstance(batches, Iterator) else sum(len(batch) for batch in batches)
 
-    accumulator = StatisticsAccumulator(causal=loaded.causal, local_window=local_window)
+    positions = PositionSums(bucket_size, longest) if by_position else None
+    accumulator = StatisticsAccumulator(causal=loaded.causal, local_window=local_window, by_position=positions)
     # A corpus pass is where the fused kernel pays for its one-time build (see attnviz.core.kernel).
     context = dataclasses.replace(loaded.context([accumulator]), fused_softmax=prepare_kernel())
     start = time.perf_counter()
@@ -98,6 +117,11 @@ def compute_statistics(
     stats = HeadStatistics.from_accumulator(accumulator, loaded.name, seconds=seconds, processes=parallel.world_size)
     stats.identity = model_identity(loaded)
     return stats
+
+
+def _longest(batch: EncodedBatch) -> int:
+    """Tokens of the batch's longest sequence, source or target."""
+    return max([*batch.lengths, *(batch.target_lengths or [])], default=1)
 
 
 def _padded_tokens(batch: EncodedBatch) -> int:

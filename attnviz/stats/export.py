@@ -17,7 +17,8 @@ JSON object (one model; several models give a JSON list of these objects)::
                 "max_weight": ..., "mean_distance": ..., "normalized_distance": ...,
                 "diagonal": ..., "previous_token": ..., "local_ratio": ...,
                 "first_token": ..., "special_tokens": ...,   (each with its _std)
-                "flags": [str]}]}
+                "flags": [str]}],
+     "by_position": {...}}                       # only when asked for: attnviz.stats.position_export
 
 A statistic no query counted for (e.g. normalized_entropy when every example is one
 token long) is ``null``. CSV: one row per head with the same fields, plus ``model``;
@@ -36,6 +37,7 @@ from pathlib import Path
 from attnviz.outputs.files import write_text_atomic
 from attnviz.stats.definitions import STATISTIC_NAMES
 from attnviz.stats.detect import Detection
+from attnviz.stats.position_export import position_record
 from attnviz.stats.result import HeadStatistics
 
 FORMAT_NAME = "attnviz-stats"
@@ -83,6 +85,7 @@ def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None
         "thresholds": thresholds,
         "heads": heads,
         **({"image": stats.image.to_dict()} if stats.image is not None else {}),
+        **({"by_position": position_record(stats)} if stats.by_position is not None else {}),
     }
 
 

@@ -42,7 +42,7 @@ def measure_checkpoints(
     Without ``texts`` a model measures its own examples (``toy_examples`` task examples drawn
     with ``seed``) when it has them, else the shipped corpus. ``batching`` goes to
     :func:`~attnviz.stats.compute.compute_statistics` (``batch_size``, ``max_tokens_per_batch``,
-    ``max_length``, ``truncate``). Under ``parallel`` each process loads its own copy on its device.
+    ``max_length``, ``truncate``, ``by_position``, ``bucket_size``). Under ``parallel`` each process loads its own copy on its device.
     ``images`` (paths, bytes or PIL images): measure vision models on these instead of text
     (:func:`~attnviz.stats.images.compute_image_statistics`).
     """
@@ -77,6 +77,8 @@ def measure_model(
     parallel: DataParallel = SINGLE_PROCESS,
     progress: bool = True,
     images: Sequence | None = None,
+    by_position: bool = False,
+    bucket_size: int | None = None,
     **batching,
 ) -> tuple[HeadStatistics, Detection]:
     """``(statistics, flags)`` of one loaded model: over ``images`` or ``texts``, else its own examples, else the corpus."""
@@ -89,6 +91,8 @@ def measure_model(
 
         if texts is not None:
             raise InputError("give either images or texts to measure on, not both")
+        if by_position:
+            raise InputError("statistics by position are for text: images have no reading order")
         stats = compute_image_statistics(
             loaded, images, batch_size=batching.get("batch_size") or 8, progress=progress and parallel.is_main
         )
@@ -96,11 +100,24 @@ def measure_model(
     own = loaded.own_examples(toy_examples, seed) if texts is None else None
     if own is not None:
         stats = compute_statistics(
-            loaded, batches=[own], local_window=local_window, parallel=parallel, progress=progress
+            loaded,
+            batches=[own],
+            local_window=local_window,
+            parallel=parallel,
+            progress=progress,
+            by_position=by_position,
+            bucket_size=bucket_size,
         )
     else:
         corpus = texts if texts is not None else load_texts()
         stats = compute_statistics(
-            loaded, corpus, local_window=local_window, parallel=parallel, progress=progress, **batching
+            loaded,
+            corpus,
+            local_window=local_window,
+            parallel=parallel,
+            progress=progress,
+            by_position=by_position,
+            bucket_size=bucket_size,
+            **batching,
         )
     return stats, detect_heads(stats, thresholds)

@@ -49,6 +49,8 @@ class HeadStatistics(NotebookDisplay):
     processes: int = 1  # processes of a data-parallel run (torchrun) that shared the corpus
     #: images (vision models): sink-patch shares and sink heads (an ``attnviz.stats.images.ImageHeadStatistics``)
     image: Any = None
+    #: statistics by query position (an ``attnviz.stats.by_position.PositionStatistics``), when asked for
+    by_position: Any = None
 
     names = STATISTIC_NAMES
 
@@ -87,7 +89,9 @@ class HeadStatistics(NotebookDisplay):
             sites[site] = SiteStatistics(
                 mean=mean.masked_fill(empty, math.nan), std=variance.sqrt().masked_fill(empty, math.nan), count=count
             )
+        positions = accumulator.by_position  # read after the totals: reading them reduced every pending block
         return cls(
+            by_position=None if positions is None else positions.result(),
             model=model,
             causal=accumulator.causal,
             sites=sites,

@@ -1,0 +1,143 @@
+"""Benchmark: ``attnviz stats`` on long inputs, against a plain sdpa forward, each in its own process.
+
+For each length (one sequence of N tokens of SmolLM2-135M, the shipped corpus run together),
+three contenders, each round of each in a fresh child process that loads the model itself:
+
+* ``sdpa``: transformers' own sdpa forward pass (no attention weights kept), the floor;
+* ``stats``: attnviz's statistics pass (:func:`attnviz.stats.compute_statistics`, fused kernel as
+  ``attnviz stats`` uses it);
+* ``by-position``: the same pass with ``by_position=True`` (default bucket size).
+
+A child warms up on a 256-token input (loads the fused kernel, touches torch's code paths), then
+times one pass at full length and reports it with its own peak resident memory
+(``resource.getrusage(RUSAGE_SELF).ru_maxrss``: model weights, the process's Python and torch, and
+the pass). Rounds interleave the contenders (sdpa, stats, by-position, sdpa, …) so that a busy
+machine slows them alike; each contender's fastest round is kept, and its largest peak. Separate
+processes keep one contender's allocations from hiding another's peak.
+Targets (issue 23): stats ≤ 1.2× sdpa at 8,192 tokens, peak RSS ≤ 2.5 GB.
+
+    python benchmarks/bench_stats_long.py                          # 2048,4096,8192 tokens, 3 rounds each
+    python benchmarks/bench_stats_long.py --tokens 2048 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+MODES = ("sdpa", "stats", "by-position")
+GB = 1024**3
+
+
+def child(mode: str, length: int) -> dict:
+    """Time ``mode`` once on one ``length``-token sequence, after a short warm-up; its time and peak RSS."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_stats import corpus_batch, sdpa_forward
+
+    from attnviz.models.specs import load_model
+    from attnviz.stats import compute_statistics
+
+    loaded = load_model("smollm2", device="cpu")
+    batch, warm_up = corpus_batch(loaded, length), corpus_batch(loaded, 256)
+    if mode == "sdpa":
+        import transformers
+
+        path = loaded.model.config._name_or_path
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
+        del loaded  # only the sdpa model stays resident, as in a plain forward
+
+        def run(batch) -> None:
+            sdpa_forward(model, batch)
+    else:
+
+        def run(batch) -> None:
+            compute_statistics(loaded, batches=[batch], progress=False, by_position=mode == "by-position")
+
+    with torch.no_grad():
+        run(warm_up)
+        start = time.perf_counter()
+        run(batch)
+        seconds = time.perf_counter() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"mode": mode, "tokens": length, "seconds": seconds, "peak_bytes": peak_kib * 1024}
+
+
+def measure(mode: str, length: int, threads: int | None) -> dict:
+    """:func:`child` in a fresh process."""
+    command = [sys.executable, __file__, "--child", mode, "--tokens", str(length)]
+    if threads:
+        command += ["--threads", str(threads)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{mode} at {length} tokens failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", default="2048,4096,8192", help="comma-separated lengths (default 2048,4096,8192)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per contender and length (fastest is kept)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads in the children (default: torch's)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"contenders to run (default {','.join(MODES)})")
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    lengths = [int(value) for value in args.tokens.split(",")]
+    if args.child:
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        print(json.dumps(child(args.child, lengths[0])))
+        return
+    modes = [mode for mode in MODES if mode in args.modes.split(",")]
+    print(
+        f"SmolLM2-135M, one sequence per length; fastest of {args.rounds} interleaved round(s); {os.cpu_count()} CPUs"
+    )
+    header = f"{'tokens':>7}" + "".join(f" {mode + ' s':>14} {'peak GB':>8}" for mode in modes)
+    header += f" {'stats÷sdpa':>11} {'by-pos÷stats':>13} {'load':>14}"
+    print(header, flush=True)
+    for length in lengths:
+        load_before = os.getloadavg()[0]
+        runs: dict[str, list[dict]] = {mode: [] for mode in modes}
+        for _ in range(args.rounds):
+            for mode in modes:
+                runs[mode].append(measure(mode, length, args.threads))
+        results = {
+            mode: {
+                "best": min(run["seconds"] for run in done),
+                "times": [run["seconds"] for run in done],
+                "peak_bytes": max(run["peak_bytes"] for run in done),
+            }
+            for mode, done in runs.items()
+        }
+        line = f"{length:>7}"
+        for mode in modes:
+            line += f" {results[mode]['best']:>14.2f} {results[mode]['peak_bytes'] / GB:>8.2f}"
+        ratio = results["stats"]["best"] / results["sdpa"]["best"] if {"stats", "sdpa"} <= set(results) else None
+        extra = (
+            results["by-position"]["best"] / results["stats"]["best"]
+            if {"stats", "by-position"} <= set(results)
+            else None
+        )
+        line += f" {'' if ratio is None else f'{ratio:.2f}×':>11} {'' if extra is None else f'{extra:.2f}×':>13}"
+        line += f" {load_before:>6.2f}→{os.getloadavg()[0]:<6.2f}"
+        print(line, flush=True)
+        for mode in modes:
+            rounds = ", ".join(f"{t:.2f}" for t in results[mode]["times"])
+            print(f"{'':>7}   {mode}: rounds {rounds} s", flush=True)
+    print("peak GB: the child process's own ru_maxrss (weights, Python, torch and the pass); load: 1-min load average")
+
+
+if __name__ == "__main__":
+    main()
