@@ -188,12 +188,23 @@ class _SummarisedRows:
     def __init__(self, site: AttentionSite, stack_key: tuple, query_start: int) -> None:
         self.site, self.stack_key, self.query_start = site, stack_key, query_start
         self.next_start = query_start  # the first query of the block that would continue these
-        self.summaries: list[Tensor] = []  # each [4 + 2·r, b, h, blk]
+        # [4 + 2·r, b, h, capacity], filled up to `filled`: one buffer grown by doubling, not a copy per block
+        # (hundreds of small copies per layer at 8k tokens leave the C heap fragmented: +0.3 GB resident)
+        self.summaries: Tensor | None = None
+        self.filled = 0
         self.first: list[Tensor] = []  # each [b, h, blk]
         self.special: list[Tensor | None] = []  # each [b, h, blk]; None: no special token in reach
 
     def add(self, summary: RowSummary, first: Tensor, special: Tensor | None) -> None:
-        self.summaries.append(summary.values.clone())  # the core reuses its buffer for the next block
+        values = summary.values  # [4 + 2·r, b, h, blk]; the core reuses this buffer for the next block
+        end = self.filled + values.shape[-1]
+        if self.summaries is None or end > self.summaries.shape[-1]:
+            grown = values.new_empty(*values.shape[:-1], max(end, 2 * self.filled))
+            if self.summaries is not None:
+                grown[..., : self.filled] = self.summaries[..., : self.filled]
+            self.summaries = grown
+        self.summaries[..., self.filled : end] = values
+        self.filled = end
         self.first.append(first.clone())
         self.special.append(special)
         self.next_start += summary.values.shape[-1]
@@ -205,7 +216,8 @@ class _SummarisedRows:
             special = torch.cat(
                 [torch.zeros_like(first) if mass is None else mass for mass, first in zip(self.special, self.first)], -1
             )
-        return RowSummary(torch.cat(self.summaries, dim=-1)), torch.cat(self.first, dim=-1), special
+        assert self.summaries is not None  # a pending site has at least one block
+        return RowSummary(self.summaries[..., : self.filled]), torch.cat(self.first, dim=-1), special
 
 
 class StatisticsAccumulator:
