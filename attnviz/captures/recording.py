@@ -111,6 +111,7 @@ def plan_recording(
         if not every_head or layers is not None:
             identity.heads[stack] = ids_per_layer
             identity.model_heads[stack] = counts_per_layer
+            identity.model_layout[stack] = [layout[AttentionSite(stack, layer)] for layer in range(count)]
     if stacks is not None:
         for stack in available:
             if stack not in chosen_stacks:

@@ -60,7 +60,8 @@ def print_summary(result, stack) -> None:
         # the model's size, then the layers and heads this capture holds (its numbers are the model's)
         held = result.recorded_layers(stack)
         heads = sum(result.head_counts(stack)[layer] for layer in held)
-        model_size = layers_and_heads(identity.model_heads.get(stack) or [0] * len(result.head_counts(stack)))
+        model_counts = identity.model_layout.get(stack) or identity.model_heads.get(stack)
+        model_size = layers_and_heads(model_counts or [0] * len(result.head_counts(stack)))
         size = (
             f"{model_size.replace(' × 0 heads', '')}, recorded: {'layer' if len(held) == 1 else 'layers'} "
             f"{', '.join(map(str, held))} ({plural(heads, 'head')})"

@@ -29,6 +29,9 @@ class HeadIdentity:
     recorded_layers: dict[str, list[int]] = field(default_factory=dict)
     #: a capture of some layers or heads: stack -> per layer, how many heads the model numbers (``heads``: those recorded)
     model_heads: dict[str, list[int]] = field(default_factory=dict)
+    #: a capture of some layers or heads: stack -> per layer, how many heads the model has (fewer than it
+    #: numbers once pruned)
+    model_layout: dict[str, list[int]] = field(default_factory=dict)
 
     def is_recorded(self, stack: str, layer: int) -> bool:
         """Whether a capture holds ``layer`` of ``stack`` (always, unless it records some layers only)."""
@@ -61,6 +64,8 @@ class HeadIdentity:
             record["recorded_layers"] = self.recorded_layers
         if self.model_heads:
             record["model_heads"] = self.model_heads
+        if self.model_layout:
+            record["model_layout"] = self.model_layout
         return record
 
     @classmethod
@@ -70,6 +75,7 @@ class HeadIdentity:
             masked=record.get("masked", {}),
             recorded_layers=record.get("recorded_layers", {}),
             model_heads=record.get("model_heads", {}),
+            model_layout=record.get("model_layout", {}),
         )
         # read from files: every table must be stack -> list of numbers (or of lists of numbers)
         for name, table, nested in (
@@ -77,6 +83,7 @@ class HeadIdentity:
             ("masked", identity.masked, True),
             ("recorded_layers", identity.recorded_layers, False),
             ("model_heads", identity.model_heads, False),
+            ("model_layout", identity.model_layout, False),
         ):
             if not isinstance(table, dict) or not all(
                 isinstance(value, list) and all(_numbers(item) if nested else _number(item) for item in value)
