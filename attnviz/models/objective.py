@@ -234,7 +234,30 @@ class LanguageModelObjective(Objective):
         return math.exp(min(loss_mean, 700.0))
 
 
-class RepresentationObjective(Objective):
+class ProbedObjective(Objective):
+    """An objective whose gradient importance differentiates seeded random probes of the output.
+
+    Its loss is minimal (0) at the unpruned model, so its own gradient there is useless; each
+    subclass says what its probes are.
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        batches: Sequence[EncodedBatch],
+        *,
+        probes: int = 8,
+        seed: int = 0,
+        parallel: DataParallel = SINGLE_PROCESS,
+    ):
+        super().__init__(loaded, batches, parallel=parallel)
+        #: random output probes per batch for gradient importance
+        self.probes = probes
+        #: seed of the probes
+        self.seed = seed
+
+
+class RepresentationObjective(ProbedObjective):
     """Label-free: distortion of the final hidden states relative to the unpruned model (see module docstring)."""
 
     kind = "representation"
@@ -251,11 +274,7 @@ class RepresentationObjective(Objective):
         seed: int = 0,
         parallel: DataParallel = SINGLE_PROCESS,
     ):
-        super().__init__(loaded, batches, parallel=parallel)
-        #: random output probes per batch for gradient importance
-        self.probes = probes
-        #: seed of the probes
-        self.seed = seed
+        super().__init__(loaded, batches, probes=probes, seed=seed, parallel=parallel)
         # The unpruned model's final hidden states, one [b, t, e] tensor per batch.
         with torch.no_grad():
             self.references = [self._hidden(index, loaded.context()).detach() for index in range(len(self.batches))]

@@ -41,7 +41,7 @@ from attnviz.common.errors import ParameterError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.core import AttentionContext
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
-from attnviz.models.objective import MIN_SCORING_UNITS, Objective
+from attnviz.models.objective import MIN_SCORING_UNITS, ProbedObjective
 
 if TYPE_CHECKING:
     from attnviz.models.vision import VisionModel
@@ -80,7 +80,7 @@ def kl_divergence(reference: Tensor, log_q: Tensor) -> Tensor:
     return torch.where(p > 0, p * (reference - log_q), torch.zeros_like(p)).sum(-1)
 
 
-class PredictionObjective(Objective):
+class PredictionObjective(ProbedObjective):
     """KL divergence from the unpruned classifier's own class distribution; metric agreement (module docstring)."""
 
     loaded: VisionModel  # built by VisionModel.objective
@@ -99,11 +99,8 @@ class PredictionObjective(Objective):
         seed: int = 0,
         parallel: DataParallel = SINGLE_PROCESS,
     ):
-        super().__init__(loaded, batches, parallel=parallel)
-        #: Fisher probes per batch for gradient importance
-        self.probes = probes
-        #: seed of the probes
-        self.seed = seed
+        # probes: Fisher probes of the logits per batch (see the module docstring)
+        super().__init__(loaded, batches, probes=probes, seed=seed, parallel=parallel)
         # The unpruned model's log-probabilities, [b, classes] float64, for the batches this process handles.
         with torch.no_grad():
             self.references = {
