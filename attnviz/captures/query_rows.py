@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture
+from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
 from attnviz.core import AttentionSite
@@ -32,8 +33,8 @@ LAST = "last"
 QueryPosition = int | Literal["last"]
 
 
-@dataclass(repr=False)
-class QueryRows:
+@dataclass(repr=False)  # its own short repr; notebooks show the strips (attnviz.render.inline)
+class QueryRows(NotebookDisplay):
     """Attention of one query over every key, for the chosen layers and heads.
 
     ``rows[i]`` is float32 ``[head, key]``: layer ``layers[i]``, one row per head number in ``heads[i]``

@@ -227,9 +227,29 @@ def prune_view(outcome_or_report: Any) -> HtmlView:
     return _table_view(f"{report.model}: pruning", sections, height=620)
 
 
+def strips_view(rows: Any) -> HtmlView:
+    """One query's attention: the strips figure, and each strip's strongest key."""
+    from attnviz.render.query_strip import query_strip
+
+    labels = rows.labels()
+    strongest = [top[0] for top in rows.top_keys(1)]
+    matrix = rows.matrix()  # [strip, key]
+    lines = [
+        f"{label}: {rows.key_tokens[key]!r} (key {key}) {float(matrix[strip, key]):.3f}"
+        for strip, (label, key) in enumerate(zip(labels, strongest))
+    ]
+    header = f"query {rows.query} ({rows.query_token!r}) over {len(rows.key_tokens)} keys; strongest key per strip:"
+    sections = [
+        figure_html(query_strip(rows), "one query's attention over every key, a strip per head"),
+        paragraph(header),
+        *(paragraph(line) for line in lines),
+    ]
+    return _table_view(f"{rows.model}: query strips", sections, height=min(900, 320 + 60 * len(labels)))
+
+
 def show(result: Any) -> HtmlView:
     """The inline view of any attnviz result: a capture (head and model view), statistics, flags, head functions,
-    head similarity, a pruning outcome or report, or a view already made."""
+    head similarity, a pruning outcome or report, one query's strips, or a view already made."""
     if isinstance(result, HtmlView):
         return result
     if isinstance(result, AttentionCapture):
@@ -242,6 +262,7 @@ def show(result: Any) -> HtmlView:
         "HeadSimilarity": similarity_view,
         "PruneOutcome": prune_view,
         "PruneReport": prune_view,
+        "QueryRows": strips_view,
     }
     if kind not in builders:
         raise InputError(f"attnviz has no inline view of a {kind}")

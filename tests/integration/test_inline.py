@@ -37,6 +37,7 @@ def results(bert):
         "head functions": functions,
         "head similarity": functions.similarity,
         "atlas": attnviz.head_atlas(bert, TEXTS[:3], examples=1),
+        "query strips": attnviz.capture_query_rows(bert, TEXTS[0], "last", layers=[0]),
     }
 
 
@@ -88,6 +89,7 @@ def test_inline_frames_render_their_content_in_chromium(results, tmp_path, open_
         "head functions": "head functions",
         "head similarity": "head similarity",
         "atlas": "atlas",
+        "query strips": "query strips",
     }
     for name, result in results.items():
         text = text_in_frame(open_page, tmp_path / f"{name.replace(' ', '-')}-output.html", result._repr_html_())
@@ -138,3 +140,16 @@ def test_figures_leave_backend_and_rcparams_alone(results, bert):
     import sys
 
     assert "matplotlib.pyplot" not in sys.modules or before[0] is not None
+
+
+def test_query_strips_name_each_strips_strongest_key(results):
+    """The strips' inline view lists, per strip, the key of largest weight of the recorded row (a hand argmax)."""
+    rows = results["query strips"]
+    page = srcdoc(rows._repr_html_())
+    matrix = rows.matrix()  # [strip, key]
+    assert matrix.shape[0] == len(rows.labels()) > 1
+    for strip, label in enumerate(rows.labels()):
+        key = int(matrix[strip].argmax())
+        line = f"{label}: {rows.key_tokens[key]!r} (key {key}) {float(matrix[strip, key]):.3f}"
+        assert html.escape(line) in page, line
+    assert "data:image/png;base64," in page
