@@ -29,6 +29,7 @@ the model's number of each recorded head; the file stores the recorded layers on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -168,6 +169,14 @@ class AttentionCapture(NotebookDisplay):
     def is_causal(self, stack: str = "self") -> bool:
         """Whether queries of ``stack`` only see earlier keys."""
         return is_causal_stack(stack, self.causal)
+
+    def renormalised(self) -> AttentionCapture:
+        """A norm-based capture with every row divided by its sum (a distribution again, as views of weights
+        expect); a capture of weights as it is."""
+        if self.weighting != "norm":
+            return self
+        rows = {stack: [p / p.sum(-1, keepdim=True).clamp(min=1e-30) for p in layers] for stack, layers in self.patterns.items()}
+        return dataclasses.replace(self, patterns=rows, model=f"{self.model} · norm-based, rows renormalised")
 
     # -- attention from other tools ---------------------------------------------------------
 
