@@ -35,6 +35,13 @@ CARRIER_FIELDS: tuple[str, ...] = (
     "first_token_weight_share",
     "first_token_norm_share",
 )
+#: what each field means (column help in the head atlas)
+CARRIER_HELP: dict[str, str] = {
+    "first_value_norm": "mean ‖f_h(x₀)‖: the norm of the first token's value vector after the output projection",
+    "other_value_norm": "mean ‖f_h(x_j)‖ of the other tokens",
+    "first_token_weight_share": "mean αᵢ₀: the first token's share of the weights (probability)",
+    "first_token_norm_share": "mean αᵢ₀‖f(x₀)‖ ÷ Σⱼ αᵢⱼ‖f(x_j)‖: its share of the norm-weighted mass (probability)",
+}
 _TINY = 1e-30
 
 
