@@ -109,3 +109,35 @@ def test_unknown_weighting_is_refused(tiny_models):
 
     with pytest.raises(ParameterError, match="weighting must be one of weights, norm"):
         capture(tiny_models["bert"], TEXTS[0], weighting="value")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_stats_of_norm_weighting_are_those_of_renormalised_norm_rows(tiny_models, family):
+    """stats(weighting="norm") = the statistics of each capture row α·‖f‖ divided by its sum; carriers by hand."""
+    from attnviz.captures.attention_capture import capture
+    from attnviz.stats import compute_statistics
+
+    loaded = tiny_models[family]
+    text = TEXTS[1]
+    norm_capture = capture(loaded, text, weighting="norm")
+    weights_capture = capture(loaded, text)
+    norm = norm_capture.stacked()  # [layer, head, q, k]
+    weights = weights_capture.stacked()
+    rows = norm / norm.sum(-1, keepdim=True)
+    special = torch.tensor(norm_capture.special)
+    stats = compute_statistics(loaded, [text], weighting="norm", progress=False)
+    assert stats.weighting == "norm"
+    assert torch.allclose(stats.matrix("first_token"), rows[..., 0].mean(-1).double(), atol=1e-5)
+    assert torch.allclose(stats.matrix("special_tokens"), rows[..., special].sum(-1).mean(-1).double(), atol=1e-5)
+    assert torch.allclose(stats.matrix("max_weight"), rows.amax(-1).mean(-1).double(), atol=1e-5)
+    # what each token carries: ‖f(x_j)‖ = (α·‖f‖) / α on any query that sees key j (the last one sees all)
+    value_norms = norm[:, :, -1] / weights[:, :, -1]  # [layer, head, k]
+    carriers = stats.carriers
+    assert torch.allclose(carriers.matrix("first_value_norm"), value_norms[..., 0].double(), rtol=1e-4)
+    assert torch.allclose(carriers.matrix("other_value_norm"), value_norms[..., 1:].mean(-1).double(), rtol=1e-4)
+    assert torch.allclose(carriers.matrix("first_token_weight_share"), weights[..., 0].mean(-1).double(), atol=1e-5)
+    assert torch.allclose(carriers.matrix("first_token_norm_share"), rows[..., 0].mean(-1).double(), atol=1e-5)
+    plain = compute_statistics(loaded, [text], progress=False)  # the weights: the same carriers beside them
+    assert plain.weighting == "weights"
+    assert torch.allclose(plain.carriers.matrix("first_token_norm_share"), carriers.matrix("first_token_norm_share"))
+    assert torch.allclose(plain.matrix("first_token"), carriers.matrix("first_token_weight_share"), atol=1e-6)
