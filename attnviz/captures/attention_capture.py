@@ -49,8 +49,8 @@ from attnviz.common.tokens import display_token, word_groups, word_label
 from attnviz.core import AttentionSite
 from attnviz.core.choices import Weighting
 from attnviz.core.recorder import PatternRecorder
-from attnviz.core.weighting import check_weighting, weighted_observers
 from attnviz.core.stacks import is_causal_stack, stack_of
+from attnviz.core.weighting import check_weighting, weighted_observers
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import HeadIdentity
 from attnviz.outputs.files import atomic_path, check_output_path
@@ -175,7 +175,10 @@ class AttentionCapture(NotebookDisplay):
         expect); a capture of weights as it is."""
         if self.weighting != "norm":
             return self
-        rows = {stack: [p / p.sum(-1, keepdim=True).clamp(min=1e-30) for p in layers] for stack, layers in self.patterns.items()}
+        rows = {
+            stack: [p / p.sum(-1, keepdim=True).clamp(min=1e-30) for p in layers]
+            for stack, layers in self.patterns.items()
+        }
         return dataclasses.replace(self, patterns=rows, model=f"{self.model} · norm-based, rows renormalised")
 
     # -- attention from other tools ---------------------------------------------------------

@@ -115,7 +115,7 @@ def capture(
     sample: SampleOption = False,
     temperature: TemperatureOption = 1.0,
     seed: SampleSeedOption = None,
-    weighting: WeightingOption = "weights",  # type: ignore[assignment]
+    weighting: WeightingOption = "weights",
 ) -> None:
     """Save the attention patterns of TEXT as a safetensors file (one \\[head, query, key] tensor per layer).
 
@@ -147,7 +147,7 @@ def capture(
         raise InputError("--head mean draws an average: a capture records heads, give numbers or all")
     byte_limit = max_bytes_value(max_bytes)
     partial = layers is not None or heads is not None or stack is not None
-    norm = getattr(weighting, "value", weighting) == "norm"
+    norm = weighting.value == "norm"
     if norm and (image is not None or generate is not None or with_rollout):
         raise InputError("--weighting norm captures a text: --image, --generate and --rollout do not apply")
     if image is not None:

@@ -101,7 +101,7 @@ def diff(
         typer.Option("--seed", help="Seed of the toy task examples. Example: --seed 1", rich_help_panel=INPUT_PANEL),
     ] = 0,
     local_window: LocalWindowOption = 2,
-    weighting: WeightingOption = "weights",  # type: ignore[assignment]
+    weighting: WeightingOption = "weights",
     stack: StackOption = None,
     layer: Annotated[
         int | None,
@@ -216,7 +216,7 @@ def diff(
         "local_window": local_window,
         "toy_examples": toy_examples,
         "seed": seed,
-        "weighting": getattr(weighting, "value", weighting),
+        "weighting": weighting.value,
     }
     if against is not None and options["weighting"] != "weights":
         from attnviz.common.errors import InputError

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from attnviz.cli.options import (
-    INPUT_PANEL,
     OUTPUT_PANEL,
     VIEW_PANEL,
     DataOption,
@@ -26,19 +25,29 @@ FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def explain(
-    model: Annotated[str, typer.Argument(help="Model spec: minilm, smollm2, a Hugging Face directory, … Example: smollm2")],
+    model: Annotated[
+        str, typer.Argument(help="Model spec: minilm, smollm2, a Hugging Face directory, … Example: smollm2")
+    ],
     text: Annotated[
-        str, typer.Argument(help="The text whose weight is explained ('-' reads standard input). Example: 'The cat sat.'")
+        str,
+        typer.Argument(help="The text whose weight is explained ('-' reads standard input). Example: 'The cat sat.'"),
     ],
     layer: Annotated[int, typer.Option("--layer", "-l", help="Layer (negative from the end). Example: --layer 3")],
     head: Annotated[int, typer.Option("--head", help="Head of that layer. Example: --head 2", show_default=False)],
     query: Annotated[
         str,
-        typer.Option("--query", "-q", help="Query position: a token index or 'last'. Example: --query 5", rich_help_panel=VIEW_PANEL),
+        typer.Option(
+            "--query",
+            "-q",
+            help="Query position: a token index or 'last'. Example: --query 5",
+            rich_help_panel=VIEW_PANEL,
+        ),
     ] = "last",
     key: Annotated[
         str,
-        typer.Option("--key", "-k", help="Key position: a token index or 'last'. Example: --key 0", rich_help_panel=VIEW_PANEL),
+        typer.Option(
+            "--key", "-k", help="Key position: a token index or 'last'. Example: --key 0", rich_help_panel=VIEW_PANEL
+        ),
     ] = "0",
     data: DataOption = None,
     projection: Annotated[
@@ -50,17 +59,29 @@ def explain(
             "(scikit-learn, placed with --seed). Example: --projection tsne",
             rich_help_panel=VIEW_PANEL,
         ),
-    ] = "pca",  # type: ignore[assignment]
+    ] = "pca",
     seed: Annotated[
-        int, typer.Option("--seed", help="Seed of t-SNE and of the tokens drawn above --points. Example: --seed 1", rich_help_panel=VIEW_PANEL)
+        int,
+        typer.Option(
+            "--seed",
+            help="Seed of t-SNE and of the tokens drawn above --points. Example: --seed 1",
+            rich_help_panel=VIEW_PANEL,
+        ),
     ] = 0,
     points: Annotated[
         int,
-        typer.Option("--points", min=4, help="Most queries + keys on the map. Example: --points 1000", rich_help_panel=VIEW_PANEL),
+        typer.Option(
+            "--points", min=4, help="Most queries + keys on the map. Example: --points 1000", rich_help_panel=VIEW_PANEL
+        ),
     ] = 2000,
     links: Annotated[
         int,
-        typer.Option("--links", min=0, help="Strongest query → key weights drawn on the map. Example: --links 100", rich_help_panel=VIEW_PANEL),
+        typer.Option(
+            "--links",
+            min=0,
+            help="Strongest query → key weights drawn on the map. Example: --links 100",
+            rich_help_panel=VIEW_PANEL,
+        ),
     ] = 60,
     out: Annotated[
         list[Path] | None,
@@ -116,7 +137,7 @@ def explain(
                 corpus or [text],
                 layer=layer,
                 head=head,
-                projection=getattr(projection, "value", projection),
+                projection=projection.value,
                 seed=seed,
                 max_points=points,
                 links=links,

@@ -154,7 +154,7 @@ def heatmap(
     sample: SampleOption = False,
     temperature: TemperatureOption = 1.0,
     seed: SampleSeedOption = None,
-    weighting: WeightingOption = "weights",  # type: ignore[assignment]
+    weighting: WeightingOption = "weights",
     terminal: Annotated[
         bool,
         typer.Option(
@@ -247,7 +247,7 @@ def heatmap(
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
     from attnviz.render.html_page import HTML_SUFFIXES
 
-    norm = _check_weighting(getattr(weighting, "value", weighting), query, image, generate, view, from_capture)
+    norm = _check_weighting(weighting.value, query, image, generate, view, from_capture)
     if query is not None and image is None:  # a text's query position draws strips (attnviz/cli/strips.py)
         from attnviz.cli.strips import query_strips
 

@@ -66,7 +66,7 @@ def report(
     max_length: MaxLengthOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
-    weighting: WeightingOption = "weights",  # type: ignore[assignment]
+    weighting: WeightingOption = "weights",
 ) -> None:
     """Write the head atlas: every head's statistics in a sortable table, a layer × head grid, example patterns.
 
@@ -96,7 +96,7 @@ def report(
         device=device,
         dtype=dtype,
         compare=compare,
-        weighting=getattr(weighting, "value", weighting),
+        weighting=weighting.value,
     )
     print(path)
 

@@ -97,7 +97,7 @@ def stats(
     local_window: LocalWindowOption = 2,
     by_position: ByPositionOption = False,
     bucket_size: BucketSizeOption = None,
-    weighting: WeightingOption = "weights",  # type: ignore[assignment]
+    weighting: WeightingOption = "weights",
     stack: StackOption = None,
     preset: PresetOption = "normalized",
     collapsed_max_weight: CollapsedMaxWeight = None,
@@ -220,7 +220,7 @@ def stats(
             images=images,
             by_position=by_position,
             bucket_size=bucket_size,
-            weighting=getattr(weighting, "value", weighting),
+            weighting=weighting.value,
         )
         if parallel.is_main:  # only rank 0 prints and writes
             stack = stack_value(stack)

@@ -24,6 +24,7 @@ from attnviz.common.texts import load_texts
 from attnviz.compare.matching import head_pairs, match_heads
 from attnviz.compare.pairing import DivergenceAccumulator, LayerRecorder, _Handoff, run_paired
 from attnviz.compare.result import ModelComparison, build_comparison
+from attnviz.core.attention import AttentionObserver
 from attnviz.core.choices import Weighting
 from attnviz.core.kernel import prepare_kernel
 from attnviz.core.weighting import check_weighting, weighted_observers
@@ -79,9 +80,9 @@ def compare_models(
     batching = {"batch_size": batch_size, "max_tokens_per_batch": max_tokens_per_batch, "max_length": max_length}
     if by_statistics:
         start = time.perf_counter()
-        batching["weighting"] = weighting
+        settings = {**batching, "weighting": weighting}
         stats_a, stats_b = (
-            _statistics(model, corpus, toy_examples, seed, local_window, progress, truncate, batching)
+            _statistics(model, corpus, toy_examples, seed, local_window, progress, truncate, settings)
             for model in (model_a, model_b)
         )
         seconds = time.perf_counter() - start
@@ -103,11 +104,15 @@ def compare_models(
     recorder = LayerRecorder(pairs, _Handoff())
     divergence = DivergenceAccumulator(pairs)
     fused = prepare_kernel()  # a corpus pass, as in compute_statistics
+    sides: list[tuple[LoadedModel, list[AttentionObserver]]] = [
+        (model_a, [sums_a, recorder]),
+        (model_b, [sums_b, divergence]),
+    ]
     observers_a, observers_b = (
         weighted_observers(
             observers, weighting, model.head_output_projections() if weighting == "norm" else None, renormalise=True
         )
-        for model, observers in ((model_a, [sums_a, recorder]), (model_b, [sums_b, divergence]))
+        for model, observers in sides
     )
     context_a = dataclasses.replace(model_a.context(observers_a), fused_softmax=fused)
     context_b = dataclasses.replace(model_b.context(observers_b), fused_softmax=fused)

@@ -266,7 +266,7 @@ def attend(
     scale = pattern_fn.scaling if isinstance(pattern_fn, SoftmaxPattern) else None
     for observer in observers:
         if getattr(observer, "accepts_inputs", False):
-            observer.observe_inputs(site, query, key, value, scale)
+            getattr(observer, "observe_inputs")(site, query, key, value, scale)  # noqa: B009 (an optional method)
 
     block = query_block_size(batch, heads, query_len, key_len)
     bias = pattern_fn.bias if isinstance(pattern_fn, SoftmaxPattern) else None

@@ -89,7 +89,7 @@ class NormWeighting:
         self._norms = None if projections is None else value_norms(value, projections)
         for observer in self.observers:
             if getattr(observer, "accepts_inputs", False):
-                observer.observe_inputs(site, query, key, value, scaling)
+                getattr(observer, "observe_inputs")(site, query, key, value, scaling)  # noqa: B009 (optional)
 
     def observe(self, site: AttentionSite, pattern: Tensor, query_start: int, **_: object) -> None:
         """``pattern``: ``[b, h, blk, c]``; the observers receive ``[b, h, blk, c]`` weighted the same way."""

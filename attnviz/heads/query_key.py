@@ -235,7 +235,12 @@ def query_key_map(
     texts = [text for text in texts if text.strip()]
     if not texts:
         raise InputError("no text given: give at least one example")
-    queries, keys, labels, positions, examples, strongest = [], [], [], [], [], []
+    queries: list[Tensor] = []
+    keys: list[Tensor] = []
+    labels: list[str] = []
+    positions: list[int] = []
+    examples: list[int] = []
+    strongest: list[tuple[int, int, float]] = []
     for start in range(0, len(texts), batch_size):
         batch = loaded.encode(texts[start : start + batch_size], max_length=max_length, truncate=True)
         recorder = _record(loaded, batch, layer, head)

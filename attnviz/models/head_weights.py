@@ -24,7 +24,9 @@ def hf_head_output_projections(loaded: LoadedModel) -> dict[AttentionSite, Tenso
     BERT: ``attention.output.dense``; GPT-2: ``c_proj`` (a ``Conv1D``, weight ``[h·d, hidden]``); LLaMA family:
     ``o_proj``. Grouped-query heads each get their own slice (they share values, not output columns).
     """
-    return {site: head_output_slices(block.output, block.head_dim) for site, block in find_attention_blocks(loaded).items()}
+    return {
+        site: head_output_slices(block.output, block.head_dim) for site, block in find_attention_blocks(loaded).items()
+    }
 
 
 def hf_rotary_frequencies(model: Any) -> Tensor | None:

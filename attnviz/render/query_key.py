@@ -40,9 +40,11 @@ def breakdown_lines(breakdown: LogitBreakdown) -> list[str]:
     """What the breakdown says, in a few lines of text."""
     lines = [
         f"{breakdown.model} · layer {breakdown.layer} head {breakdown.head} · {_pair_label(breakdown)}",
-        f"logit = {breakdown.scaling:.4g} × Σ_d q_d·k_d = {breakdown.scaling:.4g} × "
-        f"{float(breakdown.products.sum()):.4f} = {breakdown.logit:.4f} → weight {breakdown.weight:.4f} "
-        f"(the query's logits range {float(breakdown.logits.min()):.3f} … {float(breakdown.logits.max()):.3f})",
+        (
+            f"logit = {breakdown.scaling:.4g} × Σ_d q_d·k_d = {breakdown.scaling:.4g} × "
+            f"{float(breakdown.products.sum()):.4f} = {breakdown.logit:.4f} → weight {breakdown.weight:.4f} "
+            f"(the query's logits range {float(breakdown.logits.min()):.3f} … {float(breakdown.logits.max()):.3f})"
+        ),
     ]
     if breakdown.bands:
         moving = max(breakdown.bands, key=lambda band: band.spread)
@@ -197,7 +199,9 @@ def query_key_html(breakdown: LogitBreakdown | None, mapping: QueryKeyMap | None
         f'<meta http-equiv="Content-Security-Policy" content="{_POLICY}">\n<title>{title}</title>\n'
         "<style>body{font-family:system-ui,sans-serif;margin:16px;color:#222}table{border-collapse:collapse;"
         "font-size:13px}td,th{padding:2px 8px;text-align:right}th{border-bottom:1px solid #ccc}p{font-size:13px}"
-        "svg text{font-size:11px}</style>\n</head>\n<body>\n<h1 style='font-size:18px'>" + title + "</h1>\n"
+        "svg text{font-size:11px}</style>\n</head>\n<body>\n<h1 style='font-size:18px'>"
+        + title
+        + "</h1>\n"
         + "\n".join(sections)
         + "\n</body>\n</html>\n"
     )
@@ -288,5 +292,5 @@ def _map_section(mapping: QueryKeyMap, size: int = 560) -> str:
         f'<svg width="{size}" height="{size}" viewBox="0 0 {size} {size}" role="img" '
         f'aria-label="{html.escape(x_label)} by {html.escape(y_label)}" style="border:1px solid #ddd">'
         + "".join(shapes)
-        + f'</svg><p>x: {html.escape(x_label)} · y: {html.escape(y_label)}</p>{switch}</section>'
+        + f"</svg><p>x: {html.escape(x_label)} · y: {html.escape(y_label)}</p>{switch}</section>"
     )

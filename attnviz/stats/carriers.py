@@ -111,7 +111,7 @@ class TokenCarriers:
         moved = torch.matmul(pattern, norms[..., None])[..., 0]  # [b, h, blk]: Σ_j α_ij ‖f(x_j)‖
         weight_share = pattern[..., 0]  # [b, h, blk]
         norm_share = weight_share * norms[..., :1] / moved.clamp(min=_TINY)  # [b, h, blk]
-        query_lengths, _ = self._batch.query_key_lengths(site.stack)
+        query_lengths = self._batch.query_key_lengths(site.stack)[0]
         positions = torch.arange(query_start, query_start + rows, device=pattern.device)  # [blk]
         real = positions[None, :] < torch.tensor(query_lengths, device=pattern.device)[:, None]  # [b, blk]
         real = real[:, None, :]  # [b, 1, blk]

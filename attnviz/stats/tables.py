@@ -161,9 +161,7 @@ def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: 
     table = per_head_table(title, caption, [HEADERS[name] for name in statistics], "flags")
     for layer, head, values, flags in rows:
         flag_text = tag_text((_FLAG_LABELS.get(flag, flag), _FLAG_STYLES.get(flag, "")) for flag in flags)
-        table.add_row(
-            str(layer), str(head), *(_format(values.get(name, math.nan)) for name in statistics), flag_text
-        )
+        table.add_row(str(layer), str(head), *(_format(values.get(name, math.nan)) for name in statistics), flag_text)
     return table
 
 

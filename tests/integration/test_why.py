@@ -38,7 +38,10 @@ def _minilm_norm_reference(minilm_dir, text: str) -> torch.Tensor:
         heads, size = weights.shape[1], 384 // weights.shape[1]
         w_o = model.encoder.layer[n].attention.output.dense.weight.detach()  # [hidden, h·d]
         norms = torch.stack(
-            [(values[n][0, :, h * size : (h + 1) * size] @ w_o[:, h * size : (h + 1) * size].T).norm(dim=-1) for h in range(heads)]
+            [
+                (values[n][0, :, h * size : (h + 1) * size] @ w_o[:, h * size : (h + 1) * size].T).norm(dim=-1)
+                for h in range(heads)
+            ]
         )  # [h, k]
         maps.append(weights[0] * norms[:, None, :])
     return torch.stack(maps)
@@ -73,7 +76,9 @@ def test_heatmap_and_diff_say_they_show_norms(capsys, tiny_dirs, tiny_model_dirs
     from figure_helpers import read_svg
 
     figure = tmp_path / "norm.svg"
-    result = run_cli(capsys, "heatmap", TEXTS[0], "--model", str(tiny_dirs["bert"]), "--weighting", "norm", "--out", figure)
+    result = run_cli(
+        capsys, "heatmap", TEXTS[0], "--model", str(tiny_dirs["bert"]), "--weighting", "norm", "--out", figure
+    )
     assert result.exit_code == 0, result.stderr
     texts = " ".join(read_svg(figure).texts)
     assert "norm-based" in texts and "weight × value norm" in texts
@@ -87,9 +92,8 @@ def test_heatmap_and_diff_say_they_show_norms(capsys, tiny_dirs, tiny_model_dirs
 
 
 def test_explain_page_opens_offline_and_switches_colours(capsys, browser, tmp_path):
-    from PIL import Image
-
     from browser import PageRun
+    from PIL import Image
 
     page, figure = tmp_path / "why.html", tmp_path / "why.png"
     result = run_cli(
@@ -111,6 +115,8 @@ def test_explain_page_opens_offline_and_switches_colours(capsys, browser, tmp_pa
         assert run.page.eval_on_selector_all("#dimensions tr", "rows => rows.length") > 1
     finally:
         run.close()
+
+
 def test_stats_command_says_what_it_computed(capsys, tiny_dirs, tmp_path):
     import csv
 

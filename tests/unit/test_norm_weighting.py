@@ -36,7 +36,9 @@ def _eager_reference(directory, family: str, batch) -> dict[int, torch.Tensor]:
         for number, layer in enumerate(layers):
             hooks.append(
                 layer.attn.c_attn.register_forward_hook(  # [b, k, 3·h·d]: query | key | value
-                    lambda module, inputs, output, n=number: values.__setitem__(n, output[..., 2 * config.hidden_size :])
+                    lambda module, inputs, output, n=number: values.__setitem__(
+                        n, output[..., 2 * config.hidden_size :]
+                    )
                 )
             )
         outputs = [layer.attn.c_proj.weight.t() for layer in layers]  # Conv1D [h·d, hidden] -> [hidden, h·d]

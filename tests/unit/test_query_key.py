@@ -20,7 +20,9 @@ def _eager_row(directory, family: str, text: str, loaded, layer: int, head: int,
 
 
 @pytest.mark.parametrize(("family", "head", "query"), [("bert", 1, 4), ("llama", 5, "last")])
-def test_per_dimension_products_sum_to_the_scaled_logit_of_the_eager_weights(tiny_dirs, tiny_models, family, head, query):
+def test_per_dimension_products_sum_to_the_scaled_logit_of_the_eager_weights(
+    tiny_dirs, tiny_models, family, head, query
+):
     """Σ_d q_d·k_d × scaling is the logit; the softmax of every key's logit is transformers' eager row."""
     from attnviz.heads.query_key import explain_logit
 
@@ -33,8 +35,12 @@ def test_per_dimension_products_sum_to_the_scaled_logit_of_the_eager_weights(tin
     assert torch.allclose(torch.softmax(breakdown.logits, 0), row[:visible], atol=1e-6)
     assert breakdown.weight == pytest.approx(float(row[breakdown.key_position]), abs=1e-6)
     if family == "llama":  # rotary: every frequency pair lies in one band, so the bands add up to the logit
-        assert breakdown.bands and sum(band.logit for band in breakdown.bands) == pytest.approx(breakdown.logit, abs=1e-5)
-        assert all(later.wavelength[0] >= earlier.wavelength[1] for earlier, later in zip(breakdown.bands, breakdown.bands[1:]))
+        assert breakdown.bands and sum(band.logit for band in breakdown.bands) == pytest.approx(
+            breakdown.logit, abs=1e-5
+        )
+        assert all(
+            later.wavelength[0] >= earlier.wavelength[1] for earlier, later in zip(breakdown.bands, breakdown.bands[1:])
+        )
     else:
         assert breakdown.bands == []
 
