@@ -82,3 +82,18 @@ def test_map_keeps_every_weight_it_normalises_away(tiny_models):
     assert torch.allclose(before, recorder.weights[0], atol=1e-5)
     coordinates, explained = _project(q, k, "pca", 0)
     assert coordinates.shape == (2 * q.shape[0], 2) and explained is not None and explained[0] >= explained[1]
+
+
+def test_breakdown_and_map_show_inline_as_offline_pages(tiny_models):
+    """A notebook shows both as the explain page: the breakdown's dimension table, the map's points as SVG."""
+    import attnviz
+    from attnviz.heads.query_key import explain_logit, query_key_map
+
+    loaded = tiny_models["llama"]
+    breakdown = explain_logit(loaded, TEXTS[0], layer=0, head=1, query=5, key=1)
+    page = attnviz.show(breakdown).html
+    assert "id='dimensions'" in page and "id='bands'" in page and "<svg" not in page
+    assert f"{breakdown.logit:.4f}" in page and "http" not in page.replace("http-equiv", "")
+    mapping = query_key_map(loaded, TEXTS[:2], layer=0, head=1)
+    frame = mapping._repr_html_()
+    assert frame.startswith("<iframe srcdoc=") and frame.count("class=&quot;point&quot;") == len(mapping.kinds)
