@@ -98,9 +98,7 @@ def explain(
 ) -> None:
     """Why a head attends: the query and key vectors behind one weight, and the head's queries and keys mapped together.
 
-    Prints the logit of one query → key weight dimension by dimension (q_d·k_d; for rotary models, by frequency
-    band). With --out, also maps the head's queries and keys over TEXT or a corpus (--data) in 2-D, coloured by
-    position and by token, with the strongest weights drawn.
+    Prints the logit of one query → key weight dimension by dimension (q_d·k_d; for rotary models, by frequency band). With --out, also maps the head's queries and keys over TEXT or a corpus (--data) in 2-D, coloured by position and by token, with the strongest weights drawn.
 
     Examples:
 
