@@ -72,6 +72,9 @@ _EXPORTS = {
     "HeadFunctions": "attnviz.heads",
     "ProbeSettings": "attnviz.heads",
     "FunctionThresholds": "attnviz.heads",
+    "explain_logit": "attnviz.heads.query_key",
+    "query_key_map": "attnviz.heads.query_key",
+    "query_key_figure": "attnviz.render.query_key",
 }
 
 __all__ = [
@@ -103,6 +106,7 @@ __all__ = [
     "compute_image_statistics",
     "compute_statistics",
     "detect_heads",
+    "explain_logit",
     "head_atlas",
     "head_functions",
     "head_similarity",
@@ -112,6 +116,8 @@ __all__ = [
     "load_toy_model",
     "model_view",
     "prune_model",
+    "query_key_figure",
+    "query_key_map",
     "query_rows_of_capture",
     "query_strip",
     "render_heatmaps",

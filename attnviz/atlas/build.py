@@ -21,6 +21,8 @@ from attnviz.common.progress import status
 from attnviz.common.texts import load_texts
 from attnviz.compare.models import compare_models
 from attnviz.compare.result import ModelComparison
+from attnviz.core.choices import Weighting
+from attnviz.core.weighting import check_weighting, weighted_observers
 from attnviz.models.base import LoadedModel
 from attnviz.models.identity import model_identity
 from attnviz.models.specs import load_model
@@ -116,9 +118,12 @@ def _original_heads(loaded: LoadedModel, stack: str) -> int:
 
 
 def example_captures(
-    loaded: LoadedModel, texts: Sequence[str] | None, count: int, *, seed: int = 0
+    loaded: LoadedModel, texts: Sequence[str] | None, count: int, *, seed: int = 0, weighting: Weighting = "weights"
 ) -> list[AttentionCapture]:
-    """Patterns of ``count`` short examples: the first short texts, or a toy model's own task examples."""
+    """Patterns of ``count`` short examples: the first short texts, or a toy model's own task examples.
+
+    ``weighting="norm"``: norm-based attention with rows renormalised (the page draws distributions).
+    """
     if count <= 0:
         return []
     batch = loaded.own_examples(count, seed) if texts is None else None
@@ -126,8 +131,9 @@ def example_captures(
         short = [text for text in (texts or []) if len(text) <= _EXAMPLE_MAX_CHARS] or list(texts or [])
         batch = loaded.encode(short[:count], max_length=_EXAMPLE_MAX_TOKENS, truncate=True)
     recorder = PatternRecorder()
+    projections = loaded.head_output_projections() if weighting == "norm" else None
     with torch.no_grad():
-        loaded.forward(batch, loaded.context([recorder]))
+        loaded.forward(batch, loaded.context(weighted_observers([recorder], weighting, projections, renormalise=True)))
     return captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
 
 
@@ -149,6 +155,7 @@ def build_head_atlas(
     dtype: str = "auto",
     progress: bool = True,
     compare: str | None = None,
+    weighting: Weighting = "weights",
 ) -> Path:
     """Measure ``checkpoint`` and write its head atlas to ``out`` (``.html``); returns the path.
 
@@ -156,8 +163,12 @@ def build_head_atlas(
     without either: its own task). ``extra_columns`` adds per-head columns
     (``{name: {(stack, layer, head): value}}``), e.g. head-function scores. ``compare``: another model
     spec; its divergence from ``checkpoint`` and the change of every statistic become columns
-    (:func:`comparison_columns`), so the page sorts by what changed most.
+    (:func:`comparison_columns`), so the page sorts by what changed most. ``weighting="norm"``: statistics,
+    comparison and example patterns of norm-based attention (``α_ij·‖f_h(x_j)‖``, rows renormalised to sum 1).
+    What each token carries (first-token value norm, its share of weights and of norm-weighted mass) is a
+    column wherever the model allows it.
     """
+    check_weighting(weighting)
     out = check_output_path(out, HTML_SUFFIXES)
     if data is not None and Path(data).expanduser().resolve() == out.resolve():
         raise InputError(f"the output would overwrite the data file {data}: choose another path")
@@ -186,6 +197,7 @@ def build_head_atlas(
             progress=progress,
             batch_size=batch_size,
             max_length=max_length,
+            weighting=weighting,
         )
         stats = comparison.stats_a
         detection = detect_heads(stats, thresholds)
@@ -199,8 +211,9 @@ def build_head_atlas(
             progress=progress,
             batch_size=batch_size,
             max_length=max_length,
+            weighting=weighting,
         )
-    captured = example_captures(loaded, texts, examples, seed=seed)
+    captured = example_captures(loaded, texts, examples, seed=seed, weighting=weighting)
     columns = dict(extra_columns or {})
     if scores is not None:
         columns = {"importance": scores.importance, **columns}

@@ -16,7 +16,9 @@ for encoder-only and decoder-only models; ``encoder.*``, ``decoder.*`` and
 ``false``); version 2 adds ``bits`` (32, 16 or 8) and, for captures of
 generated text, ``generated_from`` (index of the first generated token); a vision model's capture adds
 ``image_grid`` (JSON: ``rows``, ``cols``, ``extra_kinds``, ``patch_size``) and the tensor
-``image`` (float32 ``[H, W, 3]`` in 0–1, the resized picture).
+``image`` (float32 ``[H, W, 3]`` in 0–1, the resized picture). ``weighting`` says what the tensors hold:
+``weights`` (the softmax weights; a file without the field holds those) or ``norm`` (``α_ij·‖f_h(x_j)‖``,
+norm-based attention: :mod:`attnviz.core.weighting`; not renormalised, so rows need not sum to 1).
 Version-1 files (always float32) still load. No pickle is involved.
 
 A capture of some layers or heads (``capture(..., layers=, heads=, stacks=)``) keeps the model's
@@ -27,6 +29,7 @@ the model's number of each recorded head; the file stores the recorded layers on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,8 +47,10 @@ from attnviz.common.images import ImageGrid
 from attnviz.common.selection import HeadSelection, LayerSelection
 from attnviz.common.tokens import display_token, word_groups, word_label
 from attnviz.core import AttentionSite
+from attnviz.core.choices import Weighting
 from attnviz.core.recorder import PatternRecorder
 from attnviz.core.stacks import is_causal_stack, stack_of
+from attnviz.core.weighting import check_weighting, weighted_observers
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import HeadIdentity
 from attnviz.outputs.files import atomic_path, check_output_path
@@ -77,6 +82,8 @@ class AttentionCapture(NotebookDisplay):
     extras: dict[str, Tensor] = field(default_factory=dict)
     #: a vision model's capture: how the tokens (extra tokens, then patches row-major) cover the image
     image_grid: ImageGrid | None = None
+    #: what the patterns hold: ``"weights"`` (softmax weights) or ``"norm"`` (``α_ij·‖f_h(x_j)‖``, rows not summing to 1)
+    weighting: Weighting = "weights"
 
     def __repr__(self) -> str:
         shape = ", ".join(
@@ -163,6 +170,17 @@ class AttentionCapture(NotebookDisplay):
         """Whether queries of ``stack`` only see earlier keys."""
         return is_causal_stack(stack, self.causal)
 
+    def renormalised(self) -> AttentionCapture:
+        """A norm-based capture with every row divided by its sum (a distribution again, as views of weights
+        expect); a capture of weights as it is."""
+        if self.weighting != "norm":
+            return self
+        rows = {
+            stack: [p / p.sum(-1, keepdim=True).clamp(min=1e-30) for p in layers]
+            for stack, layers in self.patterns.items()
+        }
+        return dataclasses.replace(self, patterns=rows, model=f"{self.model} · norm-based, rows renormalised")
+
     # -- attention from other tools ---------------------------------------------------------
 
     @classmethod
@@ -244,6 +262,7 @@ class AttentionCapture(NotebookDisplay):
             metadata["head_identity"] = json.dumps(self.identity.to_dict())
         if self.image_grid is not None:
             metadata["image_grid"] = json.dumps(self.image_grid.to_dict())
+        metadata["weighting"] = self.weighting
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
         return path
@@ -321,13 +340,16 @@ def capture_batch(
     heads: HeadSelection = None,
     stacks: Sequence[str] | None = None,
     max_bytes: int | None = None,
+    weighting: Weighting = "weights",
 ) -> list[AttentionCapture]:
     """Run ``texts`` through ``loaded`` and return one capture per text (padding trimmed).
 
-    ``layers``, ``heads``, ``stacks`` and ``max_bytes``: as in :func:`capture_encoded`.
+    ``layers``, ``heads``, ``stacks``, ``max_bytes`` and ``weighting``: as in :func:`capture_encoded`.
     """
     batch = loaded.encode(texts, targets=targets, max_length=max_length, truncate=truncate)
-    return capture_encoded(loaded, batch, layers=layers, heads=heads, stacks=stacks, max_bytes=max_bytes)
+    return capture_encoded(
+        loaded, batch, layers=layers, heads=heads, stacks=stacks, max_bytes=max_bytes, weighting=weighting
+    )
 
 
 def capture_encoded(
@@ -338,6 +360,7 @@ def capture_encoded(
     heads: HeadSelection = None,
     stacks: Sequence[str] | None = None,
     max_bytes: int | None = None,
+    weighting: Weighting = "weights",
 ) -> list[AttentionCapture]:
     """Run an encoded ``batch`` (texts or images) through ``loaded``: one capture per example (padding trimmed).
 
@@ -346,16 +369,21 @@ def capture_encoded(
     ``decoder``, ``cross``; None: all). The capture keeps the model's numbers (its identity says which
     layers and heads it holds; the other layers hold no heads). ``max_bytes``: refuse, before the model
     runs, a capture whose float32 patterns would take more (:class:`~attnviz.common.errors.ParameterError`
-    naming the size it needs); None: no limit.
+    naming the size it needs); None: no limit. ``weighting``: ``"weights"`` records the softmax weights,
+    ``"norm"`` each weight times the norm of the transformed value vector it moves, ``α_ij·‖f_h(x_j)‖``
+    (:mod:`attnviz.core.weighting`), computed in the same pass.
     """
+    check_weighting(weighting)
     recording = plan_recording(loaded, layers=layers, heads=heads, stacks=stacks)
     check_capture_size(recording, batch, loaded.layout(), max_bytes)
+    projections = loaded.head_output_projections() if weighting == "norm" else None
     recorder = PatternRecorder(recording.sites, recording.lengths(batch))
     with torch.no_grad():
-        loaded.forward(batch, loaded.context([recorder]))
+        loaded.forward(batch, loaded.context(weighted_observers([recorder], weighting, projections)))
     captures = captures_from_patterns(recorder, batch, loaded.name, loaded.causal, recording.layer_counts)
     for result in captures:
         result.identity = recording.identity
+        result.weighting = weighting
     return captures
 
 
@@ -370,11 +398,13 @@ def capture(
     heads: HeadSelection = None,
     stacks: Sequence[str] | None = None,
     max_bytes: int | None = None,
+    weighting: Weighting = "weights",
 ) -> AttentionCapture:
     """Capture the attention patterns of ``loaded`` on one text (and decoder ``target``): every one by default.
 
     ``layers``, ``heads``, ``stacks`` and ``max_bytes``: as in :func:`capture_encoded` (record only those;
-    refuse a capture larger than ``max_bytes`` before the model runs).
+    refuse a capture larger than ``max_bytes`` before the model runs); ``weighting="norm"``: norm-based
+    attention ``α_ij·‖f_h(x_j)‖`` instead of the weights.
     """
     return capture_batch(
         loaded,
@@ -386,4 +416,5 @@ def capture(
         heads=heads,
         stacks=stacks,
         max_bytes=max_bytes,
+        weighting=weighting,
     )[0]

@@ -10,6 +10,7 @@ wrong figure.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from torch import Tensor
 from attnviz.captures.compact import decode_patterns
 from attnviz.common.errors import CaptureFileError
 from attnviz.common.images import ImageGrid
+from attnviz.core.choices import WEIGHTINGS
 from attnviz.core.stacks import stack_of
 from attnviz.models.identity import HeadIdentity
 
@@ -117,6 +119,9 @@ def capture_fields(
     ):
         raise damaged(f"'generated_from' is not a token index between 0 and {generated_axis}")
 
+    weighting = metadata.get("weighting", "weights")  # files from before norm-based attention hold weights
+    if weighting not in WEIGHTINGS:
+        raise damaged(f"its weighting is {weighting!r}, not one of {', '.join(WEIGHTINGS)}")
     allowed = ("encoder", "decoder", "cross") if target_tokens is not None else ("self",)
     # (query length, key length) of each stack, from the one stack table
     lengths = {stack: stack_of(stack).pick(len(tokens), len(target_tokens or [])) for stack in allowed}
@@ -152,7 +157,7 @@ def capture_fields(
         if not tensor.is_floating_point():
             raise damaged(f"{name} holds {tensor.dtype} values, not attention weights")
         tensor = tensor.float()
-        if not _are_weights(tensor):
+        if not _are_weights(tensor, None if weighting == "norm" else 1 + _WEIGHT_SLACK):
             raise damaged(f"{name} holds values that are not attention weights (NaN, infinite, or outside 0–1)")
         by_stack.setdefault(stack, {})[layer] = tensor
     if not by_stack:
@@ -197,17 +202,18 @@ def capture_fields(
         "target_special": target_special,
         "target_word_ids": target_word_ids,
         "generated_from": generated_from,
+        "weighting": weighting,
     }
 
 
-def _are_weights(tensor: Tensor) -> bool:
-    """Every value finite and within 0–1 (with slack), checked head by head: no whole-tensor temporaries.
+def _are_weights(tensor: Tensor, ceiling: float | None = 1 + _WEIGHT_SLACK) -> bool:
+    """Every value finite, ≥ 0 and ≤ ``ceiling`` (with slack; None: finite only), head by head: no whole-tensor temporaries.
 
     ``aminmax`` propagates NaN, and a NaN fails both comparisons.
     """
     for head in tensor:  # [query, key]
         low, high = torch.aminmax(head)
-        if not (float(low) >= -_WEIGHT_SLACK and float(high) <= 1 + _WEIGHT_SLACK):
+        if not (float(low) >= -_WEIGHT_SLACK and float(high) <= (math.inf if ceiling is None else ceiling)):
             return False
     return True
 

@@ -26,6 +26,7 @@ from attnviz.cli.options import (
     StackChoice,
     TargetOption,
     TemperatureOption,
+    WeightingOption,
     choice_enum,
     choice_parser,
     stack_value,
@@ -114,6 +115,7 @@ def capture(
     sample: SampleOption = False,
     temperature: TemperatureOption = 1.0,
     seed: SampleSeedOption = None,
+    weighting: WeightingOption = "weights",
 ) -> None:
     """Save the attention patterns of TEXT as a safetensors file (one \\[head, query, key] tensor per layer).
 
@@ -130,6 +132,8 @@ def capture(
       attnviz capture "The capital of France is" --model smollm2 --generate 10 --bits 8 --out gen.safetensors
 
       attnviz capture --image odd.png --model toy-odd-patch --out odd.safetensors
+
+      attnviz capture "The cat sat on the mat." --weighting norm --out cat-norm.safetensors
     """
     from attnviz.cli.capturing import capture_text, generation_settings, max_bytes_value, print_summary
     from attnviz.cli.selection import parse_head_option, parse_layer_option
@@ -143,6 +147,9 @@ def capture(
         raise InputError("--head mean draws an average: a capture records heads, give numbers or all")
     byte_limit = max_bytes_value(max_bytes)
     partial = layers is not None or heads is not None or stack is not None
+    norm = weighting.value == "norm"
+    if norm and (image is not None or generate is not None or with_rollout):
+        raise InputError("--weighting norm captures a text: --image, --generate and --rollout do not apply")
     if image is not None:
         from attnviz.cli.images import capture_image_option, print_image_summary
 
@@ -170,6 +177,8 @@ def capture(
     if with_rollout and partial:
         raise InputError("--rollout goes through every layer and head: give no --layer, --head or --stack with it")
     recording: dict[str, Any] = {} if generation is not None else {"max_bytes": byte_limit}
+    if norm:
+        recording["weighting"] = "norm"
     if partial:
         recording.update(layers=layers, heads=heads, stacks=[stack_value(stack)] if stack else None)
     result = capture_text(

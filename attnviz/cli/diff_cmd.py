@@ -24,6 +24,7 @@ from attnviz.cli.options import (
     StackOption,
     TextOption,
     ToyExamplesOption,
+    WeightingOption,
     parse_device,
     parse_dtype,
     stack_value,
@@ -100,6 +101,7 @@ def diff(
         typer.Option("--seed", help="Seed of the toy task examples. Example: --seed 1", rich_help_panel=INPUT_PANEL),
     ] = 0,
     local_window: LocalWindowOption = 2,
+    weighting: WeightingOption = "weights",
     stack: StackOption = None,
     layer: Annotated[
         int | None,
@@ -214,7 +216,12 @@ def diff(
         "local_window": local_window,
         "toy_examples": toy_examples,
         "seed": seed,
+        "weighting": weighting.value,
     }
+    if against is not None and options["weighting"] != "weights":
+        from attnviz.common.errors import InputError
+
+        raise InputError("--weighting norm compares two models or checkpoints: --against compares inputs by weights")
     if against is not None:
         from attnviz.compare.inputs import compare_inputs
 

@@ -25,6 +25,7 @@ from attnviz.cli.options import (
     StackChoice,
     TargetOption,
     TemperatureOption,
+    WeightingOption,
     choice_enum,
     choice_parser,
     stack_value,
@@ -153,6 +154,7 @@ def heatmap(
     sample: SampleOption = False,
     temperature: TemperatureOption = 1.0,
     seed: SampleSeedOption = None,
+    weighting: WeightingOption = "weights",
     terminal: Annotated[
         bool,
         typer.Option(
@@ -225,6 +227,8 @@ def heatmap(
       attnviz heatmap "The capital of France is Paris." --model smollm2 --query last --layer all --scale sqrt
 
       attnviz heatmap --image odd.png --model toy-odd-patch --query 1,2
+
+      attnviz heatmap "The cat sat on the mat." --weighting norm --out cat-norm.png
     """
     from attnviz.captures.attention_capture import AttentionCapture
     from attnviz.cli.capturing import (
@@ -243,6 +247,7 @@ def heatmap(
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
     from attnviz.render.html_page import HTML_SUFFIXES
 
+    norm = _check_weighting(weighting.value, query, image, generate, view, from_capture)
     if query is not None and image is None:  # a text's query position draws strips (attnviz/cli/strips.py)
         from attnviz.cli.strips import query_strips
 
@@ -299,7 +304,7 @@ def heatmap(
         if stack == "cross" and target is None and generate is None:
             raise InputError('cross-attention needs the decoder text: add --target "..." (or --generate N)')
         generation = generation_settings(generate, sample, temperature, seed, target)
-        if html and generation is None:  # a page of any length: streamed when a capture would not fit
+        if html and generation is None and not norm:  # a page of any length: streamed when a capture would not fit
             from attnviz.render.html_stream import write_attention_view_of_text
 
             loaded = load_quietly(model, device, dtype)
@@ -327,6 +332,7 @@ def heatmap(
             if view == HeatmapView.heads:
                 recording["layers"] = layers
                 recording["heads"] = None if html else heads
+            recording["weighting"] = "norm" if norm else "weights"
         result = capture_text(
             text, target, model, max_length, no_truncate, device, dtype, generation=generation, **recording
         )
@@ -370,7 +376,9 @@ def heatmap(
     elif html:
         from attnviz.render.html_view import write_attention_view
 
-        path = write_attention_view(out, result, words=words, layers=layers, stacks=[stack] if stack else None)
+        # the page draws distributions: norm-based rows are renormalised to sum 1 (its title says so)
+        page = result.renormalised() if result.weighting == "norm" else result
+        path = write_attention_view(out, page, words=words, layers=layers, stacks=[stack] if stack else None)
     else:
         figure = capture_heatmap(
             result, layers=layers, heads=heads, stack=stack, words=words, annotate=annotate, style=style
@@ -378,6 +386,22 @@ def heatmap(
         path = save_figure(figure, out, dpi=dpi)
     print_summary(result, stack)
     print(path)
+
+
+def _check_weighting(weighting, query, image, generate, view, from_capture) -> bool:
+    """Whether norm-based attention is drawn; refuses what it does not apply to before any model loads."""
+    from attnviz.common.errors import InputError
+
+    if weighting != "norm":
+        return False
+    if from_capture is not None:
+        raise InputError("--weighting applies when a model runs: a saved capture holds the weighting it was made with")
+    for given, what in ((query, "--query"), (image, "--image"), (generate, "--generate")):
+        if given is not None:
+            raise InputError(f"--weighting norm draws the heads of a text: {what} does not apply")
+    if view != HeatmapView.heads:
+        raise InputError(f"--weighting norm draws the heads view: --view {view.value} goes through the weights")
+    return True
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from attnviz.core.choices import WEIGHTINGS
 from attnviz.core.stacks import STACKS
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
 
@@ -391,5 +392,21 @@ MaxBytesOption = Annotated[
         help="Refuse, before the model runs, a capture whose attention weights (float32) would take more memory "
         "than this (512MB, 4GB, 1.5GiB, …); --layer and --head record less. Example: --max-bytes 8GB",
         rich_help_panel=INPUT_PANEL,
+    ),
+]
+
+
+#: what an attention map holds (see :data:`attnviz.core.choices.WEIGHTINGS`)
+WeightingChoice = choice_enum("WeightingChoice", WEIGHTINGS)
+
+WeightingOption = Annotated[
+    WeightingChoice,
+    typer.Option(
+        "--weighting",
+        parser=choice_parser(WeightingChoice, "weighting"),
+        help="weights: the softmax weights α_ij; norm: each weight times the norm of the value vector it moves, "
+        "α_ij·‖f_h(x_j)‖ (Kobayashi et al. 2020: how much each key changes the head's output). "
+        "Example: --weighting norm",
+        rich_help_panel=VIEW_PANEL,
     ),
 ]

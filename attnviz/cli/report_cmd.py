@@ -16,6 +16,7 @@ from attnviz.cli.options import (
     DtypeOption,
     MaxLengthOption,
     TextOption,
+    WeightingOption,
 )
 
 REPORT_PANEL = "Report"
@@ -65,6 +66,7 @@ def report(
     max_length: MaxLengthOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    weighting: WeightingOption = "weights",
 ) -> None:
     """Write the head atlas: every head's statistics in a sortable table, a layer × head grid, example patterns.
 
@@ -77,6 +79,8 @@ def report(
       attnviz report pruned-minilm --prune-report prune.json --data reviews.txt
 
       attnviz report minilm --compare pruned-minilm --out changes.html
+
+      attnviz report minilm --weighting norm --out minilm-norm-atlas.html
     """
     from attnviz.atlas.build import build_head_atlas
     from attnviz.cli.stdin import corpus_from_options
@@ -92,6 +96,7 @@ def report(
         device=device,
         dtype=dtype,
         compare=compare,
+        weighting=weighting.value,
     )
     print(path)
 

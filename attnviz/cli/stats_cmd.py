@@ -25,6 +25,7 @@ from attnviz.cli.options import (
     StackOption,
     TextOption,
     ToyExamplesOption,
+    WeightingOption,
     stack_value,
 )
 from attnviz.cli.stats_options import (
@@ -96,6 +97,7 @@ def stats(
     local_window: LocalWindowOption = 2,
     by_position: ByPositionOption = False,
     bucket_size: BucketSizeOption = None,
+    weighting: WeightingOption = "weights",
     stack: StackOption = None,
     preset: PresetOption = "normalized",
     collapsed_max_weight: CollapsedMaxWeight = None,
@@ -152,6 +154,8 @@ def stats(
       attnviz stats smollm2 --data notes.txt --json stats.json --plot stats.png
 
       attnviz stats minilm --flagged-only --sort max_weight --preset absolute
+
+      attnviz stats minilm --weighting norm --json norm-stats.json
 
       attnviz stats run/step-100 run/step-1000 run/step-5000 --plot evolution.png
 
@@ -216,6 +220,7 @@ def stats(
             images=images,
             by_position=by_position,
             bucket_size=bucket_size,
+            weighting=weighting.value,
         )
         if parallel.is_main:  # only rank 0 prints and writes
             stack = stack_value(stack)

@@ -24,7 +24,10 @@ from attnviz.common.texts import load_texts
 from attnviz.compare.matching import head_pairs, match_heads
 from attnviz.compare.pairing import DivergenceAccumulator, LayerRecorder, _Handoff, run_paired
 from attnviz.compare.result import ModelComparison, build_comparison
+from attnviz.core.attention import AttentionObserver
+from attnviz.core.choices import Weighting
 from attnviz.core.kernel import prepare_kernel
+from attnviz.core.weighting import check_weighting, weighted_observers
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.batching import DEFAULT_MAX_EXAMPLES, encode_batch, plan_batches, token_lengths
 from attnviz.models.identity import model_identity
@@ -48,6 +51,7 @@ def compare_models(
     toy_examples: int = 128,
     seed: int = 0,
     progress: bool = True,
+    weighting: Weighting = "weights",
 ) -> ModelComparison:
     """Compare ``a`` and ``b`` (loaded models or model specs) head by head over ``texts``.
 
@@ -58,8 +62,10 @@ def compare_models(
 
     Returns a :class:`~attnviz.compare.result.ModelComparison`: per head the mean Jensen–Shannon
     divergence (nats) and total variation between A's and B's attention over every query of every
-    text, both models' statistics and their difference.
+    text, both models' statistics and their difference. ``weighting="norm"``: compare norm-based attention
+    (``α_ij·‖f_h(x_j)‖``, :mod:`attnviz.core.weighting`) with every row renormalised to sum 1, divergences included.
     """
+    check_weighting(weighting)
     model_a = a if isinstance(a, LoadedModel) else load_model(a)
     model_b = b if isinstance(b, LoadedModel) else load_model(b)
     names = (model_a.name, model_b.name)
@@ -74,14 +80,22 @@ def compare_models(
     batching = {"batch_size": batch_size, "max_tokens_per_batch": max_tokens_per_batch, "max_length": max_length}
     if by_statistics:
         start = time.perf_counter()
+        settings = {**batching, "weighting": weighting}
         stats_a, stats_b = (
-            _statistics(model, corpus, toy_examples, seed, local_window, progress, truncate, batching)
+            _statistics(model, corpus, toy_examples, seed, local_window, progress, truncate, settings)
             for model in (model_a, model_b)
         )
         seconds = time.perf_counter() - start
         count = stats_a.num_examples
         return build_comparison(
-            matches, stats_a, stats_b, None, mode="statistics", texts_compared=count, seconds=seconds
+            matches,
+            stats_a,
+            stats_b,
+            None,
+            mode="statistics",
+            texts_compared=count,
+            seconds=seconds,
+            weighting=weighting,
         )
 
     pairs = head_pairs(matches)
@@ -90,8 +104,18 @@ def compare_models(
     recorder = LayerRecorder(pairs, _Handoff())
     divergence = DivergenceAccumulator(pairs)
     fused = prepare_kernel()  # a corpus pass, as in compute_statistics
-    context_a = dataclasses.replace(model_a.context([sums_a, recorder]), fused_softmax=fused)
-    context_b = dataclasses.replace(model_b.context([sums_b, divergence]), fused_softmax=fused)
+    sides: list[tuple[LoadedModel, list[AttentionObserver]]] = [
+        (model_a, [sums_a, recorder]),
+        (model_b, [sums_b, divergence]),
+    ]
+    observers_a, observers_b = (
+        weighted_observers(
+            observers, weighting, model.head_output_projections() if weighting == "norm" else None, renormalise=True
+        )
+        for model, observers in sides
+    )
+    context_a = dataclasses.replace(model_a.context(observers_a), fused_softmax=fused)
+    context_b = dataclasses.replace(model_b.context(observers_b), fused_softmax=fused)
     skipped: list[int] = []
     if own is not None:
         total = len(own)
@@ -141,6 +165,7 @@ def compare_models(
         texts_compared=sums_a.num_examples,
         texts_skipped=len(skipped),
         seconds=seconds,
+        weighting=weighting,
     )
 
 
@@ -150,7 +175,9 @@ def _statistics(model, corpus, toy_examples, seed, local_window, progress, trunc
         own = model.own_examples(toy_examples, seed)
         if own is None:
             raise InputError(f"{model.name} has no examples of its own: give texts to compare on")
-        return compute_statistics(model, batches=[own], local_window=local_window, progress=progress)
+        return compute_statistics(
+            model, batches=[own], local_window=local_window, progress=progress, weighting=batching["weighting"]
+        )
     return compute_statistics(
         model,
         corpus,
@@ -160,6 +187,7 @@ def _statistics(model, corpus, toy_examples, seed, local_window, progress, trunc
         batch_size=batching["batch_size"],
         max_tokens_per_batch=batching["max_tokens_per_batch"],
         max_length=batching["max_length"],
+        weighting=batching["weighting"],
     )
 
 

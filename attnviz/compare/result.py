@@ -8,6 +8,7 @@ JSON object (``attnviz diff A B --json``)::
      "num_examples": int,                            # texts both models read
      "texts_compared": int, "texts_skipped": int,    # skipped: the two tokenizers split them differently
      "mode": "patterns" | "statistics",             # statistics: --by-statistics, no divergence
+     "weighting": "weights" | "norm",               # norm: rows of α_ij·‖f_h(x_j)‖ renormalised to sum 1
      "local_window": int,
      "layers": [{"stack": str, "layer": int, "js_divergence": float | null, "total_variation": float | null,
                  "matched": int, "only_a": int, "only_b": int}],
@@ -96,6 +97,8 @@ class ModelComparison:
     texts_compared: int = 0
     texts_skipped: int = 0
     seconds: float | None = None  # wall time of the comparison pass
+    #: what was compared: the weights, or norm-based attention with rows renormalised to sum 1
+    weighting: str = "weights"
     extras: dict = field(default_factory=dict)
 
     @property
@@ -176,6 +179,7 @@ class ModelComparison:
             "texts_compared": self.texts_compared,
             "texts_skipped": self.texts_skipped,
             "mode": self.mode,
+            "weighting": self.weighting,
             "local_window": self.stats_a.local_window,
             "layers": self.layer_means(),
             "heads": [head.record() for head in self.heads],

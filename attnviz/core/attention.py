@@ -80,6 +80,12 @@ class AttentionObserver(Protocol):
     float32 ``[b, h, block, c]`` input of the softmax (scaled, biased, masked) when the core
     has it, else None. ``ln pattern = scores − logsumexp(scores)`` saves a log pass.
 
+    It may also set ``accepts_inputs = True``: before the first block of each attention call it is
+    then called as ``observe_inputs(site, query, key, value, scaling)`` with the call's query
+    ``[b, h, q, d]`` and key and value ``[b, kvh, k, d]`` (after position encoding, before repeating
+    grouped key/value heads) and the score scale (None for a custom pattern function). It must not
+    modify them (norm-based weighting, :mod:`attnviz.core.weighting`, reads the values there).
+
     It may also set ``accepts_summary = True``: when the fused kernel computed the block
     (:mod:`attnviz.core.kernel`) it then also receives ``summary=``, a
     :class:`~attnviz.core.kernel.RowSummary` of each row (max weight, entropy, mean distance,
@@ -256,6 +262,11 @@ def attend(
     head_mask = context.head_mask.for_site(site) if context is not None and context.head_mask is not None else None
     if head_mask is not None:
         head_mask = head_mask.to(dtype=value.dtype, device=value.device).view(1, heads, 1, 1)  # [1, h, 1, 1]
+
+    scale = pattern_fn.scaling if isinstance(pattern_fn, SoftmaxPattern) else None
+    for observer in observers:
+        if getattr(observer, "accepts_inputs", False):
+            getattr(observer, "observe_inputs")(site, query, key, value, scale)  # noqa: B009 (an optional method)
 
     block = query_block_size(batch, heads, query_len, key_len)
     bias = pattern_fn.bias if isinstance(pattern_fn, SoftmaxPattern) else None

@@ -229,6 +229,23 @@ class LoadedModel(ABC):
                     "damaged or was saved from a diverged run; give a healthy checkpoint"
                 )
 
+    def head_output_projections(self) -> dict[AttentionSite, Tensor]:
+        """Every site's output-projection slice of each query head, ``[h, d, hidden]`` float32 (see
+        :func:`attnviz.models.slicing.head_output_slices`): what norm-based weighting multiplies the values by.
+
+        Raises :class:`~attnviz.common.errors.UnsupportedModelError` where the weights are laid out in a way
+        attnviz does not know.
+        """
+        raise UnsupportedModelError(
+            f"{self.name}: attnviz cannot find the output projection of each head of this kind of model, so it "
+            "cannot weigh attention by value norms; use the plain weights"
+        )
+
+    def rotary_frequencies(self) -> Tensor | None:
+        """Angular frequency (radians per position) of each rotary pair of head dimensions ``(i, i + d_rot/2)``,
+        ``[d_rot / 2]``, for a model with rotary position embeddings; None otherwise."""
+        return None
+
     def with_model(self, model: nn.Module) -> LoadedModel:
         """The same kind of loaded model (same tokenizer and name) around another torch module."""
         raise UnsupportedModelError(f"{self.name}: attnviz cannot rewrap this kind of model")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from attnviz.common.errors import AttnvizError, InputError, ModelSpecError, ParameterError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
@@ -186,6 +186,16 @@ class HFModel(LoadedModel):
 
     def with_model(self, model: nn.Module) -> HFModel:
         return HFModel(model, self.tokenizer, name=self.name, fallback=self.fallback)
+
+    def head_output_projections(self) -> dict[AttentionSite, Tensor]:
+        from attnviz.models.head_weights import hf_head_output_projections
+
+        return hf_head_output_projections(self)
+
+    def rotary_frequencies(self) -> Tensor | None:
+        from attnviz.models.head_weights import hf_rotary_frequencies
+
+        return hf_rotary_frequencies(self.model)
 
     def check_head_removal(self) -> None:
         find_attention_blocks(self)  # raises UnsupportedModelError for a family without slicing rules

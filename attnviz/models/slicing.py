@@ -56,3 +56,15 @@ def slice_conv1d(layer: Any, index: Tensor | Sequence[int], dim: int) -> nn.Modu
         new.weight.copy_(weight)
         new.bias.copy_(bias)
     return new
+
+
+def head_output_slices(layer: Any, head_dim: int) -> Tensor:
+    """Each head's slice of an attention output projection: ``[h, d, hidden]`` float32, detached.
+
+    ``layer``: the ``nn.Linear`` (weight ``[hidden, h·d]``) or GPT-2 ``Conv1D`` (weight ``[h·d, hidden]``) that
+    maps the concatenated head outputs to the hidden size; head ``h`` owns input features ``h·d … h·d+d−1``,
+    so ``concat(heads) @ W = Σ_h head_h @ slice[h]``. The bias is not part of any head.
+    """
+    weight = layer.weight.detach().float()
+    by_input = weight.t() if isinstance(layer, nn.Linear) else weight  # [h·d, hidden]
+    return by_input.reshape(-1, head_dim, by_input.shape[1]).contiguous()  # [h, d, hidden]

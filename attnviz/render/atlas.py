@@ -20,6 +20,7 @@ from attnviz.models.identity import HeadIdentity
 from attnviz.render.capture_view import model_title
 from attnviz.render.html_page import build_page, write_page
 from attnviz.render.html_view import STACK_NAMES, stack_payload
+from attnviz.stats.carriers import CARRIER_FIELDS, CARRIER_HELP
 from attnviz.stats.definitions import STATISTICS
 from attnviz.stats.detect import Detection
 from attnviz.stats.result import HeadStatistics
@@ -52,6 +53,8 @@ def atlas_payload(
     """Everything the atlas page shows, JSON-ready."""
     extra_columns = dict(extra_columns or {})
     columns = [{"name": s.name, "kind": "number", "help": f"{s.formula} ({s.unit})"} for s in STATISTICS]
+    carried = CARRIER_FIELDS if stats.carriers is not None else ()  # what each token carries, where measured
+    columns += [{"name": name, "kind": "number", "help": CARRIER_HELP[name]} for name in carried]
     for name, column in extra_columns.items():
         numeric = all(isinstance(v, (int, float)) or v is None for v in column.values())
         columns.append({"name": name, "kind": "number" if numeric else "text", "help": "extra column"})
@@ -67,6 +70,7 @@ def atlas_payload(
             "position": head,  # index in the (possibly pruned) model, for the example patterns
             "flags": list(detection.flags[site][head]),
             "values": [_clean(values[s.name]) for s in STATISTICS]
+            + [_clean(stats.carriers.head(site, head).get(name, math.nan)) for name in carried]
             + [_clean(extra_columns[name].get(key)) for name in extra_columns],
             "std": [_clean(values[f"{s.name}_std"]) for s in STATISTICS],
         }
@@ -85,7 +89,8 @@ def atlas_payload(
     return {
         "format": "attnviz-atlas",
         "version": 1,
-        "title": title or (model_title(examples[0]) if examples else stats.model),
+        "title": (title or (model_title(examples[0]) if examples else stats.model))
+        + (" · norm-based attention α·‖f(x)‖, rows renormalised" if stats.weighting == "norm" else ""),
         "causal": stats.causal,
         "numExamples": stats.num_examples,
         "numTokens": stats.num_tokens,

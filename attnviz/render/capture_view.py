@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 from attnviz.common.tokens import merge_visibility, merge_words, word_groups
@@ -98,6 +100,8 @@ def capture_panels(
         title = f"{name} · {STACK_TITLES[stack]}layers {_ranges(layer_indices)}{per_row}"
     if capture.generated_from is not None:
         title += " · generated after the dashed line"
+    if capture.weighting == "norm":
+        title += " · norm-based α·‖f(x)‖"
     return rows, query_labels, key_labels, title
 
 
@@ -147,4 +151,6 @@ def capture_heatmap(
     rows, query_labels, key_labels, title = capture_panels(
         capture, layers=layers, heads=heads, stack=stack, words=words
     )
+    if capture.weighting == "norm":  # the colours are weights times value norms, not probabilities
+        style = dataclasses.replace(style or FigureStyle(), label="α·‖f(x)‖, weight × value norm")
     return render_heatmaps(rows, query_labels, key_labels, title=title, annotate=annotate, style=style)

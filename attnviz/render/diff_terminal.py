@@ -93,6 +93,7 @@ def summary_lines(comparison: ModelComparison) -> list[str]:
         f"{comparison.stats_a.num_tokens} tokens"
         + (f"; {comparison.texts_skipped} texts left out (tokenised differently)" if comparison.texts_skipped else "")
         + ("; statistics only (--by-statistics)" if comparison.mode == "statistics" else "")
+        + ("; norm-based attention α·‖f(x)‖, rows renormalised to sum 1" if comparison.weighting == "norm" else "")
     ]
     for status, where in (("only_a", "only in A"), ("only_b", "only in B")):
         heads = comparison.only(status)  # type: ignore[arg-type]

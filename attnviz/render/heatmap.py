@@ -48,6 +48,8 @@ class FigureStyle:
     scale: str = "linear"
     vmax: float | None = None
     cmap: str = "viridis"
+    #: what the colours stand for (the colour bar's label)
+    label: str = "attention weight"
 
     def check(self) -> None:
         """Raise :class:`InputError` for an unknown scale or colour map, or a non-positive ``vmax``."""
@@ -291,7 +293,7 @@ def render_heatmaps(
     extend = "max" if style.vmax is not None and _largest_visible(flat) > style.vmax else "neither"
     colorbar = fig.colorbar(mesh, ax=axes_for_bar, shrink=0.5, extend=extend, aspect=40, fraction=0.04)
     colorbar.outline.set_linewidth(0)
-    colorbar.set_label(f"attention weight ({style.scale} scale)")
+    colorbar.set_label(f"{style.label} ({style.scale} scale)")
     subtitle = "" if len(flat) == 1 else "\nrows of each panel: attending from (queries) · columns: attended to (keys)"
     if pooling is not None:
         subtitle += "\n" + pooling.note

@@ -247,9 +247,20 @@ def strips_view(rows: Any) -> HtmlView:
     return _table_view(f"{rows.model}: query strips", sections, height=min(900, 320 + 60 * len(labels)))
 
 
+def query_key_view(result: Any) -> HtmlView:
+    """Why a head attends: one weight's query–key breakdown, or the joint map of a head's queries and keys."""
+    from attnviz.heads.query_key import LogitBreakdown
+    from attnviz.render.query_key import query_key_html
+
+    breakdown = result if isinstance(result, LogitBreakdown) else None
+    page = query_key_html(breakdown, None if breakdown is not None else result)
+    return HtmlView(page, title="why a head attends", height=480 if breakdown is not None else 780)
+
+
 def show(result: Any) -> HtmlView:
     """The inline view of any attnviz result: a capture (head and model view), statistics, flags, head functions,
-    head similarity, a pruning outcome or report, one query's strips, or a view already made."""
+    head similarity, a pruning outcome or report, one query's strips, a head's query–key breakdown or map, or a
+    view already made."""
     if isinstance(result, HtmlView):
         return result
     if isinstance(result, AttentionCapture):
@@ -263,6 +274,8 @@ def show(result: Any) -> HtmlView:
         "PruneOutcome": prune_view,
         "PruneReport": prune_view,
         "QueryRows": strips_view,
+        "LogitBreakdown": query_key_view,
+        "QueryKeyMap": query_key_view,
     }
     if kind not in builders:
         raise InputError(f"attnviz has no inline view of a {kind}")

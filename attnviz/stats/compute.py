@@ -14,15 +14,18 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from rich.progress import Progress
 
-from attnviz.common.errors import InputError, ParameterError
+from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import progress_bar
+from attnviz.core.choices import Weighting
 from attnviz.core.kernel import prepare_kernel
+from attnviz.core.weighting import check_weighting, weighted_observers
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.batching import DEFAULT_MAX_EXAMPLES, encode_batch, plan_batches, token_lengths
 from attnviz.models.identity import model_identity
 from attnviz.stats.accumulator import StatisticsAccumulator
 from attnviz.stats.by_position import PositionSums, check_bucket_size
+from attnviz.stats.carriers import TokenCarriers
 from attnviz.stats.result import HeadStatistics
 
 
@@ -40,6 +43,7 @@ def compute_statistics(
     parallel: DataParallel = SINGLE_PROCESS,
     by_position: bool = False,
     bucket_size: int | None = None,
+    weighting: Weighting = "weights",
 ) -> HeadStatistics:
     """Per-head statistics of ``loaded`` over ``texts`` (or over ready-made ``batches``).
 
@@ -63,6 +67,13 @@ def compute_statistics(
         bucket_size: width of those buckets; None: the smallest power of two ≥ 16 that gives at
             most 32 buckets over the longest input (256 at 8,192 tokens). Given without
             ``by_position``, it is refused.
+        weighting: ``"weights"`` measures the softmax weights; ``"norm"`` measures norm-based attention,
+            each weight times the norm of the transformed value vector it moves (``α_ij·‖f_h(x_j)‖``,
+            :mod:`attnviz.core.weighting`), with every row renormalised to sum 1 so that entropy,
+            max weight and the masses keep their meaning.
+
+    Where the model's output projections can be cut by head (BERT-, GPT-2- and LLaMA-style models, toy
+    models), the result also says what each token carries (``carriers``, :mod:`attnviz.stats.carriers`).
 
     The result records the wall time of the pass (``seconds``) and so its throughput.
     """
@@ -77,6 +88,7 @@ def compute_statistics(
             bucket_size,
         )
     check_bucket_size(bucket_size)
+    check_weighting(weighting)
     longest: int | None = None  # tokens of the longest input, when known before the pass
     if texts is not None:
         texts = list(texts)
@@ -98,25 +110,45 @@ def compute_statistics(
 
     positions = PositionSums(bucket_size, longest) if by_position else None
     accumulator = StatisticsAccumulator(causal=loaded.causal, local_window=local_window, by_position=positions)
+    projections = _output_projections(loaded, required=weighting == "norm")
+    carriers = TokenCarriers(projections) if projections is not None else None
+    observers = weighted_observers([accumulator], weighting, projections, renormalise=True)
+    observers += [carriers] if carriers is not None else []
     # A corpus pass is where the fused kernel pays for its one-time build (see attnviz.core.kernel).
-    context = dataclasses.replace(loaded.context([accumulator]), fused_softmax=prepare_kernel())
+    context = dataclasses.replace(loaded.context(observers), fused_softmax=prepare_kernel())
     start = time.perf_counter()
     with _progress(progress and parallel.is_main) as bar:
         task = bar.add_task(f"statistics · {loaded.name}", total=total, status="")
         for batch in batches:
             accumulator.begin_batch(batch)
+            if carriers is not None:
+                carriers.begin_batch(batch)
             with torch.no_grad():
                 loaded.forward(batch, context)
             bar.update(task, advance=len(batch), status=f"{accumulator.num_tokens} tokens")
     if parallel.distributed:
         accumulator.merge_across(parallel, loaded.layout())
+        if carriers is not None:
+            carriers.merge_across(parallel, loaded.layout())
     _synchronize(loaded)
     seconds = time.perf_counter() - start
     if accumulator.num_examples == 0:
         raise InputError("no examples to compute statistics on")
     stats = HeadStatistics.from_accumulator(accumulator, loaded.name, seconds=seconds, processes=parallel.world_size)
     stats.identity = model_identity(loaded)
+    stats.weighting = weighting
+    stats.carriers = carriers.result() if carriers is not None else None
     return stats
+
+
+def _output_projections(loaded: LoadedModel, *, required: bool) -> dict | None:
+    """Each head's output-projection slice, or None where the model's layout is unknown and they are optional."""
+    try:
+        return loaded.head_output_projections()
+    except UnsupportedModelError:
+        if required:
+            raise
+        return None
 
 
 def _longest(batch: EncodedBatch) -> int:

@@ -7,6 +7,7 @@ JSON object (one model; several models give a JSON list of these objects)::
      "num_layers": int, "num_heads": int,        # of the first stack
      "num_examples": int, "num_tokens": int,     # tokens = real query positions per layer
      "local_window": int,
+     "weighting": "weights" | "norm",            # norm: rows of α_ij·‖f_h(x_j)‖ renormalised to sum 1
      "seconds": float | null,                    # wall time of the corpus pass (all processes)
      "tokens_per_second": float | null,          # num_tokens / seconds
      "stacks": {stack: {"num_layers": int, "num_heads": int}},
@@ -17,6 +18,8 @@ JSON object (one model; several models give a JSON list of these objects)::
                 "max_weight": ..., "mean_distance": ..., "normalized_distance": ...,
                 "diagonal": ..., "previous_token": ..., "local_ratio": ...,
                 "first_token": ..., "special_tokens": ...,   (each with its _std)
+                "first_value_norm", "other_value_norm",      # what each token carries, where the
+                "first_token_weight_share", "first_token_norm_share": float,  # model allows it
                 "flags": [str]}],
      "by_position": {...}}                       # only when asked for: attnviz.stats.position_export
 
@@ -35,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attnviz.outputs.files import write_text_atomic
+from attnviz.stats.carriers import CARRIER_FIELDS
 from attnviz.stats.definitions import STATISTIC_NAMES
 from attnviz.stats.detect import Detection
 from attnviz.stats.position_export import position_record
@@ -59,6 +63,8 @@ def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None
         # heads keep their numbers from before pruning; masked ones say so
         row: dict = {"stack": site.stack, "layer": site.layer, "head": stats.original_head(site, head)}
         row.update({field: _number(values[field]) for field in HEAD_FIELDS})
+        if stats.carriers is not None:
+            row.update({field: _number(value) for field, value in stats.carriers.head(site, head).items()})
         row["flags"] = list(detection.flags[site][head]) + (
             ["masked-by-pruning"] if stats.is_masked(site, head) else []
         )
@@ -76,6 +82,7 @@ def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None
         "num_examples": stats.num_examples,
         "num_tokens": stats.num_tokens,
         "local_window": stats.local_window,
+        "weighting": stats.weighting,
         "seconds": None if stats.seconds is None else round(stats.seconds, 4),
         "tokens_per_second": None if stats.tokens_per_second is None else round(stats.tokens_per_second, 2),
         "stacks": {
@@ -112,10 +119,12 @@ def csv_text(records: dict | Sequence[dict]) -> str:
     records = [records] if isinstance(records, dict) else list(records)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["model", "stack", "layer", "head", *HEAD_FIELDS, "flags"])
+    carried = any(CARRIER_FIELDS[0] in row for record in records for row in record["heads"])
+    fields = HEAD_FIELDS + (CARRIER_FIELDS if carried else ())
+    writer.writerow(["model", "stack", "layer", "head", *fields, "flags"])
     for record in records:
         for row in record["heads"]:
-            numbers = ["" if row[field] is None else repr(row[field]) for field in HEAD_FIELDS]
+            numbers = ["" if row.get(field) is None else repr(row[field]) for field in fields]
             writer.writerow(
                 [record["model"], row["stack"], row["layer"], row["head"], *numbers, ";".join(row["flags"])]
             )

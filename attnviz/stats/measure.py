@@ -12,6 +12,7 @@ from attnviz.common.errors import InputError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import status
 from attnviz.common.texts import load_texts
+from attnviz.core.choices import Weighting
 from attnviz.models.base import LoadedModel
 from attnviz.models.specs import load_model
 from attnviz.stats.compute import compute_statistics
@@ -42,7 +43,7 @@ def measure_checkpoints(
     Without ``texts`` a model measures its own examples (``toy_examples`` task examples drawn
     with ``seed``) when it has them, else the shipped corpus. ``batching`` goes to
     :func:`~attnviz.stats.compute.compute_statistics` (``batch_size``, ``max_tokens_per_batch``,
-    ``max_length``, ``truncate``, ``by_position``, ``bucket_size``). Under ``parallel`` each process loads its own copy on its device.
+    ``max_length``, ``truncate``, ``by_position``, ``bucket_size``, ``weighting``). Under ``parallel`` each process loads its own copy on its device.
     ``images`` (paths, bytes or PIL images): measure vision models on these instead of text
     (:func:`~attnviz.stats.images.compute_image_statistics`).
     """
@@ -79,9 +80,13 @@ def measure_model(
     images: Sequence | None = None,
     by_position: bool = False,
     bucket_size: int | None = None,
+    weighting: Weighting = "weights",
     **batching,
 ) -> tuple[HeadStatistics, Detection]:
-    """``(statistics, flags)`` of one loaded model: over ``images`` or ``texts``, else its own examples, else the corpus."""
+    """``(statistics, flags)`` of one loaded model: over ``images`` or ``texts``, else its own examples, else the corpus.
+
+    ``weighting="norm"``: statistics of norm-based attention, rows renormalised (see ``compute_statistics``).
+    """
     if images is None and texts is None and loaded.modality == "image":
         images = loaded.own_images(toy_examples, seed)  # the toy's own task images
         if images is None:
@@ -93,6 +98,8 @@ def measure_model(
             raise InputError("give either images or texts to measure on, not both")
         if by_position:
             raise InputError("statistics by position are for text: images have no reading order")
+        if weighting != "weights":
+            raise InputError("norm-based statistics are for text models: measure images by their weights")
         stats = compute_image_statistics(
             loaded, images, batch_size=batching.get("batch_size") or 8, progress=progress and parallel.is_main
         )
@@ -107,6 +114,7 @@ def measure_model(
             progress=progress,
             by_position=by_position,
             bucket_size=bucket_size,
+            weighting=weighting,
         )
     else:
         corpus = texts if texts is not None else load_texts()
@@ -118,6 +126,7 @@ def measure_model(
             progress=progress,
             by_position=by_position,
             bucket_size=bucket_size,
+            weighting=weighting,
             **batching,
         )
     return stats, detect_heads(stats, thresholds)

@@ -51,6 +51,10 @@ class HeadStatistics(NotebookDisplay):
     image: Any = None
     #: statistics by query position (an ``attnviz.stats.by_position.PositionStatistics``), when asked for
     by_position: Any = None
+    #: what the statistics measured: the softmax weights, or norm-based attention renormalised per row
+    weighting: str = "weights"
+    #: what each token carries (an ``attnviz.stats.carriers.CarrierStatistics``), where the model allows it
+    carriers: Any = None
 
     names = STATISTIC_NAMES
 

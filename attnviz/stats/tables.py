@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnviz.common.wording import plural
+from attnviz.stats.carriers import CARRIER_FIELDS
 from attnviz.stats.definitions import STATISTIC_NAMES, statistic_index
 from attnviz.stats.detect import FLAGS, PROBLEM_FLAGS, Detection
 from attnviz.stats.result import HeadStatistics
@@ -29,6 +30,10 @@ HEADERS: dict[str, str] = {
     "local_ratio": "local",
     "first_token": "first",
     "special_tokens": "spec",
+    "first_value_norm": "‖f₀‖",
+    "other_value_norm": "‖f‖",
+    "first_token_weight_share": "w₀",
+    "first_token_norm_share": "n₀",
 }
 
 #: What each column header means, printed under the table.
@@ -43,6 +48,10 @@ LEGEND: dict[str, str] = {
     "local_ratio": "local on ±w window",
     "first_token": "first on first token",
     "special_tokens": "spec on special tokens",
+    "first_value_norm": "‖f₀‖ first token's value norm ‖f(x₀)‖",
+    "other_value_norm": "‖f‖ other tokens' mean value norm",
+    "first_token_weight_share": "w₀ first token's share of the weights",
+    "first_token_norm_share": "n₀ its share of the norm-weighted mass",
 }
 FLAG_LEGEND = "flags: sink first-token sink, spec special-token, prev previous-token, diag diagonal"
 
@@ -98,6 +107,8 @@ def head_rows(
             continue
         if stats.is_masked(site, head):  # pruned away, kept in the weights with zeroed output
             flags = (*flags, MASKED_FLAG)
+        if stats.carriers is not None:  # what each token carries, next to the statistics
+            values = {**values, **stats.carriers.head(site, head)}
         rows.append((site.layer, stats.original_head(site, head), values, flags))
     if sort is not None:
         name = STATISTIC_NAMES[statistic_index(sort)]
@@ -141,12 +152,16 @@ def tag_text(tags: Iterable[tuple[str, str]]) -> Text:
 def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: tuple[str, ...] | None = None) -> Table:
     """The per-head table: one row per head, the mean of each statistic (all by default), and the flags."""
     statistics = STATISTIC_NAMES if statistics is None else statistics
+    if stats.carriers is not None and tuple(statistics) == STATISTIC_NAMES:  # the full table: room for them
+        statistics = (*statistics, *CARRIER_FIELDS)
     title = f"{stats.model} · {stack} attention · {stats.num_examples} examples, {stats.num_tokens} tokens"
+    if stats.weighting == "norm":
+        title += " · norm-based (α·‖f(x)‖, rows renormalised to sum 1)"
     caption = " · ".join(LEGEND[name] for name in statistics) + " · " + FLAG_LEGEND
     table = per_head_table(title, caption, [HEADERS[name] for name in statistics], "flags")
     for layer, head, values, flags in rows:
         flag_text = tag_text((_FLAG_LABELS.get(flag, flag), _FLAG_STYLES.get(flag, "")) for flag in flags)
-        table.add_row(str(layer), str(head), *(_format(values[name]) for name in statistics), flag_text)
+        table.add_row(str(layer), str(head), *(_format(values.get(name, math.nan)) for name in statistics), flag_text)
     return table
 
 
@@ -207,7 +222,29 @@ def layer_summary(stats: HeadStatistics, detection: Detection, *, stack: str = "
     problems = ", ".join(f"{total[flag]} {flag}" for flag in PROBLEM_FLAGS)
     labels = ", ".join(f"{total[flag]} {flag}" for flag in FLAGS if flag not in PROBLEM_FLAGS and total[flag])
     lines.append(f"{stack} attention, {plural(heads, 'head')}: {problems}" + (f"; {labels}" if labels else ""))
+    if stats.weighting == "norm":
+        lines.append(
+            "statistics of norm-based attention: each weight times the norm of the value vector it moves, "
+            "α_ij·‖f_h(x_j)‖, rows renormalised to sum 1"
+        )
+    carried = carrier_summary(stats, stack)
+    if carried:
+        lines.append(carried)
     return lines
+
+
+def carrier_summary(stats: HeadStatistics, stack: str = "self") -> str:
+    """One line on what the first token carries, averaged over the heads of ``stack`` ("" when not measured)."""
+    if stats.carriers is None:
+        return ""
+    means = {name: stats.carriers.matrix(name, stack).nanmean().item() for name in CARRIER_FIELDS}
+    if any(math.isnan(value) for value in means.values()):
+        return ""
+    return (
+        f"first token, mean over heads: {means['first_token_weight_share']:.0%} of the weights but "
+        f"{means['first_token_norm_share']:.0%} of the norm-weighted mass; value norm ‖f(x₀)‖ "
+        f"{means['first_value_norm']:.2f} vs {means['other_value_norm']:.2f} for the other tokens"
+    )
 
 
 def evolution_table(

@@ -32,6 +32,7 @@ from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
+from attnviz.models.slicing import head_output_slices
 from attnviz.outputs import files
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.files import write_checkpoint_files
@@ -126,6 +127,15 @@ class ToyModel(LoadedModel):
 
     def site_of(self, module: nn.Module) -> AttentionSite | None:
         return self._sites.get(module)
+
+    def head_output_projections(self) -> dict[AttentionSite, Tensor]:
+        """Each toy attention's ``output`` ``nn.Linear``, cut by head (sites whose heads were all pruned left out)."""
+        modules = self.model.attention_modules()
+        return {
+            site: head_output_slices(module.output, module.head_dim)
+            for site, module in modules.items()
+            if module.heads > 0
+        }
 
     def stacks(self) -> tuple[str, ...]:
         return self.config.stacks()

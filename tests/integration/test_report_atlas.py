@@ -10,6 +10,7 @@ from cli_helpers import assert_clean_error, run_cli
 
 from attnviz.atlas.build import build_head_atlas, example_captures
 from attnviz.stats import compute_statistics, detect_heads
+from attnviz.stats.carriers import CARRIER_FIELDS
 from attnviz.stats.definitions import STATISTIC_NAMES
 
 TEXTS = ["The cat sat on the mat.", "Bees can dance.", "The capital of France is Paris.", "It rained all day."]
@@ -52,7 +53,7 @@ def atlas(tmp_path_factory):
 def test_atlas_numbers_match_stats(atlas, minilm):
     payload = _payload(atlas)
     names = [c["name"] for c in payload["columns"]]
-    assert names == [*STATISTIC_NAMES, "importance", "function"]
+    assert names == [*STATISTIC_NAMES, *CARRIER_FIELDS, "importance", "function"]
     stats = compute_statistics(minilm, TEXTS, progress=False)
     detection = detect_heads(stats)
     assert len(payload["heads"]) == 72
@@ -60,6 +61,9 @@ def test_atlas_numbers_match_stats(atlas, minilm):
         for index, name in enumerate(STATISTIC_NAMES):
             expected = float(stats.matrix(name)[row["layer"], row["head"]])
             assert row["values"][index] == pytest.approx(expected, abs=1e-5), (row["layer"], row["head"], name)
+        for index, name in enumerate(CARRIER_FIELDS, start=len(STATISTIC_NAMES)):  # what each token carries
+            expected = float(stats.carriers.matrix(name)[row["layer"], row["head"]])
+            assert row["values"][index] == pytest.approx(expected, rel=1e-4, abs=1e-6), (row["layer"], name)
         assert row["values"][-2] == pytest.approx(row["layer"] + row["head"] / 100)
         assert row["flags"] == list(detection.head_flags(row["layer"], row["head"]))
     assert payload["heads"][2]["values"][-1] == "previous-token" and payload["heads"][3]["values"][-1] is None

@@ -1,0 +1,148 @@
+"""What each token carries: the first token's value norm and its share of the norm-weighted mass, per head.
+
+A first-token "sink" takes much of a head's weight but, as Kobayashi et al. (2020) found for BERT's
+``[CLS]``/``[SEP]``, often moves little: its transformed value vector ``f_h(x_0)`` is small. Per head,
+over the corpus:
+
+* ``first_value_norm``: mean ``‖f_h(x_0)‖`` of the first token (one per example);
+* ``other_value_norm``: mean ``‖f_h(x_j)‖`` over the other real tokens;
+* ``first_token_weight_share``: mean ``α_i0`` over the real queries (the weights' share of the first token);
+* ``first_token_norm_share``: mean ``α_i0‖f_h(x_0)‖ / Σ_j α_ij‖f_h(x_j)‖`` (its share of the norm-weighted mass).
+
+A sink that carries nothing has a high weight share, a low norm share and a first-token norm well below
+the others'. :class:`TokenCarriers` is an observer of the attention core, streamed like the statistics:
+it keeps ``[b, h, k]`` norms per call and reads each block of weights once (one matrix–vector product).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnviz.common.parallel import DataParallel
+from attnviz.core import AttentionSite
+from attnviz.core.weighting import value_norms
+from attnviz.models.base import EncodedBatch
+
+#: per-head fields, in JSON/CSV order
+CARRIER_FIELDS: tuple[str, ...] = (
+    "first_value_norm",
+    "other_value_norm",
+    "first_token_weight_share",
+    "first_token_norm_share",
+)
+#: what each field means (column help in the head atlas)
+CARRIER_HELP: dict[str, str] = {
+    "first_value_norm": "mean ‖f_h(x₀)‖: the norm of the first token's value vector after the output projection",
+    "other_value_norm": "mean ‖f_h(x_j)‖ of the other tokens",
+    "first_token_weight_share": "mean αᵢ₀: the first token's share of the weights (probability)",
+    "first_token_norm_share": "mean αᵢ₀‖f(x₀)‖ ÷ Σⱼ αᵢⱼ‖f(x_j)‖: its share of the norm-weighted mass (probability)",
+}
+_TINY = 1e-30
+
+
+@dataclass
+class CarrierStatistics:
+    """``means[site]``: ``[4, h]`` float64, the :data:`CARRIER_FIELDS` of every head (NaN where nothing counted)."""
+
+    means: dict[AttentionSite, Tensor]
+
+    def matrix(self, name: str, stack: str = "self") -> Tensor:
+        """``[layer, head]`` float64 of one field over the layers of ``stack`` (NaN where a layer has fewer heads)."""
+        index = CARRIER_FIELDS.index(name)
+        sites = sorted(site for site in self.means if site.stack == stack)
+        width = max((self.means[site].shape[1] for site in sites), default=0)
+        out = torch.full((len(sites), width), math.nan, dtype=torch.float64)
+        for row, site in enumerate(sites):
+            out[row, : self.means[site].shape[1]] = self.means[site][index]
+        return out
+
+    def head(self, site: AttentionSite, head: int) -> dict[str, float]:
+        """The fields of one head (empty when the site was not measured)."""
+        values = self.means.get(site)
+        if values is None or head >= values.shape[1]:
+            return {}
+        return {name: float(values[index, head]) for index, name in enumerate(CARRIER_FIELDS)}
+
+
+class TokenCarriers:
+    """Attention observer that sums :data:`CARRIER_FIELDS` per head; call :meth:`begin_batch` before each pass."""
+
+    accepts_inputs = True
+    accepts_key_prefix = True  # reads each block during observe only; later keys have weight 0
+
+    def __init__(self, projections: Mapping[AttentionSite, Tensor]) -> None:
+        self.projections = dict(projections)
+        self._sums: dict[AttentionSite, Tensor] = {}  # site -> [4, h] float64
+        self._counts: dict[AttentionSite, Tensor] = {}  # site -> [4] float64
+        self._batch: EncodedBatch | None = None
+        self._site: AttentionSite | None = None
+        self._norms: Tensor | None = None  # [b, h, k] of the call in progress
+
+    def begin_batch(self, batch: EncodedBatch) -> None:
+        self._batch = batch
+
+    def observe_inputs(
+        self, site: AttentionSite, query: Tensor, key: Tensor, value: Tensor, scaling: float | None
+    ) -> None:
+        projections = self.projections.get(site)
+        self._site, self._norms = site, None
+        if projections is None or self._batch is None:
+            return
+        norms = value_norms(value, projections)  # [b, h, k]
+        self._norms = norms
+        keys = self._batch.key_padding_mask(site.stack).to(norms.device)[:, None, :]  # [b, 1, k] real keys
+        first = norms[:, :, 0].double().sum(0)  # [h]
+        others = torch.where(keys[..., 1:], norms[..., 1:], 0.0).double().sum(dim=(0, 2))  # [h]
+        heads = norms.shape[1]
+        self._add(site, 0, first, float(norms.shape[0]), heads)
+        self._add(site, 1, others, float(keys[..., 1:].sum()), heads)
+
+    def observe(self, site: AttentionSite, pattern: Tensor, query_start: int, **_: object) -> None:
+        """``pattern``: ``[b, h, blk, c]`` weights of queries ``query_start …``."""
+        if site != self._site or self._norms is None or self._batch is None:
+            return
+        rows = pattern.shape[2]
+        norms = self._norms[..., : pattern.shape[-1]]  # [b, h, c]
+        moved = torch.matmul(pattern, norms[..., None])[..., 0]  # [b, h, blk]: Σ_j α_ij ‖f(x_j)‖
+        weight_share = pattern[..., 0]  # [b, h, blk]
+        norm_share = weight_share * norms[..., :1] / moved.clamp(min=_TINY)  # [b, h, blk]
+        query_lengths = self._batch.query_key_lengths(site.stack)[0]
+        positions = torch.arange(query_start, query_start + rows, device=pattern.device)  # [blk]
+        real = positions[None, :] < torch.tensor(query_lengths, device=pattern.device)[:, None]  # [b, blk]
+        real = real[:, None, :]  # [b, 1, blk]
+        count = float(real.sum())
+        heads = pattern.shape[1]
+        self._add(site, 2, torch.where(real, weight_share, 0.0).double().sum(dim=(0, 2)), count, heads)
+        self._add(site, 3, torch.where(real, norm_share, 0.0).double().sum(dim=(0, 2)), count, heads)
+
+    def _add(self, site: AttentionSite, field: int, sums: Tensor, count: float, heads: int) -> None:
+        if site not in self._sums:
+            self._sums[site] = torch.zeros(len(CARRIER_FIELDS), heads, dtype=torch.float64)
+            self._counts[site] = torch.zeros(len(CARRIER_FIELDS), dtype=torch.float64)
+        self._sums[site][field] += sums.cpu()
+        self._counts[site][field] += count
+
+    def merge_across(self, parallel: DataParallel, layout: Mapping[AttentionSite, int]) -> None:
+        """Sum over the processes of a data-parallel run (sites in ``layout`` order, zeros where unseen)."""
+        if not parallel.distributed:
+            return
+        sites = sorted(site for site in layout if site in self.projections)
+        local = []
+        for site in sites:
+            local.append(self._sums.get(site, torch.zeros(len(CARRIER_FIELDS), layout[site], dtype=torch.float64)))
+            local.append(self._counts.get(site, torch.zeros(len(CARRIER_FIELDS), dtype=torch.float64)))
+        merged = parallel.sum(local)
+        self._sums = {site: merged[2 * n] for n, site in enumerate(sites)}
+        self._counts = {site: merged[2 * n + 1] for n, site in enumerate(sites)}
+
+    def result(self) -> CarrierStatistics:
+        means = {}
+        for site in sorted(self._sums):
+            counts = self._counts[site][:, None]  # [4, 1]
+            means[site] = torch.where(counts > 0, self._sums[site] / counts.clamp(min=1), math.nan)
+        return CarrierStatistics(means)

@@ -1,0 +1,145 @@
+"""Norm-based attention (``weighting="norm"``) equals α_ij·‖(x_j W_V^h + b_V^h) W_O^h‖ computed independently.
+
+The reference reads transformers' eager weights (``output_attentions=True``) and the value projection's
+output with a plain forward hook, and cuts each head's output-projection slice by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import TEXTS
+
+
+def _eager_reference(directory, family: str, batch) -> dict[int, torch.Tensor]:
+    """layer -> ``[b, h, q, k]`` norm-based maps from eager weights and hooked value vectors."""
+    import transformers
+
+    model_class = transformers.BertModel if family == "bert" else transformers.AutoModelForCausalLM
+    model = model_class.from_pretrained(str(directory), attn_implementation="eager").eval()
+    config = model.config
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    values: dict[int, torch.Tensor] = {}
+    hooks = []
+    if family == "bert":
+        layers = model.encoder.layer
+        for number, layer in enumerate(layers):
+            hooks.append(
+                layer.attention.self.value.register_forward_hook(
+                    lambda module, inputs, output, n=number: values.__setitem__(n, output)  # [b, k, h·d]
+                )
+            )
+        outputs = [layer.attention.output.dense.weight for layer in layers]  # [hidden, h·d]
+    elif family == "gpt2":
+        layers = model.transformer.h
+        for number, layer in enumerate(layers):
+            hooks.append(
+                layer.attn.c_attn.register_forward_hook(  # [b, k, 3·h·d]: query | key | value
+                    lambda module, inputs, output, n=number: values.__setitem__(
+                        n, output[..., 2 * config.hidden_size :]
+                    )
+                )
+            )
+        outputs = [layer.attn.c_proj.weight.t() for layer in layers]  # Conv1D [h·d, hidden] -> [hidden, h·d]
+    else:
+        layers = model.model.layers
+        for number, layer in enumerate(layers):
+            hooks.append(
+                layer.self_attn.v_proj.register_forward_hook(
+                    lambda module, inputs, output, n=number: values.__setitem__(n, output)  # [b, k, kvh·d]
+                )
+            )
+        outputs = [layer.self_attn.o_proj.weight for layer in layers]  # [hidden, h·d]
+    with torch.no_grad():
+        attentions = model(**batch.inputs, output_attentions=True).attentions  # per layer [b, h, q, k]
+    for hook in hooks:
+        hook.remove()
+    reference = {}
+    for number, weights in enumerate(attentions):
+        value = values[number]
+        group = heads // (value.shape[-1] // head_dim)  # query heads per key/value head
+        norms = []
+        for head in range(heads):
+            kv = head // group
+            v = value[..., kv * head_dim : (kv + 1) * head_dim]  # [b, k, d]
+            w_o = outputs[number][:, head * head_dim : (head + 1) * head_dim]  # [hidden, d]
+            norms.append((v @ w_o.t()).norm(dim=-1))  # [b, k]
+        reference[number] = weights.detach() * torch.stack(norms, dim=1)[:, :, None, :]  # [b, h, q, k]
+    return reference
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_norm_maps_equal_an_independent_hook_computation(tiny_dirs, tiny_models, family):
+    from attnviz.captures.attention_capture import capture_batch
+
+    loaded = tiny_models[family]
+    texts = TEXTS[:3]
+    captures = capture_batch(loaded, texts, weighting="norm")
+    reference = _eager_reference(tiny_dirs[family], family, loaded.encode(texts))
+    for example, capture in enumerate(captures):
+        assert capture.weighting == "norm"
+        length = len(capture.tokens)
+        for layer, expected in reference.items():
+            ours = capture.layer(layer)  # [h, q, k]
+            wanted = expected[example, :, :length, :length]
+            scale = float(wanted.detach().abs().max())
+            assert torch.allclose(ours, wanted, rtol=1e-5, atol=1e-5 * scale), (family, layer)
+    # grouped-query heads share values but not output columns: their norms differ
+    if family == "llama":
+        first = captures[0].layer(0)
+        assert not torch.allclose(first[0], first[1])
+
+
+def test_norm_capture_round_trips_and_weights_capture_says_weights(tiny_models, tmp_path):
+    from attnviz.captures.attention_capture import AttentionCapture, capture
+
+    loaded = tiny_models["bert"]
+    norm = capture(loaded, TEXTS[0], weighting="norm")
+    assert float(norm.layer(0).sum(-1).max()) > 1.5  # norms, not renormalised: rows do not sum to 1
+    path = norm.save(tmp_path / "norm.safetensors")
+    back = AttentionCapture.load(path)
+    assert back.weighting == "norm" and torch.equal(back.layer(1), norm.layer(1))
+    weights = AttentionCapture.load(capture(loaded, TEXTS[0]).save(tmp_path / "weights.safetensors"))
+    assert weights.weighting == "weights"
+    assert torch.allclose(weights.layer(0).sum(-1), torch.ones(4, len(weights.tokens)), atol=1e-5)
+
+
+def test_unknown_weighting_is_refused(tiny_models):
+    from attnviz.captures.attention_capture import capture
+    from attnviz.common.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="weighting must be one of weights, norm"):
+        capture(tiny_models["bert"], TEXTS[0], weighting="value")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_stats_of_norm_weighting_are_those_of_renormalised_norm_rows(tiny_models, family):
+    """stats(weighting="norm") = the statistics of each capture row α·‖f‖ divided by its sum; carriers by hand."""
+    from attnviz.captures.attention_capture import capture
+    from attnviz.stats import compute_statistics
+
+    loaded = tiny_models[family]
+    text = TEXTS[1]
+    norm_capture = capture(loaded, text, weighting="norm")
+    weights_capture = capture(loaded, text)
+    norm = norm_capture.stacked()  # [layer, head, q, k]
+    weights = weights_capture.stacked()
+    rows = norm / norm.sum(-1, keepdim=True)
+    special = torch.tensor(norm_capture.special)
+    stats = compute_statistics(loaded, [text], weighting="norm", progress=False)
+    assert stats.weighting == "norm"
+    assert torch.allclose(stats.matrix("first_token"), rows[..., 0].mean(-1).double(), atol=1e-5)
+    assert torch.allclose(stats.matrix("special_tokens"), rows[..., special].sum(-1).mean(-1).double(), atol=1e-5)
+    assert torch.allclose(stats.matrix("max_weight"), rows.amax(-1).mean(-1).double(), atol=1e-5)
+    # what each token carries: ‖f(x_j)‖ = (α·‖f‖) / α on any query that sees key j (the last one sees all)
+    value_norms = norm[:, :, -1] / weights[:, :, -1]  # [layer, head, k]
+    carriers = stats.carriers
+    assert torch.allclose(carriers.matrix("first_value_norm"), value_norms[..., 0].double(), rtol=1e-4)
+    assert torch.allclose(carriers.matrix("other_value_norm"), value_norms[..., 1:].mean(-1).double(), rtol=1e-4)
+    assert torch.allclose(carriers.matrix("first_token_weight_share"), weights[..., 0].mean(-1).double(), atol=1e-5)
+    assert torch.allclose(carriers.matrix("first_token_norm_share"), rows[..., 0].mean(-1).double(), atol=1e-5)
+    plain = compute_statistics(loaded, [text], progress=False)  # the weights: the same carriers beside them
+    assert plain.weighting == "weights"
+    assert torch.allclose(plain.carriers.matrix("first_token_norm_share"), carriers.matrix("first_token_norm_share"))
+    assert torch.allclose(plain.matrix("first_token"), carriers.matrix("first_token_weight_share"), atol=1e-6)
