@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -97,6 +97,7 @@ def capture_caption_option(image: str, model: str, device: str, dtype: str, targ
     """Read ``--image`` (before loading anything), load a captioner and capture it on ``target`` (teacher-forced)
     or while it writes (``generation``: the settings of :func:`attnviz.cli.capturing.generation_settings`)."""
     from attnviz.captures.captioning import caption_capture
+    from attnviz.captures.generation import Generation
     from attnviz.cli.console import console
     from attnviz.common.images import open_image
     from attnviz.common.progress import status
@@ -109,6 +110,7 @@ def capture_caption_option(image: str, model: str, device: str, dtype: str, targ
         return caption_capture(loaded, picture, target=target, **recording)
     with status(f"writing up to {generation['max_new_tokens']} tokens"):
         written = caption_capture(loaded, picture, **generation, **recording)
+    assert isinstance(written, Generation)
     console.print(f"[bold]caption:[/bold] {written.text!r} ({len(written.token_ids)} tokens)", highlight=False)
     return written.capture
 
@@ -131,7 +133,7 @@ def draw_image(
         from attnviz.render.caption_overlay import caption_heatmap
         from attnviz.render.heatmap import save_figure
 
-        chosen = (heads if heads is not None else "all") if head_given else None
+        chosen: Any = (heads if heads is not None else "all") if head_given else None  # parsed by the option
         return save_figure(caption_heatmap(result, layers=layers, heads=chosen, style=style), out, dpi=dpi)
     if html:
         from attnviz.render.image_view import write_image_view

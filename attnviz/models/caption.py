@@ -94,7 +94,8 @@ def load_caption_model(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            model, info = transformers.VisionEncoderDecoderModel.from_pretrained(
+            captioner_class: Any = transformers.VisionEncoderDecoderModel
+            model, info = captioner_class.from_pretrained(
                 source,
                 attn_implementation=ATTENTION_NAME,
                 dtype=dtype,
@@ -127,7 +128,7 @@ class CaptionModel(VisionModel):
     def __init__(self, model: nn.Module, processor: Any, tokenizer: Any, *, name: str, extra_kinds: tuple[str, ...]):
         super().__init__(model, processor, name=name, extra_kinds=extra_kinds)
         self.tokenizer = tokenizer
-        decoder_config = model.config.decoder
+        decoder_config = self.model.config.decoder
         limit = next(
             (
                 getattr(decoder_config, field)

@@ -162,7 +162,7 @@ def build_caption_model(settings: CaptionModelSettings, seed: int = 0):
         attention_probs_dropout_prob=0.0,
     )
     ids = {word: index for index, word in enumerate(VOCABULARY)}
-    decoder_config = transformers.GPT2Config(
+    decoder_config = transformers.GPT2Config(  # type: ignore[call-arg]  # is_decoder goes to PretrainedConfig
         vocab_size=len(VOCABULARY),
         n_positions=MAX_POSITIONS,
         n_embd=settings.width,

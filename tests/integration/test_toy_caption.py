@@ -56,7 +56,7 @@ def test_shipped_captioner_writes_and_looks_at_each_colour(toy_caption, one_torc
 
 
 def test_toy_caption_through_the_command_line(capsys, tmp_path):
-    image, caption, patches = independent_images(1, seed=5)[0]
+    image, caption, _ = independent_images(1, seed=5)[0]
     path = tmp_path / "shapes.png"
     image.save(path)
     result = run_cli(capsys, "heatmap", "--image", path, "--model", "toy-caption", "--generate", "4", "--out",
