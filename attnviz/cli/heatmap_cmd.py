@@ -227,6 +227,8 @@ def heatmap(
       attnviz heatmap "The capital of France is Paris." --model smollm2 --query last --layer all --scale sqrt
 
       attnviz heatmap --image odd.png --model toy-odd-patch --query 1,2
+
+      attnviz heatmap --image shapes.png --model toy-caption --generate 4
     """
     from attnviz.captures.attention_capture import AttentionCapture
     from attnviz.cli.capturing import (

@@ -126,6 +126,11 @@ def draw_image(
     if is_caption_capture(result):
         if query is not None or view != "heads":
             raise InputError("a captioned image is drawn word by word: --query and --view do not apply")
+        if len(result.target_tokens) < 2:  # the start token alone: nothing was written
+            raise InputError(
+                f"{result.model} is an image captioner: give its caption with --target TEXT, or let it write with "
+                "--generate N"
+            )
         if html:
             from attnviz.render.caption_view import write_caption_view
 

@@ -401,5 +401,6 @@ def vision_model_of(loaded: LoadedModel) -> VisionModel:
     if isinstance(loaded, VisionModel):
         return loaded
     raise InputError(
-        f"{loaded.name} is a text model: an image needs a vision model ({SUPPORTED_NAMES}, or toy-odd-patch)"
+        f"{loaded.name} is a text model: an image needs a vision model ({SUPPORTED_NAMES}, or toy-odd-patch) "
+        "or an image captioner (a VisionEncoderDecoderModel, or toy-caption)"
     )

@@ -223,6 +223,18 @@ def test_bad_input_gives_one_error_line(capsys, tmp_path, captioners, picture, t
     assert list(outputs.iterdir()) == []
 
 
+def test_other_image_to_text_families_are_refused_by_name(capsys, tmp_path, picture):
+    import transformers
+
+    for config in (transformers.BlipConfig(), transformers.GitConfig()):
+        directory = tmp_path / config.model_type
+        config.save_pretrained(directory)  # no weights: the refusal comes before any is read
+        result = run_cli(capsys, "capture", "--image", picture, "--model", directory, "--target", "a cat",
+                         "--out", tmp_path / "x.safetensors")  # fmt: skip
+        assert_clean_error(result, f"is a {config.model_type} model, which attnviz cannot show")
+        assert len(result.error_lines()) == 1
+
+
 @pytest.mark.parametrize("family", ["vit", "deit"])
 def test_vision_checkpoint_without_pooler_loads_and_equals_eager(tmp_path, family):
     import transformers
