@@ -186,7 +186,7 @@ TargetOption = Annotated[
     str | None,
     typer.Option(
         "--target",
-        help='Decoder text of an encoder-decoder model, or the caption of --image for an image captioner. '
+        help="Decoder text of an encoder-decoder model, or the caption of --image for an image captioner. "
         'Example: --target "Le chat"',
         rich_help_panel=INPUT_PANEL,
     ),
