@@ -53,6 +53,8 @@ _EXPORTS = {
     "render_heatmaps": "attnviz.render.heatmap",
     "capture_heatmap": "attnviz.render.capture_view",
     "capture_image": "attnviz.captures.images",
+    "caption_capture": "attnviz.captures.captioning",
+    "caption_heatmap": "attnviz.render.caption_overlay",
     "capture_query_rows": "attnviz.captures.query_rows",
     "query_rows_of_capture": "attnviz.captures.query_rows",
     "QueryRows": "attnviz.captures.query_rows",
@@ -97,6 +99,8 @@ __all__ = [
     "__version__",
     "attend",
     "build_toy_model",
+    "caption_capture",
+    "caption_heatmap",
     "capture",
     "capture_heatmap",
     "capture_image",
@@ -132,6 +136,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.atlas.inline import head_atlas
     from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, capture
+    from attnviz.captures.captioning import caption_capture
     from attnviz.captures.images import capture_image
     from attnviz.captures.query_rows import QueryRows, capture_query_rows, query_rows_of_capture
     from attnviz.common.errors import AttnvizError
@@ -142,6 +147,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.models.specs import load_model
     from attnviz.models.wrapped import wrap
     from attnviz.prune import PruneConfig, PruneStrategy, prune_model, save_outcome
+    from attnviz.render.caption_overlay import caption_heatmap
     from attnviz.render.capture_view import capture_heatmap
     from attnviz.render.heatmap import render_heatmaps, save_figure
     from attnviz.render.image_overlay import image_heatmap

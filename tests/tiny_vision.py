@@ -130,3 +130,58 @@ def build_tiny_classifier(family: str, path: Path, *, seed: int = 0, num_labels:
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return path
+
+
+#: the text the tiny captioners' byte-level BPE tokenizer is trained on
+_CAPTION_TEXT = (
+    "a cat sits on a red mat. two dogs run in the green park. a blue car by the yellow house. "
+    "the bird flies over the sea. une tête à Zürich. 猫が座る。"
+)
+
+
+def tiny_caption_tokenizer():
+    """A GPT-2-style byte-level BPE tokenizer (a few hundred tokens) trained here, offline, in a moment."""
+    import transformers
+    from tokenizers import ByteLevelBPETokenizer
+
+    trainer = ByteLevelBPETokenizer()
+    trainer.train_from_iterator([_CAPTION_TEXT] * 4, vocab_size=300, special_tokens=["<|endoftext|>"])
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=trainer._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
+
+
+def build_tiny_captioner(
+    path: Path, *, encoder: str = "vit", decoder: str = "gpt2", pooler: bool = False, positions: int = 24, seed: int = 0
+) -> Path:
+    """Save a seeded random tiny ``VisionEncoderDecoderModel`` (``encoder`` vit/deit, ``decoder`` gpt2/bert, with
+    cross-attention; decoder width 48 so a projection joins it to the 32-wide encoder), its image processor and a
+    byte-level BPE tokenizer. ``pooler``: whether the encoder has (and saves) a pooler."""
+    import transformers
+
+    _, encoder_config, processor = tiny_vision_config(encoder)
+    tokenizer = tiny_caption_tokenizer()
+    torch.manual_seed(seed)
+    encoder_class = {"vit": transformers.ViTModel, "deit": transformers.DeiTModel}[encoder]
+    image_encoder = encoder_class(encoder_config, add_pooling_layer=pooler)
+    ends = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    common = {"initializer_range": 0.2, "vocab_size": len(tokenizer), "is_decoder": True, "add_cross_attention": True}
+    common |= ends
+    if decoder == "gpt2":
+        config = transformers.GPT2Config(n_embd=48, n_layer=2, n_head=4, n_positions=positions, **common)
+        text_decoder = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.BertConfig(
+            hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=positions, **common,
+        )  # fmt: skip
+        text_decoder = transformers.BertLMHeadModel(config)
+    model = transformers.VisionEncoderDecoderModel(encoder=image_encoder, decoder=text_decoder)
+    model.config.decoder_start_token_id = tokenizer.bos_token_id
+    model.config.pad_token_id = tokenizer.eos_token_id
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.eval()
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

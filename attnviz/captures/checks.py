@@ -185,7 +185,7 @@ def capture_fields(
             image_grid = ImageGrid.from_dict(field("image_grid"))
         except ValueError as exc:
             raise damaged(str(exc)) from exc
-        if image_grid.num_tokens != len(tokens) or target_tokens is not None:
+        if image_grid.num_tokens != len(tokens):  # (a captioner's capture has its caption as target tokens)
             raise damaged(f"its image grid makes {image_grid.num_tokens} tokens but it has {len(tokens)}")
         if "image" not in extras:
             raise damaged("it has an image grid but no image tensor")

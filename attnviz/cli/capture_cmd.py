@@ -134,6 +134,8 @@ def capture(
       attnviz capture --image odd.png --model toy-odd-patch --out odd.safetensors
 
       attnviz capture "The cat sat on the mat." --weighting norm --out cat-norm.safetensors
+
+      attnviz capture --image shapes.png --model toy-caption --generate 4 --out caption.safetensors
     """
     from attnviz.cli.capturing import capture_text, generation_settings, max_bytes_value, print_summary
     from attnviz.cli.selection import parse_head_option, parse_layer_option
@@ -153,11 +155,21 @@ def capture(
     if image is not None:
         from attnviz.cli.images import capture_image_option, print_image_summary
 
-        if text is not None or generate is not None or target is not None:
-            raise InputError("--image captures an image: give no TEXT, --target or --generate with it")
-        if partial:
-            raise InputError("--image captures every layer and head: give no --layer, --head or --stack with it")
-        result = capture_image_option(image, model, device, dtype)
+        if text is not None:
+            raise InputError("--image captures an image: give no TEXT with it (a caption goes in --target)")
+        if target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
+            from attnviz.cli.images import capture_caption_option
+
+            generation = generation_settings(generate, sample, temperature, seed, target)
+            chosen = {"layers": layers, "heads": heads, "stacks": [stack_value(stack)] if stack else None}
+            result = capture_caption_option(image, model, device, dtype, target, generation, **chosen)
+        elif partial:
+            raise InputError(
+                "--image captures every layer and head of a vision model: give no --layer, --head or --stack with it "
+                "(a captioner records only those with --target or --generate)"
+            )
+        else:
+            result = capture_image_option(image, model, device, dtype)
         if with_rollout:
             from attnviz.heads.propagation import rollout
 

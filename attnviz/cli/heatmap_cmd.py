@@ -69,13 +69,15 @@ def heatmap(
         ),
     ] = None,
     head: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--head",
-            help="Head index, comma list, 'all', or 'mean' (average over heads). Example: --head 3",
+            help="Head index, comma list, 'all', or 'mean' (average over heads); default all (for a captioned "
+            "image: the mean). Example: --head 3",
+            show_default=False,
             rich_help_panel=VIEW_PANEL,
         ),
-    ] = "all",
+    ] = None,
     out: Annotated[
         Path,
         typer.Option(
@@ -229,6 +231,8 @@ def heatmap(
       attnviz heatmap --image odd.png --model toy-odd-patch --query 1,2
 
       attnviz heatmap "The cat sat on the mat." --weighting norm --out cat-norm.png
+
+      attnviz heatmap --image shapes.png --model toy-caption --generate 4
     """
     from attnviz.captures.attention_capture import AttentionCapture
     from attnviz.cli.capturing import (
@@ -254,7 +258,7 @@ def heatmap(
         style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
         generation_options = (generate, sample, temperature, seed)
         if query_strips(
-            query, text=text, model=model, layer=layer, head=head, out=out, terminal=terminal, words=words,
+            query, text=text, model=model, layer=layer, head=head or "all", out=out, terminal=terminal, words=words,
             view=view.value, stack=stack_value(stack), cross=cross, target=target, from_capture=from_capture,
             generation_options=generation_options, max_length=max_length, no_truncate=no_truncate, device=device,
             dtype=dtype, style=style, dpi=dpi,
@@ -267,7 +271,7 @@ def heatmap(
         raise InputError(f"--terminal draws one head's pattern: --view {view.value} is a figure (give --out)")
     # figures and the terminal default to the last layer, pages to every layer
     layers = parse_layer_option(layer) if layer is not None else [-1]
-    heads = parse_head_option(head)
+    heads = parse_head_option(head or "all")
     if terminal:
         one_layer, one_head = check_one_pattern(layers, heads)
     else:
@@ -285,11 +289,17 @@ def heatmap(
             raise InputError("--cross and --stack disagree: give one of them")
         stack = "cross"
     if image is not None:
-        if text is not None or from_capture is not None or generate is not None:
-            raise InputError("--image draws an image: give no TEXT, --from-capture or --generate with it")
-        from attnviz.cli.images import capture_image_option
+        if text is not None or from_capture is not None:
+            raise InputError("--image draws an image: give no TEXT or --from-capture with it")
+        if target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
+            from attnviz.cli.images import capture_caption_option
 
-        result = capture_image_option(image, model, device, dtype)
+            generation = generation_settings(generate, sample, temperature, seed, target)
+            result = capture_caption_option(image, model, device, dtype, target, generation)
+        else:
+            from attnviz.cli.images import capture_image_option
+
+            result = capture_image_option(image, model, device, dtype)
     elif from_capture is not None:
         if text is not None:
             raise InputError("give either TEXT or --from-capture, not both")
@@ -345,11 +355,12 @@ def heatmap(
     if result.image_grid is not None:
         from attnviz.cli.images import draw_image, print_image_summary
 
-        if terminal or words or view == HeatmapView.flow or stack is not None:
+        if terminal or words or view == HeatmapView.flow or stack not in (None, "cross"):
             raise InputError("an image is drawn as overlays: --terminal, --words, --view flow and --stack do not apply")
         drawn = draw_image(
-            result, out, html=html, layers=layers, heads=heads, query=query, view=view.value, style=style, dpi=dpi
-        )
+            result, out, html=html, layers=layers, heads=heads, query=query, view=view.value, style=style, dpi=dpi,
+            head_given=head is not None,
+        )  # fmt: skip
         print_image_summary(result)
         print(drawn)
         return

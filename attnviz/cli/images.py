@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,7 +14,8 @@ ImageOption = Annotated[
     str | None,
     typer.Option(
         "--image",
-        help="A PNG or JPEG image for a vision model (ViT, DeiT, DINOv2, CLIP/SigLIP vision tower, toy-odd-patch); "
+        help="A PNG or JPEG image for a vision model (ViT, DeiT, DINOv2, CLIP/SigLIP vision tower, toy-odd-patch) or "
+        "an image captioner (VisionEncoderDecoderModel, toy-caption: with --target or --generate); "
         "'-' reads it from standard input. Example: --image cat.png --model toy-odd-patch",
         show_default=False,
         rich_help_panel=INPUT_PANEL,
@@ -92,8 +93,53 @@ def capture_image_option(image: str, model: str, device: str, dtype: str):
     return capture_image(loaded, picture)
 
 
-def draw_image(result, out: Path, *, html: bool, layers, heads, query, view: str, style, dpi: int) -> Path:
-    """Write the overlay figure (or the interactive page) of an image capture."""
+def capture_caption_option(image: str, model: str, device: str, dtype: str, target, generation, **recording):
+    """Read ``--image`` (before loading anything), load a captioner and capture it on ``target`` (teacher-forced)
+    or while it writes (``generation``: the settings of :func:`attnviz.cli.capturing.generation_settings`)."""
+    from attnviz.captures.captioning import caption_capture
+    from attnviz.captures.generation import Generation
+    from attnviz.cli.console import console
+    from attnviz.common.images import open_image
+    from attnviz.common.progress import status
+    from attnviz.models.specs import load_model
+
+    picture = open_image(image_source(image))  # a bad image fails before the model loads
+    with console.status(f"loading {model}"):
+        loaded = load_model(model, device=device, dtype=dtype)
+    if generation is None:
+        return caption_capture(loaded, picture, target=target, **recording)
+    with status(f"writing up to {generation['max_new_tokens']} tokens"):
+        written = caption_capture(loaded, picture, **generation, **recording)
+    assert isinstance(written, Generation)
+    console.print(f"[bold]caption:[/bold] {written.text!r} ({len(written.token_ids)} tokens)", highlight=False)
+    return written.capture
+
+
+def draw_image(
+    result, out: Path, *, html: bool, layers, heads, query, view: str, style, dpi: int, head_given: bool = True
+) -> Path:
+    """Write the overlay figure (or the interactive page) of an image capture (a captioned one: one overlay per word;
+    without ``head_given``, the mean of the heads)."""
+    from attnviz.common.errors import InputError
+    from attnviz.render.caption_overlay import is_caption_capture
+
+    if is_caption_capture(result):
+        if query is not None or view != "heads":
+            raise InputError("a captioned image is drawn word by word: --query and --view do not apply")
+        if len(result.target_tokens) < 2:  # the start token alone: nothing was written
+            raise InputError(
+                f"{result.model} is an image captioner: give its caption with --target TEXT, or let it write with "
+                "--generate N"
+            )
+        if html:
+            from attnviz.render.caption_view import write_caption_view
+
+            return write_caption_view(out, result, layers=layers)
+        from attnviz.render.caption_overlay import caption_heatmap
+        from attnviz.render.heatmap import save_figure
+
+        chosen: Any = (heads if heads is not None else "all") if head_given else None  # parsed by the option
+        return save_figure(caption_heatmap(result, layers=layers, heads=chosen, style=style), out, dpi=dpi)
     if html:
         from attnviz.render.image_view import write_image_view
 
@@ -109,6 +155,11 @@ def print_image_summary(result) -> None:
     """One line on stderr: the model, the grid and the extra tokens, layers × heads."""
     from attnviz.cli.console import console
 
+    if result.target_tokens is not None:  # a captioner
+        from attnviz.cli.capturing import print_summary
+
+        print_summary(result, "cross")
+        return
     grid = result.image_grid
     extras = ", ".join(grid.token_labels()[: grid.num_extra]) or "no extra tokens"
     console.print(

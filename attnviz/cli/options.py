@@ -187,7 +187,8 @@ TargetOption = Annotated[
     str | None,
     typer.Option(
         "--target",
-        help='Decoder text of an encoder-decoder model. Example: --target "Le chat"',
+        help="Decoder text of an encoder-decoder model, or the caption of --image for an image captioner. "
+        'Example: --target "Le chat"',
         rich_help_panel=INPUT_PANEL,
     ),
 ]
@@ -230,8 +231,9 @@ GenerateOption = Annotated[
     typer.Option(
         "--generate",
         min=1,
-        help="Let a causal LM or encoder-decoder model continue TEXT by up to N tokens (greedy unless --sample) "
-        "and capture every step's attention, key/value cache included. Example: --generate 20",
+        help="Let a causal LM or encoder-decoder model continue TEXT (an image captioner: describe --image) by up "
+        "to N tokens (greedy unless --sample) and capture every step's attention, key/value cache included. "
+        "Example: --generate 20",
         rich_help_panel=GENERATION_PANEL,
     ),
 ]

@@ -233,7 +233,9 @@ def train(
 
     The checkpoint directory (default toy-TASK-trained) works as a model spec everywhere, e.g.
     attnviz heatmap "3 1 4 1 5" --model ./toy-reverse-trained --target "5 1 4 1 3". odd-patch trains a small
-    ViT on 32×32 images (attnviz heatmap --image odd.png --model ./toy-odd-patch-trained).
+    ViT on 32×32 images (attnviz heatmap --image odd.png --model ./toy-odd-patch-trained); caption trains a small
+    ViT + GPT-2 captioner (--layers: decoder layers; attnviz heatmap --image shapes.png --model ./toy-caption
+    --generate 4).
     """
     from attnviz.cli.console import console
     from attnviz.common.errors import InputError

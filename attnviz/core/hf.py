@@ -10,6 +10,9 @@ Registration is explicit: call :func:`register_attention` (the loader does).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator
+
 import torch
 from torch import Tensor, nn
 
@@ -21,6 +24,9 @@ ATTENTION_NAME = "attnviz"
 
 #: The forward keyword argument that carries the :class:`AttentionContext`.
 CONTEXT_KWARG = "attnviz_context"
+#: The attribute that carries it to attention modules whose callers drop the forward's keyword arguments
+#: (GPT-2's cross-attention in transformers 5), set only for the duration of a call (:func:`context_on_modules`).
+CONTEXT_ATTRIBUTE = "_attnviz_context"
 
 _registered = False
 
@@ -42,6 +48,8 @@ def hf_attention_forward(
     ``[b, q, h, d]`` and no weights (patterns go to the context's observers instead).
     """
     context: AttentionContext | None = kwargs.get(CONTEXT_KWARG)
+    if context is None:
+        context = getattr(module, CONTEXT_ATTRIBUTE, None)
     head_dim = query.shape[-1]
     scale = head_dim**-0.5 if scaling is None else scaling
     # T5 adds a relative-position bias to the scores; Gemma 2 soft-caps them.
@@ -64,6 +72,21 @@ def hf_attention_forward(
         context=context,
     )
     return output, None
+
+
+@contextlib.contextmanager
+def context_on_modules(modules: Iterable[nn.Module], context: AttentionContext | None) -> Iterator[None]:
+    """Hand ``context`` to ``modules`` as an attribute for the duration of the block (removed afterwards, also
+    on error): for attention modules that their callers run without the forward's keyword arguments."""
+    modules = list(modules) if context is not None else []
+    for module in modules:
+        setattr(module, CONTEXT_ATTRIBUTE, context)
+    try:
+        yield
+    finally:
+        for module in modules:
+            if CONTEXT_ATTRIBUTE in vars(module):
+                delattr(module, CONTEXT_ATTRIBUTE)
 
 
 def register_attention() -> str:

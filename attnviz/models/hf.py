@@ -17,6 +17,7 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
+from attnviz.models.caption import is_captioner_type, load_caption_model
 from attnviz.models.hf_checks import (
     check_config_against_weights,
     check_loading_info,
@@ -79,6 +80,10 @@ def load_hf_model(
         config = transformers.AutoConfig.from_pretrained(source, **extra)
         if not gguf_file and is_vision_type(getattr(config, "model_type", "")):  # images, not text
             return load_vision_model(  # type: ignore[return-value]
+                source, config, name=name, device=device, dtype=dtype, device_map=device_map
+            )
+        if not gguf_file and is_captioner_type(getattr(config, "model_type", "")):  # images in, text out
+            return load_caption_model(  # type: ignore[return-value]
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)

@@ -125,3 +125,35 @@ def quiet_image_processors() -> Iterator[None]:
         yield
     finally:
         logging.set_verbosity(previous)
+
+
+#: a weight of a pooler (``pooler.dense.weight``, ``encoder.pooler.dense.bias``): the dense layer on the class token
+#: that ViT-style models add for their ``pooler_output``, read by no attention
+_POOLER_WEIGHT = re.compile(r"^(?P<owner>(?:.*\.)?)pooler\.")
+
+
+def drop_missing_poolers(model, info: dict) -> list[str]:
+    """Build ``model`` as its checkpoint was saved when the checkpoint has no pooler weights.
+
+    Vision checkpoints are often published without the pooler (DINO v1, ``ViTModel(config,
+    add_pooling_layer=False)``); transformers then builds it with random weights and lists them as
+    missing. The pooler only maps the final class token to ``pooler_output``, after every attention,
+    so the module is removed (``pooler = None``, as ``add_pooling_layer=False`` builds it) and its
+    weights taken off ``info["missing_keys"]``. Returns the names taken off. Missing weights anywhere
+    else stay in ``info`` (and are refused by :func:`check_loading_info`).
+    """
+    missing = [str(key[0] if isinstance(key, tuple) else key) for key in info.get("missing_keys") or ()]
+    pooler = [key for key in missing if _POOLER_WEIGHT.match(key)]
+    owners = {match.group("owner").rstrip(".") for key in pooler if (match := _POOLER_WEIGHT.match(key))}
+    removable = set()
+    for owner_name in owners:
+        try:
+            owner = model.get_submodule(owner_name) if owner_name else model
+        except AttributeError:
+            continue
+        if getattr(owner, "pooler", None) is not None:
+            owner.pooler = None  # the module's forward skips a pooler that is None
+            removable.add(owner_name)
+    dropped = [key for key in pooler if key.rpartition("pooler.")[0].rstrip(".") in removable]
+    info["missing_keys"] = [key for key in missing if key not in dropped]
+    return dropped

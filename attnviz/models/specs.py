@@ -44,6 +44,7 @@ SHIPPED_TOYS = {
     "toy-reverse": "reverse",
     "toy-sort": "sort",
     "toy-odd-patch": "odd-patch",  # a small ViT (attnviz.toy.odd_patch): reads images
+    "toy-caption": "caption",  # a small ViT + GPT-2 captioner (attnviz.toy.caption): writes about images
 }
 
 

@@ -90,7 +90,7 @@ def load_vision_model(
     import transformers
 
     from attnviz.core import ATTENTION_NAME, register_attention
-    from attnviz.models.hf_checks import check_loading_info, first_line
+    from attnviz.models.hf_checks import check_loading_info, drop_missing_poolers, first_line
 
     model_type = config.model_type
     check_vision_family(model_type, source)
@@ -118,6 +118,7 @@ def load_vision_model(
             raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
     if tower:  # the text tower's weights are in the file but not in the vision model: not an error here
         info["unexpected_keys"] = [key for key in info.get("unexpected_keys") or () if key.startswith(tower[1])]
+    drop_missing_poolers(model, info)  # a checkpoint saved without its pooler (DINO v1) loads as it was saved
     check_loading_info(info, source)
     if not device_map:
         model.to(device)
@@ -400,5 +401,6 @@ def vision_model_of(loaded: LoadedModel) -> VisionModel:
     if isinstance(loaded, VisionModel):
         return loaded
     raise InputError(
-        f"{loaded.name} is a text model: an image needs a vision model ({SUPPORTED_NAMES}, or toy-odd-patch)"
+        f"{loaded.name} is a text model: an image needs a vision model ({SUPPORTED_NAMES}, or toy-odd-patch) "
+        "or an image captioner (a VisionEncoderDecoderModel, or toy-caption)"
     )

@@ -264,6 +264,12 @@ def show(result: Any) -> HtmlView:
     if isinstance(result, HtmlView):
         return result
     if isinstance(result, AttentionCapture):
+        from attnviz.render.caption_overlay import is_caption_capture
+
+        if is_caption_capture(result):  # a captioned image: click a word, see where it looked
+            from attnviz.render.caption_view import caption_view_html
+
+            return HtmlView(caption_view_html(result), title="attention: caption view", height=640)
         return head_view(result)
     kind = type(result).__name__
     builders: dict[str, Callable[[Any], HtmlView]] = {

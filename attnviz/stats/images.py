@@ -196,22 +196,26 @@ def compute_image_statistics(
 
     Images are read one batch at a time. The result's ``mean_distance`` and ``normalized_distance``
     are measured on the patch grid (see the module docstring) and ``result.image`` holds the
-    sink-patch shares and sink heads.
+    sink-patch shares and sink heads. A captioner (:class:`~attnviz.models.caption.CaptionModel`) first
+    writes its caption of each image (greedy, at most :data:`CAPTION_TOKENS` tokens), then every stack is
+    measured over image and caption: ``encoder`` as a vision model's heads, ``decoder`` along the caption,
+    ``cross`` from the caption's tokens to the image's (no grid distance: a word has no place on the picture).
     """
     vision = vision_model_of(loaded)
     images = list(images)
+    captioner = vision.encoder_decoder  # a captioner: measured over the captions it writes (greedy)
     if not images:
         raise InputError("no image given: give at least one image")
     if batch_size < 1:
         raise InputError(f"the batch size must be at least 1, got {batch_size}")
     accumulator = StatisticsAccumulator(causal=False)
     grid_accumulator = ImageGridAccumulator()
-    context = vision.context([accumulator, grid_accumulator])
+    context = vision.context([accumulator, _ImageQueries(grid_accumulator)])
     started = time.perf_counter()
     grid = None
     with progress_bar() if progress else Progress(disable=True) as bar:
         task = bar.add_task(f"statistics · {vision.name}", total=len(images), status="")
-        for batch in image_batches(vision, images, batch_size):
+        for batch in _batches(vision, images, batch_size, captioner):
             grid = batch.image_grid
             accumulator.begin_batch(batch)
             grid_accumulator.begin_batch(batch)
@@ -232,7 +236,9 @@ def compute_image_statistics(
                 mean, std = sums[site].mean_std()
                 numbers.mean[index], numbers.std[index] = mean, std
                 numbers.count[index] = sums[site].count / numbers.mean.shape[1]
-            else:  # no patch query (cannot happen with a grid of at least one patch)
+            elif (
+                site.stack in _IMAGE_QUERY_STACKS or site.stack == "cross"
+            ):  # no patch query (cannot happen with a grid of one patch)
                 numbers.mean[index] = numbers.std[index] = math.nan
     shares = {site: sums.mean_std() for site, sums in sorted(grid_accumulator.sink.items())}
     stats.image = ImageHeadStatistics(
@@ -244,6 +250,38 @@ def compute_image_statistics(
         images=list(names) if names is not None else [],
     )
     return stats
+
+
+#: stacks whose queries are the image's tokens (a vision model's self-attention, a captioner's encoder)
+_IMAGE_QUERY_STACKS = ("self", "encoder")
+
+
+class _ImageQueries:
+    """Hands the grid accumulator only the sites whose queries are image tokens (not a captioner's words)."""
+
+    def __init__(self, inner: ImageGridAccumulator) -> None:
+        self.inner = inner
+
+    def observe(self, site: AttentionSite | None, pattern: Tensor, query_start: int) -> None:
+        if site is not None and site.stack in _IMAGE_QUERY_STACKS:
+            self.inner.observe(site, pattern, query_start)
+
+
+def _batches(vision, images: Sequence[ImageSource], batch_size: int, captioner: bool):
+    """Batches of ``images``; for a captioner, with the caption it writes about each (its own words, greedy)."""
+    if not captioner:
+        yield from image_batches(vision, images, batch_size)
+        return
+    from attnviz.captures.captioning import caption_batches
+
+    for start in range(0, len(images), batch_size):
+        yield from caption_batches(
+            vision, images[start : start + batch_size], batch_size, max_new_tokens=CAPTION_TOKENS
+        )
+
+
+#: the most tokens a captioner writes per image for its statistics (fewer where its decoder has fewer positions)
+CAPTION_TOKENS = 32
 
 
 def flag_sink_heads(shares: dict[AttentionSite, Tensor]) -> list[tuple[AttentionSite, int]]:

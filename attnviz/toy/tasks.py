@@ -292,8 +292,8 @@ def _symbol_rank(symbol: str) -> tuple[int, int | str]:
 TASKS: dict[str, Task] = {
     task.name: task for task in (CopyTask(), ReverseTask(), SortTask(), PreviousTokenTask(), InductionTask())
 }
-#: tasks on images, each trained as a small ViT (see attnviz.toy.odd_patch)
-IMAGE_TASKS: tuple[str, ...] = ("odd-patch",)
+#: tasks on images, each trained as a small ViT (attnviz.toy.odd_patch) or ViT + GPT-2 captioner (attnviz.toy.caption)
+IMAGE_TASKS: tuple[str, ...] = ("odd-patch", "caption")
 
 
 def get_task(name: str) -> Task:

@@ -1,0 +1,191 @@
+"""Capturing an image captioner's attention: on a given caption (teacher forcing) or while it writes one.
+
+A capture of a captioner (:class:`~attnviz.models.caption.CaptionModel`) has the image on the source
+side (``tokens``: the extra tokens and the patches ``r{row}c{col}``, with ``image_grid`` and the
+picture in ``extras["image"]``) and the caption on the target side (``target_tokens``: the decoder
+start token, then the caption's tokens); its stacks are ``encoder`` (the image's self-attention),
+``decoder`` (the caption's causal self-attention) and ``cross`` (caption tokens × image tokens).
+
+Row ``t`` of ``decoder``/``cross`` is the query of target token ``t``, whose output predicts token
+``t + 1``: the word at target position ``t`` was *written* at row ``t - 1`` (see :func:`written_rows`).
+
+While writing (:func:`caption_capture` with ``max_new_tokens``), the image is encoded once and the
+decoder runs one token per step with its key/value cache, as for text
+(:mod:`attnviz.captures.generation`); one extra step feeds the last token so that its row exists too.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from attnviz.captures.attention_capture import AttentionCapture, capture_encoded
+from attnviz.captures.generation import (
+    Generation,
+    _eos_ids,
+    _next_token,
+    _StepRecorder,
+    check_generation_settings,
+)
+from attnviz.captures.images import ImageSource, as_pil_image
+from attnviz.common.selection import HeadSelection, LayerSelection
+from attnviz.core import CONTEXT_KWARG
+from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.caption import CaptionModel, captioner_of
+
+
+def caption_capture(
+    loaded: LoadedModel,
+    image: ImageSource,
+    *,
+    target: str | None = None,
+    max_new_tokens: int | None = None,
+    sample: bool = False,
+    temperature: float = 1.0,
+    seed: int | None = None,
+    layers: LayerSelection = None,
+    heads: HeadSelection = None,
+    stacks: Sequence[str] | None = None,
+) -> Generation | AttentionCapture:
+    """Capture a captioner on ``image``: with ``target``, the caption given (teacher-forced), an
+    :class:`AttentionCapture`; with ``max_new_tokens``, the caption it writes, a
+    :class:`~attnviz.captures.generation.Generation` (greedy, or sampled with ``sample``/``temperature``/``seed``).
+
+    ``layers``/``heads``/``stacks`` keep only what is asked (as :func:`~attnviz.captures.attention_capture.capture`);
+    generation records every layer and head first, then keeps the chosen ones.
+    """
+    from attnviz.common.errors import InputError
+
+    captioner = captioner_of(loaded)
+    if (target is None) == (max_new_tokens is None):
+        raise InputError("give a captioner either a caption (target) or a number of tokens to write (max_new_tokens)")
+    picture = as_pil_image(image)
+    if target is not None:
+        batch = captioner.encode_images([picture], targets=[target])
+        return capture_encoded(captioner, batch, layers=layers, heads=heads, stacks=stacks)[0]
+    assert max_new_tokens is not None
+    generation = write_caption(
+        captioner, picture, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, seed=seed
+    )
+    if layers is not None or heads is not None or stacks is not None:
+        generation.capture = keep_recorded(generation.capture, captioner, layers=layers, heads=heads, stacks=stacks)
+    return generation
+
+
+def write_caption(
+    captioner: CaptionModel,
+    picture,
+    *,
+    max_new_tokens: int,
+    sample: bool = False,
+    temperature: float = 1.0,
+    seed: int | None = None,
+) -> Generation:
+    """Let the captioner write up to ``max_new_tokens`` tokens about ``picture``, capturing every step; it stops at
+    its end token or where its decoder's positions end (whichever comes first)."""
+    check_generation_settings(max_new_tokens, sample, temperature)
+    if captioner.max_length is not None:  # the decoder's positions bound what it can write (start token included)
+        max_new_tokens = min(max_new_tokens, captioner.max_length - 1)
+    batch = captioner.encode_images([picture])  # the decoder side: the start token alone
+    model = captioner.model
+    generator = None
+    if sample:
+        generator = torch.Generator(device=captioner.device)
+        generator.manual_seed(seed if seed is not None else torch.seed())
+    recorder = _StepRecorder()
+    context = captioner.context([recorder])
+    eos_ids = _eos_ids(model) | _eos_ids(model.decoder)
+    cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    sequence = [int(batch.inputs["decoder_input_ids"][0, 0])]
+    generated: list[int] = []
+    with torch.no_grad(), captioner.cross_context(context):
+        encoded = model.encoder(pixel_values=batch.inputs["pixel_values"], **captioner.context_arguments(context))
+        step_input = torch.tensor([sequence], device=captioner.device)  # [1, 1]: the start token, then each new one
+        past: Any = None
+        while True:
+            recorder.offset = len(sequence) - 1
+            outputs = model(
+                encoder_outputs=encoded,
+                decoder_input_ids=step_input,
+                use_cache=True,
+                **{cache_name: past, "decoder_" + CONTEXT_KWARG: context},
+            )
+            past = getattr(outputs, "cache", None) or getattr(outputs, "past_key_values", None)
+            if len(generated) >= max_new_tokens or (generated and generated[-1] in eos_ids):
+                break  # this step only gave the last token its row
+            token = _next_token(outputs.logits[0, -1].float(), sample, temperature, generator)  # logits: [vocab]
+            generated.append(token)
+            sequence.append(token)
+            step_input = torch.tensor([[token]], device=captioner.device)  # [1, 1]
+    grid = batch.image_grid
+    assert grid is not None
+    patterns = recorder.assemble(
+        len(sequence), {"encoder": grid.num_tokens, "decoder": len(sequence), "cross": grid.num_tokens}
+    )
+    tokens, special, words = captioner.caption_tokens(sequence)
+    capture = AttentionCapture(
+        model=captioner.name,
+        tokens=batch.tokens[0],
+        causal=False,
+        patterns={stack: patterns[stack] for stack in ("encoder", "decoder", "cross")},
+        special=batch.special[0],
+        word_ids=batch.word_ids[0],
+        target_tokens=tokens,
+        target_special=special,
+        target_word_ids=words,
+        generated_from=1,
+        image_grid=grid,
+        extras={} if batch.images is None else {"image": batch.images[0].detach().to("cpu", torch.float32)},
+    )
+    text = captioner.tokenizer.decode(generated, skip_special_tokens=True)
+    return Generation(capture=capture, text=text, token_ids=generated)
+
+
+def keep_recorded(
+    capture: AttentionCapture,
+    loaded: LoadedModel,
+    *,
+    layers: LayerSelection = None,
+    heads: HeadSelection = None,
+    stacks: Sequence[str] | None = None,
+) -> AttentionCapture:
+    """``capture`` (every layer and head) cut down to the chosen ones, with the identity a capture of them has."""
+    from attnviz.captures.recording import plan_recording
+
+    recording = plan_recording(loaded, layers=layers, heads=heads, stacks=stacks)
+    patterns: dict[str, list[torch.Tensor]] = {}
+    for stack, layer_patterns in capture.patterns.items():
+        if stacks is not None and stack not in stacks:
+            continue  # as a capture of the chosen stacks holds only those
+        patterns[stack] = []
+        for layer, pattern in enumerate(layer_patterns):  # [head, query, key]
+            site = next((s for s in recording.sites if s.stack == stack and s.layer == layer), None)
+            if site is None:
+                patterns[stack].append(pattern[:0])
+                continue
+            kept = recording.sites[site]
+            patterns[stack].append(pattern if kept is None else pattern[list(kept)])
+    capture.patterns = patterns
+    capture.identity = recording.identity
+    return capture
+
+
+def caption_batches(
+    captioner: CaptionModel, images: Sequence[ImageSource], batch_size: int, *, max_new_tokens: int
+) -> list[EncodedBatch]:
+    """The captioner's own captions of ``images`` (greedy, at most ``max_new_tokens`` tokens each) as batches of
+    at most ``batch_size`` images with those captions on the decoder side, for statistics over what it writes."""
+    batches = []
+    for start in range(0, len(images), batch_size):
+        pictures = [as_pil_image(source) for source in images[start : start + batch_size]]
+        captions = [greedy_caption_ids(captioner, picture, max_new_tokens) for picture in pictures]
+        batches.append(captioner.encode_images(pictures, token_ids=captions))
+    return batches
+
+
+def greedy_caption_ids(captioner: CaptionModel, picture, max_new_tokens: int) -> list[int]:
+    """The token ids the captioner writes about ``picture`` (greedy; the end token kept when it comes)."""
+    return write_caption(captioner, picture, max_new_tokens=max_new_tokens).token_ids

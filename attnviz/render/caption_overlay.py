@@ -1,0 +1,164 @@
+"""A captioner's attention drawn on the picture: one overlay per written word (its cross-attention over the image).
+
+From a capture of a captioner (:mod:`attnviz.captures.captioning`): the picture first, then for each
+caption token the cross-attention of the step that **wrote** it (the query one position earlier, whose
+output predicted the token) over the image tokens, as a translucent heat overlay on the picture
+(:func:`~attnviz.render.image_overlay.draw_overlay`), extra tokens beside it. By default the mean over
+the heads of the last decoder layer; ``layers``/``heads`` choose others (one row of overlays per layer
+and head). One line of the figure says what is averaged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from attnviz.captures.attention_capture import AttentionCapture
+from attnviz.common.errors import InputError
+from attnviz.common.tokens import display_token, word_groups, word_label
+from attnviz.render.capture_view import model_title
+from attnviz.render.heatmap import FigureStyle
+from attnviz.render.image_overlay import ImagePanel, draw_overlay, image_grid_of, split_keys
+from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
+
+_PANEL_INCHES = 1.9
+
+
+def is_caption_capture(capture: AttentionCapture) -> bool:
+    """Whether ``capture`` is of a captioner: an image on the source side, a caption on the target side."""
+    return capture.image_grid is not None and capture.target_tokens is not None and "cross" in capture.patterns
+
+
+def written_words(capture: AttentionCapture) -> list[tuple[int, str]]:
+    """``(query row, label)`` of every caption token after the start token: token ``t`` was written by row ``t - 1``."""
+    if not is_caption_capture(capture):
+        raise InputError(f"this capture of {capture.model} holds no caption: capture an image with a caption first")
+    tokens = capture.target_tokens or []
+    return [(position - 1, display_token(tokens[position])) for position in range(1, len(tokens))]
+
+
+def caption_text(capture: AttentionCapture) -> str:
+    """The caption as words (pieces joined), without the start token: ``a red cat``."""
+    tokens, word_ids = capture.target_tokens or [], capture.target_word_ids or []
+    if len(word_ids) != len(tokens):
+        return " ".join(display_token(token) for token in tokens[1:])
+    groups = [group for group in word_groups(word_ids) if group[0] > 0]
+    return " ".join(word_label(tokens, group) for group in groups)
+
+
+@dataclass
+class CaptionRow:
+    """One row of overlays: a layer and a head (or the mean of heads), one panel per written word."""
+
+    layer: int
+    head: int | None  # the model's head number; None for the mean of heads
+    panels: list[ImagePanel]
+
+
+#: heads of a caption figure: None or ``MeanOfHeads`` the mean of each layer's heads, ``"all"`` every head, a list those
+CaptionHeads = HeadSelection | Literal["all"]
+
+
+def caption_rows(
+    capture: AttentionCapture, *, layers: LayerSelection = (-1,), heads: CaptionHeads = None
+) -> list[CaptionRow]:
+    """The overlays of every written word: one :class:`CaptionRow` per chosen layer × head (see :data:`CaptionHeads`)."""
+    grid = image_grid_of(capture)
+    words = written_words(capture)
+    if not words:
+        raise InputError("the caption has no token after the start token: give a caption or let the model write")
+    rows = []
+    for layer in resolve_layers(layers, capture.num_layers("cross")):
+        pattern = capture.layer(layer, "cross")  # [head, query, key]: caption tokens × image tokens
+        ids = capture.identity.ids("cross", layer, pattern.shape[0]) if capture.identity else list(range(len(pattern)))
+        picked = MeanOfHeads() if heads is None else resolve_heads(None if heads == "all" else heads, ids)
+        chosen: list[tuple[int | None, Tensor]] = (
+            [(None, pattern.mean(dim=0))]
+            if isinstance(picked, MeanOfHeads)
+            else [(ids[position], pattern[position]) for position in picked]
+        )  # each [query, key]
+        for number, weights in chosen:
+            panels = []
+            for row, label in words:
+                patches, extras = split_keys(weights[row], grid)
+                panels.append(ImagePanel(patches, extras, label))
+            rows.append(CaptionRow(layer, number, panels))
+    return rows
+
+
+def averaging_line(capture: AttentionCapture, rows: list[CaptionRow]) -> str:
+    """The figure's line saying what each overlay shows, and what is averaged."""
+    heads = {row.layer: capture.layer(row.layer, "cross").shape[0] for row in rows}
+    if all(row.head is None for row in rows):
+        what = "; ".join(f"layer {layer}: mean over its {count} heads" for layer, count in heads.items())
+    else:
+        what = "one head per row (no averaging)"
+    return (
+        f"each word: the cross-attention over the image of the decoder step that wrote it (the query one token "
+        f"earlier) · {what}"
+    )
+
+
+def caption_heatmap(
+    capture: AttentionCapture,
+    *,
+    layers: LayerSelection = (-1,),
+    heads: CaptionHeads = None,
+    style: FigureStyle | None = None,
+):
+    """A matplotlib figure: the picture, then one overlay per written word for each chosen layer × head.
+
+    ``layers``: the decoder layers (default the last); ``heads``: see :data:`CaptionHeads` (default the mean)."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.figure import Figure
+
+    style = style or FigureStyle()
+    style.check()
+    grid = image_grid_of(capture)
+    rows = caption_rows(capture, layers=layers, heads=heads)
+    image = capture.extras["image"].numpy()  # [H, W, 3] in 0–1
+    panels = [panel for row in rows for panel in row.panels]
+    top = style.vmax or max(max([float(p.patches.max())] + p.extras.tolist()) for p in panels) or 1.0
+    norm, cmap = style.norm(top), style.colour_map()
+    columns = 1 + len(rows[0].panels)
+    extra_room = 0.5 if grid.num_extra else 0.0
+    figure = Figure(
+        figsize=(columns * (_PANEL_INCHES + extra_room) + 1.2, len(rows) * (_PANEL_INCHES + 0.45) + 0.9),
+        layout="constrained",
+    )
+    axes = figure.subplots(len(rows), columns, squeeze=False)
+    for r, row in enumerate(rows):
+        picture_axis = axes[r][0]
+        if r == 0:
+            picture_axis.imshow(image)
+            picture_axis.set_title("the image", fontsize=8)
+        else:
+            picture_axis.set_axis_off()
+        picture_axis.set_xticks([])
+        picture_axis.set_yticks([])
+        who = "mean of heads" if row.head is None else f"head {row.head}"
+        picture_axis.set_ylabel(f"layer {row.layer}\n{who}", fontsize=8)
+        if r:
+            picture_axis.text(0.5, 0.5, f"layer {row.layer}\n{who}", ha="center", va="center", fontsize=8)
+        for c, panel in enumerate(row.panels):
+            draw_overlay(axes[r][c + 1], image, panel, grid, norm, cmap)
+    figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="attention weight", shrink=0.8)
+    caption = caption_text(capture)
+    figure.suptitle(f"{model_title(capture)} · caption: {caption}\n{averaging_line(capture, rows)}", fontsize=9)
+    return figure
+
+
+def peak_patches(capture: AttentionCapture, *, layer: int = -1) -> list[tuple[str, tuple[int, int]]]:
+    """``(word, (row, col))``: for each written word, the patch where the cross-attention of the step that wrote it,
+    maximum over the heads of ``layer``, peaks."""
+    grid = image_grid_of(capture)
+    pattern = capture.layer(layer, "cross")  # [head, query, key]
+    strongest = pattern[:, :, grid.num_extra :].amax(dim=0)  # [query, patches]
+    peaks = []
+    for row, label in written_words(capture):
+        index = int(torch.argmax(strongest[row]))
+        peaks.append((label, (index // grid.cols, index % grid.cols)))
+    return peaks
