@@ -244,10 +244,24 @@ def test_bad_inputs_raise_one_typed_error(tiny_models, tiny_model_dirs):
         patch_heads(tiny_models["bert"], clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG)
 
 
-def test_mean_ablation_uses_each_heads_mean_output_over_the_corpus(tiny_models):
+def test_mean_ablation_replaces_each_head_by_its_mean_output_over_the_corpus(tiny_dirs, tiny_models):
     texts = ["the cat sat on the mat.", "a dog ran through the park and barked."]
+    family = "gpt2"
     result = patch_heads(
-        tiny_models["gpt2"], clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, ablate="mean", texts=texts
+        tiny_models[family], clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, ablate="mean", texts=texts
     )
-    assert "mean output over 19 positions of 2 texts" in result.ablation_source
-    assert all(h.ablation_effect is not None and math.isfinite(h.ablation_effect) for h in result.heads)
+    model, tokenizer = reference_model(tiny_dirs[family])
+    merged = [merged_inputs(model, family, tokenizer(text, return_tensors="pt")["input_ids"])[0] for text in texts]
+    count = sum(m[0].shape[0] for m in merged)
+    assert f"mean output over {count} positions of 2 texts" in result.ablation_source
+    clean_ids = tokenizer(CLEAN, return_tensors="pt")["input_ids"]
+    answer, wrong = (tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (ANSWER, WRONG))
+    last, head_dim = clean_ids.shape[1] - 1, 8
+    everywhere = list(range(clean_ids.shape[1]))
+    for effect in result.heads:
+        columns = slice(effect.head * head_dim, (effect.head + 1) * head_dim)
+        mean = torch.cat([m[effect.layer][:, columns] for m in merged]).mean(0)  # [d]
+        values = mean.expand(clean_ids.shape[1], head_dim)
+        logits = patched_logits(model, family, clean_ids, effect.layer, effect.head, head_dim, values, everywhere)
+        expected = float(logits[last, answer] - logits[last, wrong]) - result.clean_logit_diff
+        assert effect.ablation_effect == pytest.approx(expected, abs=1e-5)
