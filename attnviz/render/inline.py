@@ -247,9 +247,17 @@ def strips_view(rows: Any) -> HtmlView:
     return _table_view(f"{rows.model}: query strips", sections, height=min(900, 320 + 60 * len(labels)))
 
 
+def patch_view(result: Any) -> HtmlView:
+    """A patching run: the grids of patching effects and direct logit attributions, and the top heads."""
+    from attnviz.render.patch_page import patch_summary_html
+
+    title = f"{result.model}: activation patching"
+    return _table_view(title, [patch_summary_html(result, links=False)], height=min(1100, 420 + 14 * result.layers))
+
+
 def show(result: Any) -> HtmlView:
     """The inline view of any attnviz result: a capture (head and model view), statistics, flags, head functions,
-    head similarity, a pruning outcome or report, one query's strips, or a view already made."""
+    head similarity, a pruning outcome or report, one query's strips, a patching run, or a view already made."""
     if isinstance(result, HtmlView):
         return result
     if isinstance(result, AttentionCapture):
@@ -263,6 +271,7 @@ def show(result: Any) -> HtmlView:
         "PruneOutcome": prune_view,
         "PruneReport": prune_view,
         "QueryRows": strips_view,
+        "PatchResult": patch_view,
     }
     if kind not in builders:
         raise InputError(f"attnviz has no inline view of a {kind}")

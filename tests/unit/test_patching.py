@@ -7,8 +7,6 @@ columns ``h·d … h·d+d−1``. One reference run per head, unbatched; attnviz 
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import transformers
@@ -68,7 +66,9 @@ def patched_logits(model, family, ids, layer, head, head_dim, values, positions)
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 @pytest.mark.parametrize("direction", ["denoising", "noising"])
-def test_patched_logit_differences_equal_forward_hooks_on_the_output_projection(tiny_dirs, tiny_models, family, direction):
+def test_patched_logit_differences_equal_forward_hooks_on_the_output_projection(
+    tiny_dirs, tiny_models, family, direction
+):
     loaded = tiny_models[family]
     result = patch_heads(
         loaded, clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, direction=direction, batch_size=5
