@@ -90,3 +90,14 @@ def test_models_attnviz_cannot_patch_are_refused_by_name(capsys, tiny_model_dirs
     assert_clean_error(result, "has no language-model head")
     result = run_cli(capsys, "patch", tiny_dirs["llama"], "--clean", CLEAN)
     assert_clean_error(result, "give --corrupt")
+
+
+def test_the_result_displays_inline_in_a_notebook(tiny_models):
+    from attnviz.patching import patch_heads
+
+    result = patch_heads(tiny_models["llama"], clean=CLEAN, corrupt=CORRUPT, answer=" mary", wrong=" john")
+    shown = result._repr_html_()
+    assert shown.startswith("<iframe") and 'sandbox="allow-scripts"' in shown
+    best = result.top_heads(1)[0]
+    assert "top-heads" in shown and best.label in shown and f"{best.normalized_effect:+.3f}" in shown
+    assert "data:image/png;base64," in shown
