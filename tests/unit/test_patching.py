@@ -265,3 +265,49 @@ def test_mean_ablation_replaces_each_head_by_its_mean_output_over_the_corpus(tin
         logits = patched_logits(model, family, clean_ids, effect.layer, effect.head, head_dim, values, everywhere)
         expected = float(logits[last, answer] - logits[last, wrong]) - result.clean_logit_diff
         assert effect.ablation_effect == pytest.approx(expected, abs=1e-5)
+
+
+def test_an_encoder_reads_the_answer_at_its_mask_token(tmp_path):
+    """BERT with its masked-LM head: patched logit differences at [MASK] equal hooks on ``attention.output.dense``."""
+    from tiny_models import tiny_config
+
+    from attnviz.models.specs import load_model, minilm_path
+
+    _, config = tiny_config("bert", sharp=True)
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM._from_config(config, attn_implementation="eager").save_pretrained(tmp_path)
+    transformers.AutoTokenizer.from_pretrained(str(minilm_path())).save_pretrained(tmp_path)
+    clean, corrupt = (
+        "mary and john went out. john gave a drink to [MASK].",
+        "mary and john went out. mary gave a drink to [MASK].",
+    )
+    result = patch_heads(load_model(str(tmp_path)), clean=clean, corrupt=corrupt, answer="mary", wrong="john")
+    assert result.tokens[result.position] == "[MASK]"
+    assert all(h.direct_logit_attribution is None for h in result.heads)  # post-norm: no linear readout
+
+    model = transformers.BertForMaskedLM.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    clean_ids, corrupt_ids = (tokenizer(t, return_tensors="pt")["input_ids"] for t in (clean, corrupt))
+    mary, john = tokenizer.convert_tokens_to_ids(["mary", "john"])
+    dense = [layer.attention.output.dense for layer in model.bert.encoder.layer]
+    seen = {}
+    hooks = [
+        d.register_forward_pre_hook(lambda m, a, i=i: seen.__setitem__(i, a[0].clone())) for i, d in enumerate(dense)
+    ]
+    with torch.no_grad():
+        model(clean_ids)
+    for hook in hooks:
+        hook.remove()
+    for effect in result.heads:
+        columns = slice(effect.head * 8, (effect.head + 1) * 8)
+
+        def put_clean(module, args, layer=effect.layer, columns=columns):
+            merged = args[0].clone()
+            merged[..., columns] = seen[layer][..., columns]
+            return (merged,)
+
+        hook = dense[effect.layer].register_forward_pre_hook(put_clean)
+        with torch.no_grad():
+            logits = model(corrupt_ids).logits[0, result.position]
+        hook.remove()
+        assert effect.patched_logit_diff == pytest.approx(float(logits[mary] - logits[john]), abs=1e-5)
