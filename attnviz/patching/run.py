@@ -50,6 +50,7 @@ def patch_heads(
     texts: Sequence[str] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
+    layers: Sequence[int] | None = None,
 ) -> PatchResult:
     """Which heads make ``answer`` (rather than ``wrong``) the model's next token after ``clean``.
 
@@ -58,7 +59,8 @@ def patch_heads(
     (0-based token index); ``direction``: ``"denoising"`` (corrupt run, clean head output) or ``"noising"``;
     ``patched``: ``"output"`` (the head's output vector) or ``"pattern"`` (its attention pattern);
     ``ablate``: also replace each head's output in the clean run by zero or by its mean over ``texts``
-    (``max_length`` caps those). Returns a :class:`PatchResult` (every head in model order).
+    (``max_length`` caps those); ``layers``: patch the heads of these layers only (default: every layer).
+    Returns a :class:`PatchResult` (every head patched, in model order).
     """
     _check_choices(positions, direction, patched, ablate, texts, batch_size)
     loaded.check_patching()
@@ -81,6 +83,11 @@ def patch_heads(
             raise InputError("the clean and corrupt prompts must have their answer position in the same place")
         patched_positions = _positions(positions, clean_count, position)
         layout = loaded.layout()  # site -> heads in the weights, in model order
+        if layers is not None:
+            missing = sorted(set(layers) - {site.layer for site in layout})
+            if missing:
+                raise ParameterError("layers", f"{{layers}}: the model has no layer {missing[0]}", missing[0])
+            layout = {site: count for site, count in layout.items() if site.layer in set(layers)}
         readout = loaded.readout()
 
         outputs = HeadOutputRecorder()
@@ -103,6 +110,8 @@ def patch_heads(
             scale = readout.scale(residual)  # [1]
             toward = readout.direction(answer_id, wrong_id)  # [width]
             for site, (weight, _) in loaded.head_output_weights().items():
+                if site not in layout:
+                    continue
                 heads_here = outputs.outputs[site][0, position]  # [h, d]
                 count, dim = heads_here.shape
                 per_head = weight.double().view(weight.shape[0], count, dim)  # [width, h, d]

@@ -311,3 +311,15 @@ def test_an_encoder_reads_the_answer_at_its_mask_token(tmp_path):
             logits = model(corrupt_ids).logits[0, result.position]
         hook.remove()
         assert effect.patched_logit_diff == pytest.approx(float(logits[mary] - logits[john]), abs=1e-5)
+
+
+def test_patching_some_layers_gives_the_same_numbers_for_them(tiny_models):
+    loaded = tiny_models["gpt2"]
+    full = patch_heads(loaded, clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, batch_size=3)
+    some = patch_heads(loaded, clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, layers=[1])
+    assert [(h.layer, h.head) for h in some.heads] == [(1, h) for h in range(4)]
+    for effect, reference in zip(some.heads, full.heads[4:]):
+        assert effect.patched_logit_diff == pytest.approx(reference.patched_logit_diff, abs=1e-5)
+        assert effect.direct_logit_attribution == pytest.approx(reference.direct_logit_attribution, abs=1e-9)
+    with pytest.raises(ParameterError, match="the model has no layer 5"):
+        patch_heads(loaded, clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, layers=[5])
