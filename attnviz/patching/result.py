@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnviz.common.display import NotebookDisplay
+from attnviz.common.tokens import display_token
 from attnviz.outputs import files
 from attnviz.patching.choices import Ablation, Direction, Patched
 
@@ -120,8 +121,8 @@ class PatchResult(NotebookDisplay):
         """How the numbers were measured, in one line."""
         where = "every position" if len(self.positions) == len(self.tokens) else f"position {self.positions[0]}"
         line = (
-            f"{self.direction} {self.patched} patching at {where}; logit({self.answer_token!r}) − "
-            f"logit({self.wrong_token!r}) at position {self.position} ({self.tokens[self.position]!r})"
+            f"{self.direction} {self.patched} patching at {where}; logit({self.answer!r}) − "
+            f"logit({self.wrong!r}) at position {self.position} ({display_token(self.tokens[self.position])!r})"
         )
         if self.ablation is not None:
             line += f"; {self.ablation_source}"

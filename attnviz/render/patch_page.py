@@ -79,8 +79,8 @@ def patch_summary_html(result, *, top: int = TOP_HEADS, links: bool = True) -> s
     hint = " Click a head to see its attention on the clean prompt below." if links else ""
     return (
         '<section id="patch-summary">'
-        f"<h1>{html.escape(result.model)}: which heads make {html.escape(repr(result.answer_token))} "
-        f"over {html.escape(repr(result.wrong_token))}</h1>"
+        f"<h1>{html.escape(result.model)}: which heads make {html.escape(repr(result.answer))} "
+        f"over {html.escape(repr(result.wrong))}</h1>"
         f"<p>clean: {html.escape(result.clean)!s} · corrupt: {html.escape(result.corrupt)}</p>"
         f"<p>logit difference: clean {result.clean_logit_diff:.3f}, corrupt {result.corrupt_logit_diff:.3f} · "
         f"{html.escape(result.settings_line())}</p>"

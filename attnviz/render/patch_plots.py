@@ -61,7 +61,7 @@ def patch_figure(result, *, top: int = TOP_HEADS):
             shade = "white" if abs(value) > 0.6 * limit else "black"
             ax.text(effect.head, effect.layer, f"{value:.2f}", ha="center", va="center", fontsize=6.5, color=shade)
     fig.suptitle(
-        f"{result.model} · logit({result.answer_token!r}) − logit({result.wrong_token!r}): clean "
+        f"{result.model} · logit({result.answer!r}) − logit({result.wrong!r}): clean "
         f"{result.clean_logit_diff:.2f}, corrupt {result.corrupt_logit_diff:.2f}",
         fontsize=10,
     )
@@ -80,7 +80,7 @@ def top_heads_table(result, *, top: int = TOP_HEADS) -> Any:
     from rich.table import Table
 
     table = Table(
-        title=f"{result.model}: the heads that make {result.answer_token!r} over {result.wrong_token!r}",
+        title=f"{result.model}: the heads that make {result.answer!r} over {result.wrong!r}",
         title_justify="left",
         header_style="bold",
         caption=(
