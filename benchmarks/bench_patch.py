@@ -13,7 +13,7 @@ Timings interleave the two contenders round by round and keep each one's fastest
 both alike.
 
     python benchmarks/bench_patch.py               # 3 rounds per thread setting
-    python benchmarks/bench_patch.py --quick       # layers 0-3 only (36 heads, one batch of 36), one round
+    python benchmarks/bench_patch.py --quick       # layers 0-3 only (36 heads, one batch of 36), two rounds
 """
 
 from __future__ import annotations
@@ -47,13 +47,14 @@ def plain_forwards(model, tokenizer, heads: int, batch_size: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per contender (3; --quick: 2)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="patch the heads of layers 0-3 only, in one batch")
     args = parser.parse_args()
     layers = [0, 1, 2, 3] if args.quick else None
     if args.quick:
-        args.rounds, args.batch_size = 1, 36
+        args.batch_size = 36
+    args.rounds = args.rounds or (2 if args.quick else 3)
 
     loaded = load_model("smollm2")
     heads = sum(count for site, count in loaded.layout().items() if layers is None or site.layer in layers)
