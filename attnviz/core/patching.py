@@ -80,16 +80,16 @@ class HeadPatch:
             local = (change.positions[inside] - query_start).to(pattern.device)  # [p']
             values = change.values if change.values.shape[1] == 1 else change.values[:, inside.to(change.values.device)]
             rows, heads = change.rows.to(pattern.device), change.heads.to(pattern.device)
-            target = edited[rows[:, None], heads[:, None], local[None, :]]  # [n, p', k]
-            edited[rows[:, None], heads[:, None], local[None, :]] = values.to(edited.dtype).expand_as(target)
+            shape = (rows.shape[0], local.shape[0], edited.shape[-1])  # [n, p', k]
+            edited[rows[:, None], heads[:, None], local[None, :]] = values.to(edited.dtype).expand(shape)
         return edited
 
     def edit_output(self, site: AttentionSite, output: Tensor) -> Tensor:
         for change in self.outputs.get(site, ()):
             rows, heads = change.rows.to(output.device), change.heads.to(output.device)
             positions = change.positions.to(output.device)
-            target = output[rows[:, None], positions[None, :], heads[:, None]]  # [n, p, d]
-            output[rows[:, None], positions[None, :], heads[:, None]] = change.values.to(output.dtype).expand_as(target)
+            shape = (rows.shape[0], positions.shape[0], output.shape[-1])  # [n, p, d]
+            output[rows[:, None], positions[None, :], heads[:, None]] = change.values.to(output.dtype).expand(shape)
         return output
 
 
