@@ -11,6 +11,7 @@ The main entry points, in the order data flows through them::
     functions = attnviz.head_functions(model)                  # induction / duplicate / previous-token heads
     matrix = attnviz.rollout(result)                           # attention rollout [query, key]
     rows = attnviz.capture_query_rows(model, long_text, "last")  # one query's row per head, any length
+    effects = attnviz.patch_heads(model, clean=…, corrupt=…, answer=…, wrong=…)  # which heads make this answer
     outcome = attnviz.prune_model(model, attnviz.PruneConfig(ratio=0.3), texts=texts)
 
 Names are imported lazily, so ``import attnviz`` does not import torch or transformers
@@ -69,6 +70,8 @@ _EXPORTS = {
     "compare_models": "attnviz.compare",
     "compare_inputs": "attnviz.compare",
     "head_functions": "attnviz.heads",
+    "patch_heads": "attnviz.patching",
+    "PatchResult": "attnviz.patching",
     "head_similarity": "attnviz.heads",
     "rollout": "attnviz.heads",
     "HeadFunctions": "attnviz.heads",
@@ -90,6 +93,7 @@ __all__ = [
     "HeadMask",
     "HtmlView",
     "LoadedModel",
+    "PatchResult",
     "PatternRecorder",
     "ProbeSettings",
     "PruneConfig",
@@ -119,6 +123,7 @@ __all__ = [
     "load_model",
     "load_toy_model",
     "model_view",
+    "patch_heads",
     "prune_model",
     "query_key_figure",
     "query_key_map",
@@ -146,6 +151,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.models.base import LoadedModel
     from attnviz.models.specs import load_model
     from attnviz.models.wrapped import wrap
+    from attnviz.patching import PatchResult, patch_heads
     from attnviz.prune import PruneConfig, PruneStrategy, prune_model, save_outcome
     from attnviz.render.caption_overlay import caption_heatmap
     from attnviz.render.capture_view import capture_heatmap

@@ -9,6 +9,7 @@ FLAG_NAMES = {
     "learning_rate": "--lr",
     "out": "--out",
     "texts": "--data",
+    "patched": "--what",
     "targets": "--target",
     "min_score": "--min-score",
     "importance": "--importance",

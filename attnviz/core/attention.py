@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from attnviz.core.blocks import _workspace, attend_in_buffers, key_stops  # noqa: F401 (re-exported)
+from attnviz.core.patching import HeadEditor
 
 #: Above this many elements in one ``[b, h, q, k]`` score tensor, queries are processed in blocks.
 #: 2**21 float32 values are 8 MiB: a block stays in the last-level cache through the several
@@ -140,6 +141,9 @@ class AttentionContext:
     #: loaded: the corpus passes (statistics, probes) ask for it; captures keep torch's softmax, whose
     #: patterns equal transformers' eager attention to float32 rounding of the matrix products alone.
     fused_softmax: bool = False
+    #: reads or replaces each head's output (and pattern) at every site: activation patching and ablation
+    #: (:mod:`attnviz.core.patching`); None leaves them as computed
+    head_editor: HeadEditor | None = None
 
 
 #: ``(query_block [b,h,blk,d], key [b,h,k,d], mask_block [b,1|h,blk,k] or None, query_start) -> pattern [b,h,blk,k]``
@@ -270,11 +274,18 @@ def attend(
 
     block = query_block_size(batch, heads, query_len, key_len)
     bias = pattern_fn.bias if isinstance(pattern_fn, SoftmaxPattern) else None
-    if isinstance(pattern_fn, SoftmaxPattern) and not _needs_grad(query, key, value, mask, bias, head_mask):
+    editor = context.head_editor if context is not None and site is not None else None
+    edits_patterns = editor is not None and site is not None and editor.edits_patterns(site)
+    if (
+        isinstance(pattern_fn, SoftmaxPattern)
+        and not edits_patterns
+        and not _needs_grad(query, key, value, mask, bias, head_mask)
+    ):
         fused = context is not None and context.fused_softmax
-        return attend_in_buffers(
+        output = attend_in_buffers(
             query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training, fused
         )
+        return output if editor is None or site is None else editor.edit_output(site, output)
 
     n_rep = heads // key.shape[1]
     key = repeat_kv(key, n_rep)  # [b, h, k, d]
@@ -287,6 +298,8 @@ def attend(
         for observer in observers:
             assert site is not None  # observers are kept only for a known site (above)
             observer.observe(site, pattern, start)
+        if edits_patterns and editor is not None and site is not None:
+            pattern = editor.edit_pattern(site, pattern, start)
         weights = pattern.to(value.dtype)
         if dropout and training:
             weights = nn.functional.dropout(weights, p=dropout, training=True)
@@ -294,7 +307,8 @@ def attend(
             weights = weights * head_mask
         outputs.append(torch.matmul(weights, value))  # [b, h, blk, d]
     output = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)  # [b, h, q, d]
-    return output.transpose(1, 2).contiguous()  # [b, q, h, d]
+    output = output.transpose(1, 2).contiguous()  # [b, q, h, d]
+    return output if editor is None or site is None else editor.edit_output(site, output)
 
 
 def _needs_grad(*tensors: Tensor | None) -> bool:

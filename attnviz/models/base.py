@@ -29,6 +29,7 @@ from attnviz.models.probing import ProbeBatch
 
 if TYPE_CHECKING:  # the objectives are built on top of this module
     from attnviz.models.objective import Objective
+    from attnviz.models.readout import Readout
 
 
 @dataclass
@@ -284,6 +285,34 @@ class LoadedModel(ABC):
             f"{self.name} cannot write text through attnviz: generation needs a Hugging Face causal LM or "
             "encoder-decoder model"
         )
+
+    # -- causal analysis: patching, ablation and direct logit attribution (attnviz.patching) --------
+
+    def check_patching(self) -> None:
+        """Raise :class:`~attnviz.common.errors.UnsupportedModelError` unless attnviz can patch this model's heads
+        and read its logits (an encoder-decoder model, or one without a language-model head, is refused)."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot patch the heads of this kind of model")
+
+    def vocabulary_tokens(self, text: str) -> tuple[list[int], list[str]]:
+        """The token ids and token strings ``text`` encodes to on its own, without special tokens."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot tokenise answers for this kind of model")
+
+    def answer_position(self, batch: EncodedBatch, index: int) -> int:
+        """The position of example ``index`` whose logits name the answer: the last token of a causal model,
+        the one mask token of an encoder (:class:`~attnviz.common.errors.InputError` when there is none)."""
+        if self.causal:
+            return batch.lengths[index] - 1
+        raise InputError(f"{self.name} is not a causal language model: attnviz cannot tell where its answer is read")
+
+    def head_output_weights(self) -> dict[AttentionSite, tuple[Tensor, Tensor | None]]:
+        """Per site: the output projection as applied to the merged heads, ``W`` ``[width, h·d]`` (head ``h`` reads
+        columns ``h·d … h·d+d−1``), and its bias ``[width]`` or None: ``residual += W z + b``."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot find the output projections of this kind of model")
+
+    def readout(self) -> Readout | None:
+        """The final normalisation and unembedding (:mod:`attnviz.models.readout`), or None where the logits are not
+        ``W_U · norm(residual)`` (then direct logit attribution is not defined)."""
+        return None
 
     # -- pruning: how heads are judged, and the pruned model on disk -------------------------------
 

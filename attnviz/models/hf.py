@@ -26,10 +26,18 @@ from attnviz.models.hf_checks import (
     refuse_custom_code,
 )
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
+from attnviz.models.hf_patching import (
+    check_hf_patching,
+    hf_answer_position,
+    hf_head_output_weights,
+    hf_readout,
+    hf_vocabulary_tokens,
+)
 from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
+from attnviz.models.readout import Readout
 from attnviz.models.vision import is_vision_type, load_vision_model
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
@@ -219,6 +227,23 @@ class HFModel(LoadedModel):
                 f"{self.name} has no language-model head (an encoder such as BERT cannot write text): "
                 "use a causal LM such as smollm2 or an encoder-decoder model"
             )
+
+    # -- causal analysis (attnviz.models.hf_patching) ------------------------------------------
+
+    def check_patching(self) -> None:
+        check_hf_patching(self)
+
+    def vocabulary_tokens(self, text: str) -> tuple[list[int], list[str]]:
+        return hf_vocabulary_tokens(self, text)
+
+    def answer_position(self, batch: EncodedBatch, index: int) -> int:
+        return hf_answer_position(self, batch, index)
+
+    def head_output_weights(self) -> dict[AttentionSite, tuple[torch.Tensor, torch.Tensor | None]]:
+        return hf_head_output_weights(self)
+
+    def readout(self) -> Readout | None:
+        return hf_readout(self)
 
     def check_objective(self) -> None:
         if self.encoder_decoder:

@@ -257,10 +257,18 @@ def query_key_view(result: Any) -> HtmlView:
     return HtmlView(page, title="why a head attends", height=480 if breakdown is not None else 780)
 
 
+def patch_view(result: Any) -> HtmlView:
+    """A patching run: the grids of patching effects and direct logit attributions, and the top heads."""
+    from attnviz.render.patch_page import patch_summary_html
+
+    title = f"{result.model}: activation patching"
+    return _table_view(title, [patch_summary_html(result, links=False)], height=min(1100, 420 + 14 * result.layers))
+
+
 def show(result: Any) -> HtmlView:
     """The inline view of any attnviz result: a capture (head and model view), statistics, flags, head functions,
-    head similarity, a pruning outcome or report, one query's strips, a head's query–key breakdown or map, or a
-    view already made."""
+    head similarity, a pruning outcome or report, one query's strips, a head's query–key breakdown or map, a
+    patching run, or a view already made."""
     if isinstance(result, HtmlView):
         return result
     if isinstance(result, AttentionCapture):
@@ -282,6 +290,7 @@ def show(result: Any) -> HtmlView:
         "QueryRows": strips_view,
         "LogitBreakdown": query_key_view,
         "QueryKeyMap": query_key_view,
+        "PatchResult": patch_view,
     }
     if kind not in builders:
         raise InputError(f"attnviz has no inline view of a {kind}")

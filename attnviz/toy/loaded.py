@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnviz.common.errors import InputError, ParameterError
+from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
 from attnviz.common.resources import batch_memory, require_memory
@@ -33,6 +33,7 @@ from attnviz.core import AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.slicing import head_output_slices
+from attnviz.models.readout import Readout, readout_of
 from attnviz.outputs import files
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.files import write_checkpoint_files
@@ -100,6 +101,30 @@ class ToyModel(LoadedModel):
         self, batches: list[EncodedBatch], *, probes: int = 8, seed: int = 0, parallel: DataParallel = SINGLE_PROCESS
     ) -> TaskObjective:
         return TaskObjective(self, batches, parallel=parallel)
+
+    # -- causal analysis: the toy's final LayerNorm and output head are its readout ------------------
+
+    def check_patching(self) -> None:
+        if self.encoder_decoder:
+            raise UnsupportedModelError(
+                f"{self.name} is an encoder-decoder toy model: attnviz patch supports decoder and encoder toys"
+            )
+
+    def vocabulary_tokens(self, text: str) -> tuple[list[int], list[str]]:
+        tokens = self.tokenizer.split(text)
+        return self.tokenizer.ids(tokens), tokens
+
+    def answer_position(self, batch: EncodedBatch, index: int) -> int:
+        return batch.lengths[index] - 1  # the last position (an encoder toy labels every position)
+
+    def head_output_weights(self) -> dict[AttentionSite, tuple[Tensor, Tensor | None]]:
+        return {
+            site: (module.output.weight.detach(), module.output.bias.detach())
+            for site, module in sorted(self.model.attention_modules().items())
+        }
+
+    def readout(self) -> Readout | None:
+        return readout_of(self.model.final_norm, self.model.lm_head)
 
     def save_pruned(
         self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True

@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("core", {"core"}),
     ("models", {"models", "toy"}),
     ("capture", {"captures"}),
-    ("analysis", {"stats", "heads", "compare"}),
+    ("analysis", {"stats", "heads", "compare", "patching"}),
     ("output", {"render", "atlas", "prune"}),
     ("cli", {"cli", "__main__"}),
 ]

@@ -1,0 +1,101 @@
+"""What activation patching and direct logit attribution need from a Hugging Face model.
+
+Where each head's output enters the residual stream is the output projection that
+:mod:`attnviz.models.physical` already finds for pruning (LLaMA's ``o_proj``, GPT-2's ``c_proj``,
+BERT's ``attention.output.dense``); the final normalisation and unembedding are found by name and
+checked on a probe input (:mod:`attnviz.models.readout`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.core import AttentionSite
+from attnviz.models.base import EncodedBatch
+from attnviz.models.objective import has_lm_head
+from attnviz.models.physical import find_attention_blocks
+from attnviz.models.readout import FINAL_NORM_NAMES, Readout, readout_of
+
+if TYPE_CHECKING:
+    from attnviz.models.hf import HFModel
+
+
+def check_hf_patching(loaded: HFModel) -> None:
+    """Refuse what attnviz cannot patch (see :meth:`attnviz.models.base.LoadedModel.check_patching`)."""
+    if loaded.encoder_decoder:
+        raise UnsupportedModelError(
+            f"{loaded.name} is an encoder-decoder model ({loaded.model.config.model_type}): attnviz patch supports "
+            "decoder-only language models and encoders with a masked-language-model head"
+        )
+    if loaded.fallback:
+        raise UnsupportedModelError(
+            f"{loaded.model.config.model_type} models do not route through transformers' attention interface, "
+            "so attnviz cannot patch their heads"
+        )
+    if not has_lm_head(loaded):
+        raise UnsupportedModelError(
+            f"{loaded.name} has no language-model head, so it gives no logits for an answer: use a causal LM "
+            "such as smollm2, or an encoder checkpoint with its masked-language-model head"
+        )
+
+
+def hf_vocabulary_tokens(loaded: HFModel, text: str) -> tuple[list[int], list[str]]:
+    ids = list(loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
+    return ids, list(loaded.tokenizer.convert_ids_to_tokens(ids))
+
+
+def hf_answer_position(loaded: HFModel, batch: EncodedBatch, index: int) -> int:
+    """The last token (causal LMs) or the one mask token (encoders) of example ``index``."""
+    length = batch.lengths[index]
+    if loaded.causal:
+        return length - 1
+    mask_id = loaded.tokenizer.mask_token_id
+    if mask_id is None:
+        raise InputError(f"{loaded.name}'s tokenizer has no mask token: attnviz cannot tell where its answer is read")
+    ids = batch.inputs["input_ids"][index, :length].tolist()
+    found = [position for position, token in enumerate(ids) if token == mask_id]
+    mask_token = loaded.tokenizer.mask_token
+    if len(found) != 1:
+        raise InputError(
+            f"an encoder reads the answer at its mask token: write {mask_token} exactly once in each prompt "
+            f"(found {len(found)})"
+        )
+    return found[0]
+
+
+def hf_head_output_weights(loaded: HFModel) -> dict[AttentionSite, tuple[Tensor, Tensor | None]]:
+    """``W`` ``[width, h·d]`` and bias of every site's output projection (GPT-2's ``Conv1D`` stores ``[in, out]``)."""
+    weights = {}
+    for site, block in find_attention_blocks(loaded).items():
+        projection: Any = block.output
+        weight = projection.weight.detach()
+        matrix = weight.t() if block.family == "gpt2" else weight  # [width, h·d]
+        bias = projection.bias.detach() if projection.bias is not None else None
+        weights[site] = (matrix, bias)
+    return weights
+
+
+def hf_readout(loaded: HFModel) -> Readout | None:
+    """The final norm and unembedding when the logits are exactly ``W_U · norm(residual)`` (checked on a probe)."""
+    base = loaded.model.base_model
+    unembedding = loaded.model.get_output_embeddings()
+    for name in FINAL_NORM_NAMES:
+        readout = readout_of(getattr(base, name, None), unembedding)
+        if readout is None:
+            continue
+        batch = loaded.probe_batch()
+        with torch.no_grad(), readout.recording() as record:
+            logits = loaded.forward(batch, logits=True).logits  # [1, q, vocab]
+        if record.residual is None:
+            continue
+        rebuilt = readout.norm(record.residual) @ readout.unembedding.t()  # [1, q, vocab]
+        if readout.unembedding_bias is not None:
+            rebuilt = rebuilt + readout.unembedding_bias
+        scale = float(logits.abs().max()) or 1.0
+        if rebuilt.shape == logits.shape and float((rebuilt - logits).abs().max()) <= 1e-4 * scale:
+            return readout
+    return None

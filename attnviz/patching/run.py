@@ -1,0 +1,307 @@
+"""Activation patching, ablation and direct logit attribution of every head, on one prompt pair.
+
+Two reference runs (clean and corrupt, one batch of two) record every head's output ``[q, h, d]``
+through the core (:class:`~attnviz.core.patching.HeadOutputRecorder`), and the patterns when patterns
+are patched. Then each head gets one patched run: the corrupt prompt (denoising; the clean one when
+noising) with that head's output from the other run put in. The patched runs are batched, many heads
+per batch: row ``i`` of a batch repeats the same prompt and patches head ``i`` only
+(:class:`~attnviz.core.patching.HeadPatch`), so the recorded outputs are reused and no clean run is repeated.
+
+Direct logit attribution needs no extra run: head ``h``'s term of the clean logit difference is
+``(W_U[answer] − W_U[wrong]) · norm_frozen(W_O^h z_h)`` at the answer position, where ``norm_frozen`` is the
+final normalisation with the clean run's own scale held fixed (:mod:`attnviz.models.readout`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from attnviz.common.errors import InputError, ParameterError
+from attnviz.common.progress import progress_bar
+from attnviz.core import AttentionContext, AttentionSite
+from attnviz.core.patching import HeadOutputRecorder, HeadPatch, HeadReplacement, positions_tensor
+from attnviz.core.recorder import PatternRecorder
+from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.identity import model_identity
+from attnviz.patching.choices import ABLATIONS, DIRECTIONS, PATCHED, Ablation, Direction, Patched
+from attnviz.patching.result import HeadEffect, PatchResult
+
+#: patched runs per forward pass by default (each row repeats the prompt with one head patched)
+DEFAULT_BATCH_SIZE = 32
+
+
+def patch_heads(
+    loaded: LoadedModel,
+    *,
+    clean: str,
+    corrupt: str,
+    answer: str,
+    wrong: str,
+    positions: Literal["all", "last"] | int = "all",
+    direction: Direction = "denoising",
+    patched: Patched = "output",
+    ablate: Ablation | None = None,
+    texts: Sequence[str] | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_length: int | None = None,
+    layers: Sequence[int] | None = None,
+) -> PatchResult:
+    """Which heads make ``answer`` (rather than ``wrong``) the model's next token after ``clean``.
+
+    ``clean``/``corrupt``: two prompts of the same token count that differ where it matters;
+    ``answer``/``wrong``: one token each; ``positions``: patch every position, the last one, or one position
+    (0-based token index); ``direction``: ``"denoising"`` (corrupt run, clean head output) or ``"noising"``;
+    ``patched``: ``"output"`` (the head's output vector) or ``"pattern"`` (its attention pattern);
+    ``ablate``: also replace each head's output in the clean run by zero or by its mean over ``texts``
+    (``max_length`` caps those); ``layers``: patch the heads of these layers only (default: every layer).
+    Returns a :class:`PatchResult` (every head patched, in model order).
+    """
+    _check_choices(positions, direction, patched, ablate, texts, batch_size)
+    loaded.check_patching()
+    answer_id, answer_token = _one_token(loaded, answer, "answer")
+    wrong_id, wrong_token = _one_token(loaded, wrong, "wrong")
+    if answer_id == wrong_id:
+        raise InputError(f"the answer and the wrong answer are the same token ({answer_token!r}): give two tokens")
+    started = time.perf_counter()
+    with loaded.running(), torch.no_grad():
+        pair = loaded.encode([clean, corrupt], max_length=max_length, truncate=False)
+        clean_count, corrupt_count = pair.lengths
+        if clean_count != corrupt_count:
+            raise InputError(
+                f"the clean prompt has {clean_count} tokens and the corrupt prompt {corrupt_count}: patching puts "
+                "each position's head output into the same position of the other run, so give prompts of the "
+                "same token count"
+            )
+        position = loaded.answer_position(pair, 0)
+        if loaded.answer_position(pair, 1) != position:
+            raise InputError("the clean and corrupt prompts must have their answer position in the same place")
+        patched_positions = _positions(positions, clean_count, position)
+        layout = loaded.layout()  # site -> heads in the weights, in model order
+        if layers is not None:
+            missing = sorted(set(layers) - {site.layer for site in layout})
+            if missing:
+                raise ParameterError("layers", f"{{layers}}: the model has no layer {missing[0]}", missing[0])
+            layout = {site: count for site, count in layout.items() if site.layer in set(layers)}
+        readout = loaded.readout()
+
+        outputs = HeadOutputRecorder()
+        patterns = PatternRecorder() if patched == "pattern" else None
+        context = AttentionContext(
+            observers=[patterns] if patterns is not None else [], site_of=loaded.site_of, head_editor=outputs
+        )
+        with readout.recording() if readout is not None else contextlib.nullcontext() as record:
+            logits = loaded.forward(pair, context, logits=True).logits[:, position]  # [2, vocab]
+        clean_diff, corrupt_diff = (logits[:, answer_id] - logits[:, wrong_id]).double().tolist()
+        if abs(clean_diff - corrupt_diff) < 1e-6 * max(1.0, abs(clean_diff)):
+            raise InputError(
+                f"the clean and corrupt prompts give the same logit difference ({clean_diff:.4g}): there is nothing "
+                "for a head to restore; choose a corrupt prompt that changes the answer"
+            )
+
+        attribution: dict[AttentionSite, list[float]] = {}
+        if readout is not None and record is not None and record.residual is not None:
+            residual = record.residual[0, position]  # [width]
+            scale = readout.scale(residual)  # [1]
+            toward = readout.direction(answer_id, wrong_id)  # [width]
+            for site, (weight, _) in loaded.head_output_weights().items():
+                if site not in layout:
+                    continue
+                heads_here = outputs.outputs[site][0, position]  # [h, d]
+                count, dim = heads_here.shape
+                per_head = weight.double().view(weight.shape[0], count, dim)  # [width, h, d]
+                contributions = torch.einsum("whd,hd->hw", per_head, heads_here.double())  # [h, width]
+                attribution[site] = (readout.frozen(contributions, scale) @ toward).tolist()
+
+        heads = [(site, head) for site, count in layout.items() for head in range(count)]
+        base, source = (1, 0) if direction == "denoising" else (0, 1)
+        sources = {site: outputs.outputs[site][source] for site in layout}  # [q, h, d]
+        if patterns is not None:
+            sources = {site: patterns.patterns[site][source].to(loaded.device) for site in layout}  # [h, q, k]
+        runs = len(heads) * (2 if ablate else 1)
+        with progress_bar() as bar:
+            task = bar.add_task(f"patching · {loaded.name}", total=runs, status="")
+            patched_diffs = _patched_runs(
+                loaded, pair, base, heads, sources, patched, patched_positions, position, (answer_id, wrong_id),
+                batch_size, lambda done: bar.update(task, advance=done),
+            )  # fmt: skip
+            ablated_diffs: list[float] | None = None
+            source_text = ""
+            if ablate is not None:
+                replacements, source_text = _ablation_values(loaded, ablate, texts, layout, batch_size, max_length)
+                ablated_diffs = _patched_runs(
+                    loaded, pair, 0, heads, replacements, "output", list(range(clean_count)), position,
+                    (answer_id, wrong_id), batch_size, lambda done: bar.update(task, advance=done),
+                )  # fmt: skip
+
+    reference = corrupt_diff if direction == "denoising" else clean_diff
+    identity = model_identity(loaded)
+    effects = []
+    for index, (site, head) in enumerate(heads):
+        number = identity.ids(site.stack, site.layer, layout[site])[head] if identity is not None else head
+        effects.append(
+            HeadEffect(
+                layer=site.layer,
+                head=number,
+                patched_logit_diff=patched_diffs[index],
+                normalized_effect=(patched_diffs[index] - reference) / (clean_diff - corrupt_diff),
+                direct_logit_attribution=attribution[site][head] if site in attribution else None,
+                ablation_effect=None if ablated_diffs is None else ablated_diffs[index] - clean_diff,
+            )
+        )
+    return PatchResult(
+        model=loaded.name,
+        clean=clean,
+        corrupt=corrupt,
+        answer=answer,
+        wrong=wrong,
+        answer_token=answer_token,
+        wrong_token=wrong_token,
+        tokens=pair.tokens[0],
+        position=position,
+        clean_logit_diff=clean_diff,
+        corrupt_logit_diff=corrupt_diff,
+        direction=direction,
+        patched=patched,
+        positions=patched_positions,
+        heads=effects,
+        ablation=ablate,
+        ablation_source=source_text,
+        forwards=runs,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _check_choices(positions, direction, patched, ablate, texts, batch_size) -> None:
+    if direction not in DIRECTIONS:
+        raise ParameterError("direction", f"{{direction}} must be one of {', '.join(DIRECTIONS)}", direction)
+    if patched not in PATCHED:
+        raise ParameterError("patched", f"{{patched}} must be one of {', '.join(PATCHED)}", patched)
+    if ablate is not None and ablate not in ABLATIONS:
+        raise ParameterError("ablate", f"{{ablate}} must be one of {', '.join(ABLATIONS)}", ablate)
+    if ablate == "mean" and not texts:
+        raise ParameterError("texts", "mean ablation needs a corpus to take each head's mean output over: give {texts}")
+    if not isinstance(positions, int) and positions not in ("all", "last"):
+        raise ParameterError("positions", "{positions} must be all, last or a token position (0, 1, …)", positions)
+    if batch_size < 1:
+        raise ParameterError("batch_size", f"{{batch_size}} must be at least 1, got {batch_size}", batch_size)
+
+
+def _one_token(loaded: LoadedModel, text: str, parameter: str) -> tuple[int, str]:
+    ids, tokens = loaded.vocabulary_tokens(text)
+    if len(ids) != 1:
+        split = " + ".join(repr(token) for token in tokens) or "nothing"
+        raise ParameterError(
+            parameter,
+            f"{{{parameter}}} must be one token; {text!r} is {len(ids)} tokens: {split} (a leading space is often "
+            "part of a word's token)",
+            text,
+        )
+    return ids[0], tokens[0]
+
+
+def _positions(positions: Literal["all", "last"] | int, count: int, answer_position: int) -> list[int]:
+    if positions == "all":
+        return list(range(count))
+    if positions == "last":
+        return [count - 1]
+    if not 0 <= positions < count:
+        raise ParameterError(
+            "positions", f"{{positions}} {positions} is outside the prompt's {count} tokens (0 … {count - 1})"
+        )
+    return [int(positions)]
+
+
+def _repeat(batch: EncodedBatch, index: int, count: int) -> EncodedBatch:
+    """Example ``index`` of ``batch`` repeated ``count`` times (the inputs of one batch of patched runs)."""
+    inputs = {
+        name: value[index : index + 1].expand(count, *value.shape[1:]).contiguous()
+        if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(batch)
+        else value
+        for name, value in batch.inputs.items()
+    }
+    return EncodedBatch(
+        inputs=inputs,
+        tokens=[batch.tokens[index]] * count,
+        special=[batch.special[index]] * count,
+        word_ids=[batch.word_ids[index]] * count,
+        truncated=[False] * count,
+    )
+
+
+def _patched_runs(
+    loaded: LoadedModel,
+    pair: EncodedBatch,
+    base: int,
+    heads: list[tuple[AttentionSite, int]],
+    sources: dict[AttentionSite, Tensor],
+    patched: Patched,
+    positions: list[int],
+    position: int,
+    tokens: tuple[int, int],
+    batch_size: int,
+    advance,
+) -> list[float]:
+    """Logit differences of one run per head: example ``base`` of ``pair`` with that head given ``sources``.
+
+    ``sources[site]``: output patching ``[q, h, d]`` (or ``[1, h, d]``: one vector for every position);
+    pattern patching ``[h, q, k]``.
+    """
+    answer_id, wrong_id = tokens
+    where = positions_tensor(positions)
+    diffs: list[float] = []
+    for start in range(0, len(heads), batch_size):
+        chunk = heads[start : start + batch_size]
+        patch = HeadPatch()
+        for site in dict.fromkeys(site for site, _ in chunk):
+            rows = [row for row, (at, _) in enumerate(chunk) if at == site]
+            numbers = [chunk[row][1] for row in rows]
+            index = torch.as_tensor(numbers, dtype=torch.long)
+            values = sources[site]
+            if patched == "pattern":
+                change = values[index][:, where]  # [n, p, k]
+                patch.replace_pattern(site, HeadReplacement(positions_tensor(rows), index, where, change))
+            else:
+                chosen = values[:, index] if values.shape[0] == 1 else values[where][:, index]  # [p|1, n, d]
+                change = chosen.transpose(0, 1)  # [n, p|1, d]
+                patch.replace_output(site, HeadReplacement(positions_tensor(rows), index, where, change))
+        context = AttentionContext(site_of=loaded.site_of, head_editor=patch)
+        logits = loaded.forward(_repeat(pair, base, len(chunk)), context, logits=True).logits[:, position]
+        diffs.extend((logits[:, answer_id] - logits[:, wrong_id]).double().tolist())
+        advance(len(chunk))
+    return diffs
+
+
+def _ablation_values(
+    loaded: LoadedModel,
+    ablate: Ablation,
+    texts: Sequence[str] | None,
+    layout: dict[AttentionSite, int],
+    batch_size: int,
+    max_length: int | None,
+) -> tuple[dict[AttentionSite, Tensor], str]:
+    """Per site ``[1, h, d]``: what each head's output is replaced by, and a line saying what that is."""
+    if ablate == "zero" or not texts:
+        zeros = {}
+        for site, (weight, _) in loaded.head_output_weights().items():
+            zeros[site] = weight.new_zeros(1, layout[site], weight.shape[1] // layout[site])
+        return zeros, "zero ablation (each head's output set to 0)"
+    sums: dict[AttentionSite, Tensor] = {}
+    count = 0
+    for start in range(0, len(texts), batch_size):
+        batch = loaded.encode(list(texts[start : start + batch_size]), max_length=max_length)
+        recorder = HeadOutputRecorder()
+        loaded.forward(batch, AttentionContext(site_of=loaded.site_of, head_editor=recorder))
+        lengths = torch.as_tensor(batch.lengths, device=loaded.device)
+        for site, output in recorder.outputs.items():  # [b, q, h, d]
+            real = torch.arange(output.shape[1], device=output.device)[None, :] < lengths[:, None]  # [b, q]
+            total = (output.double() * real[:, :, None, None]).sum((0, 1))  # [h, d]
+            sums[site] = sums[site] + total if site in sums else total
+        count += int(lengths.sum())
+    means = {site: (total / count)[None].to(loaded.device) for site, total in sums.items()}  # [1, h, d]
+    return means, f"mean ablation (each head's mean output over {count} positions of {len(texts)} texts)"
