@@ -237,3 +237,20 @@ def test_each_estimate_passes_the_documented_defaults_and_names_an_option_of_its
     if parameter is not None:
         assert flag_for(parameter) in flags
     assert list(out.iterdir()) == []
+
+
+def test_a_toy_checkpoint_too_large_for_this_machine_names_no_option(capsys, tmp_path, monkeypatch):
+    """A saved toy's sizes are no option of the command loading it: the refusal says what its weights need."""
+    import shutil
+
+    from attnviz.models.specs import shipped_toy_path
+
+    checkpoint = tmp_path / "copy"
+    shutil.copytree(shipped_toy_path("toy-copy"), checkpoint)
+    monkeypatch.setattr(resources, "available_memory", lambda: 100_000)  # a machine with 100 KB free
+    monkeypatch.setattr("attnviz.toy.config.available_memory", lambda: 100_000)
+    result = run_cli(capsys, "stats", checkpoint)
+    errors = result.error_lines()
+    assert result.exit_code == 2 and len(errors) == 1, result.stderr
+    assert "this toy model's weights need about" in errors[0] and "the 100 KB available" in errors[0], errors[0]
+    assert "--" not in errors[0] and "damaged" not in errors[0]
