@@ -30,9 +30,10 @@ from typing import Any
 
 import torch
 
+from attnviz.common import resources
 from attnviz.common.errors import AttnvizError, ModelSpecError, OutputError
 from attnviz.outputs import files
-from attnviz.toy.config import ToyConfig
+from attnviz.toy.config import BYTES_PER_PARAMETER, ToyConfig
 from attnviz.toy.files import FORMAT_NAME, FORMAT_VERSION, MARKER, WEIGHTS, sha256_of, write_checkpoint_files
 from attnviz.toy.loaded import ToyModel
 from attnviz.toy.model import ToyTransformer
@@ -120,7 +121,7 @@ def load_toy_model(
     protect_inputs([path], "toy checkpoint")
     document = read_checkpoint_document(path)
     try:
-        config = ToyConfig.from_dict(document["config"])
+        config = ToyConfig.from_dict(document["config"], check_memory=False)  # checked below, once consistent
         tokenizer = ToyTokenizer.from_dict(document["tokenizer"])
         settings = TaskSettings.from_dict(document["task"])
     except KeyError as exc:
@@ -141,6 +142,7 @@ def load_toy_model(
     expected = document.get("weights_sha256")
     if expected is not None and sha256_of(weights) != expected:
         raise _damaged(path, f"{WEIGHTS} does not match its checksum (the file was changed or cut short)")
+    _check_memory(path, config)
     try:
         state = load_file(str(weights))
     except Exception as exc:  # SafetensorError, OSError, ValueError, an unknown dtype, …
@@ -208,6 +210,21 @@ def checkpoint_series(path: str | os.PathLike) -> list[tuple[int, Path]]:
             raise _damaged(path, f"the series entry {relative!r} points outside the checkpoint")
         series.append((step, path / relative))
     return sorted(series)
+
+
+def _check_memory(path: Path, config: ToyConfig) -> None:
+    """Refuse a checkpoint whose weights cannot fit in the free memory (trained on a larger machine, say).
+
+    Its sizes are no option of the command loading it, so the message names none (the toy's
+    ``require_weights_memory`` names the size to lower when ``attnviz train`` builds one).
+    """
+    needed = config.parameter_estimate() * BYTES_PER_PARAMETER
+    available = resources.available_memory()
+    if available is not None and needed > available:
+        raise ModelSpecError(
+            f"{path}: this toy model's weights need about {resources.format_bytes(needed)} of memory, more than the "
+            f"{resources.format_bytes(available)} available: load it on a machine with more free memory"
+        )
 
 
 def _damaged(path: Path, what: str) -> ModelSpecError:

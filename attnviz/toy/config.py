@@ -126,15 +126,21 @@ class ToyConfig:
 
     # -- validation and (de)serialisation -------------------------------------------------------
 
-    def validate(self) -> ToyConfig:
-        """Raise :class:`InputError` for a configuration that cannot be built; return ``self``."""
+    def validate(self, *, check_memory: bool = True) -> ToyConfig:
+        """Raise :class:`InputError` for a configuration that cannot be built; return ``self``.
+
+        ``check_memory``: also refuse weights that cannot fit in memory, naming the size to lower
+        (:func:`require_weights_memory`); a checkpoint's loader checks that itself, since a saved model's sizes
+        are no option of the command that loads it.
+        """
         if self.architecture not in ARCHITECTURES:
             raise InputError(f"unknown architecture {self.architecture!r}: use one of {', '.join(ARCHITECTURES)}")
         if self.attention not in VARIANT_NAMES:
             raise InputError(f"unknown attention variant {self.attention!r}: use one of {', '.join(VARIANT_NAMES)}")
         for name in ("vocab_size", "max_positions", "width", "num_heads", "num_layers", "stride", "block_size"):
             _require(getattr(self, name) >= 1, f"{name} must be at least 1 (got {getattr(self, name)})")
-        require_weights_memory(self)
+        if check_memory:
+            require_weights_memory(self)
         if self.width % self.num_heads:
             divisors = [h for h in range(1, min(self.width, 16) + 1) if self.width % h == 0]
             raise InputError(
@@ -177,7 +183,7 @@ class ToyConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> ToyConfig:
+    def from_dict(cls, values: dict[str, Any], *, check_memory: bool = True) -> ToyConfig:
         """Build and validate a config from JSON values; unknown or mistyped fields raise :class:`InputError`."""
         if not isinstance(values, dict):
             raise InputError("a toy config must be a JSON object")
@@ -191,7 +197,7 @@ class ToyConfig:
             expected = _FIELD_TYPES.get(f.name)
             if expected is not None and not (value is None and f.name in _OPTIONAL) and not _is_type(value, expected):
                 raise InputError(f"toy config field {f.name} has the wrong type ({value!r})")
-        return config.validate()
+        return config.validate(check_memory=check_memory)
 
 
 _OPTIONAL = {"num_decoder_layers", "heads_per_layer", "mlp_width", "additive_width"}

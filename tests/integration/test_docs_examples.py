@@ -2,7 +2,9 @@
 
 Each ```bash block (and the README's command table, whose examples run in order in one directory) runs in a new
 empty directory through ``bash -e -o pipefail``, offline, with this environment's ``attnviz`` first on PATH. A block
-preceded by ``<!-- not-run: reason -->`` is skipped with that reason. The test asserts exit status 0, that every
+preceded by ``<!-- not-run: reason -->`` is skipped with that reason (only what the CI machine cannot run: a GPU,
+several machines, the network, the set-up itself); one preceded by ``<!-- ci-reduced: reason -->`` (too slow for CI
+as written) runs in ``test_docs_reduced.py`` on a shorter input or a tiny model standing in. The test asserts exit status 0, that every
 file the block names as an output exists, and that every file it wrote is valid for its kind (images load, JSON
 parses, SVG and HTML are complete documents, safetensors files open, CSV has a header and rows).
 
@@ -35,6 +37,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK_TIMEOUT = 600
 
 _NOT_RUN = re.compile(r"<!--\s*not-run:\s*(.+?)\s*-->")
+_CI_REDUCED = re.compile(r"<!--\s*ci-reduced:\s*(.+?)\s*-->")
 _TABLE_START = "<!-- examples:"
 _OUTPUT_OPTIONS = ("--out", "-o", "--json", "--csv", "--plot", "--similarity")
 #: sample files copied by ``attnviz samples``: inputs, not outputs of the block
@@ -47,6 +50,7 @@ class Example:
     line: int
     script: str
     skip: str | None = None
+    reduced: str | None = None  # why CI runs it reduced (test_docs_reduced.py), None: as written
 
     @property
     def name(self) -> str:
@@ -67,8 +71,16 @@ def examples_of(document: Path) -> list[Example]:
                 body.append(lines[index])
                 index += 1
             previous = next((lines[i] for i in range(start - 1, -1, -1) if lines[i].strip()), "")
-            marker = _NOT_RUN.search(previous)
-            found.append(Example(document, start + 1, "\n".join(body), marker.group(1) if marker else None))
+            marker, reduced = _NOT_RUN.search(previous), _CI_REDUCED.search(previous)
+            found.append(
+                Example(
+                    document,
+                    start + 1,
+                    "\n".join(body),
+                    marker.group(1) if marker else None,
+                    reduced.group(1) if reduced else None,
+                )
+            )
         elif line.startswith(_TABLE_START):
             rows = []
             index += 1
@@ -158,32 +170,46 @@ def attnviz_cache():
 def test_example_runs_as_written(example, tmp_path, attnviz_cache):
     if example.skip is not None:
         pytest.skip(f"not-run: {example.skip}")
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(HF_HUB_OFFLINE="1", ATTNVIZ_CACHE=str(attnviz_cache), COLUMNS="120")
-    before = set(tmp_path.rglob("*"))
+    if example.reduced is not None:
+        pytest.skip(f"runs reduced in test_docs_reduced.py: {example.reduced}")
+    run_example(example.name, example.script, tmp_path, attnviz_cache)
+
+
+def run_example(
+    name: str, script: str, cwd: Path, cache: Path, *, absent: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    """Run ``script`` in ``cwd`` as a user would; assert that it succeeds, that it wrote every output it names
+    but those in ``absent`` (outputs of commands shown being refused), and that what it wrote is valid."""
+    environment = dict(os.environ)
+    environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
+    environment.update(HF_HUB_OFFLINE="1", ATTNVIZ_CACHE=str(cache), COLUMNS="120")
+    before = set(cwd.rglob("*"))
     result = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", example.script],
+        ["bash", "-e", "-o", "pipefail", "-c", script],
         check=False,
-        cwd=tmp_path,
-        env=env,
+        cwd=cwd,
+        env=environment,
         capture_output=True,
         text=True,
         timeout=BLOCK_TIMEOUT,
         stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, (
-        f"{example.name} failed ({result.returncode}):\n{example.script}\n--- stderr:\n{result.stderr[-3000:]}"
+        f"{name} failed ({result.returncode}):\n{script}\n--- stderr:\n{result.stderr[-3000:]}"
     )
-    for output in named_outputs(example.script):
-        assert (tmp_path / output).exists(), f"{example.name}: {output} was not written"
+    for output in named_outputs(script):
+        if output in absent:
+            assert not (cwd / output).exists(), f"{name}: {output} was written by a refused command"
+        else:
+            assert (cwd / output).exists(), f"{name}: {output} was not written"
     written = [
         path
-        for path in tmp_path.rglob("*")
-        if path.is_file() and path not in before and _SAMPLES not in path.relative_to(tmp_path).parts
+        for path in cwd.rglob("*")
+        if path.is_file() and path not in before and _SAMPLES not in path.relative_to(cwd).parts
     ]
     for path in written:
         check_file(path)
+    return result
 
 
 def test_examples_are_found():
