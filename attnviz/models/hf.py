@@ -70,8 +70,9 @@ def load_hf_model(
     register_attention()
     quiet_transformers()
     refuse_custom_code(source)
-    # Never run code shipped with a model, and never ask on stdin whether to.
-    extra: dict[str, Any] = {"trust_remote_code": False}
+    # Never run code shipped with a model, and never ask on stdin whether to; a hub id is read from the local
+    # cache only (attnviz never downloads: no network retries before an error).
+    extra: dict[str, Any] = {"trust_remote_code": False, "local_files_only": True}
     if gguf_file:
         extra["gguf_file"] = gguf_file
     placement = {"device_map": device_map} if device_map else {}
