@@ -15,6 +15,7 @@ from torch import nn
 from attnviz.common.errors import AttnvizError, InputError, ModelSpecError, ParameterError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
+from attnviz.common.tokens import token_strings
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.hf_checks import (
@@ -300,7 +301,7 @@ class HFModel(LoadedModel):
         for i in range(len(texts)):
             length = int(enc["attention_mask"][i].sum())
             ids = enc["input_ids"][i, :length].tolist()
-            tokens.append(self.tokenizer.convert_ids_to_tokens(ids))
+            tokens.append(token_strings(self.tokenizer, ids))
             special.append([bool(s) for s in enc["special_tokens_mask"][i, :length].tolist()])
             try:
                 words = enc.word_ids(i)[:length]
@@ -336,7 +337,7 @@ class HFModel(LoadedModel):
                     start = self.tokenizer.pad_token_id
                 inputs["decoder_input_ids"] = torch.full((len(texts), 1), start, dtype=torch.long)
                 inputs["decoder_attention_mask"] = torch.ones((len(texts), 1), dtype=torch.long)
-                start_token = self.tokenizer.convert_ids_to_tokens([start])[0]
+                start_token = token_strings(self.tokenizer, [start])[0]
                 batch.target_tokens = [[start_token] for _ in texts]
                 batch.target_special = [[True] for _ in texts]
                 batch.target_word_ids = [[None] for _ in texts]

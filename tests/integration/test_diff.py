@@ -246,7 +246,7 @@ def test_against_equals_difference_of_two_captures(smollm2):
 def test_against_with_different_lengths_aligns_words(minilm):
     result = compare_inputs(minilm, "The cat sat on the mat", "The big cat sat on the mat")
     assert result.alignment == "words"
-    assert result.labels == ["[cls]", "the", "cat", "sat", "on", "the", "mat", "[sep]"]
+    assert result.labels_a == result.labels_b == ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
     rows = result.patterns_b[AttentionSite("self", 0)].sum(-1)  # renormalised over the shared words
     assert torch.allclose(rows, torch.ones_like(rows), atol=1e-5)
     apart = compare_inputs(minilm, "alpha beta", "gamma delta epsilon")
