@@ -36,7 +36,7 @@ def run_cli(
     subprocess: bool = False,
     stdin: str | None = None,
     cwd: Path | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
     processes: int = 1,
     while_running: Callable[[subprocesses.Popen], None] | None = None,
     timeout: float = 600,
@@ -46,8 +46,8 @@ def run_cli(
     In-process (the default) ``capsys`` is pytest's fixture and the other options are refused; with
     ``subprocess=True`` it is not used (``None`` in a fixture wider than one test). With
     ``subprocess=True``: ``stdin`` is written to the process, ``cwd`` is its working directory, ``env``
-    is added to its environment, ``processes > 1`` launches it under torchrun (gloo on CPU), and
-    ``while_running(process)`` is called once it started (to send it a signal, say) before its output is read.
+    is added to its environment (a ``None`` value removes that variable), ``processes > 1`` launches it under
+    torchrun (gloo on CPU), and ``while_running(process)`` is called once it started (to send it a signal, say) before its output is read.
     """
     if not subprocess:
         if stdin is not None or cwd is not None or env is not None or processes != 1 or while_running is not None:
@@ -77,7 +77,7 @@ def _run_in_subprocess(
     args: list[str],
     stdin: str | None,
     cwd: Path | None,
-    env: dict[str, str],
+    env: dict[str, str | None],
     processes: int,
     while_running: Callable[[subprocesses.Popen], None] | None,
     timeout: float,
@@ -87,7 +87,12 @@ def _run_in_subprocess(
     environment = {name: value for name, value in os.environ.items() if name not in TORCHRUN_VARIABLES}
     # the child imports the same attnviz as this test session (a worktree's, not the editable install's)
     source_root = str(Path(attnviz.__file__).resolve().parents[1])
-    environment.update(PYTHONPATH=os.pathsep.join([source_root, *sys.path]), HF_HUB_OFFLINE="1", **env)
+    environment.update(PYTHONPATH=os.pathsep.join([source_root, *sys.path]), HF_HUB_OFFLINE="1")
+    for name, value in env.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
     launcher = [sys.executable]
     if processes > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]

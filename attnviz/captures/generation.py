@@ -32,7 +32,7 @@ from torch import Tensor
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.resources import require_memory
-from attnviz.common.tokens import word_ids_from_markers
+from attnviz.common.tokens import token_strings, word_ids_from_markers
 from attnviz.core import CONTEXT_KWARG, AttentionSite
 from attnviz.models.base import LoadedModel
 
@@ -210,7 +210,10 @@ def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], pro
     else:
         new_ids = sequence[prompt_len:]
         known_tokens, known_special, known_words = batch.tokens[0], batch.special[0], batch.word_ids[0]
-    new_tokens = tokenizer.convert_ids_to_tokens(new_ids)
+    # decoded with the prompt: a character whose bytes the prompt and the first new token share reads once
+    new_tokens = (
+        token_strings(tokenizer, new_ids if loaded.encoder_decoder else sequence)[-len(new_ids) :] if new_ids else []
+    )
     new_special = [token_id in special_ids for token_id in new_ids]
     last_word = max((w for w in known_words if w is not None), default=None)
     new_words = word_ids_from_markers(new_tokens, new_special, last_word)

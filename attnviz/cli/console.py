@@ -16,12 +16,37 @@ import os
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from attnviz.common.progress import Reporter
 
-console = Console(stderr=True)
+#: the width tables and views are laid out for on a stderr that is no terminal
+LOG_LAYOUT_WIDTH = 200
+
+
+class StderrConsole(Console):
+    """The stderr console: on a terminal, as wide as the terminal; redirected (a log file, a pipe), text is never
+    wrapped (a line stays one line, for grep) and tables and views are laid out for at least ``LOG_LAYOUT_WIDTH``
+    columns."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if kwargs.get("soft_wrap") is None and not self.is_terminal and all(isinstance(o, str | Text) for o in objects):
+            kwargs["soft_wrap"] = True  # text: one line as it was written
+        super().print(*objects, **kwargs)
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)
+        return size if self.is_terminal else ConsoleDimensions(max(size.width, LOG_LAYOUT_WIDTH), size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
+
+console = StderrConsole(stderr=True)
 
 
 def product_console() -> Console:

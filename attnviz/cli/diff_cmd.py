@@ -273,6 +273,7 @@ def _show_inputs(result, limit) -> None:
     from rich.table import Table
 
     from attnviz.cli.console import console
+    from attnviz.render.diff_terminal import THOUSANDTHS, ranked_numbers
 
     console.print(
         f"{result.model}: A = {result.text_a!r} ({len(result.capture_a.tokens)} tokens), B = {result.text_b!r} "
@@ -283,16 +284,30 @@ def _show_inputs(result, limit) -> None:
     if not heads:
         console.print("no word in common: statistics only (see --json)", highlight=False)
         return
-    table = Table(title="heads whose pattern changed most", caption="JS, TV: mean over the queries of the common grid")
-    for column in ("stack", "layer", "head", "JS (nats)", "TV", "Δ entropy", "Δ max weight"):
+    table = Table(
+        title="heads whose pattern changed most",
+        caption=f"JS, TV: mean over the queries of the common grid, in {THOUSANDTHS}",
+    )
+    for column in (
+        "stack",
+        "layer",
+        "head",
+        f"JS ({THOUSANDTHS} nats)",
+        f"TV ({THOUSANDTHS})",
+        "Δ entropy",
+        "Δ max weight",
+    ):
         table.add_column(column, justify="left" if column == "stack" else "right")
-    for h in sorted(heads, key=lambda entry: -entry["js_divergence"])[:limit]:
+    ranked = sorted(heads, key=lambda entry: -entry["js_divergence"])[:limit]
+    js = ranked_numbers([h["js_divergence"] for h in ranked])
+    tv = ranked_numbers([h["total_variation"] for h in ranked])
+    for index, h in enumerate(ranked):
         table.add_row(
             h["stack"],
             str(h["layer"]),
             str(h["head"]),
-            f"{h['js_divergence']:.4f}",
-            f"{h['total_variation']:.4f}",
+            js[index],
+            tv[index],
             f"{h['delta']['entropy']:+.4f}",
             f"{h['delta']['max_weight']:+.4f}",
         )

@@ -65,6 +65,7 @@ def guarded(callback: Callable) -> Callable:
 
         parameters = _parameters()
         _check_values(kwargs, parameters)
+        _check_model_specs(kwargs)
         try:
             with files.output_session():
                 _refuse_directory_syntax(parameters)
@@ -121,6 +122,16 @@ def _check_values(kwargs: dict[str, Any], parameters: dict[str, Any]) -> None:
                 raise InputError(f"{_flag(name, parameters)} is too large: give a number below {_LARGEST_INT:,}")
             if isinstance(item, str):  # Path arguments may hold any bytes the file system allows
                 check_utf8(item, _flag(name, parameters))
+
+
+def _check_model_specs(kwargs: dict[str, Any]) -> None:
+    """Refuse a model spec that names nothing here (a typo) before anything slow is imported or loaded."""
+    from attnviz.models.lookup import check_model_spec
+
+    for name in MODEL_PARAMETERS:
+        for item in _values(kwargs.get(name)):
+            if isinstance(item, str):
+                check_model_spec(item)
 
 
 def _raw_values(parameter: Any) -> list[str]:

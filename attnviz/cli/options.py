@@ -31,17 +31,27 @@ def _without_flag_placeholders(params: list[Any]) -> list[Any]:
 
 
 class Command(TyperCommand):
-    """A Typer command whose help shows no ``<bool>`` placeholder beside flags."""
+    """A Typer command whose help shows no ``<bool>`` placeholder beside flags, and every option name whole."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _without_flag_placeholders(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from attnviz.cli.help_layout import format_help
+
+        format_help(self, ctx, formatter, super().format_help)
 
 
 class Group(TyperGroup):
-    """A Typer group whose help shows no ``<bool>`` placeholder beside flags."""
+    """A Typer group whose help shows no ``<bool>`` placeholder beside flags, and every option name whole."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _without_flag_placeholders(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from attnviz.cli.help_layout import format_help
+
+        format_help(self, ctx, formatter, super().format_help)
 
 
 def use_plain_flags(app: typer.Typer) -> None:

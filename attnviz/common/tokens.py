@@ -9,6 +9,7 @@ averaged). Rows therefore still sum to 1.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -23,15 +24,109 @@ WORD_START_MARKERS = (*SPACE_MARKERS, "Ċ")
 CONTINUATION_MARKER = "##"
 
 
+#: the visible mark of a leading space in every token label (figures, pages, the terminal): ``Ġthe`` -> ``␣the``
+SPACE_MARK = "␣"
+#: the mark of a token whose first bytes finish a character begun in the token before it (byte-level BPE splits
+#: a character of two to four UTF-8 bytes over tokens): that character is shown whole in the token where it begins
+PARTIAL_MARK = "◌"
+
+
 def display_token(token: str) -> str:
-    """A readable label for one raw token string (``Ġthe`` -> ``the``, ``Ċ`` -> ``\\n``)."""
+    """A readable label for one token string (``Ġthe`` -> ``␣the``, ``Ċ`` -> ``\\n``, ``##ing`` stays).
+
+    Byte-level tokens are decoded by :func:`readable_tokens` first (the models do it as they encode).
+    """
     label = token
     for marker in SPACE_MARKERS:
-        if label.startswith(marker) and len(label) > len(marker):
-            label = label[len(marker) :]
         label = label.replace(marker, " ")
     label = label.replace("Ċ", "\\n").replace("ĉ", "\\t")
-    return label if label.strip() else repr(label)[1:-1] or "␣"
+    if not label.strip(" "):
+        return SPACE_MARK * max(len(label), 1)
+    if not label.strip():
+        return repr(label)[1:-1]
+    return SPACE_MARK + label[1:] if label.startswith(" ") else label
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's table of the printable character that stands for each byte in a byte-level BPE token."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {byte: chr(byte) for byte in printable}
+    extra = 0
+    for byte in range(256):
+        if byte not in table:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+#: byte -> its stand-in character; stand-in -> byte
+BYTE_CHARACTERS = _bytes_to_unicode()
+CHARACTER_BYTES = {character: byte for byte, character in BYTE_CHARACTERS.items()}
+#: characters written back as the markers the rest of attnviz reads (a leading space starts a word)
+_MARKED = {" ": "Ġ", "\n": "Ċ", "\t": "ĉ"}
+
+
+def is_byte_level(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` is a byte-level BPE (GPT-2, SmolLM2, LLaMA-3): its fast backend decodes or splits
+    with ``ByteLevel``, or (a slow GPT-2 tokenizer) it has a byte encoder."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    parts = (getattr(backend, "decoder", None), getattr(backend, "pre_tokenizer", None)) if backend else ()
+    return any("ByteLevel" in repr(part) for part in parts if part is not None) or hasattr(tokenizer, "byte_encoder")
+
+
+def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """The tokens of ``ids`` as attnviz keeps them: the tokenizer's own strings, byte-level ones decoded
+    (:func:`readable_tokens`). Every model encodes through this, so captures, figures and pages agree."""
+    tokens = tokenizer.convert_ids_to_tokens(list(ids))
+    return readable_tokens(tokens) if is_byte_level(tokenizer) else list(tokens)
+
+
+def readable_tokens(tokens: Sequence[str]) -> list[str]:
+    """Byte-level BPE tokens decoded to text: ``Ã©`` -> ``é``, ``ãģ¯`` -> ``は``, keeping ``Ġ``/``Ċ`` markers.
+
+    A character whose bytes are split over several tokens is shown whole in the token where it begins; each
+    later token that holds the rest of its bytes starts with :data:`PARTIAL_MARK` (joined into words, the
+    character reads once). Tokens that are not byte-level strings (added special tokens) stay as they are.
+    """
+    owners: list[int] = []  # the token of each byte
+    data = bytearray()
+    for index, token in enumerate(tokens):
+        if all(character in CHARACTER_BYTES for character in token):
+            data.extend(CHARACTER_BYTES[character] for character in token)
+            owners.extend([index] * len(token))
+    decoded = ["" for _ in tokens]
+    continues = [False for _ in tokens]
+    position = 0
+    while position < len(data):
+        length = _utf8_length(data[position])
+        chunk = bytes(data[position : position + length])
+        try:
+            character = chunk.decode("utf-8")
+        except UnicodeDecodeError:  # not UTF-8 (a stray byte): its value, visibly
+            character, length = f"\\x{data[position]:02x}", 1
+        owner = owners[position]
+        decoded[owner] += _MARKED.get(character, character)
+        for byte in range(position + 1, position + length):
+            if owners[byte] != owner and not decoded[owners[byte]]:
+                continues[owners[byte]] = True
+        position += length
+    return [
+        (PARTIAL_MARK if continues[index] else "") + decoded[index]
+        if all(character in CHARACTER_BYTES for character in token)
+        else token
+        for index, token in enumerate(tokens)
+    ]
+
+
+def _utf8_length(lead: int) -> int:
+    """Bytes of the UTF-8 character that begins with byte ``lead`` (1 for a byte no character begins with)."""
+    if lead >= 0xF0:
+        return 4
+    if lead >= 0xE0:
+        return 3
+    if lead >= 0xC0:
+        return 2
+    return 1
 
 
 def word_groups(word_ids: Sequence[int | None]) -> list[list[int]]:
@@ -49,13 +144,17 @@ def word_groups(word_ids: Sequence[int | None]) -> list[list[int]]:
 
 def word_label(tokens: Sequence[str], group: Sequence[int]) -> str:
     """Join a word's pieces: ``["play", "##ing"]`` -> ``playing``."""
-    return "".join(word_piece(tokens, index, position) for position, index in enumerate(group))
+    word = "".join(word_piece(tokens, index, position) for position, index in enumerate(group))
+    return word.strip(SPACE_MARK) or word  # a space token of its own before the word is no part of it
 
 
 def word_piece(tokens: Sequence[str], index: int, position: int) -> str:
-    """The text token ``index`` adds to its word, being its word's ``position``-th piece (``##ing`` -> ``ing``)."""
-    piece = display_token(tokens[index])
-    return piece[len(CONTINUATION_MARKER) :] if position > 0 and piece.startswith(CONTINUATION_MARKER) else piece
+    """The text token ``index`` adds to its word, being its word's ``position``-th piece (``##ing`` -> ``ing``;
+    a word's leading space mark and the mark of a split character's remaining bytes are left out)."""
+    piece = display_token(tokens[index]).removeprefix(PARTIAL_MARK)
+    if piece.strip(SPACE_MARK):  # a piece of spaces only is kept: it is what the word holds
+        piece = piece.removeprefix(SPACE_MARK)
+    return piece.removeprefix(CONTINUATION_MARKER) if position > 0 else piece
 
 
 def piece_starts_word(token: str, start_markers: bool) -> bool:

@@ -41,7 +41,8 @@ class InputComparison:
     capture_a: AttentionCapture
     capture_b: AttentionCapture
     alignment: str  # "tokens", "words" or "statistics"
-    labels: list[str]  # the common grid's row/column labels (tokens or words of A); [] for "statistics"
+    labels_a: list[str]  # A's own token or word at each position of the common grid; [] for "statistics"
+    labels_b: list[str]  # B's own token or word at each position of the grid (B's labels, never A's)
     positions_a: list[int]  # which grid position of A (token or word) each label is
     positions_b: list[int]
     patterns_a: dict[AttentionSite, Tensor]  # site -> [h, n, n] float32 on the grid (empty for "statistics")
@@ -113,7 +114,8 @@ class InputComparison:
             "num_tokens_a": len(self.capture_a.tokens),
             "num_tokens_b": len(self.capture_b.tokens),
             "alignment": self.alignment,
-            "grid": self.labels,
+            "grid_a": self.labels_a,
+            "grid_b": self.labels_b,
             "layers": layers,
             "heads": heads,
         }
@@ -136,20 +138,21 @@ def compare_inputs(
         alignment = "tokens"
         positions = list(range(len(capture_a.tokens)))
         positions_a = positions_b = positions
-        labels = [display_token(token) for token in capture_a.tokens]
+        labels_a = [display_token(token) for token in capture_a.tokens]
+        labels_b = [display_token(token) for token in capture_b.tokens]
         patterns_a = _sites(capture_a)
         patterns_b = _sites(capture_b)
     else:
-        labels_a = _word_labels(capture_a)
-        labels_b = _word_labels(capture_b)
-        positions_a, positions_b = _matching_words(labels_a, labels_b)
+        words_a, words_b = _word_labels(capture_a), _word_labels(capture_b)
+        positions_a, positions_b = _matching_words([w.lower() for w in words_a], [w.lower() for w in words_b])
         if positions_a:
             alignment = "words"
-            labels = [labels_a[i] for i in positions_a]
+            labels_a = [words_a[i] for i in positions_a]
+            labels_b = [words_b[i] for i in positions_b]
             patterns_a = {site: _word_grid(capture_a, p, positions_a) for site, p in _sites(capture_a).items()}
             patterns_b = {site: _word_grid(capture_b, p, positions_b) for site, p in _sites(capture_b).items()}
         else:
-            alignment, labels, patterns_a, patterns_b = "statistics", [], {}, {}
+            alignment, labels_a, labels_b, patterns_a, patterns_b = "statistics", [], [], {}, {}
     return InputComparison(
         model=loaded.name,
         text_a=text_a,
@@ -157,7 +160,8 @@ def compare_inputs(
         capture_a=capture_a,
         capture_b=capture_b,
         alignment=alignment,
-        labels=labels,
+        labels_a=labels_a,
+        labels_b=labels_b,
         positions_a=positions_a,
         positions_b=positions_b,
         patterns_a=patterns_a,
@@ -176,7 +180,7 @@ def _sites(result: AttentionCapture) -> dict[AttentionSite, Tensor]:
 
 
 def _word_labels(result: AttentionCapture) -> list[str]:
-    return [word_label(result.tokens, group).lower() for group in word_groups(result.word_ids)]
+    return [word_label(result.tokens, group) for group in word_groups(result.word_ids)]
 
 
 def _matching_words(labels_a: list[str], labels_b: list[str]) -> tuple[list[int], list[int]]:

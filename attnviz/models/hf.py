@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from attnviz.common.errors import AttnvizError, InputError, ModelSpecError, ParameterError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
+from attnviz.common.tokens import token_strings
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.caption import is_captioner_type, load_caption_model
@@ -79,8 +80,9 @@ def load_hf_model(
     register_attention()
     quiet_transformers()
     refuse_custom_code(source)
-    # Never run code shipped with a model, and never ask on stdin whether to.
-    extra: dict[str, Any] = {"trust_remote_code": False}
+    # Never run code shipped with a model, and never ask on stdin whether to; a hub id is read from the local
+    # cache only (attnviz never downloads: no network retries before an error).
+    extra: dict[str, Any] = {"trust_remote_code": False, "local_files_only": True}
     if gguf_file:
         extra["gguf_file"] = gguf_file
     placement = {"device_map": device_map} if device_map else {}
@@ -339,7 +341,7 @@ class HFModel(LoadedModel):
         for i in range(len(texts)):
             length = int(enc["attention_mask"][i].sum())
             ids = enc["input_ids"][i, :length].tolist()
-            tokens.append(self.tokenizer.convert_ids_to_tokens(ids))
+            tokens.append(token_strings(self.tokenizer, ids))
             special.append([bool(s) for s in enc["special_tokens_mask"][i, :length].tolist()])
             try:
                 words = enc.word_ids(i)[:length]
@@ -375,7 +377,7 @@ class HFModel(LoadedModel):
                     start = self.tokenizer.pad_token_id
                 inputs["decoder_input_ids"] = torch.full((len(texts), 1), start, dtype=torch.long)
                 inputs["decoder_attention_mask"] = torch.ones((len(texts), 1), dtype=torch.long)
-                start_token = self.tokenizer.convert_ids_to_tokens([start])[0]
+                start_token = token_strings(self.tokenizer, [start])[0]
                 batch.target_tokens = [[start_token] for _ in texts]
                 batch.target_special = [[True] for _ in texts]
                 batch.target_word_ids = [[None] for _ in texts]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attnviz.common.errors import InputError
+from attnviz.common.tokens import token_strings
 from attnviz.models.base import EncodedBatch
 from attnviz.models.probing import ProbeBatch, check_probe_fits, chunks
 
@@ -42,7 +43,7 @@ def text_timing_batch(loaded: HFModel, texts: Sequence[str], tokens: int) -> Enc
     }
     return EncodedBatch(
         inputs=inputs,
-        tokens=[tokenizer.convert_ids_to_tokens(ids)],
+        tokens=[token_strings(tokenizer, ids)],
         special=[special],
         word_ids=[[None if flag else i for i, flag in enumerate(special)]],
         truncated=[True],
@@ -128,7 +129,7 @@ def _probe_batch(loaded: HFModel, sources: list[list[int]], targets: list[list[i
 
     def side(rows: list[list[int]]):
         ids = torch.tensor(rows, dtype=torch.long)  # [b, n]
-        tokens = [tokenizer.convert_ids_to_tokens(row) for row in rows]
+        tokens = [token_strings(tokenizer, row) for row in rows]
         special = [[i in special_ids for i in row] for row in rows]
         words = [[None if flag else position for position, flag in enumerate(flags)] for flags in special]
         return ids, tokens, special, words

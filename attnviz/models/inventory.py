@@ -12,6 +12,7 @@ from pathlib import Path
 from attnviz.common.errors import ModelSpecError, OutputError
 from attnviz.common.wording import layers_and_heads
 from attnviz.models.gguf import cache_root
+from attnviz.models.lookup import hub_cache_dir
 from attnviz.models.specs import NAMED_MODELS, TOY_MARKER
 from attnviz.outputs import staging
 
@@ -77,14 +78,6 @@ def _toy_description(folder: Path) -> str:
         return f"attnviz toy model: {task} task, {config['architecture']}, {size}"
     except (OSError, ValueError, KeyError, TypeError):
         return "attnviz toy model"
-
-
-def hub_cache_dir() -> Path:
-    """The Hugging Face hub cache: ``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
-    return Path(home).expanduser() / "hub"
 
 
 def hub_cache_models() -> list[ModelEntry]:

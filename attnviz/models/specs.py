@@ -10,7 +10,7 @@ A spec is one of:
 * a toy checkpoint directory written by ``attnviz train`` (or ``attnviz prune``);
 * a local Hugging Face model directory (``config.json`` inside);
 * a ``.gguf`` file, converted once and cached (see :mod:`attnviz.models.gguf`);
-* a Hugging Face hub id present in the local cache.
+* a Hugging Face hub id present in the local cache (read without the network: attnviz never downloads).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import functools
 import importlib
 import importlib.util
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,21 +30,11 @@ from attnviz.common.progress import notice
 from attnviz.common.texts import sample_data_path
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
+from attnviz.models.lookup import SHIPPED_TOYS, cached_snapshot, check_model_spec, hub_cache_dir, looks_like_hub_id
 from attnviz.outputs.files import protect_inputs
 
 DEFAULT_MODEL = "minilm"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SHORT_NAMES = ("minilm", "smollm2")
-#: toy checkpoints shipped in attnviz/sample_data/toy, by the short name a spec may use
-SHIPPED_TOYS = {
-    "toy-copy": "copy",
-    "toy-induction": "induction",
-    "toy-previous-token": "previous-token",
-    "toy-reverse": "reverse",
-    "toy-sort": "sort",
-    "toy-odd-patch": "odd-patch",  # a small ViT (attnviz.toy.odd_patch): reads images
-    "toy-caption": "caption",  # a small ViT + GPT-2 captioner (attnviz.toy.caption): writes about images
-}
 
 
 #: every precision name and alias -> its torch dtype
@@ -171,7 +160,7 @@ class ResolvedSpec:
     """What a model spec names, decided before anything loads (see :func:`resolve_spec`)."""
 
     spec: str  # what the user typed
-    path: Path  # the file or directory to load (for a hub id: the id as a relative path)
+    path: Path  # the file or directory to load (for a hub id: its snapshot folder in the local cache)
     name: str  # shown in titles and reports: the short name, or the path (``./x`` for a bare name)
     kind: str  # "named" (shipped with attnviz or a pip package), "path" or "hub id"
     shadows: bool = False  # a path that has a short name's spelling (the short name is not used)
@@ -198,7 +187,9 @@ def resolve_spec(spec: str = DEFAULT_MODEL) -> ResolvedSpec:
     An existing path always wins: ``toy-reverse`` is the directory ``./toy-reverse`` when one exists
     (written by ``attnviz train --out toy-reverse``, say), and the shipped model of that name only
     when none does; :func:`load_model` says so in a notice. A short name that is no path is the
-    named model; anything else is a path, or a hub id when it looks like one and no such path exists.
+    named model; then a hub id whose snapshot the local Hugging Face cache holds (its folder is what
+    loads: attnviz never downloads). Anything else names nothing here and is refused at once with the
+    closest names (:func:`attnviz.models.lookup.check_model_spec`).
     """
     spec = (spec or DEFAULT_MODEL).strip()
     path = Path(spec).expanduser()
@@ -207,8 +198,10 @@ def resolve_spec(spec: str = DEFAULT_MODEL) -> ResolvedSpec:
         return ResolvedSpec(spec, path, path_spec(spec), "path", shadows=locate is not None)
     if locate is not None:
         return ResolvedSpec(spec, locate(), spec.lower(), "named")
-    if path.suffix.lower() != ".gguf" and _looks_like_hub_id(spec):
-        return ResolvedSpec(spec, path, spec, "hub id")
+    check_model_spec(spec, NAMED_MODELS)  # a hub id is read from the local cache only: never a download or a wait
+    snapshot = cached_snapshot(spec) if path.suffix.lower() != ".gguf" and looks_like_hub_id(spec) else None
+    if snapshot is not None:
+        return ResolvedSpec(spec, snapshot, spec, "hub id")
     return ResolvedSpec(spec, path, spec, "path")
 
 
@@ -223,12 +216,7 @@ def model_input_paths(spec: str = DEFAULT_MODEL) -> list[Path]:
     except ModelSpecError:  # a named model whose package is missing: loading will say so
         return []
     if resolved.kind == "hub id":
-        try:
-            from huggingface_hub.constants import HF_HUB_CACHE
-
-            return [Path(HF_HUB_CACHE)]
-        except ImportError:
-            return []
+        return [hub_cache_dir()]
     return [resolved.path] if resolved.path.exists() else []
 
 
@@ -289,14 +277,4 @@ def _load_resolved(
         )
     if path.exists():
         raise ModelSpecError(f"{path} is not a model: give a model directory or a .gguf file")
-    if resolved.kind != "hub id":
-        raise ModelSpecError(f"model path {spec} does not exist")
-    hf_loader = next(loader for loader in LOADERS if loader.name == "huggingface")
-    return hf_loader.load(
-        spec, name=spec, device=device, dtype=dtype, device_map=placement
-    )  # a hub id in the local cache
-
-
-def _looks_like_hub_id(spec: str) -> bool:
-    """``org/name`` or ``name``: letters, digits, ``-_.`` with at most one slash, not a path."""
-    return re.fullmatch(r"[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?", spec) is not None
+    raise ModelSpecError(f"model path {spec} does not exist")

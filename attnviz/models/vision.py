@@ -112,6 +112,7 @@ def load_vision_model(
                 dtype=dtype,
                 output_loading_info=True,
                 trust_remote_code=False,
+                local_files_only=True,  # a hub id comes from the local cache: never the network
                 **placement,
             )
         except Exception as exc:  # damaged weights, a refused pickle, a config the class rejects, …
@@ -141,7 +142,9 @@ def load_image_processor(source: str):
         )
     try:
         with quiet_image_processors():
-            return transformers.AutoImageProcessor.from_pretrained(source, trust_remote_code=False)
+            return transformers.AutoImageProcessor.from_pretrained(
+                source, trust_remote_code=False, local_files_only=True
+            )
     except Exception as exc:
         raise ModelSpecError(f"cannot load the image processor of model {source!r}: {exc}") from exc
 

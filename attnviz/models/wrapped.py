@@ -146,7 +146,11 @@ def _own_tokenizer(model: nn.Module, tokenizer: Any) -> Any:
         try:
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False) if source else None
+            tokenizer = (
+                AutoTokenizer.from_pretrained(source, trust_remote_code=False, local_files_only=True)
+                if source
+                else None
+            )
         except Exception:  # noqa: BLE001 - any failure means the same thing to the user
             tokenizer = None
         if tokenizer is None:

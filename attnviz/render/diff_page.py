@@ -118,7 +118,8 @@ def inputs_payload(comparison: InputComparison) -> dict:
         "hint": f"aligned by {comparison.alignment}; B − A on a diverging scale centred on 0 (blue: lower in B, red: higher)",
         "textA": comparison.text_a,
         "textB": comparison.text_b,
-        "labels": comparison.labels,
+        "labelsA": comparison.labels_a,  # each panel is labelled with its own side's tokens
+        "labelsB": comparison.labels_b,
         "alignment": comparison.alignment,
         "sites": sites,
         "best": {"stack": best[1], "layer": best[2], "head": best[3]},

@@ -85,12 +85,14 @@ def inputs_figure(comparison: InputComparison, *, stack: str = "self", layer: in
     fig, axes = subplots(1, 3, figsize=(3 * side + 1.5, side + 0.8), squeeze=False)
     largest = max(float(difference.abs().max()), 1e-9)
     top = max(float(a.max()), float(b.max()), 1e-9)
+    # each side is labelled with its own tokens; the difference with both where they differ ("are/is")
+    both = [x if x == y else f"{x}/{y}" for x, y in zip(comparison.labels_a, comparison.labels_b, strict=True)]
     panels = (
-        (f"A: {comparison.text_a}", a, colormap("magma"), None),
-        (f"B: {comparison.text_b}", b, colormap("magma"), None),
-        ("B − A", difference, colormap(DIVERGING), TwoSlopeNorm(0.0, -largest, largest)),
+        (f"A: {comparison.text_a}", a, colormap("magma"), None, comparison.labels_a),
+        (f"B: {comparison.text_b}", b, colormap("magma"), None, comparison.labels_b),
+        ("B − A", difference, colormap(DIVERGING), TwoSlopeNorm(0.0, -largest, largest), both),
     )
-    for ax, (title, values, cmap, norm) in zip(axes.flat, panels):
+    for ax, (title, values, cmap, norm, labels) in zip(axes.flat, panels):
         extra = {"norm": norm} if norm is not None else {"vmin": 0.0, "vmax": top}
         image = ax.imshow(values.numpy(), cmap=cmap, interpolation="nearest", **extra)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
@@ -99,8 +101,8 @@ def inputs_figure(comparison: InputComparison, *, stack: str = "self", layer: in
         ax.set_title(_short(title), fontsize=9)
         ax.set_xticks(range(n))
         ax.set_yticks(range(n))
-        ax.set_xticklabels(comparison.labels, rotation=90, fontsize=7)
-        ax.set_yticklabels(comparison.labels, fontsize=7)
+        ax.set_xticklabels(labels, rotation=90, fontsize=7)
+        ax.set_yticklabels(labels, fontsize=7)
     js, _ = comparison.query_divergence(stack, layer)
     fig.suptitle(
         f"{comparison.model} · {stack} layer {layer} head {head} · aligned by {comparison.alignment} · "

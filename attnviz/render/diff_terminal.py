@@ -7,6 +7,7 @@ comparison's record) and returns rich renderables.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from rich import box
 from rich.table import Table
@@ -14,6 +15,8 @@ from rich.text import Text
 
 from attnviz.compare.result import ModelComparison
 
+#: the unit of the divergence grid and of the most-changed table's JS and TV columns
+THOUSANDTHS = "10⁻³"
 #: statistics shown as Δ columns of the most-changed table (the rest are in the JSON and CSV)
 DELTA_COLUMNS = ("entropy", "max_weight", "mean_distance", "first_token", "previous_token")
 #: status marks in the grid
@@ -33,7 +36,7 @@ def divergence_grid(comparison: ModelComparison, *, stack: str | None = None, me
     matrix = comparison.matrix(measure, stack)  # [layer, original head]
     finite = matrix[~matrix.isnan()]
     top = float(finite.max()) if finite.numel() else 0.0
-    unit = "10⁻³ nats" if measure == "js_divergence" else "10⁻³"
+    unit = f"{THOUSANDTHS} nats" if measure == "js_divergence" else THOUSANDTHS
     text = Text(
         f"{measure.replace('_', ' ')} ({unit}) of {comparison.model_b} against {comparison.model_a}, by layer (rows) "
         "and head (columns); A: head only in A, B: only in B\n",
@@ -68,22 +71,44 @@ def most_changed_table(
     table = Table(
         box=box.SIMPLE_HEAD,
         title=f"heads that changed most ({measure.replace('_', ' ')})",
-        caption="Δ: B − A of the mean over every query; JS in nats (at most ln 2 = 0.693)",
+        caption=f"JS and TV in {THOUSANDTHS}, as in the grid (JS is at most ln 2 = 0.693 nats); "
+        "Δ: B − A of the mean over every query",
     )
-    headers = ("layer", "head", "JS", "TV", *(f"Δ {name}" for name in deltas))
+    headers = ("layer", "head", f"JS ({THOUSANDTHS} nats)", f"TV ({THOUSANDTHS})", *(f"Δ {name}" for name in deltas))
     for header in headers if one_stack else ("stack", *headers):
         table.add_column(header, justify="left" if header == "stack" else "right", no_wrap=True)
-    for entry in comparison.most_changed(count, measure):
+    entries = comparison.most_changed(count, measure)
+    js = ranked_numbers([entry.js_divergence for entry in entries])
+    tv = ranked_numbers([entry.total_variation for entry in entries])
+    for index, entry in enumerate(entries):
         delta = entry.delta or {}
         cells = [
             str(entry.site.layer),
             str(entry.head),
-            _format(entry.js_divergence),
-            _format(entry.total_variation),
+            js[index],
+            tv[index],
             *(_format(delta.get(name), signed=True) for name in deltas),
         ]
         table.add_row(*(cells if one_stack else [entry.site.stack, *cells]))
     return table
+
+
+def ranked_numbers(
+    values: Sequence[float | None], *, scale: float = 1000.0, least: int = 2, most: int = 9
+) -> list[str]:
+    """``values`` times ``scale`` (thousandths, as the grid), each printed with the fewest decimals (at least
+    ``least``) at which values that differ print differently, so a ranking reads in the order it was made
+    (a bfloat16 diff's divergences are all below 10⁻⁴ nats: at four decimals every row would read 0.0000)."""
+    finite = sorted({value for value in values if value is not None and not math.isnan(value)})
+    decimals = next(
+        (
+            places
+            for places in range(least, most + 1)
+            if len({f"{value * scale:.{places}f}" for value in finite}) == len(finite)
+        ),
+        most,
+    )
+    return ["–" if value is None or math.isnan(value) else f"{value * scale:.{decimals}f}" for value in values]
 
 
 def summary_lines(comparison: ModelComparison) -> list[str]:

@@ -23,6 +23,22 @@ def _figure_class():  # defined on first use: matplotlib is imported only when a
         def _repr_png_(self) -> bytes:
             return figure_png(self)
 
+        # Labels in scripts the default font lacks get an installed font that has them, before any layout or
+        # drawing measures them (attnviz.render.fonts); matplotlib's per-glyph warnings are not shown.
+        def draw(self, renderer):
+            from attnviz.render.fonts import fit_fonts, quiet_missing_glyphs
+
+            fit_fonts(self)
+            with quiet_missing_glyphs():
+                return super().draw(renderer)
+
+        def tight_layout(self, *args, **kwargs):
+            from attnviz.render.fonts import fit_fonts, quiet_missing_glyphs
+
+            fit_fonts(self)
+            with quiet_missing_glyphs():
+                return super().tight_layout(*args, **kwargs)
+
     return NotebookFigure
 
 

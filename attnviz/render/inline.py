@@ -33,7 +33,7 @@ from attnviz.render.html_view import attention_view_html
 #: the Content-Security-Policy of attnviz's pages (see :mod:`attnviz.render.html_page`): nothing from outside
 _POLICY = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 _STYLE = (
-    "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:12px;color:#222}"
+    "body{font-family:system-ui,-apple-system,'Segoe UI','Noto Sans','Noto Sans CJK JP','Hiragino Sans','Microsoft YaHei',sans-serif;margin:12px;color:#222}"
     "h1{font-size:17px;margin:0 0 6px}h2{font-size:15px;margin:16px 0 6px}p{margin:4px 0;font-size:13px}"
     "img{max-width:100%;height:auto}pre{margin:6px 0;font-size:12px;line-height:1.25}"
 )

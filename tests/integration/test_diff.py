@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 
 import pytest
@@ -245,7 +246,7 @@ def test_against_equals_difference_of_two_captures(smollm2):
 def test_against_with_different_lengths_aligns_words(minilm):
     result = compare_inputs(minilm, "The cat sat on the mat", "The big cat sat on the mat")
     assert result.alignment == "words"
-    assert result.labels == ["[cls]", "the", "cat", "sat", "on", "the", "mat", "[sep]"]
+    assert result.labels_a == result.labels_b == ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
     rows = result.patterns_b[AttentionSite("self", 0)].sum(-1)  # renormalised over the shared words
     assert torch.allclose(rows, torch.ones_like(rows), atol=1e-5)
     apart = compare_inputs(minilm, "alpha beta", "gamma delta epsilon")
@@ -355,3 +356,24 @@ def test_pruned_toy_heads_keep_their_identity(tmp_path):
     layer0 = [h for h in result.heads if h.site.layer == 0 and h.status == "matched"]
     assert [h.head for h in layer0] == [0, 3] and all(h.js_divergence <= 1e-6 for h in layer0)
     assert all(h.js_divergence > 1e-4 for h in result.heads if h.site.layer == 1)
+
+
+def test_ranked_divergences_print_distinct_and_in_order(capsys, tiny_dirs, tmp_path):
+    """float32 against bfloat16: every JS is below 10⁻⁴ nats, yet the ranked rows read as different numbers."""
+    model = str(tiny_dirs["bert"])
+    record = tmp_path / "d.json"
+    texts = [word for text in SHORT_TEXTS for word in ("--text", text)]
+    result = run_cli(capsys, "diff", model, model, "--dtype-b", "bfloat16", *texts, "--json", record, "--limit", "8")
+    assert result.exit_code == 0, result.stderr
+    assert "JS (10⁻³ nats)" in result.stderr
+    rows = [re.match(r"\s+(\d+)\s+(\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s", line) for line in result.stderr.splitlines()]
+    printed = [(int(m[1]), int(m[2]), m[3]) for m in rows if m]
+    heads = {(h["layer"], h["head"]): h["js_divergence"] for h in json.loads(record.read_text())["heads"]}
+    ranked = sorted(heads.values(), reverse=True)[:8]
+    assert len(printed) == 8 and max(ranked) < 1e-4 and len(set(ranked)) == 8
+    values = [float(text) for _, _, text in printed]
+    assert len({text for _, _, text in printed}) == 8  # distinct where the divergences are
+    assert values == sorted(values, reverse=True)
+    for (layer, head, text), value in zip(printed, values, strict=True):
+        decimals = len(text.split(".")[1])
+        assert value == pytest.approx(heads[layer, head] * 1000, abs=10**-decimals, rel=1e-3)

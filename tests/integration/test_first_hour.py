@@ -12,10 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from cli_helpers import run_cli
 
 from attnviz.captures.attention_capture import AttentionCapture, capture
+from attnviz.common.errors import ModelSpecError
 from attnviz.common.wording import layers_and_heads, plural
 from attnviz.models.specs import load_model, resolve_spec
 
@@ -70,7 +72,8 @@ def test_spec_resolution_prefers_an_existing_path_and_says_so(tmp_path, monkeypa
     assert (resolved.kind, resolved.shadows, resolved.name) == ("path", True, "./toy-copy")
     assert resolved.source == "directory ./toy-copy"
     assert resolve_spec("./toy-copy").name == "./toy-copy" and not resolve_spec("MiniLM").shadows
-    assert resolve_spec("org/model-name").kind == "hub id"
+    with pytest.raises(ModelSpecError, match="unknown model 'org/model-name'"):  # not in the local cache
+        resolve_spec("org/model-name")
 
 
 def test_layers_and_heads_wording():

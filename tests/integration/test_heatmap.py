@@ -40,7 +40,7 @@ def test_merge_words_by_hand():
     torch.testing.assert_close(merged[2], torch.tensor([0.0, 1.0, 0.0, 0.0]))  # "now" looks at "playing"
     torch.testing.assert_close(merged.sum(-1), torch.ones(4))
     assert word_label(["[CLS]", "play", "##ing"], [1, 2]) == "playing"
-    assert display_token("Ġthe") == "the" and display_token("▁cat") == "cat"
+    assert display_token("Ġthe") == "␣the" and display_token("▁cat") == "␣cat" and display_token("the") == "the"
 
 
 def test_words_rows_still_sum_to_one_on_a_real_split_sentence(minilm):

@@ -27,7 +27,7 @@ def test_directory_spec_loads_tiny_models(tiny_model_dirs):
     [
         ("no/such/path/anywhere", "does not exist"),
         ("missing.gguf", "does not exist"),
-        ("definitely-not-a-cached-model-xyz", "cannot load model"),
+        ("definitely-not-a-cached-model-xyz", "unknown model"),
     ],
 )
 def test_bad_specs(spec, message):

@@ -121,19 +121,22 @@
     for (var h = 0; h < data.sites[0].a.length; h++) heads.push([String(h), "head " + data.sites[0].heads[h]]);
     controls.appendChild(AV.select("head", heads, String(state.head), function (value) { state.head = +value; draw(); }, {id: "head-select"}));
 
-    function panel(title, matrix, signed, top) {
+    /* each side's own tokens; the difference shows both where they differ ("are/is") */
+    var both = data.labelsA.map(function (label, i) { return label === data.labelsB[i] ? label : label + "/" + data.labelsB[i]; });
+
+    function panel(title, matrix, signed, top, labels) {
       var table = AV.el("table", {class: "model-grid diff-panel"});
       var first = AV.el("tr", {}, [AV.el("th", {text: ""})]);
-      data.labels.forEach(function (label) { first.appendChild(AV.el("th", {text: label})); });
+      labels.forEach(function (label) { first.appendChild(AV.el("th", {text: label})); });
       table.appendChild(first);
       matrix.forEach(function (row, q) {
-        var tr = AV.el("tr", {}, [AV.el("th", {text: data.labels[q]})]);
+        var tr = AV.el("tr", {}, [AV.el("th", {text: labels[q]})]);
         row.forEach(function (v, k) {
           var colour = signed ? diverging(v / top) : AV.css(AV.colour(v / top));
           var dark = signed ? Math.abs(v) / top > 0.6 : v / top < 0.6;
           tr.appendChild(AV.el("td", {class: "value", "data-value": String(v), style: "background:" + colour + ";color:" + (dark ? "#fff" : "#000"),
             text: v.toFixed(2), onmouseenter: function () {
-              readout.textContent = title + ": " + data.labels[q] + " \u2192 " + data.labels[k] + " = " + v.toFixed(4);
+              readout.textContent = title + ": " + labels[q] + " \u2192 " + labels[k] + " = " + v.toFixed(4);
             }}));
         });
         table.appendChild(tr);
@@ -152,9 +155,9 @@
       main.appendChild(AV.el("p", {class: "hint", id: "head-summary", text: site.stack + " layer " + site.layer + " head " + site.heads[state.head] +
         ": mean JS " + number(site.js[state.head], 5) + " nats, mean total variation " + number(site.tv[state.head], 5)}));
       main.appendChild(AV.el("div", {class: "split"}, [
-        panel("A: " + data.textA, a, false, top || 1),
-        panel("B: " + data.textB, b, false, top || 1),
-        panel("B \u2212 A", difference, true, largest || 1)
+        panel("A: " + data.textA, a, false, top || 1, data.labelsA),
+        panel("B: " + data.textB, b, false, top || 1, data.labelsB),
+        panel("B \u2212 A", difference, true, largest || 1, both)
       ]));
       main.appendChild(readout);
     }
