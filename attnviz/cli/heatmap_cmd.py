@@ -243,6 +243,7 @@ def heatmap(
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
     from attnviz.render.html_page import HTML_SUFFIXES
 
+    byte_limit = max_bytes_value(max_bytes)  # every option is checked before any model runs, whichever path draws
     if query is not None and image is None:  # a text's query position draws strips (attnviz/cli/strips.py)
         from attnviz.cli.strips import query_strips
 
@@ -272,7 +273,6 @@ def heatmap(
             layers = None
     style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
     style.check()
-    byte_limit = max_bytes_value(max_bytes)
     text = text_or_stdin(text)
     stack = stack_value(stack)
     if cross:
@@ -282,7 +282,10 @@ def heatmap(
     if image is not None:
         if text is not None or from_capture is not None or generate is not None:
             raise InputError("--image draws an image: give no TEXT, --from-capture or --generate with it")
-        from attnviz.cli.images import capture_image_option
+        from attnviz.cli.images import capture_image_option, parse_query
+
+        _check_image_options(terminal, words, view, stack)
+        parse_query(query)  # a bad --query fails before the model loads
 
         result = capture_image_option(image, model, device, dtype)
     elif from_capture is not None:
@@ -339,8 +342,7 @@ def heatmap(
     if result.image_grid is not None:
         from attnviz.cli.images import draw_image, print_image_summary
 
-        if terminal or words or view == HeatmapView.flow or stack is not None:
-            raise InputError("an image is drawn as overlays: --terminal, --words, --view flow and --stack do not apply")
+        _check_image_options(terminal, words, view, stack)
         drawn = draw_image(
             result, out, html=html, layers=layers, heads=heads, query=query, view=view.value, style=style, dpi=dpi
         )
@@ -378,6 +380,13 @@ def heatmap(
         path = save_figure(figure, out, dpi=dpi)
     print_summary(result, stack)
     print(path)
+
+
+def _check_image_options(terminal: bool, words: bool, view: HeatmapView, stack: str | None) -> None:
+    from attnviz.common.errors import InputError
+
+    if terminal or words or view == HeatmapView.flow or stack is not None:
+        raise InputError("an image is drawn as overlays: --terminal, --words, --view flow and --stack do not apply")
 
 
 def register(app: typer.Typer) -> None:

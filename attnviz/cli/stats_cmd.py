@@ -216,6 +216,7 @@ def stats(
             images=images,
             by_position=by_position,
             bucket_size=bucket_size,
+            stack=stack_value(stack),
         )
         if parallel.is_main:  # only rank 0 prints and writes
             stack = stack_value(stack)
