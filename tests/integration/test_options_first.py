@@ -75,8 +75,9 @@ def test_heatmap_query_refuses_a_bad_size_before_loading(capsys, monkeypatch):
 
 
 def test_heatmap_image_refuses_its_options_before_loading(capsys, monkeypatch, tmp_path):
-    import attnviz.models.specs
     from PIL import Image
+
+    import attnviz.models.specs
 
     monkeypatch.setattr(attnviz.models.specs, "load_model", _never("load_model"))
     picture = tmp_path / "grey.png"
