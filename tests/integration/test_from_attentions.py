@@ -113,7 +113,7 @@ def test_file_format_and_views(gpt2_run, tmp_path):
         ([], ["a"], "one attention tensor per layer"),
         ("patterns", ["a"], "one attention tensor per layer"),
         ([torch.full((1, 1, 1), 1.0)], "a", "list of token strings"),
-        (np.full((2, 3, 3), 1 / 3), ["a", "b", "c"], r"\[layer, head, query, key\]"),
+        (np.full((3, 3), 1 / 3), ["a", "b", "c"], r"\[layer, head, query, key\]"),
     ],
 )
 def test_bad_attentions_get_one_clear_error(attentions, tokens, message):
