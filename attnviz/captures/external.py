@@ -59,7 +59,12 @@ def layers_of(attentions: Any, what: str, batch_index: int | None) -> list[Tenso
             )
         else:
             attentions = list(array)  # [layer, head, q, k] -> layers of [head, q, k]
-    if not isinstance(attentions, Sequence) or isinstance(attentions, str) or not attentions:
+    if isinstance(attentions, Sequence) and not isinstance(attentions, str) and not attentions:
+        raise InputError(
+            f"{what} is empty: the model returned no attention weights; run it with output_attentions=True and "
+            'attn_implementation="eager" (sdpa and flash attention do not return them)'
+        )
+    if not isinstance(attentions, Sequence) or isinstance(attentions, str):
         raise InputError(
             f"{what}: give a tuple or list with one attention tensor per layer (e.g. outputs.attentions), "
             f"got {type(attentions).__name__}"
@@ -71,8 +76,8 @@ def layers_of(attentions: Any, what: str, batch_index: int | None) -> list[Tenso
             tensor = _one_example(tensor, f"{what} layer {index}", batch_index)
         if tensor.ndim != 3:
             raise InputError(
-                f"{what} layer {index} has shape {list(tensor.shape)}: expected [batch, head, query, key] "
-                "or [head, query, key]"
+                f"{what} layer {index} has shape {list(tensor.shape)}: give one [batch, head, query, key] "
+                "or [head, query, key] tensor per layer"
             )
         layers.append(tensor)
     return layers
@@ -170,7 +175,9 @@ def checked_layers(layers: list[Tensor], queries: int, keys: int, what: str) -> 
                 "pass the tokens of exactly this example (padding included if the patterns have it)"
             )
         if not layer.is_floating_point():
-            raise InputError(f"{name} holds {layer.dtype} values, not attention weights")
+            raise InputError(f"{name} holds {layer.dtype} values, not attention weights: give floating-point weights")
+        if layer.device.type == "meta":
+            raise InputError(f"{name} is on the meta device and holds no values: give the computed weights")
         tolerance = _ROW_SUM_TOLERANCE.get(layer.dtype, _DEFAULT_ROW_SUM_TOLERANCE)
         pattern = layer.detach().to("cpu", torch.float32).contiguous()  # [head, q, k]
         if not _finite_and_non_negative(pattern):
@@ -180,7 +187,10 @@ def checked_layers(layers: list[Tensor], queries: int, keys: int, what: str) -> 
                     "not weights; give the weights after it (a TransformerLens 'hook_pattern', not "
                     "'hook_attn_scores'; transformers' outputs.attentions)"
                 )
-            raise InputError(f"{name} holds NaN values: these are not attention weights")
+            raise InputError(
+                f"{name} holds NaN values, not attention weights: give the weights of a healthy run (a model run in "
+                "half precision can overflow: run it in float32)"
+            )
         sums = pattern.sum(dim=-1)  # [head, q]
         worst = float((sums - 1).abs().max())
         if worst > tolerance:

@@ -110,7 +110,7 @@ def test_file_format_and_views(gpt2_run, tmp_path):
         ({"attn": torch.full((2, 3, 3), 1 / 3)}, ["a", "b", "c"], "no layer number"),
         ({"blocks.1.x": torch.full((2, 3, 3), 1 / 3)}, ["a", "b", "c"], r"not 0…0"),
         ([torch.ones(2, 3, 3, dtype=torch.long)], ["a", "b", "c"], "not attention weights"),
-        ([], ["a"], "one attention tensor per layer"),
+        ([], ["a"], "is empty"),
         ("patterns", ["a"], "one attention tensor per layer"),
         ([torch.full((1, 1, 1), 1.0)], "a", "list of token strings"),
         (np.full((3, 3), 1 / 3), ["a", "b", "c"], r"\[layer, head, query, key\]"),
