@@ -7,6 +7,8 @@ download is ever needed.
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -71,3 +73,33 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def _attnviz_caller() -> str | None:
+    """``module:line`` of the innermost attnviz frame on the current stack, or None."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module == "attnviz" or module.startswith("attnviz."):
+            return f"{module}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+@pytest.fixture(autouse=True)
+def deprecations_triggered_by_attnviz_fail(monkeypatch):
+    """A FutureWarning or DeprecationWarning raised while attnviz's code is on the stack fails the test.
+
+    ``filterwarnings = error::FutureWarning:attnviz`` (pyproject.toml) only sees warnings attributed to an
+    attnviz module; a library that warns about its own argument (transformers' ``past_key_values``, with
+    ``stacklevel=2``) attributes the warning to torch's ``Module.__call__``, not to the attnviz line that passed
+    the argument. Here every shown warning is checked against the whole stack instead.
+    """
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        caller = _attnviz_caller()
+        if caller is not None and issubclass(category, (FutureWarning, DeprecationWarning)):
+            raise category(f"{message} (triggered by {caller}: move to the supported call)")
+        warnings._showwarnmsg_impl(warnings.WarningMessage(message, category, filename, lineno, file, line))  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(warnings, "showwarning", show)

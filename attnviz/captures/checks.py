@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from attnviz.captures.compact import decode_patterns
-from attnviz.common.errors import CaptureFileError
+from attnviz.common.errors import CaptureFileError, InputError
 from attnviz.common.images import ImageGrid
 from attnviz.core.choices import WEIGHTINGS
 from attnviz.core.stacks import stack_of
@@ -239,3 +239,32 @@ def _word_list(value: Any, length: int, name: str, damaged) -> list[int | None]:
     if not ok or not all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) for v in value):
         raise damaged(f"{name!r} is not a list of {length} word numbers (or null)")
     return value
+
+
+def check_capture_in_memory(capture: Any) -> None:
+    """Refuse a capture whose token lists no longer fit its patterns (edited after it was made), with what to do.
+
+    ``capture``: an :class:`~attnviz.captures.attention_capture.AttentionCapture`. Raises :class:`InputError`.
+    """
+    for name, tokens in (("tokens", capture.tokens), ("target_tokens", capture.target_tokens)):
+        if tokens is not None and (isinstance(tokens, str) or not isinstance(tokens, list)):
+            raise InputError(f"capture.{name} is a {type(tokens).__name__}: it must be a list of token strings")
+    for stack in capture.stacks:
+        query_tokens, key_tokens = capture.axis_tokens(stack)
+        for layer in capture.recorded_layers(stack):
+            shape = tuple(capture.layer(layer, stack).shape)  # [head, query, key]
+            if shape[1:] != (len(query_tokens), len(key_tokens)):
+                raise InputError(
+                    f"the capture's {stack} layer {layer} is [head, {shape[1]}, {shape[2]}] but its tokens give "
+                    f"[head, {len(query_tokens)}, {len(key_tokens)}]: capture.tokens (or target_tokens) was changed "
+                    "after the capture was made; relabel tokens with a list of the same length, or capture again"
+                )
+    for name, flags, tokens in (
+        ("special", capture.special, capture.tokens),
+        ("word_ids", capture.word_ids, capture.tokens),
+    ):
+        if flags and len(flags) != len(tokens):
+            raise InputError(
+                f"capture.{name} has {len(flags)} entries for {len(tokens)} tokens: keep one per token "
+                "(the tokens or this list was changed after the capture was made)"
+            )

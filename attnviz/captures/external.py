@@ -7,10 +7,14 @@ Accepted per stack (self / encoder attention, decoder attention, cross-attention
 * a list of ``[head, query, key]`` tensors or numpy arrays, one per layer;
 * one ``[layer, head, query, key]`` tensor or array;
 * a mapping of layer name -> tensor, ordered by the number in the name (a TransformerLens cache's
-  ``blocks.{layer}.attn.hook_pattern``, ``[batch, head, query, key]``);
+  ``blocks.{layer}.attn.hook_pattern``, ``[batch, head, query, key]``); a whole cache (a TransformerLens
+  ``ActivationCache``, or its ``cache_dict``) gives its ``hook_pattern`` entries;
+* one ``[layer, batch, head, query, key]`` tensor (``torch.stack(outputs.attentions)``,
+  ``cache.stack_activation("pattern")``), or one layer's ``[head, query, key]`` (circuitsvis's format);
 * a transformers model output itself (its ``attentions``, or its encoder / decoder / cross ones).
 
-Every layer is checked against the tokens (``[head, len(query tokens), len(key tokens)]``) and every
+inseq's ``FeatureAttributionSequenceOutput`` is refused with the call that converts it (its attention is
+``[key, query, layer, head]``). Every layer is checked against the tokens (``[head, len(query tokens), len(key tokens)]``) and every
 row must be a distribution (non-negative, summing to 1). Patterns are kept as float32 on the CPU.
 """
 
@@ -36,17 +40,31 @@ _SPECIAL_TOKEN = re.compile(r"^(\[[A-Z_]+\]|<\|?[A-Za-z_/]*\|?>)$")
 
 def layers_of(attentions: Any, what: str, batch_index: int | None) -> list[Tensor]:
     """One float32 CPU ``[head, query, key]`` tensor per layer, out of any of the accepted forms."""
+    _refuse_inseq(attentions, what)
+    cache = getattr(attentions, "cache_dict", None)  # a TransformerLens ActivationCache, duck-typed
+    if isinstance(cache, Mapping):
+        attentions = cache
     if isinstance(attentions, Mapping):
-        attentions = _ordered_by_layer(attentions, what)
+        attentions = _ordered_by_layer(_patterns_only(attentions, what), what)
     elif _is_array(attentions):
         array = _as_tensor(attentions, what)
-        if array.ndim != 4:
+        if array.ndim == 5:  # [layer, batch, head, q, k]: torch.stack(outputs.attentions)
+            attentions = [_one_example(layer, f"{what} (stacked)", batch_index) for layer in array]
+        elif array.ndim == 3:  # [head, q, k]: one layer (circuitsvis's attention_patterns)
+            attentions = [array]
+        elif array.ndim != 4:
             raise InputError(
-                f"{what}: one array must be [layer, head, query, key], got shape {list(array.shape)}; "
-                "give a list with one [head, query, key] array per layer otherwise"
+                f"{what}: one array must be [layer, head, query, key], [layer, batch, head, query, key] or one "
+                f"layer's [head, query, key], got shape {list(array.shape)}"
             )
-        attentions = list(array)  # [layer, head, q, k] -> layers of [head, q, k]
-    if not isinstance(attentions, Sequence) or isinstance(attentions, str) or not attentions:
+        else:
+            attentions = list(array)  # [layer, head, q, k] -> layers of [head, q, k]
+    if isinstance(attentions, Sequence) and not isinstance(attentions, str) and not attentions:
+        raise InputError(
+            f"{what} is empty: the model returned no attention weights; run it with output_attentions=True and "
+            'attn_implementation="eager" (sdpa and flash attention do not return them)'
+        )
+    if not isinstance(attentions, Sequence) or isinstance(attentions, str):
         raise InputError(
             f"{what}: give a tuple or list with one attention tensor per layer (e.g. outputs.attentions), "
             f"got {type(attentions).__name__}"
@@ -58,11 +76,47 @@ def layers_of(attentions: Any, what: str, batch_index: int | None) -> list[Tenso
             tensor = _one_example(tensor, f"{what} layer {index}", batch_index)
         if tensor.ndim != 3:
             raise InputError(
-                f"{what} layer {index} has shape {list(tensor.shape)}: expected [batch, head, query, key] "
-                "or [head, query, key]"
+                f"{what} layer {index} has shape {list(tensor.shape)}: give one [batch, head, query, key] "
+                "or [head, query, key] tensor per layer"
             )
         layers.append(tensor)
     return layers
+
+
+#: a TransformerLens cache's names of the attention weights (after the softmax) and scores (before it)
+_PATTERN_HOOK = re.compile(r"(^|\.)hook_pattern$")
+_SCORES_HOOK = re.compile(r"(^|\.)hook_attn_scores$")
+
+
+def _patterns_only(named: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    """A whole TransformerLens cache (residuals, scores, patterns, …) -> its ``hook_pattern`` entries; a mapping
+    of layer names to patterns as it is."""
+    patterns = {name: value for name, value in named.items() if _PATTERN_HOOK.search(str(name))}
+    if patterns:
+        return patterns
+    if any(_SCORES_HOOK.search(str(name)) for name in named):
+        raise InputError(
+            f"{what} holds attention scores before the softmax ('hook_attn_scores'): give the weights after it, "
+            "a TransformerLens 'hook_pattern' (cache names blocks.{layer}.attn.hook_pattern)"
+        )
+    if any("hook_" in str(name) for name in named):
+        raise InputError(
+            f"{what}: this TransformerLens cache holds no 'hook_pattern' entries: run the model with "
+            "run_with_cache(...) without a names_filter that drops them"
+        )
+    return named
+
+
+def _refuse_inseq(value: Any, what: str) -> None:
+    """inseq's FeatureAttributionSequenceOutput: its attention is [key, query, layer, head]; say how to convert it."""
+    if not (hasattr(value, "source_attributions") and hasattr(value, "target_attributions")):
+        return
+    field = "source_attributions" if getattr(value, "source_attributions", None) is not None else "target_attributions"
+    raise InputError(
+        f"{what} is an inseq {type(value).__name__}, whose {field} is [key, query, layer, head] (with "
+        f"model.attribute(..., method='attention') and no aggregation): pass out.{field}.permute(2, 3, 1, 0), "
+        "which is [layer, head, query, key], with its tokens"
+    )
 
 
 def _is_array(value: Any) -> bool:
@@ -121,11 +175,22 @@ def checked_layers(layers: list[Tensor], queries: int, keys: int, what: str) -> 
                 "pass the tokens of exactly this example (padding included if the patterns have it)"
             )
         if not layer.is_floating_point():
-            raise InputError(f"{name} holds {layer.dtype} values, not attention weights")
+            raise InputError(f"{name} holds {layer.dtype} values, not attention weights: give floating-point weights")
+        if layer.device.type == "meta":
+            raise InputError(f"{name} is on the meta device and holds no values: give the computed weights")
         tolerance = _ROW_SUM_TOLERANCE.get(layer.dtype, _DEFAULT_ROW_SUM_TOLERANCE)
         pattern = layer.detach().to("cpu", torch.float32).contiguous()  # [head, q, k]
         if not _finite_and_non_negative(pattern):
-            raise InputError(f"{name} holds NaN, infinite or negative values: these are not attention weights")
+            if not bool(torch.isnan(pattern).any()):  # negative or -inf: scores before the softmax
+                raise InputError(
+                    f"{name} holds negative or infinite values: these are attention scores before the softmax, "
+                    "not weights; give the weights after it (a TransformerLens 'hook_pattern', not "
+                    "'hook_attn_scores'; transformers' outputs.attentions)"
+                )
+            raise InputError(
+                f"{name} holds NaN values, not attention weights: give the weights of a healthy run (a model run in "
+                "half precision can overflow: run it in float32)"
+            )
         sums = pattern.sum(dim=-1)  # [head, q]
         worst = float((sums - 1).abs().max())
         if worst > tolerance:

@@ -21,6 +21,7 @@ the first generated token on that axis.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -127,14 +128,15 @@ def generate_capture(
         generated: list[int] = []
         step_input = torch.tensor([sequence], device=loaded.device)  # [1, q]: the whole prompt, then one token
         past = None
+        cache = _cache_argument(model)
         while True:
             recorder.offset = len(sequence) - step_input.shape[1]
             if loaded.encoder_decoder:
-                outputs = model(decoder_input_ids=step_input, past_key_values=past, **kwargs)
+                outputs = model(decoder_input_ids=step_input, **{cache: past}, **kwargs)
             else:
                 mask = torch.ones(1, len(sequence), dtype=torch.long, device=loaded.device)  # [1, keys so far]
-                outputs = model(input_ids=step_input, attention_mask=mask, past_key_values=past, **kwargs)
-            past = outputs.past_key_values
+                outputs = model(input_ids=step_input, attention_mask=mask, **{cache: past}, **kwargs)
+            past = getattr(outputs, cache)
             if len(generated) >= max_new_tokens or (generated and generated[-1] in eos_ids):
                 break  # this step only gave the last token its row
             token = _next_token(outputs.logits[0, -1].float(), sample, temperature, generator)  # logits: [vocab]
@@ -146,6 +148,12 @@ def generate_capture(
         text=loaded.tokenizer.decode(generated, skip_special_tokens=True),
         token_ids=generated,
     )
+
+
+def _cache_argument(model) -> str:
+    """The name of forward's key/value cache argument (and output): ``cache`` since transformers renamed
+    ``past_key_values``, which it warns about and drops in 5.40."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _generative_model(loaded: LoadedModel):

@@ -192,6 +192,8 @@ def diff(
         raise InputError(
             "give two model specs to compare (A B), more for checkpoints, or one with --text and --against"
         )
+    if (layer is not None or head is not None) and against is None:
+        raise InputError("--layer and --head choose the head the figure of two inputs shows: they apply with --against")
     texts = None if against is not None else corpus_from_options(data, text)
     stack_name = stack_value(stack)
 
@@ -226,12 +228,17 @@ def diff(
         from attnviz.compare.inputs import compare_inputs
 
         assert text is not None
-        result = compare_inputs(load(models[0]), text[0], against, max_length=max_length, local_window=local_window)
+        loaded = load(models[0])
+        _check_selection(loaded, stack_name, layer, head)  # before the comparison runs
+        result = compare_inputs(loaded, text[0], against, max_length=max_length, local_window=local_window)
         _show_inputs(result, limit)
     elif len(models) == 2:
         from attnviz.compare.models import compare_models
 
-        result = compare_models(load(models[0]), load(models[1], second=True), texts, **options)
+        pair = (load(models[0]), load(models[1], second=True))
+        for loaded in pair:
+            _check_selection(loaded, stack_name, None, None)
+        result = compare_models(*pair, texts, **options)
         _show_models(result, stack_name, limit)
     else:
         from attnviz.compare.checkpoints import compare_checkpoints
@@ -239,6 +246,31 @@ def diff(
         result = compare_checkpoints(models, lambda spec: load(spec, second=spec != models[0]), texts, **options)
         _show_checkpoints(result, stack_name, limit)
     _write(result, json_path, csv_path, out, stack_name, layer, head)
+
+
+def _check_selection(loaded, stack: str | None, layer: int | None, head: int | None) -> None:
+    """Refuse a --stack, --layer or --head the model does not have, once its layout is known (before it runs)."""
+    from attnviz.common.errors import InputError
+    from attnviz.models.identity import model_identity
+
+    stacks = loaded.stacks()
+    if stack is not None and stack not in stacks:
+        raise InputError(f"--stack {stack}: {loaded.name} has {', '.join(stacks)} attention only")
+    chosen = stack or ("self" if "self" in stacks else stacks[0])
+    layout = {site.layer: count for site, count in loaded.layout().items() if site.stack == chosen}
+    if layer is not None and layer not in layout:
+        raise InputError(f"--layer {layer} is out of range: {loaded.name} has layers 0–{max(layout)}")
+    if head is not None:
+        identity = model_identity(loaded)
+        ids = {
+            number
+            for at, count in layout.items()
+            if layer is None or at == layer
+            for number in (identity.ids(chosen, at, count) if identity is not None else range(count))
+        }
+        if head not in ids:
+            where = f"layer {layer}" if layer is not None else loaded.name
+            raise InputError(f"--head {head} is out of range: {where} has heads {min(ids)}–{max(ids)}")
 
 
 def _show_models(result, stack, limit) -> None:

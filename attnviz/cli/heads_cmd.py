@@ -168,6 +168,7 @@ def heads(
       attnviz heads sample_data/toy/induction
     """
     from attnviz.cli.stdin import corpus_from_options
+    from attnviz.common.errors import InputError
     from attnviz.common.progress import status
     from attnviz.heads import FunctionThresholds, ProbeSettings, head_functions
     from attnviz.models.specs import load_model
@@ -194,6 +195,9 @@ def heads(
 
     with status(f"loading {checkpoint}"):
         loaded = load_model(checkpoint, device=device, dtype=dtype)
+    stack = stack_value(stack)
+    if stack is not None and stack not in loaded.stacks():  # before the probes run
+        raise InputError(f"{loaded.name} has no {stack} attention; it has {', '.join(loaded.stacks())}")
     result = head_functions(  # its status lines go through the CLI's reporter
         loaded,
         probe=probe,
@@ -205,7 +209,6 @@ def heads(
         similarity_examples=similarity_examples,
         similarity_tokens=similarity_tokens,
     )
-    stack = stack_value(stack)
     # written (staged) first: a failing write stops the run before any table is shown
     _write(result, json_path, csv_path, plot, similarity, stack)
     _show(result, stack, labelled_only, sort, ascending, limit, no_table)

@@ -252,6 +252,7 @@ def heatmap(
     from attnviz.render.html_page import HTML_SUFFIXES
 
     norm = _check_weighting(weighting.value, query, image, generate, view, from_capture)
+    byte_limit = max_bytes_value(max_bytes)  # every option is checked before any model runs, whichever path draws
     if query is not None and image is None:  # a text's query position draws strips (attnviz/cli/strips.py)
         from attnviz.cli.strips import query_strips
 
@@ -281,7 +282,6 @@ def heatmap(
             layers = None
     style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
     style.check()
-    byte_limit = max_bytes_value(max_bytes)
     text = text_or_stdin(text)
     stack = stack_value(stack)
     if cross:
@@ -291,6 +291,10 @@ def heatmap(
     if image is not None:
         if text is not None or from_capture is not None:
             raise InputError("--image draws an image: give no TEXT or --from-capture with it")
+        from attnviz.cli.images import parse_query
+
+        _check_image_options(terminal, words, view, stack)
+        parse_query(query)  # a bad --query fails before the model loads
         if target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
             from attnviz.cli.images import capture_caption_option
 
@@ -355,8 +359,7 @@ def heatmap(
     if result.image_grid is not None:
         from attnviz.cli.images import draw_image, print_image_summary
 
-        if terminal or words or view == HeatmapView.flow or stack not in (None, "cross"):
-            raise InputError("an image is drawn as overlays: --terminal, --words, --view flow and --stack do not apply")
+        _check_image_options(terminal, words, view, stack)
         drawn = draw_image(
             result, out, html=html, layers=layers, heads=heads, query=query, view=view.value, style=style, dpi=dpi,
             head_given=head is not None,
@@ -413,6 +416,13 @@ def _check_weighting(weighting, query, image, generate, view, from_capture) -> b
     if view != HeatmapView.heads:
         raise InputError(f"--weighting norm draws the heads view: --view {view.value} goes through the weights")
     return True
+
+
+def _check_image_options(terminal: bool, words: bool, view: HeatmapView, stack: str | None) -> None:
+    from attnviz.common.errors import InputError
+
+    if terminal or words or view == HeatmapView.flow or stack not in (None, "cross"):
+        raise InputError("an image is drawn as overlays: --terminal, --words, --view flow and --stack do not apply")
 
 
 def register(app: typer.Typer) -> None:

@@ -221,6 +221,7 @@ def stats(
             by_position=by_position,
             bucket_size=bucket_size,
             weighting=weighting.value,
+            stack=stack_value(stack),
         )
         if parallel.is_main:  # only rank 0 prints and writes
             stack = stack_value(stack)

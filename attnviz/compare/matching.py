@@ -6,9 +6,10 @@ its weights still hold, and which of those were removed but kept with zeroed out
 count as removed). Heads whose identity exists in both models are ``matched``; the others are
 ``only_a`` or ``only_b``.
 
-Two models with different layers or head counts and no pruning record cannot be matched: their
-heads have nothing in common but a number. :func:`match_heads` refuses them unless asked to match
-by position (``by_position``), which the statistics-only comparison does.
+Two models whose layouts differ before pruning (different layers or head counts, once each pruned
+model's heads are counted as its record says they were) cannot be matched: their heads have nothing in
+common but a number. :func:`match_heads` refuses them unless asked to match by position
+(``by_position``), which the statistics-only comparison does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Literal
 from attnviz.common.errors import InputError
 from attnviz.compare.pairing import HeadPairs
 from attnviz.core import AttentionSite
-from attnviz.models.identity import HeadIdentity
+from attnviz.models.identity import HeadIdentity, original_layout
 
 HeadStatus = Literal["matched", "only_a", "only_b"]
 
@@ -62,15 +63,15 @@ def match_heads(
 ) -> list[HeadMatch]:
     """Every head of either model, in (stack, layer, head) order, matched by original identity.
 
-    Raises :class:`InputError` when the layouts differ and neither model carries a pruning record,
-    unless ``by_position``.
+    Raises :class:`InputError` when the layouts the two models were pruned from (their own, when not pruned)
+    differ, unless ``by_position``.
     """
-    if identity_a is None and identity_b is None and dict(layout_a) != dict(layout_b) and not by_position:
+    original_a, original_b = original_layout(layout_a, identity_a), original_layout(layout_b, identity_b)
+    if original_a != original_b and not by_position:
         raise InputError(
-            f"{names[0]} and {names[1]} have different attention layouts ({_describe(layout_a)} against "
-            f"{_describe(layout_b)}) and neither is a pruned checkpoint that records which heads it kept: their "
-            "heads cannot be matched. Compare their per-head statistics only with --by-statistics "
-            "(compare_models(..., by_statistics=True))"
+            f"{names[0]} and {names[1]} come from different attention layouts ({_describe(original_a)} against "
+            f"{_describe(original_b)}{_pruned_note(identity_a, identity_b)}): their heads cannot be matched. "
+            "Compare their per-head statistics only with --by-statistics (compare_models(..., by_statistics=True))"
         )
     heads_a, heads_b = present_heads(layout_a, identity_a), present_heads(layout_b, identity_b)
     matches = []
@@ -91,6 +92,13 @@ def head_pairs(matches: list[HeadMatch]) -> dict[AttentionSite, HeadPairs]:
             a_index.append(match.a_position)  # type: ignore[arg-type]
             b_index.append(match.b_position)  # type: ignore[arg-type]
     return {site: HeadPairs(tuple(a), tuple(b)) for site, (a, b) in pairs.items()}
+
+
+def _pruned_note(identity_a: HeadIdentity | None, identity_b: HeadIdentity | None) -> str:
+    pruned = [side for side, identity in (("A", identity_a), ("B", identity_b)) if identity is not None]
+    if not pruned:
+        return ""
+    return f" before pruning {' and '.join(pruned)}"
 
 
 def _describe(layout: Mapping[AttentionSite, int]) -> str:

@@ -28,6 +28,7 @@ from attnviz.core.stacks import stack_of
 from attnviz.models.probing import ProbeBatch
 
 if TYPE_CHECKING:  # the objectives are built on top of this module
+    from attnviz.models.identity import HeadIdentity
     from attnviz.models.objective import Objective
     from attnviz.models.readout import Readout
 
@@ -119,6 +120,9 @@ class LoadedModel(ABC):
     max_length: int | None = None
     #: what the model reads: text (token sequences) or images (a vision transformer, see attnviz.models.vision)
     modality: Literal["text", "image"] = "text"
+    #: a pruned model: the original number of each head its weights hold, from its checked pruning record
+    #: (:mod:`attnviz.models.pruning_records`); None when the model was not pruned
+    head_identity: HeadIdentity | None = None
 
     _layout: dict[AttentionSite, int] | None = None
 

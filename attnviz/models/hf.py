@@ -191,6 +191,10 @@ class HFModel(LoadedModel):
     def check_weights(self) -> None:
         """Also refuse a tokenizer whose ids run past the embedding table (they would index outside it)."""
         super().check_weights()
+        self.check_vocabulary()
+
+    def check_vocabulary(self) -> None:
+        """Refuse a tokenizer whose ids run past the embedding table (they would index outside it)."""
         embeddings = self.model.get_input_embeddings()
         rows = getattr(embeddings, "num_embeddings", None)
         if isinstance(rows, int) and len(self.tokenizer) > rows:

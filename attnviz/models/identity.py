@@ -11,11 +11,10 @@ layer 3 head 2 is labelled L3 H2 everywhere, never L0 H0.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from attnviz.models.specs import PRUNED_MARKER
+from attnviz.core import AttentionSite
 
 
 @dataclass
@@ -32,6 +31,8 @@ class HeadIdentity:
     #: a capture of some layers or heads: stack -> per layer, how many heads the model has (fewer than it
     #: numbers once pruned)
     model_layout: dict[str, list[int]] = field(default_factory=dict)
+    #: a pruned model: stack -> per layer, how many heads it had before pruning (not saved with captures)
+    original_heads: dict[str, list[int]] = field(default_factory=dict)
 
     def is_recorded(self, stack: str, layer: int) -> bool:
         """Whether a capture holds ``layer`` of ``stack`` (always, unless it records some layers only)."""
@@ -101,58 +102,16 @@ def _numbers(value: object) -> bool:
     return isinstance(value, list) and all(_number(item) for item in value)
 
 
-def pruning_identity(checkpoint: str | Path | None) -> HeadIdentity | None:
-    """The identity recorded in a pruned checkpoint directory's ``attnviz-pruned.json``; None for other models."""
-    if checkpoint is None:
-        return None
-    marker = Path(checkpoint) / PRUNED_MARKER
-    try:
-        record = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    identity = HeadIdentity()
-    for site in record.get("sites", []):
-        stack, layer = site["stack"], int(site["layer"])
-        heads = identity.heads.setdefault(stack, [])
-        masked = identity.masked.setdefault(stack, [])
-        while len(heads) <= layer:
-            heads.append([])
-            masked.append([])
-        heads[layer] = [int(h) for h in site["kept_heads"]]
-        masked[layer] = [int(h) for h in site.get("masked_heads", [])]
-    return identity
-
-
-def removal_identity(history: list[dict[str, list[int]]], layout: dict) -> HeadIdentity:
-    """The identity of a toy model pruned by ``history`` (its ``metadata["pruned"]["removed"]``).
-
-    Each entry maps a site name (``"self.0"``) to the heads removed then, numbered as the model was
-    at that time; replaying the entries in order gives each remaining head's original number.
-    ``layout``: site -> heads now (:meth:`LoadedModel.layout`).
-    """
-    removed_per_site: dict[str, int] = {}
-    for entry in history:
-        for name, heads in entry.items():
-            removed_per_site[name] = removed_per_site.get(name, 0) + len(heads)
-    identity = HeadIdentity()
-    for site, count in sorted(layout.items()):
-        ids = list(range(count + removed_per_site.get(site.name, 0)))
-        for entry in history:
-            gone = set(entry.get(site.name, []))
-            ids = [original for position, original in enumerate(ids) if position not in gone]
-        layers = identity.heads.setdefault(site.stack, [])
-        while len(layers) <= site.layer:
-            layers.append([])
-        layers[site.layer] = ids
-    return identity
+def original_layout(layout: Mapping[AttentionSite, int], identity: HeadIdentity | None) -> dict[AttentionSite, int]:
+    """site -> heads before pruning of a model whose heads are now ``layout`` (``layout`` itself when not pruned)."""
+    counts = identity.original_heads if identity is not None else {}
+    return {
+        site: counts[site.stack][site.layer] if site.layer < len(counts.get(site.stack, [])) else heads
+        for site, heads in layout.items()
+    }
 
 
 def model_identity(loaded) -> HeadIdentity | None:
-    """The identity of a loaded model: pruned Hugging Face checkpoints carry ``checkpoint_path`` (their record),
-    pruned toy models the history of their removals in ``metadata``."""
-    recorded = pruning_identity(getattr(loaded, "checkpoint_path", None))
-    if recorded is not None:
-        return recorded
-    metadata = getattr(loaded, "metadata", None)
-    history = metadata.get("pruned", {}).get("removed") if isinstance(metadata, dict) else None
-    return removal_identity(history, loaded.layout()) if history else None
+    """The identity of a loaded model (its ``head_identity``: the loaders of pruned checkpoints set it from their
+    checked record, :mod:`attnviz.models.pruning_records`); None when it was not pruned."""
+    return getattr(loaded, "head_identity", None)

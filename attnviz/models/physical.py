@@ -307,13 +307,18 @@ def masked_weights_model(loaded: LoadedModel, removed: Mapping[AttentionSite, Se
     return copy_model
 
 
-def shrink_to_counts(loaded: LoadedModel, counts: Mapping[AttentionSite, tuple[int, int]]) -> None:
+def shrink_to_counts(
+    loaded: LoadedModel,
+    counts: Mapping[AttentionSite, tuple[int, int]],
+    blocks: Mapping[AttentionSite, AttentionBlock] | None = None,
+) -> None:
     """Resize a freshly built model in place to ``counts[site] = (query heads, key/value heads)``.
 
     Used when loading a pruned checkpoint: the weights are read afterwards, so
-    which heads are kept here does not matter, only how many.
+    which heads are kept here does not matter, only how many. ``blocks``: the model's
+    :func:`find_attention_blocks`, when the caller has them.
     """
-    blocks = find_attention_blocks(loaded)
+    blocks = find_attention_blocks(loaded) if blocks is None else blocks
     for site, (heads, kv_heads) in counts.items():
         block = blocks.get(site)
         if block is None:

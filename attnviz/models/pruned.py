@@ -21,12 +21,13 @@ from torch import nn
 from transformers.initialization import no_init_weights
 
 from attnviz.common.errors import AttnvizError, ModelSpecError
-from attnviz.core import ATTENTION_NAME, AttentionSite, register_attention
+from attnviz.core import ATTENTION_NAME, register_attention
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
 from attnviz.models.hf import HFModel, model_class_for
 from attnviz.models.hf_checks import first_line, refuse_custom_code
-from attnviz.models.physical import shrink_to_counts
+from attnviz.models.physical import find_attention_blocks, shrink_to_counts
 from attnviz.models.pruned_format import FORMAT_NAME, FORMAT_VERSION
+from attnviz.models.pruning_records import RecordError, identity_from_marker
 from attnviz.models.vision import VISION_FAMILIES, VisionModel, image_task_of, is_vision_type, load_image_processor
 
 
@@ -68,6 +69,24 @@ def _check_missing(model: nn.Module, missing: list[str], loaded_keys: set[str], 
         raise ModelSpecError(f"{path} lacks weights {', '.join(untied[:3])}…: prune the model again")
 
 
+def _disagrees(path: Path, what: str) -> ModelSpecError:
+    return ModelSpecError(
+        f"{path / PRUNED_MARKER} does not describe the model beside it: {what}; prune the model again"
+    )
+
+
+def _check_shapes(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
+    """Refuse weights whose shapes differ from those the record's head counts make (before loading them)."""
+    expected = model.state_dict()
+    for key, tensor in state.items():
+        if key in expected and tuple(tensor.shape) != tuple(expected[key].shape):
+            raise _disagrees(
+                path,
+                f"the weights hold {key} as {list(tensor.shape)}, but the head counts it records make it "
+                f"{list(expected[key].shape)}",
+            )
+
+
 def load_pruned_model(
     path: str | os.PathLike,
     *,
@@ -101,17 +120,14 @@ def load_pruned_model(
     with no_init_weights():  # every weight is read from the file below
         model = cls._from_config(config, attn_implementation=ATTENTION_NAME, dtype=dtype)
     model.eval()
+    blocks = find_attention_blocks(wrap(model))  # the full-size model the record describes
     try:
-        counts = {
-            AttentionSite(site["stack"], int(site["layer"])): (int(site["heads"]), int(site["kv_heads"]))
-            for site in metadata.get("sites", [])
-        }
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelSpecError(
-            f"{path / PRUNED_MARKER} has a malformed site entry ({exc}): prune the model again"
-        ) from exc
-    shrink_to_counts(wrap(model), counts)
+        identity, counts = identity_from_marker(metadata, {s: (b.num_heads, b.num_kv_heads) for s, b in blocks.items()})
+    except RecordError as exc:
+        raise _disagrees(path, str(exc)) from exc
+    shrink_to_counts(wrap(model), counts, blocks)
     state = _state_dict(path)
+    _check_shapes(model, state, path)
     try:
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as exc:
@@ -124,6 +140,7 @@ def load_pruned_model(
     model.to(device)  # dtype was set at construction (rotary buffers stay float32)
     model.eval()
     loaded = wrap(model)
+    loaded.head_identity = identity
     loaded.check_weights()
     if vision:
         loaded.layout()  # a probe forward pass that checks the patch grid against the patterns

@@ -43,6 +43,7 @@ from typing import Any
 
 from attnviz.core import AttentionSite
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
+from attnviz.models.identity import original_layout
 from attnviz.models.physical import SitePlan, find_attention_blocks, masked_weights_model
 from attnviz.outputs.files import staged_directory
 
@@ -69,26 +70,39 @@ def pruned_metadata(
     plans: Mapping[AttentionSite, SitePlan],
     transformers_copy: str | None,
 ) -> dict:
-    """The content of ``attnviz-pruned.json`` (see the module docstring)."""
+    """The content of ``attnviz-pruned.json`` (see the module docstring).
+
+    Heads are numbered as in the model ``original`` was pruned from: pruning a pruned checkpoint again
+    records the heads by the numbers its own record gave them.
+    """
     blocks = find_attention_blocks(original)
     families = {block.family for block in blocks.values()}
+    identity = original.head_identity
     sites = []
     for site, plan in sorted(plans.items()):
         block = blocks[site]
-        sites.append(
-            {
-                "stack": site.stack,
-                "layer": site.layer,
-                "heads": len(plan.keep_heads),
-                "kv_heads": len(plan.keep_kv_heads),
-                "original_heads": block.num_heads,
-                "original_kv_heads": block.num_kv_heads,
-                "kept_heads": plan.keep_heads,
-                "kept_kv_heads": plan.keep_kv_heads,
-                "removed_heads": plan.removed,
-                "masked_heads": plan.masked,
-            }
+        ids = (
+            list(range(block.num_heads)) if identity is None else identity.ids(site.stack, site.layer, block.num_heads)
         )
+        gone_before = [] if identity is None else identity.masked_ids(site.stack, site.layer)
+        full_heads = block.num_heads if identity is None else original_layout({site: block.num_heads}, identity)[site]
+        kept = [ids[h] for h in plan.keep_heads]
+        masked = sorted({ids[h] for h in plan.masked} | (set(gone_before) & set(kept)))
+        entry: dict[str, Any] = {
+            "stack": site.stack,
+            "layer": site.layer,
+            "heads": len(plan.keep_heads),
+            "kv_heads": len(plan.keep_kv_heads),
+            "original_heads": full_heads,
+            "original_kv_heads": block.num_kv_heads if identity is None else None,
+            "kept_heads": kept,
+            "kept_kv_heads": plan.keep_kv_heads,
+            "removed_heads": sorted(set(range(full_heads)) - set(kept) | set(masked)),
+            "masked_heads": masked,
+        }
+        if identity is not None:  # key/value heads are numbered as in the model pruned again: not recorded
+            del entry["original_kv_heads"], entry["kept_kv_heads"]
+        sites.append(entry)
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,

@@ -50,6 +50,7 @@ class WrappedModel(HFModel):
             finally:
                 self._depth -= 1
             return
+        self.check_loaded()
         implementations = [config._attn_implementation_internal for config in self._configs]
         training = [(module, module.training) for module in self.model.modules()]
         self._depth = 1
@@ -64,6 +65,15 @@ class WrappedModel(HFModel):
                 config._attn_implementation_internal = implementation
             for module, flag in training:
                 module.training = flag  # the flag itself: train()/eval() would also reset the children
+
+    def check_loaded(self) -> None:
+        """Refuse a model whose weights are on the meta device (laid out, never loaded): nothing can run it."""
+        if any(parameter.device.type == "meta" for parameter in self.model.parameters()):
+            raise UnsupportedModelError(
+                f"the weights of {self.name} are on the meta device (a model laid out but not loaded): load them "
+                "first (from_pretrained without init_empty_weights, or model.to_empty(device=...) then "
+                "load_state_dict), then call attnviz again"
+            )
 
     def forward(self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = False):
         with self.running():
@@ -99,6 +109,8 @@ def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) ->
     loaded = WrappedModel(model, tokenizer, name=name, configs=configs)
     if not configs or not type(model)._can_set_attn_implementation():
         raise _unsupported(family)
+    loaded.check_loaded()
+    loaded.check_vocabulary()  # ids past the embedding table would fail deep inside torch
     try:
         layout = loaded.layout()  # a probe forward pass inside running(): did attention calls reach the core?
     except (ValueError, KeyError, TypeError) as exc:

@@ -8,8 +8,9 @@ thousand tokens), so past a size limit each layer is reduced, row block by row b
   as :func:`~attnviz.render.html_page.quantize_rows`);
 * **rows**: per head and query, the ``top`` largest weights with their key positions, the
   first token's weight (the attention sink), and ``dropped``: an upper bound on every weight
-  the row does not keep. Codes are 8-bit relative to the row's maximum (``scale = max / 255``),
-  so a kept weight reads back within ``max / 510``; ``dropped`` is rounded *up*, so every
+  the row does not keep. Codes are 8-bit relative to the row's maximum (``scale = max / 255``, stored rounded
+  up to bfloat16), so a kept weight reads back within ``max / 510 · (1 + 2⁻⁷) < max / 506``; ``dropped`` is
+  rounded *up*, so every
   dropped weight is at most ``dropped · scale``.
 
 The reduction takes ``[head, block, key]`` row blocks in any order (:meth:`LayerReducer.add`),
@@ -48,9 +49,9 @@ def bin_starts(length: int, width: int) -> list[int]:
 def bfloat16_up(values: Tensor) -> tuple[Tensor, Tensor]:
     """Positive float32 ``values`` rounded *up* to bfloat16: (the 16 bits as int32, the value as float32).
 
-    Rounding up keeps ``round(weight / scale) <= 255`` for a row scale ``max / 255``; 8 bits of
-    mantissa put the scale within 0.4 % above its exact value, so a code still reads back within
-    ``max / 510 · 1.004``.
+    Rounding up keeps ``round(weight / scale) <= 255`` for a row scale ``max / 255``; 7 stored bits of
+    mantissa put the scale at most 2⁻⁷ (0.78 %) above its exact value, so a code still reads back within
+    ``max / 510 · (1 + 2⁻⁷) < max / 506``.
     """
     bits = values.float().contiguous().view(torch.int32)
     high = (bits >> 16) + ((bits & 0xFFFF) != 0).to(torch.int32)  # next bfloat16 up unless exact

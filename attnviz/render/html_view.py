@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture
+from attnviz.captures.checks import check_capture_in_memory
 from attnviz.common.errors import InputError
 from attnviz.common.progress import warn
 from attnviz.common.tokens import merge_visibility, merge_words
@@ -230,6 +231,7 @@ def attention_view_payload(
     ``layers``: indices (negative from the end) of the layers on the page, None (default) for all.
     Past ``full_cells`` cells in all, each row keeps its strongest keys within ``byte_budget`` bytes.
     """
+    check_capture_in_memory(capture)  # a notebook user may have edited its tokens
     chosen = chosen_stacks(capture.stacks, stacks)
     wanted = {
         stack: capture.recorded_layers(stack) if layers is None else resolve_layers(layers, capture.num_layers(stack))

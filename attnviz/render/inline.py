@@ -74,19 +74,40 @@ def _view_height(capture: AttentionCapture) -> int:
     return int(min(900, max(480, 230 + 22 * longest)))
 
 
-def head_view(capture: AttentionCapture, **options: Any) -> HtmlView:
+def head_view(capture: AttentionCapture | Any, tokens: Sequence[str] | None = None, **options: Any) -> HtmlView:
     """The attention page of ``capture`` opened on its head view; ``options`` as
-    :func:`attnviz.render.html_view.attention_view_payload` (``title``, ``words``, ``layers``, ``stacks``)."""
+    :func:`attnviz.render.html_view.attention_view_payload` (``title``, ``words``, ``layers``, ``stacks``).
+
+    As in bertviz, ``head_view(outputs.attentions, tokens)`` also works: attentions in any form
+    :meth:`AttentionCapture.from_attentions` takes, with their tokens."""
+    capture = _as_capture(capture, tokens, "head_view")
     return HtmlView(attention_view_html(capture, **options), title="attention: head view", height=_view_height(capture))
 
 
-def model_view(capture: AttentionCapture, **options: Any) -> HtmlView:
-    """The attention page of ``capture`` opened on its model view (every layer × head); options as :func:`head_view`."""
+def model_view(capture: AttentionCapture | Any, tokens: Sequence[str] | None = None, **options: Any) -> HtmlView:
+    """The attention page of ``capture`` opened on its model view (every layer × head); options as :func:`head_view`
+    (which also says how attentions and tokens are taken, as in bertviz)."""
+    capture = _as_capture(capture, tokens, "model_view")
     page = attention_view_html(capture, **options)
     page = page.replace("</body>", _token_line(capture) + _MODEL_VIEW_START + "</body>", 1)
     layers = max(capture.num_layers(stack) for stack in capture.stacks)
     height = int(min(900, max(_view_height(capture), 200 + 78 * layers)))  # a row of thumbnails per layer
     return HtmlView(page, title="attention: model view", height=height)
+
+
+def _as_capture(value: Any, tokens: Sequence[str] | None, view: str) -> AttentionCapture:
+    """A capture, or attentions and their tokens made into one (bertviz's ``view(attention, tokens)``)."""
+    if isinstance(value, AttentionCapture):
+        if tokens is not None:
+            raise TypeError(f"{view}(capture) takes the tokens from the capture: give no tokens with it")
+        return value
+    if tokens is None:
+        raise TypeError(
+            f"{view} takes a capture (attnviz.capture(model, text)) or, as bertviz, attentions with their tokens: "
+            f"attnviz.{view}(outputs.attentions, tokenizer.convert_ids_to_tokens(inputs['input_ids'][0])); "
+            f"got a {type(value).__name__} without tokens"
+        )
+    return AttentionCapture.from_attentions(value, tokens)
 
 
 def _token_line(capture: AttentionCapture) -> str:

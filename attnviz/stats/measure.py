@@ -36,6 +36,7 @@ def measure_checkpoints(
     local_window: int = 2,
     parallel: DataParallel = SINGLE_PROCESS,
     images: Sequence | None = None,
+    stack: str | None = None,
     **batching,
 ) -> list[tuple[HeadStatistics, Detection]]:
     """``(statistics, flags)`` of every model in ``specs``, in order.
@@ -45,12 +46,15 @@ def measure_checkpoints(
     :func:`~attnviz.stats.compute.compute_statistics` (``batch_size``, ``max_tokens_per_batch``,
     ``max_length``, ``truncate``, ``by_position``, ``bucket_size``, ``weighting``). Under ``parallel`` each process loads its own copy on its device.
     ``images`` (paths, bytes or PIL images): measure vision models on these instead of text
-    (:func:`~attnviz.stats.images.compute_image_statistics`).
+    (:func:`~attnviz.stats.images.compute_image_statistics`). ``stack``: the stack that will be shown; a model
+    without it is refused as soon as it loads, before it runs.
     """
     results = []
     for spec in specs:
         with status(f"loading {spec}"):
             loaded = load_model(spec, device=parallel.device_for(device), dtype=dtype, device_map=device_map)
+        if stack is not None and stack not in loaded.stacks():
+            raise InputError(f"{loaded.name} has no {stack} attention; it has {', '.join(loaded.stacks())}")
         results.append(
             measure_model(
                 loaded,

@@ -32,6 +32,7 @@ import torch
 
 from attnviz.common import resources
 from attnviz.common.errors import AttnvizError, ModelSpecError, OutputError
+from attnviz.models.pruning_records import RecordError
 from attnviz.outputs import files
 from attnviz.toy.config import BYTES_PER_PARAMETER, ToyConfig
 from attnviz.toy.files import FORMAT_NAME, FORMAT_VERSION, MARKER, WEIGHTS, sha256_of, write_checkpoint_files
@@ -158,7 +159,13 @@ def load_toy_model(
     model.eval()
     metadata = dict(document.get("metadata") or {})
     metadata["step"] = document.get("step")
-    loaded = ToyModel(model, tokenizer, settings, name=name or str(path), metadata=metadata)
+    try:
+        loaded = ToyModel(model, tokenizer, settings, name=name or str(path), metadata=metadata)
+    except RecordError as exc:
+        raise ModelSpecError(
+            f"{path / MARKER}'s pruning record (metadata.pruned) does not describe the weights beside it: {exc}; "
+            "prune the model again"
+        ) from exc
     loaded.source_path = path
     loaded.check_weights()
     return loaded

@@ -34,6 +34,7 @@ from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.slicing import head_output_slices
 from attnviz.models.readout import Readout, readout_of
+from attnviz.models.pruning_records import identity_from_history
 from attnviz.outputs import files
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.files import write_checkpoint_files
@@ -78,6 +79,10 @@ class ToyModel(LoadedModel):
         #: the checkpoint directory this model was loaded from (None when built in memory)
         self.source_path: Path | None = None
         self._refresh_sites()
+        pruned = self.metadata.get("pruned")
+        history = pruned.get("removed") if isinstance(pruned, dict) else pruned
+        if history:  # checked against the weights: a record that disagrees raises RecordError
+            self.head_identity = identity_from_history(history, self.layout(), self.config.num_heads)
 
     def _refresh_sites(self) -> None:
         self._sites: dict[nn.Module, AttentionSite] = {m: site for site, m in self.model.attention_modules().items()}

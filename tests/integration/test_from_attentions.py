@@ -106,14 +106,14 @@ def test_file_format_and_views(gpt2_run, tmp_path):
         ([torch.full((2, 3, 3), 1 / 3)], ["a", "b"], r"\[head, 3, 3\] but the tokens give \[head, 2, 2\]"),
         ([torch.rand(2, 3, 3) + 1], ["a", "b", "c"], "sums to .*, not 1"),
         ([torch.full((2, 3, 3), float("nan"))], ["a", "b", "c"], "NaN"),
-        ([torch.full((2, 3), 0.5)], ["a", "b"], "expected"),
+        ([torch.full((2, 3), 0.5)], ["a", "b"], "give one"),
         ({"attn": torch.full((2, 3, 3), 1 / 3)}, ["a", "b", "c"], "no layer number"),
         ({"blocks.1.x": torch.full((2, 3, 3), 1 / 3)}, ["a", "b", "c"], r"not 0…0"),
         ([torch.ones(2, 3, 3, dtype=torch.long)], ["a", "b", "c"], "not attention weights"),
-        ([], ["a"], "one attention tensor per layer"),
+        ([], ["a"], "is empty"),
         ("patterns", ["a"], "one attention tensor per layer"),
         ([torch.full((1, 1, 1), 1.0)], "a", "list of token strings"),
-        (np.full((2, 3, 3), 1 / 3), ["a", "b", "c"], r"\[layer, head, query, key\]"),
+        (np.full((3, 3), 1 / 3), ["a", "b", "c"], r"\[layer, head, query, key\]"),
     ],
 )
 def test_bad_attentions_get_one_clear_error(attentions, tokens, message):
