@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from attnviz.core.blocks import _workspace, attend_in_buffers, key_stops  # noqa: F401 (re-exported)
+from attnviz.core.sdpa_rows import attend_observing_rows
 
 #: Above this many elements in one ``[b, h, q, k]`` score tensor, queries are processed in blocks.
 #: 2**21 float32 values are 8 MiB: a block stays in the last-level cache through the several
@@ -134,6 +135,12 @@ class AttentionContext:
     #: loaded: the corpus passes (statistics, probes) ask for it; captures keep torch's softmax, whose
     #: patterns equal transformers' eager attention to float32 rounding of the matrix products alone.
     fused_softmax: bool = False
+    #: the query positions whose pattern the observers need (one query's strips need one row), or None for
+    #: every row. When set, layers on the standard softmax without gradients take the model's fast path,
+    #: torch's ``scaled_dot_product_attention``, for their output, and compute only these rows' pattern
+    #: (:mod:`attnviz.core.sdpa_rows`); observers then receive one block of these rows per site. Elsewhere
+    #: (a custom pattern, a bias, soft-capping, gradients, dropout) they may still receive every row.
+    observed_queries: range | None = None
 
 
 #: ``(query_block [b,h,blk,d], key [b,h,k,d], mask_block [b,1|h,blk,k] or None, query_start) -> pattern [b,h,blk,k]``
@@ -260,6 +267,9 @@ def attend(
     block = query_block_size(batch, heads, query_len, key_len)
     bias = pattern_fn.bias if isinstance(pattern_fn, SoftmaxPattern) else None
     if isinstance(pattern_fn, SoftmaxPattern) and not _needs_grad(query, key, value, mask, bias, head_mask):
+        rows = context.observed_queries if context is not None else None
+        if rows is not None and bias is None and pattern_fn.softcap is None and not (dropout and training):
+            return attend_observing_rows(query, key, value, mask, pattern_fn, rows, observers, site, head_mask)
         fused = context is not None and context.fused_softmax
         return attend_in_buffers(
             query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training, fused
