@@ -223,7 +223,7 @@ def capture_query_rows(
         ids = identity.ids(stack, layer, counts[layer]) if identity else list(range(counts[layer]))
         chosen[layer] = _chosen_heads(heads, ids)
     with progress_bar() as bar:
-        task = bar.add_task(f"{loaded.name} · query {index}", total=len(counts), status="layers")
+        task = bar.add_task(f"{loaded.name} · query {index} · layers", total=len(counts), status="")
         observer = _QueryRowObserver(
             stack,
             index,
