@@ -119,11 +119,11 @@ class PhaseLines(Progress):
     def _step_line(self, task_id: TaskID) -> None:
         task = self._tasks[task_id]
         now = time.monotonic()
-        last_time, last_done = self._last_line.get(task_id, (0.0, -1.0))
-        if task.completed == last_done:
+        last = self._last_line.get(task_id)  # None: no step line yet (the first step always gets one)
+        if last is not None and task.completed == last[1]:
             return  # nothing new done (a status change alone)
         finished = task.total is not None and task.completed >= task.total
-        if not finished and now - last_time < self.STEP_LINE_SECONDS:
+        if last is not None and not finished and now - last[0] < self.STEP_LINE_SECONDS:
             return
         self._last_line[task_id] = (now, task.completed)
         done = f"{task.completed:,.0f}/{task.total:,.0f}" if task.total else f"{task.completed:,.0f}"
