@@ -100,10 +100,10 @@ def compute_statistics(
     accumulator = StatisticsAccumulator(causal=loaded.causal, local_window=local_window, by_position=positions)
     # A corpus pass is where the fused kernel pays for its one-time build (see attnviz.core.kernel).
     fused = prepare_kernel()
+    # progress steps are attention layers passed (a long text is one forward pass of minutes): batches × sites
+    sites = len(loaded.layout()) if progress and parallel.is_main else 0
     start = time.perf_counter()
     with _progress(progress and parallel.is_main) as bar:
-        # steps are attention layers passed (a long text is one forward pass of minutes): batches × sites
-        sites = len(loaded.layout()) if progress and parallel.is_main else 0
         steps = None if batch_count is None else batch_count * sites
         task = bar.add_task(f"statistics · {loaded.name} · layers", total=steps, status="")
         observers: list = [accumulator, _LayerProgress(lambda: bar.advance(task))] if sites else [accumulator]
