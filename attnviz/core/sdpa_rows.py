@@ -81,15 +81,13 @@ def attend_observing_rows(
     (fresh, full width) at ``query_start = rows.start``, or nothing when no chosen row exists here.
     Returns ``[b, q, h, d]`` (contiguous).
     """
-    from attnviz.core.attention import repeat_kv  # attention imports this module
-
     query_len, key_len = query.shape[2], key.shape[2]
     n_rep = query.shape[1] // key.shape[1]
     start, stop = max(rows.start, 0), min(rows.stop, query_len)
     if observers and start < stop:
         mask_rows = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
         # the differentiable path's operations on the chosen queries and every key: eager's numbers
-        pattern = pattern_fn(query[:, :, start:stop], repeat_kv(key, n_rep), mask_rows, start)  # [b, h, r, k]
+        pattern = pattern_fn(query[:, :, start:stop], _repeated(key, n_rep), mask_rows, start)  # [b, h, r, k]
         for observer in observers:
             assert site is not None  # attend() passes observers only for a known site
             observer.observe(site, pattern, start)
@@ -101,8 +99,14 @@ def attend_observing_rows(
         )  # [b, h, q, d]
     else:
         output = torch.nn.functional.scaled_dot_product_attention(
-            query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), attn_mask=mask, scale=pattern_fn.scaling
+            query, _repeated(key, n_rep), _repeated(value, n_rep), attn_mask=mask, scale=pattern_fn.scaling
         )  # [b, h, q, d]
     if head_mask is not None:
         output = output * head_mask  # a head's output is linear in its weights
     return output.transpose(1, 2).contiguous()  # [b, q, h, d]
+
+
+def _repeated(states: Tensor, n_rep: int) -> Tensor:
+    """``[b, kvh, k, d] -> [b, kvh·n_rep, k, d]``: query head ``i`` reads key/value head ``i // n_rep`` (as
+    :func:`attnviz.core.attention.repeat_kv`, which imports this module)."""
+    return states if n_rep == 1 else states.repeat_interleave(n_rep, dim=1)
