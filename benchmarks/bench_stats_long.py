@@ -14,10 +14,12 @@ times one pass at full length and reports it with its own peak resident memory
 the pass). Rounds interleave the contenders (sdpa, stats, by-position, sdpa, …) so that a busy
 machine slows them alike; each contender's fastest round is kept, and its largest peak. Separate
 processes keep one contender's allocations from hiding another's peak.
-Targets (issue 23): stats ≤ 1.2× sdpa at 8,192 tokens, peak RSS ≤ 2.5 GB.
+Every length runs with each thread count of ``--threads`` (default: torch's default, then one), the ratio
+printed per thread count: a pass that scales worse than sdpa with more threads shows there.
+Targets: stats ≤ 1.2× sdpa at 2,048 and 8,192 tokens at every thread count; peak RSS ≤ 2.5 GB.
 
     python benchmarks/bench_stats_long.py                          # 2048,4096,8192 tokens, 3 rounds each
-    python benchmarks/bench_stats_long.py --tokens 2048 --rounds 2
+    python benchmarks/bench_stats_long.py --tokens 2048 --rounds 2 --threads 2,1
 """
 
 from __future__ import annotations
@@ -88,31 +90,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", default="2048,4096,8192", help="comma-separated lengths (default 2048,4096,8192)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per contender and length (fastest is kept)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads in the children (default: torch's)")
+    parser.add_argument(
+        "--threads",
+        default="0,1",
+        help="comma list of torch threads in the children; 0 is torch's default (default 0,1)",
+    )
     parser.add_argument("--modes", default=",".join(MODES), help=f"contenders to run (default {','.join(MODES)})")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     lengths = [int(value) for value in args.tokens.split(",")]
+    thread_counts = [int(value) for value in args.threads.split(",")]
     if args.child:
-        if args.threads:
+        if thread_counts[0]:
             import torch
 
-            torch.set_num_threads(args.threads)
+            torch.set_num_threads(thread_counts[0])
         print(json.dumps(child(args.child, lengths[0])))
         return
     modes = [mode for mode in MODES if mode in args.modes.split(",")]
     print(
         f"SmolLM2-135M, one sequence per length; fastest of {args.rounds} interleaved round(s); {os.cpu_count()} CPUs"
     )
-    header = f"{'tokens':>7}" + "".join(f" {mode + ' s':>14} {'peak GB':>8}" for mode in modes)
+    header = f"{'tokens':>7} {'threads':>7}" + "".join(f" {mode + ' s':>14} {'peak GB':>8}" for mode in modes)
     header += f" {'stats÷sdpa':>11} {'by-pos÷stats':>13} {'load':>14}"
     print(header, flush=True)
-    for length in lengths:
+    for length, threads in [(length, threads) for length in lengths for threads in thread_counts]:
         load_before = os.getloadavg()[0]
         runs: dict[str, list[dict]] = {mode: [] for mode in modes}
         for _ in range(args.rounds):
             for mode in modes:
-                runs[mode].append(measure(mode, length, args.threads))
+                runs[mode].append(measure(mode, length, threads))
         results = {
             mode: {
                 "best": min(run["seconds"] for run in done),
@@ -121,7 +128,7 @@ def main() -> None:
             }
             for mode, done in runs.items()
         }
-        line = f"{length:>7}"
+        line = f"{length:>7} {threads or 'default':>7}"
         for mode in modes:
             line += f" {results[mode]['best']:>14.2f} {results[mode]['peak_bytes'] / GB:>8.2f}"
         ratio = results["stats"]["best"] / results["sdpa"]["best"] if {"stats", "sdpa"} <= set(results) else None

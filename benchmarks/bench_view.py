@@ -7,8 +7,14 @@ headless Chromium and prints, per length: the page's size, the keys kept per row
 forward pass (ratio, fastest of interleaved rounds), the peak memory of this process, and the time until the page
 has drawn its head view.
 
+It also times the page of a **saved capture** (``--capture-tokens``, default 512, every layer): the capture
+is made, saved and loaded again, then ``attention_view_html`` of every layer and of one layer are timed with
+torch's default threads and with one (fastest of ``--rounds``; target: every layer of SmolLM2 at 512 tokens
+in ≤ 3 s).
+
     python benchmarks/bench_view.py                          # tiny model with SmolLM2's 30 x 9 heads, 1,024-4,096 tokens
     python benchmarks/bench_view.py --model smollm2 --lengths 4096 --rounds 1
+    python benchmarks/bench_view.py --model smollm2 --lengths "" --capture-tokens 512
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
+from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.common.texts import default_corpus_path
 from attnviz.models.specs import load_model, minilm_path
 from attnviz.render.html_stream import stream_attention_view
-from attnviz.render.html_view import view_html
+from attnviz.render.html_view import attention_view_html, view_html
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -76,17 +83,44 @@ def open_seconds(path: Path) -> tuple[float, list[str]]:
     return seconds, errors
 
 
+def saved_capture_page(loaded, text: str, length: int, rounds: int, scratch: Path) -> None:
+    """Time the page of a saved capture of every layer (and of one layer), default threads and one thread."""
+    path = capture(loaded, text, max_length=length).save(scratch / f"capture-{length}.safetensors")
+    saved = AttentionCapture.load(path)
+    default_threads = torch.get_num_threads()
+    for threads in sorted({default_threads, 1}, reverse=True):
+        torch.set_num_threads(threads)
+        every, one = [], []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            page = attention_view_html(saved)
+            every.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            attention_view_html(saved, layers=[0])
+            one.append(time.perf_counter() - start)
+        print(
+            f"saved capture, {len(saved.tokens):>5} tokens, {threads} thread(s): page of every layer "
+            f"({len(saved.recorded_layers())}) {min(every):.2f} s ({len(page) / 1e6:.1f} MB) · one layer "
+            f"{min(one):.2f} s · load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+    torch.set_num_threads(default_threads)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="a model spec (default: a tiny model with SmolLM2's heads)")
     parser.add_argument("--lengths", default="1024,4096", help="comma list of token counts")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (fastest kept)")
+    parser.add_argument("--capture-tokens", type=int, default=512, help="tokens of the saved capture (0: skip)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         loaded = load_model(args.model, device="cpu") if args.model else tiny_model(Path(scratch) / "model")
         text = (default_corpus_path().read_text(encoding="utf-8") + " ") * 4
         print(f"model: {loaded.name} · {loaded.num_layers()} layers x {loaded.num_heads()} heads")
-        for length in (int(n) for n in args.lengths.split(",")):
+        if args.capture_tokens:
+            saved_capture_page(loaded, text, args.capture_tokens, args.rounds, Path(scratch))
+        for length in (int(n) for n in args.lengths.split(",") if n):
             batch = loaded.encode([text], max_length=length)
             forward, build = [], []
             for _ in range(args.rounds):

@@ -1,15 +1,18 @@
 """One query's attention over every key, per layer and head: the rows a long-context strip draws.
 
 A full capture holds ``layers · heads · n²`` weights (18 GB for SmolLM2 at 4,096 tokens). To show one
-query, :func:`capture_query_rows` runs the model with an observer of the attention core that copies only
-that query's row out of each block of rows the core computes, so what is kept is ``layers · heads · n``
-floats (4.4 MB there) and the core never holds more than one block. :func:`query_rows_of_capture` takes
+query, :func:`capture_query_rows` runs the model with an observer of the attention core that keeps only
+that query's row, and tells the core so (``AttentionContext.observed_queries``): each layer then runs the
+model's own fast path (torch's fused attention) for its output and computes the pattern of that one row
+apart (:mod:`attnviz.core.sdpa_rows`). What is kept is ``layers · heads · n`` floats (4.4 MB there), and the
+pass costs about one plain sdpa forward. :func:`query_rows_of_capture` takes
 the same rows from a capture already made (or loaded from a file).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,6 +22,7 @@ from torch import Tensor
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
+from attnviz.common.progress import progress_bar
 from attnviz.common.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
 from attnviz.core import AttentionSite
 from attnviz.core.stacks import is_causal_stack, stack_of
@@ -135,18 +139,33 @@ def _chosen_heads(heads: HeadSelection, ids: Sequence[int]) -> tuple[list[int], 
 class _QueryRowObserver:
     """Copies one query's row of the chosen heads out of every block the core computes (example 0).
 
-    The core hands over ``[b, h, block, c]`` in a buffer it reuses (``c`` ≤ the key count; later keys
+    The core hands over ``[b, h, block, c]`` in a buffer it may reuse (``c`` ≤ the key count; later keys
     weigh exactly 0), so the row is copied into a ``[chosen heads, key]`` tensor of its own.
+    ``on_layer`` is called once per layer of the stack as it passes (progress).
     """
 
     accepts_key_prefix = True
 
-    def __init__(self, stack: str, query: int, heads: dict[int, list[int]], key_len: int) -> None:
+    def __init__(
+        self,
+        stack: str,
+        query: int,
+        heads: dict[int, list[int]],
+        key_len: int,
+        on_layer: Callable[[], None] = lambda: None,
+    ) -> None:
         self.stack, self.query, self.heads, self.key_len = stack, query, heads, key_len
         self.rows: dict[int, Tensor] = {}
+        self.on_layer = on_layer
+        self._passed: set[int] = set()
 
     def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
-        if site is None or site.stack != self.stack or site.layer not in self.heads:
+        if site is None or site.stack != self.stack:
+            return
+        if site.layer not in self._passed:
+            self._passed.add(site.layer)
+            self.on_layer()
+        if site.layer not in self.heads:
             return
         offset = self.query - query_start
         if not 0 <= offset < pattern.shape[2]:
@@ -203,11 +222,19 @@ def capture_query_rows(
     for layer in layer_ids:
         ids = identity.ids(stack, layer, counts[layer]) if identity else list(range(counts[layer]))
         chosen[layer] = _chosen_heads(heads, ids)
-    observer = _QueryRowObserver(
-        stack, index, {layer: positions for layer, (positions, _) in chosen.items()}, len(key_tokens)
-    )
-    with torch.no_grad():
-        loaded.forward(batch, loaded.context([observer]))
+    with progress_bar() as bar:
+        task = bar.add_task(f"{loaded.name} · query {index} · layers", total=len(counts), status="")
+        observer = _QueryRowObserver(
+            stack,
+            index,
+            {layer: positions for layer, (positions, _) in chosen.items()},
+            len(key_tokens),
+            on_layer=lambda: bar.advance(task),
+        )
+        # the core computes only this query's row; each layer's output takes torch's fused attention
+        context = dataclasses.replace(loaded.context([observer]), observed_queries=range(index, index + 1))
+        with torch.no_grad():
+            loaded.forward(batch, context)
     missing = [layer for layer in layer_ids if layer not in observer.rows]
     if missing:
         raise UnsupportedModelError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
@@ -109,10 +110,15 @@ def phase_line(message: str) -> None:
 
 
 class PhaseLines(Progress):
-    """A progress display for logs: one line as each task starts instead of a bar redrawn in place."""
+    """A progress display for logs: a line as each task starts, then a line per step instead of a bar redrawn
+    in place (at most one every :data:`STEP_LINE_SECONDS` per task, and always the last step)."""
+
+    #: the least time between two step lines of one task (a corpus of thousands of sentences stays readable)
+    STEP_LINE_SECONDS = 2.0
 
     def __init__(self) -> None:
         super().__init__(console=console, disable=True)
+        self._last_line: dict[TaskID, tuple[float, float]] = {}  # task -> (time, steps done) of its last line
 
     def add_task(
         self,
@@ -126,6 +132,30 @@ class PhaseLines(Progress):
         steps = f" ({total:,.0f} steps)" if total else ""
         phase_line(f"{description}{steps}")
         return super().add_task(description, start=start, total=total, completed=completed, visible=visible, **fields)
+
+    def update(self, task_id: TaskID, **changes: Any) -> None:
+        super().update(task_id, **changes)
+        self._step_line(task_id)
+
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        self._step_line(task_id)
+
+    def _step_line(self, task_id: TaskID) -> None:
+        task = self._tasks[task_id]
+        now = time.monotonic()
+        last = self._last_line.get(task_id)  # None: no step line yet (the first step always gets one)
+        if last is not None and task.completed == last[1]:
+            return  # nothing new done (a status change alone)
+        finished = task.total is not None and task.completed >= task.total
+        if last is not None and not finished and now - last[0] < self.STEP_LINE_SECONDS:
+            return
+        self._last_line[task_id] = (now, task.completed)
+        done = f"{task.completed:,.0f}/{task.total:,.0f}" if task.total else f"{task.completed:,.0f}"
+        status = task.fields.get("status", "")
+        if _main_process():
+            line = f"{task.description}: {done}" + (f" · {status}" if status else "")
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 class ConsoleReporter(Reporter):

@@ -113,18 +113,18 @@ def query_strips(
 
         with status(f"loading {model}"):
             loaded = load_model(model, device=device, dtype=dtype)
-        with status(f"running {loaded.name}"):
-            rows = capture_query_rows(
-                loaded,
-                text,
-                position,
-                layers,
-                heads,
-                stack=stack,
-                target=target,
-                max_length=max_length,
-                truncate=not no_truncate,
-            )
+        # its own progress: one step per layer
+        rows = capture_query_rows(
+            loaded,
+            text,
+            position,
+            layers,
+            heads,
+            stack=stack,
+            target=target,
+            max_length=max_length,
+            truncate=not no_truncate,
+        )
     _draw(rows, out, terminal, style, dpi)
     return True
 

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from attnviz.core.blocks import _workspace, attend_in_buffers, key_stops  # noqa: F401 (re-exported)
 from attnviz.core.patching import HeadEditor
+from attnviz.core.sdpa_rows import attend_observing_rows
 
 #: Above this many elements in one ``[b, h, q, k]`` score tensor, queries are processed in blocks.
 #: 2**21 float32 values are 8 MiB: a block stays in the last-level cache through the several
@@ -144,6 +145,12 @@ class AttentionContext:
     #: reads or replaces each head's output (and pattern) at every site: activation patching and ablation
     #: (:mod:`attnviz.core.patching`); None leaves them as computed
     head_editor: HeadEditor | None = None
+    #: the query positions whose pattern the observers need (one query's strips need one row), or None for
+    #: every row. When set, layers on the standard softmax without gradients take the model's fast path,
+    #: torch's ``scaled_dot_product_attention``, for their output, and compute only these rows' pattern
+    #: (:mod:`attnviz.core.sdpa_rows`); observers then receive one block of these rows per site. Elsewhere
+    #: (a custom pattern, a bias, soft-capping, gradients, dropout) they may still receive every row.
+    observed_queries: range | None = None
 
 
 #: ``(query_block [b,h,blk,d], key [b,h,k,d], mask_block [b,1|h,blk,k] or None, query_start) -> pattern [b,h,blk,k]``
@@ -281,6 +288,10 @@ def attend(
         and not edits_patterns
         and not _needs_grad(query, key, value, mask, bias, head_mask)
     ):
+        rows = context.observed_queries if context is not None else None
+        if rows is not None and bias is None and pattern_fn.softcap is None and not (dropout and training):
+            output = attend_observing_rows(query, key, value, mask, pattern_fn, rows, observers, site, head_mask)
+            return output if editor is None or site is None else editor.edit_output(site, output)
         fused = context is not None and context.fused_softmax
         output = attend_in_buffers(
             query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training, fused

@@ -9,9 +9,10 @@ exponentials are at hand, reduces each row to a :class:`RowSummary` (max weight,
 distance, the weights on the keys around the query), so that the statistics need no pass of their own.
 
 The kernel is compiled with :mod:`torch.utils.cpp_extension` (a C++ compiler and ninja are
-needed) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
-``~/.cache/torch_extensions``), once per machine and kernel version; later processes load it
-in well under a second. A forward pass uses it when its :class:`AttentionContext` says so
+needed) into a folder of torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
+``~/.cache/torch_extensions``) named by everything that changes the binary (source, flags, compiler,
+torch, Python ABI: :mod:`attnviz.core.kernel_build`), so once per environment; later processes load it
+in well under a second, and a build in progress is waited for under an OS lock. A forward pass uses it when its :class:`AttentionContext` says so
 (:attr:`~attnviz.core.attention.AttentionContext.fused_softmax`) and :func:`prepare_kernel` has loaded it: the corpus passes
 (statistics, head probes) do both, because there the build (about a minute on two cores) pays
 for itself. Captures and views keep torch's softmax (the kernel is optional; their numbers must not
@@ -29,7 +30,6 @@ per forward pass, never by who observes.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 import time
@@ -45,19 +45,27 @@ from torch import Tensor
 
 from attnviz.common.progress import notice, status, warn
 from attnviz.core.kernel_build import (
-    clear_stale_lock,
+    BuildLockTimeout,
+    build_inputs,
+    build_lock,
+    extensions_root,
     forget_failure,
+    inputs_hash,
+    lock_holder,
     missing_tools,
     remember_failure,
     remembered_failure,
-    write_owner,
+    remove_leftover_torch_lock,
 )
 
 #: environment variable: "0" keeps the core on torch's operations (no build, no load)
 KERNEL_VARIABLE = "ATTNVIZ_KERNEL"
 
 #: shown (through the caller's reporter) while the kernel is being compiled
-BUILD_NOTICE = "building attnviz's fused attention kernel (once per machine, about a minute; ATTNVIZ_KERNEL=0 skips it)"
+BUILD_NOTICE = (
+    "building attnviz's fused attention kernel (once per environment and compiler, about a minute; "
+    "ATTNVIZ_KERNEL=0 skips it)"
+)
 #: what a user can do about a kernel that did not build
 REMEDY = (
     "attnviz runs on torch's operations instead (same results, slower corpus passes) and will not try again "
@@ -171,75 +179,108 @@ def _build_and_load(capability: str) -> bool:
     source = _source()
     name = kernel_name(capability)
     directory = build_directory(name)
-    built = directory is not None and (directory / f"{name}.so").exists()
-    if not built and directory is not None:
+    library = directory / f"{name}.so"
+    reason = None
+    if not library.exists():
         earlier = remembered_failure(directory)
         if earlier is not None:  # said when it happened; `attnviz env` shows it
             _state, _failure = "unavailable", f"{earlier} (an earlier build here failed; not tried again)"
             return False
-    reason = None if built else missing_tools()
+        reason = missing_tools()
     if reason is None:
         try:
-            if directory is not None:
-                lock = clear_stale_lock(directory)
-                if lock.removed:
-                    warn(f"removed a stale build lock of attnviz's kernel ({lock.why}); building it again")
-                if not built:
-                    write_owner(directory)
-            if not built:
-                notice(BUILD_NOTICE)
-            with status(BUILD_NOTICE) if not built else contextlib.nullcontext():
-                _module = cpp_extension.load_inline(
-                    name=name, cpp_sources=[source], extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False
-                )
+            with build_lock(directory, on_wait=_waiting_for):
+                if remove_leftover_torch_lock(directory):  # no live build holds it: we hold the lock
+                    warn(
+                        "removed a stale build lock of attnviz's kernel (its build process is gone); building it again"
+                    )
+                before = _modified(library)
+                announced = before is None  # another process may have built it while we waited
+                if announced:
+                    notice(build_notice(directory))
+                with status(build_notice(directory)) if announced else contextlib.nullcontext():
+                    _module = cpp_extension.load_inline(
+                        name=name,
+                        cpp_sources=[source],
+                        extra_cflags=flags,
+                        extra_ldflags=["-fopenmp"],
+                        build_directory=str(directory),
+                        verbose=False,
+                    )
+                if not announced and _modified(library) != before:  # ninja found the binary out of date
+                    notice(f"attnviz's fused attention kernel was rebuilt in {directory}")
+        except BuildLockTimeout as exc:  # another build runs on: not a failure to remember
+            _state, _failure = "unavailable", f"{exc}; this run uses torch's operations"
+            warn(f"attnviz's fused attention kernel is unavailable for this run: {_failure}")
+            return False
         except Exception as exc:  # noqa: BLE001 (a build error, a broken toolchain, …): stay on torch
             reason = f"the build failed ({type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]})"
     if reason is not None:
         _state, _failure = "unavailable", reason
-        if directory is not None:
-            remember_failure(directory, reason)
+        remember_failure(directory, reason)
         warn(f"attnviz's fused attention kernel is unavailable: {reason}. {REMEDY}")
         return False
-    if directory is not None:
-        forget_failure(directory)
+    forget_failure(directory)
     _state = "loaded"
     return True
 
 
-def kernel_name(capability: str) -> str:
-    """The extension's name for this CPU capability: it carries a hash of the source, flags and torch version,
-    so a new attnviz version or another CPU capability builds its own copy instead of loading a stale one."""
-    key = _source() + " ".join(_compiler_flags(capability)) + torch.__version__
-    return f"attnviz_softmax_rows_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-
-
-def build_directory(name: str) -> Path | None:
-    """torch's build directory of extension ``name`` (created if missing); None if torch's layout changed."""
-    from torch.utils import cpp_extension
-
+def _modified(path: Path) -> float | None:
+    """``path``'s modification time, or None if it does not exist."""
     try:
-        return Path(cpp_extension._get_build_directory(name, verbose=False))
-    except Exception:  # noqa: BLE001 (a private helper of torch: without it, build without the safeguards)
+        return path.stat().st_mtime
+    except OSError:
         return None
 
 
-def describe_kernel() -> tuple[str, str, Path | None]:
-    """``(state, why, build directory)`` for a bug report, without building or loading anything.
+@contextmanager
+def _waiting_for(pid: int) -> Iterator[None]:
+    """A status line while another process builds the kernel."""
+    who = f"process {pid}" if pid else "another process"
+    with status(f"waiting for {who} to finish building attnviz's fused attention kernel"):
+        yield
 
-    States: ``loaded`` (in this process), ``built`` (cached, loads in well under a second), ``not built``
-    (builds on the first corpus pass), ``disabled`` (``ATTNVIZ_KERNEL=0``), ``unavailable`` (with why).
+
+def build_notice(directory: Path) -> str:
+    """What every build says as it starts (through the caller's reporter)."""
+    return f"{BUILD_NOTICE}, in {directory}"
+
+
+def kernel_name(capability: str) -> str:
+    """The extension's name for this CPU capability: a hash of everything that changes the binary (the source,
+    the flags, the compiler and its version, torch's version and installation, the Python ABI:
+    :func:`~attnviz.core.kernel_build.build_inputs`), so that every combination has a build of its own and
+    none rebuilds another's (two virtual environments on one machine, a new compiler, a new attnviz)."""
+    return f"attnviz_softmax_rows_{inputs_hash(build_inputs(_source(), _compiler_flags(capability)))}"
+
+
+def build_directory(name: str) -> Path:
+    """The build folder of extension ``name``: ``name`` under the extension cache (``$TORCH_EXTENSIONS_DIR``)."""
+    return extensions_root() / name
+
+
+def describe_kernel() -> tuple[str, str, Path | None]:
+    """``(state, why, build folder)`` for a bug report, without building or loading anything.
+
+    States: ``loaded`` (in this process), ``built`` (a binary for exactly this source, compiler, torch and
+    Python is in the folder: it loads in well under a second), ``building`` (another process holds the
+    folder's build lock now), ``not built`` (builds on the first corpus pass), ``disabled``
+    (``ATTNVIZ_KERNEL=0``), ``unavailable`` (with why). The folder is the one this environment uses.
     """
-    if _state in ("loaded", "disabled") or (_state == "unavailable" and _failure):
-        return _state, _failure, None
-    if kernel_disabled():
+    if kernel_disabled() or _state == "disabled":
         return "disabled", f"{KERNEL_VARIABLE}=0", None
     capability = torch.backends.cpu.get_cpu_capability()
     if capability not in VECTOR_CAPABILITIES:
         return "unavailable", f"the kernel needs AVX2; this CPU offers {capability}", None
     name = kernel_name(capability)
     directory = build_directory(name)
-    if directory is None:
-        return "unknown", "torch's extension cache could not be located", None
+    if _state == "loaded":
+        return "loaded", f"{capability} lanes", directory
+    if _state == "unavailable" and _failure:
+        return "unavailable", _failure, directory
+    holder = lock_holder(directory)
+    if holder is not None:
+        return "building", f"process {holder or '?'} is building it now", directory
     if (directory / f"{name}.so").exists():
         return "built", f"{capability} lanes", directory
     earlier = remembered_failure(directory)

@@ -1,31 +1,51 @@
-"""Building the fused kernel safely: a failure remembered per machine, and no wait on a stale build lock.
+"""Building the fused kernel safely: one build folder per binary, an OS lock, a failure remembered.
 
-:func:`attnviz.core.kernel.prepare_kernel` compiles the kernel with :mod:`torch.utils.cpp_extension`
-into a build directory of torch's extension cache (one per kernel source, compiler flags and torch
-version). Two things there must not cost a user more than once:
+:func:`attnviz.core.kernel.prepare_kernel` compiles the kernel with :mod:`torch.utils.cpp_extension`.
+Three things there must not cost a user more than once:
 
-* **a failed build** (no C++ compiler, no ninja, a compile error) is written down in that directory
-  together with a fingerprint of the compiler; later processes read it and do not try again until
-  the compiler changes (a new source or torch version has a build directory of its own);
-* **a build killed mid-way** leaves torch's ``lock`` file behind, and torch then waits for it forever.
-  Each build writes its owner (host and process id) beside the lock; a lock whose owner is gone, or
-  that is older than :data:`STALE_AFTER_SECONDS`, is removed (and said so) instead of waited on.
+* **environments sharing a machine.** The build folder is named by a hash of everything that changes
+  the binary (:func:`build_inputs`: the kernel's source, the compiler flags, the compiler and its
+  version, torch's version and installation, the Python ABI), so two virtual environments each keep
+  their own build and switching between them rebuilds nothing (in one shared folder each rebuilt the
+  other's, because the build command names torch's headers by path);
+* **two processes building at once.** A build holds an OS lock (:func:`build_lock`: ``fcntl.flock``
+  on an open descriptor of ``attnviz-build.lock``), which the operating system releases when the
+  process ends, however it ends. So a live build is always waited for, never taken for stale, and a
+  lock file torch's builder left behind (``lock``: its mere existence is torch's lock) can only be a
+  dead build's, which :func:`remove_leftover_torch_lock` removes;
+* **a failed build** (no C++ compiler, no ninja, a compile error) is written down in that folder with a
+  fingerprint of the compiler; later processes read it and do not try again until the compiler changes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import shutil
-import socket
+import subprocess
+import sys
+import sysconfig
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from functools import lru_cache
 from pathlib import Path
 
-#: a build lock older than this is stale whatever its owner file says (a build takes a minute or two)
-STALE_AFTER_SECONDS = 15 * 60
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: builds run unlocked
+    fcntl = None  # type: ignore[assignment]
+
 FAILURE_FILE = "attnviz-build-failed.json"
 OWNER_FILE = "attnviz-build-owner.json"
+#: the file whose ``flock`` a build holds (never deleted: deleting a locked file would split the lock)
+LOCK_FILE = "attnviz-build.lock"
+#: torch's own build lock in the same folder (a file whose existence is the lock)
+TORCH_LOCK_FILE = "lock"
+#: how long a process waits for another one's build before running on torch's operations (a build takes
+#: a minute or two; a compiler stuck for longer is not waited on, and its lock is left alone)
+WAIT_LIMIT_SECONDS = 15 * 60
 
 
 def compiler_command() -> str:
@@ -44,6 +64,54 @@ def compiler_fingerprint() -> str:
         info = os.stat(found)
         parts.append(f"{tool}: {os.path.realpath(found)} {info.st_size} {int(info.st_mtime)}")
     return "; ".join(parts)
+
+
+@lru_cache(maxsize=8)
+def _compiler_version(path: str) -> str:
+    """The first line of ``path --version`` (e.g. ``g++ (Debian 12.2.0-14) 12.2.0``), or why there is none."""
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"unknown ({type(error).__name__})"
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def compiler_identity() -> str:
+    """The compiler a build would use: its resolved path and its ``--version`` line (``missing`` without one)."""
+    found = shutil.which(compiler_command())
+    if found is None:
+        return f"{compiler_command()}: missing"
+    path = os.path.realpath(found)
+    return f"{path}: {_compiler_version(path)}"
+
+
+def build_inputs(source: str, flags: list[str]) -> dict[str, str]:
+    """Everything that changes the kernel's binary, by name: what the build folder's name is a hash of."""
+    import torch
+
+    return {
+        "source": hashlib.sha256(source.encode()).hexdigest(),
+        "flags": " ".join(flags),
+        "compiler": compiler_identity(),
+        "torch": f"{torch.__version__} at {os.path.dirname(os.path.realpath(torch.__file__))}",
+        "python": f"{sys.implementation.cache_tag} {sysconfig.get_config_var('SOABI') or ''}".strip(),
+    }
+
+
+def inputs_hash(inputs: dict[str, str]) -> str:
+    """12 hex digits naming one combination of :func:`build_inputs`."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def extensions_root() -> Path:
+    """Where kernels are built: ``$TORCH_EXTENSIONS_DIR``, else torch's default (``~/.cache/torch_extensions``)."""
+    configured = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if configured:
+        return Path(configured)
+    from torch.utils.cpp_extension import get_default_build_root  # late: slow to import
+
+    return Path(get_default_build_root())
 
 
 def missing_tools() -> str | None:
@@ -87,58 +155,99 @@ def forget_failure(build_directory: Path) -> None:
         pass
 
 
-@dataclass(frozen=True)
-class LockCheck:
-    """What :func:`clear_stale_lock` found: whether it removed a lock, and why."""
-
-    removed: bool
-    why: str = ""
+class BuildLockTimeout(RuntimeError):
+    """Another process held the build lock longer than :data:`WAIT_LIMIT_SECONDS`."""
 
 
-def _owner_alive(build_directory: Path) -> bool | None:
-    """Whether the process that took the lock still runs (None: unknown, e.g. another host or no owner file)."""
+def lock_holder(build_directory: Path) -> int | None:
+    """The process id of a live build in ``build_directory`` (0 if its id is unknown), or None when none runs."""
+    path = build_directory / LOCK_FILE
+    if fcntl is None:
+        return None
     try:
-        owner = json.loads((build_directory / OWNER_FILE).read_text(encoding="utf-8"))
-        pid, host = int(owner["pid"]), str(owner["host"])
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None  # never built here, or unreadable
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _owner_pid(build_directory)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)  # closing releases a lock we took
+    return None
+
+
+def _owner_pid(build_directory: Path) -> int:
+    try:
+        return int(json.loads((build_directory / OWNER_FILE).read_text(encoding="utf-8"))["pid"])
     except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if host != socket.gethostname():
-        return None
+        return 0
+
+
+@contextlib.contextmanager
+def build_lock(
+    build_directory: Path,
+    *,
+    on_wait: Callable[[int], contextlib.AbstractContextManager[object]] | None = None,
+    poll_seconds: float = 0.5,
+    wait_limit: float = WAIT_LIMIT_SECONDS,
+) -> Iterator[None]:
+    """Hold the build folder's OS lock inside the ``with`` block, waiting while another process holds it.
+
+    ``on_wait(pid)`` is entered while waiting (a status line: another build of process ``pid`` runs).
+    The lock is released when the block ends, and by the operating system if the process dies. Raises
+    :class:`BuildLockTimeout` after ``wait_limit`` seconds of waiting (the other build is left alone).
+    """
+    build_directory.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(build_directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        if not _try_lock(descriptor):
+            waiting = on_wait(_owner_pid(build_directory)) if on_wait else contextlib.nullcontext()
+            with waiting:
+                deadline = time.monotonic() + wait_limit
+                while not _try_lock(descriptor):
+                    if time.monotonic() > deadline:
+                        raise BuildLockTimeout(
+                            f"another process (pid {_owner_pid(build_directory)}) has been building attnviz's "
+                            f"kernel in {build_directory} for over {wait_limit / 60:.0f} minutes"
+                        )
+                    time.sleep(poll_seconds)
+        _write_owner(build_directory)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def _try_lock(descriptor: int) -> bool:
+    if fcntl is None:
         return True
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
     return True
 
 
-def clear_stale_lock(build_directory: Path, *, poll_seconds: float = 1.0) -> LockCheck:
-    """Wait while a live build holds the lock; remove a lock no live build holds. Never waits forever."""
-    lock = build_directory / "lock"
-    while lock.exists():
-        try:
-            age = time.time() - lock.stat().st_mtime
-        except OSError:  # released while we looked
-            break
-        alive = _owner_alive(build_directory)
-        if alive is False or age > STALE_AFTER_SECONDS:
-            why = "its build process is gone" if alive is False else f"it is {age / 60:.0f} minutes old"
-            try:
-                lock.unlink()
-            except FileNotFoundError:
-                pass
-            return LockCheck(True, why)
-        time.sleep(poll_seconds)  # a build in another process: it takes a minute or two
-    return LockCheck(False)
+def remove_leftover_torch_lock(build_directory: Path) -> bool:
+    """Remove torch's ``lock`` file, which a killed build leaves behind (torch would wait on it forever).
 
-
-def write_owner(build_directory: Path) -> None:
-    """Say which process builds now, so a process that finds the lock can tell whether the build still runs."""
+    Call it only while holding :func:`build_lock`: every live build of this folder holds that lock, so a
+    ``lock`` file found then belongs to a build that is gone. Returns whether there was one.
+    """
     try:
-        build_directory.mkdir(parents=True, exist_ok=True)
+        (build_directory / TORCH_LOCK_FILE).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _write_owner(build_directory: Path) -> None:
+    """Say which process holds the lock, so that a waiting process can name it."""
+    try:
         (build_directory / OWNER_FILE).write_text(
-            json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}), encoding="utf-8"
+            json.dumps({"pid": os.getpid(), "time": time.time()}), encoding="utf-8"
         )
     except OSError:
         pass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 from rich.progress import Progress
@@ -98,7 +98,7 @@ def compute_statistics(
         plan = plan_batches(lengths, max_tokens=max_tokens_per_batch, max_examples=batch_size)
         longest = max(lengths)
         mine = [plan[index] for index in parallel.shard([len(chosen) * lengths[chosen[0]] for chosen in plan])]
-        total: int | None = sum(len(chosen) for chosen in mine)
+        batch_count: int | None = len(mine)
         batches = (encode_batch(loaded, texts, chosen, max_length=max_length, truncate=truncate) for chosen in mine)
     else:
         assert batches is not None  # one of the two is given (checked above)
@@ -106,7 +106,7 @@ def compute_statistics(
             batches = list(batches)
             longest = max((_longest(batch) for batch in batches), default=None)
             batches = [batches[index] for index in parallel.shard([_padded_tokens(batch) for batch in batches])]
-        total = None if isinstance(batches, Iterator) else sum(len(batch) for batch in batches)
+        batch_count = None if isinstance(batches, Iterator) else len(batches)
 
     positions = PositionSums(bucket_size, longest) if by_position else None
     accumulator = StatisticsAccumulator(causal=loaded.causal, local_window=local_window, by_position=positions)
@@ -115,17 +115,23 @@ def compute_statistics(
     observers = weighted_observers([accumulator], weighting, projections, renormalise=True)
     observers += [carriers] if carriers is not None else []
     # A corpus pass is where the fused kernel pays for its one-time build (see attnviz.core.kernel).
-    context = dataclasses.replace(loaded.context(observers), fused_softmax=prepare_kernel())
+    fused = prepare_kernel()
+    # progress steps are attention layers passed (a long text is one forward pass of minutes): batches × sites
+    sites = len(loaded.layout()) if progress and parallel.is_main else 0
     start = time.perf_counter()
     with _progress(progress and parallel.is_main) as bar:
-        task = bar.add_task(f"statistics · {loaded.name}", total=total, status="")
+        steps = None if batch_count is None else batch_count * sites
+        task = bar.add_task(f"statistics · {loaded.name} · layers", total=steps, status="")
+        if sites:
+            observers.append(_LayerProgress(lambda: bar.advance(task)))
+        context = dataclasses.replace(loaded.context(observers), fused_softmax=fused)
         for batch in batches:
             accumulator.begin_batch(batch)
             if carriers is not None:
                 carriers.begin_batch(batch)
             with torch.no_grad():
                 loaded.forward(batch, context)
-            bar.update(task, advance=len(batch), status=f"{accumulator.num_tokens} tokens")
+            bar.update(task, status=f"{accumulator.num_examples} examples · {accumulator.num_tokens} tokens")
     if parallel.distributed:
         accumulator.merge_across(parallel, loaded.layout())
         if carriers is not None:
@@ -149,6 +155,21 @@ def _output_projections(loaded: LoadedModel, *, required: bool) -> dict | None:
         if required:
             raise
         return None
+
+
+class _LayerProgress:
+    """An observer that calls ``step`` once per attention site as the forward pass reaches it (progress)."""
+
+    accepts_key_prefix = True  # reads nothing: the core hands it its reused block, no copy
+
+    def __init__(self, step: Callable[[], None]) -> None:
+        self.step = step
+        self.site = None
+
+    def observe(self, site, pattern, query_start) -> None:
+        if site != self.site or query_start == 0:
+            self.site = site
+            self.step()
 
 
 def _longest(batch: EncodedBatch) -> int:

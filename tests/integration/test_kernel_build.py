@@ -1,4 +1,4 @@
-"""The fused kernel's build as users meet it: said once when it fails, remembered per machine, no stale lock waits.
+"""The fused kernel's build as users meet it: a folder per environment, every build said, an OS lock, failures remembered.
 
 Each test gives the processes an extension cache of their own (``TORCH_EXTENSIONS_DIR``) where the
 kernel's state is known, and runs real ``attnviz`` processes.
@@ -6,13 +6,12 @@ kernel's state is known, and runs real ``attnviz`` processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import socket
 import subprocess
 import sys
-import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ import torch
 from cli_helpers import run_cli
 
 from attnviz.core import kernel
-from attnviz.core.kernel_build import OWNER_FILE, STALE_AFTER_SECONDS, clear_stale_lock
 
 UNAVAILABLE = "fused attention kernel is unavailable"
 
@@ -70,68 +68,161 @@ def test_env_names_versions_device_kernel_and_caches(capsys, monkeypatch, tmp_pa
     assert f"torch: {torch.__version__}" in text and "fused kernel: " in text
 
 
-def _dead_pid() -> int:
-    finished = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
-    )
-    return int(finished.stdout)
-
-
-def _lock(directory: Path, owner_pid: int, age_seconds: float = 0.0) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    lock = directory / "lock"
-    lock.write_text("")
-    (directory / OWNER_FILE).write_text(json.dumps({"pid": owner_pid, "host": socket.gethostname(), "time": 0}))
-    if age_seconds:
-        when = time.time() - age_seconds
-        os.utime(lock, (when, when))
-    return lock
-
-
-def test_a_lock_whose_builder_is_gone_is_removed_at_once(tmp_path):
-    lock = _lock(tmp_path, _dead_pid())
-    start = time.perf_counter()
-    check = clear_stale_lock(tmp_path)
-    assert check.removed and check.why == "its build process is gone" and not lock.exists()
-    assert time.perf_counter() - start < 1.0
-
-
-def test_a_lock_older_than_any_build_is_removed_even_if_its_owner_lives(tmp_path):
-    lock = _lock(tmp_path, os.getpid(), age_seconds=STALE_AFTER_SECONDS + 60)
-    check = clear_stale_lock(tmp_path)
-    assert check.removed and "minutes old" in check.why and not lock.exists()
-
-
-def test_a_live_build_is_waited_for_until_it_releases_the_lock(tmp_path):
-    lock = _lock(tmp_path, os.getpid())
-    threading.Timer(0.3, lock.unlink).start()  # the other build finishes
-    start = time.perf_counter()
-    check = clear_stale_lock(tmp_path, poll_seconds=0.05)
-    assert not check.removed and 0.25 <= time.perf_counter() - start < 5
-
-
-def test_prepare_kernel_clears_a_stale_lock_before_torch_would_wait_on_it(monkeypatch, tmp_path):
-    """torch's builder waits forever on a leftover lock; prepare_kernel removes it first and says so."""
+@pytest.fixture
+def fresh_kernel(monkeypatch, tmp_path):
+    """prepare_kernel as in a new process, over an extension cache of its own, with a stand-in for the compiler
+    run (``builds``: the folders it built in) that writes the binary where torch's builder would."""
     from torch.utils import cpp_extension
 
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    monkeypatch.setattr(kernel, "_state", "unloaded")
-    monkeypatch.setattr(kernel, "_module", None)
-    monkeypatch.delenv(kernel.KERNEL_VARIABLE, raising=False)
     capability = torch.backends.cpu.get_cpu_capability()
     if capability not in kernel.VECTOR_CAPABILITIES:
         pytest.skip(f"the kernel does not run on {capability}")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
+    monkeypatch.delenv(kernel.KERNEL_VARIABLE, raising=False)
     monkeypatch.setattr("attnviz.core.kernel.missing_tools", lambda: None)  # whatever this machine has
-    directory = kernel.build_directory(kernel.kernel_name(capability))
-    lock = _lock(directory, _dead_pid())
-    seen = []
+    builds: list[Path] = []
 
-    def build(**kwargs):
-        seen.append(lock.exists())
-        raise RuntimeError("stop here")
+    def load_inline(*, name, build_directory, **kwargs):
+        library = Path(build_directory) / f"{name}.so"
+        if not library.exists():
+            builds.append(Path(build_directory))
+            library.write_bytes(b"binary")
+        return object()
 
-    monkeypatch.setattr(cpp_extension, "load_inline", build)
-    with pytest.warns(UserWarning) as warned:
-        kernel.prepare_kernel()
-    assert seen == [False]  # gone before torch's builder looked
-    assert any("removed a stale build lock" in str(item.message) for item in warned)
+    monkeypatch.setattr(cpp_extension, "load_inline", load_inline)
+
+    def prepare() -> list[str]:
+        """One process's prepare_kernel: the notices it gave."""
+        monkeypatch.setattr(kernel, "_state", "unloaded")
+        monkeypatch.setattr(kernel, "_module", None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert kernel.prepare_kernel()
+        return [str(item.message) for item in caught]
+
+    return prepare, builds, capability
+
+
+def _environment(monkeypatch, *, compiler: str, torch_at: str) -> None:
+    """Make this process look like another virtual environment: another compiler, torch installed elsewhere."""
+    monkeypatch.setattr("attnviz.core.kernel_build.compiler_identity", lambda: compiler)
+    monkeypatch.setattr(torch, "__file__", f"{torch_at}/torch/__init__.py")
+
+
+def test_each_environment_builds_in_a_folder_of_its_own_announces_every_build_and_reuses_it(monkeypatch, fresh_kernel):
+    prepare, builds, capability = fresh_kernel
+    environments = [
+        {"compiler": "/usr/bin/g++-12: g++ (Debian 12.2.0-14) 12.2.0", "torch_at": "/venvs/one/site-packages"},
+        {"compiler": "/usr/bin/g++-12: g++ (Debian 12.2.0-14) 12.2.0", "torch_at": "/venvs/two/site-packages"},
+        {"compiler": "/usr/bin/g++-13: g++ (Debian 13.1.0-1) 13.1.0", "torch_at": "/venvs/one/site-packages"},
+    ]
+    folders = []
+    for environment in environments:
+        _environment(monkeypatch, **environment)
+        folders.append(kernel.build_directory(kernel.kernel_name(capability)))
+        notices = prepare()
+        assert builds[-1] == folders[-1]
+        assert [message for message in notices if "building attnviz's fused attention kernel" in message] == [
+            kernel.build_notice(folders[-1])
+        ]  # every build says so, the third as the first
+    assert len(set(folders)) == 3 and len(builds) == 3
+    for environment, folder in zip(environments, folders):  # switching back and forth rebuilds nothing
+        _environment(monkeypatch, **environment)
+        assert kernel.build_directory(kernel.kernel_name(capability)) == folder
+        monkeypatch.setattr(kernel, "_state", "unloaded")
+        assert kernel.describe_kernel() == ("built", f"{capability} lanes", folder)
+        assert prepare() == []
+    assert len(builds) == 3
+    # the other inputs of the binary name folders of their own too
+    from attnviz.core import kernel_build
+
+    inputs = kernel_build.build_inputs("source", ["-O3"])
+    for field, other in [("source", "another source"), ("flags", "-O2"), ("python", "cpython-312")]:
+        changed = dict(inputs, **{field: other})
+        assert kernel_build.inputs_hash(changed) != kernel_build.inputs_hash(inputs), field
+    assert kernel_build.build_inputs("source", ["-O3"]) == inputs
+
+
+def test_env_names_the_folder_and_says_built_or_building(monkeypatch, fresh_kernel, tmp_path):
+    prepare, _, capability = fresh_kernel
+    folder = kernel.build_directory(kernel.kernel_name(capability))
+    assert kernel.describe_kernel()[:1] + kernel.describe_kernel()[2:] == ("not built", folder)
+    prepare()
+    monkeypatch.setattr(kernel, "_state", "unloaded")
+    assert kernel.describe_kernel()[0] == "built" and kernel.describe_kernel()[2] == folder
+    with _lock_held_by_another_process(folder) as holder:
+        state, why, where = kernel.describe_kernel()
+        assert state == "building" and str(holder.pid) in why and where == folder
+
+
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from attnviz.core.kernel_build import build_lock
+folder = Path(sys.argv[1])
+with build_lock(folder):
+    (folder / "lock").write_text("")  # torch's own lock file, as its builder makes it
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    (folder / "lock").unlink()  # torch's builder removes it when done
+"""
+
+
+@contextlib.contextmanager
+def _lock_held_by_another_process(folder: Path, seconds: float = 60.0):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(folder), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_build_held_by_a_live_process_is_waited_for_and_its_lock_left_alone(fresh_kernel):
+    """The other process's torch lock file exists all the time it builds: it is never removed as stale."""
+    prepare, builds, capability = fresh_kernel
+    folder = kernel.build_directory(kernel.kernel_name(capability))
+    folder.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(folder), "1.5"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        start = time.perf_counter()
+        notices = prepare()  # waits until the holder is done
+        waited = time.perf_counter() - start
+        assert holder.wait(timeout=30) == 0  # it removed its own lock file: nobody took it away
+    finally:
+        holder.kill()
+    assert waited >= 1.0
+    assert not any("stale" in message for message in notices)
+    assert builds == [folder]
+
+
+def test_a_lock_file_left_by_a_killed_build_is_removed_at_once(fresh_kernel):
+    prepare, builds, capability = fresh_kernel
+    folder = kernel.build_directory(kernel.kernel_name(capability))
+    folder.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(folder), "60"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    holder.kill()  # killed mid-build: the OS releases its lock, torch's lock file stays
+    holder.wait()
+    assert (folder / "lock").exists()
+    start = time.perf_counter()
+    notices = prepare()
+    assert time.perf_counter() - start < 5
+    assert any("removed a stale build lock" in message for message in notices)
+    assert not (folder / "lock").exists() and builds == [folder]
+
+
+def test_waiting_gives_up_after_the_limit_without_touching_the_lock(tmp_path):
+    from attnviz.core.kernel_build import BuildLockTimeout, build_lock
+
+    with _lock_held_by_another_process(tmp_path) as holder:
+        with (
+            pytest.raises(BuildLockTimeout, match=str(holder.pid)),
+            build_lock(tmp_path, poll_seconds=0.05, wait_limit=0.3),
+        ):
+            pass
+        assert (tmp_path / "lock").exists()

@@ -5,6 +5,7 @@ attention, the figure's image and top-key marks against those rows (pooled by ha
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -74,6 +75,66 @@ def test_rows_equal_eager_attention(eager, family, query, block_elements, monkey
         assert rows.visible is not None and rows.visible.tolist() == [k <= position for k in range(count)]
     else:
         assert rows.visible is None
+
+
+class _RowsSeen:
+    """Observer that notes the shape and start of every block it receives."""
+
+    accepts_key_prefix = True
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[int, tuple[int, ...]]] = []
+
+    def observe(self, site, pattern, query_start) -> None:
+        self.blocks.append((query_start, tuple(pattern.shape)))
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_one_row_runs_the_models_fast_path(eager, family, monkeypatch):
+    """With ``observed_queries`` each layer's output comes from torch's sdpa (as transformers' sdpa model gives
+    it), and observers receive only the chosen row, computed apart: never the square."""
+    loaded, reference = eager[family]
+    count = reference[0].shape[1]
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counting_sdpa(*args, **kwargs):
+        calls.append(kwargs.get("is_causal", False))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting_sdpa)
+    batch = loaded.encode([TEXT])
+    seen = _RowsSeen()
+    context = dataclasses.replace(loaded.context([seen]), observed_queries=range(7, 8))
+    with torch.no_grad():
+        fast = loaded.forward(batch, context).last_hidden_state
+    layers = len(reference)
+    assert calls == [loaded.causal] * layers  # causal models: is_causal, reading no mask
+    assert seen.blocks == [(7, (1, reference[0].shape[0], 1, count))] * layers
+    monkeypatch.undo()
+    path = str(loaded.model.config._name_or_path)
+    plain = getattr(transformers, type(loaded.model).__name__).from_pretrained(path, attn_implementation="sdpa")
+    with torch.no_grad():
+        expected = plain.eval().base_model(**batch.inputs).last_hidden_state
+    assert (fast - expected).abs().max() <= 1e-5
+
+
+def test_causal_mask_is_told_from_padding_and_windows():
+    from attnviz.core.sdpa_rows import is_causal_mask
+
+    lowest = torch.finfo(torch.float32).min
+    keys = torch.arange(6)
+    causal = torch.where(keys[None, :] <= keys[:, None], 0.0, lowest)[None, None]  # [1, 1, 6, 6]
+    assert is_causal_mask(causal, 6, 6)
+    assert is_causal_mask(causal.masked_fill(causal < 0, float("-inf")), 6, 6)
+    padded = causal.clone()
+    padded[..., 0] = lowest  # a padded first key
+    assert not is_causal_mask(padded, 6, 6)
+    window = causal.clone()
+    window[..., 5, 0] = lowest  # a sliding window hides the oldest key
+    assert not is_causal_mask(window, 6, 6)
+    assert not is_causal_mask(torch.zeros(1, 1, 6, 6), 6, 6)  # bidirectional
+    assert not is_causal_mask(None, 6, 6)
 
 
 def test_chosen_layers_heads_and_mean(eager):

@@ -48,3 +48,28 @@ def test_cli_prints_library_warnings_as_one_line(tmp_path, capsys):
     warning_lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert warning_lines == ["warning: 1 text(s) longer than 8 tokens were truncated to 8"]
     assert read_svg(tmp_path / "h.svg").texts[:8] == ["[CLS]", *["word"] * 6, "[SEP]"]  # the 8 tokens drawn
+
+
+def test_off_a_terminal_progress_prints_a_line_per_step_at_most_every_few_seconds(capsys, monkeypatch):
+    """stderr in a log: the phase's first line, then a line per step (throttled), and always the last step."""
+    from attnviz.cli.console import PhaseLines
+
+    monkeypatch.setattr(PhaseLines, "STEP_LINE_SECONDS", 0.0)
+    with PhaseLines() as bar:
+        task = bar.add_task("statistics · m · layers", total=3, status="")
+        for _ in range(3):
+            bar.advance(task)
+        bar.update(task, status="12 tokens")  # a status alone adds no line
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "statistics · m · layers (3 steps) …",
+        "statistics · m · layers: 1/3",
+        "statistics · m · layers: 2/3",
+        "statistics · m · layers: 3/3",
+    ]
+    monkeypatch.setattr(PhaseLines, "STEP_LINE_SECONDS", 3600.0)
+    with PhaseLines() as bar:
+        task = bar.add_task("rows", total=30, status="")
+        for _ in range(30):
+            bar.update(task, advance=1, status="layer")
+    assert capsys.readouterr().err.splitlines() == ["rows (30 steps) …", "rows: 1/30 · layer", "rows: 30/30 · layer"]
