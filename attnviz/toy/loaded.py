@@ -32,9 +32,9 @@ from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
-from attnviz.models.slicing import head_output_slices
-from attnviz.models.readout import Readout, readout_of
 from attnviz.models.pruning_records import identity_from_history
+from attnviz.models.readout import Readout, readout_of
+from attnviz.models.slicing import head_output_slices
 from attnviz.outputs import files
 from attnviz.toy.config import ToyConfig
 from attnviz.toy.files import write_checkpoint_files
