@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from attnviz.common.errors import ParameterError
-from attnviz.core.attention import AttentionObserver, AttentionSite
+from attnviz.core.attention import AttentionObserver, AttentionSite, repeat_kv
 from attnviz.core.choices import WEIGHTINGS, Weighting
 
 #: rows whose norm-weighted mass is below this stay zero when renormalised (every value vector zero)
@@ -43,15 +43,15 @@ def value_norms(value: Tensor, projections: Tensor) -> Tensor:
     key/value head ``h // (h_total / kvh)`` (as :func:`attnviz.core.attention.repeat_kv`).
     """
     heads = projections.shape[0]
-    batch, kv_heads, keys, _ = value.shape
-    n_rep = heads // kv_heads
-    norms = torch.empty(batch, heads, keys, dtype=torch.float32, device=value.device)  # [b, h, k]
-    weights = projections.to(device=value.device, dtype=torch.float32)
-    values = value.float()
-    for head in range(heads):  # one head at a time: the [b, k, hidden] temporary stays small
-        transformed = torch.matmul(values[:, head // n_rep], weights[head])  # [b, k, d] @ [d, hidden] -> [b, k, hidden]
-        norms[:, head] = torch.linalg.vector_norm(transformed, dim=-1)
-    return norms
+    kv_heads = value.shape[1]
+    # ‖v W‖² = v (W Wᵀ) vᵀ: a [d, d] Gram matrix per head instead of a [k, hidden] product (hidden/d times
+    # fewer operations, no [b, k, hidden] temporary). The Gram matrix is formed in float64 so that the
+    # float32 quadratic form keeps the direct product's precision.
+    weights = projections.to(device=value.device, dtype=torch.float64)  # [h, d, hidden]
+    gram = torch.matmul(weights, weights.transpose(1, 2)).float()  # [h, d, d]
+    values = repeat_kv(value.float(), heads // kv_heads)  # [b, h, k, d]
+    squared = (torch.matmul(values, gram) * values).sum(dim=-1)  # [b, h, k]
+    return squared.clamp(min=0.0).sqrt()
 
 
 class NormWeighting:
