@@ -88,6 +88,8 @@ class EncodedBatch:
 TOY_MARKER = "attnviz-toy.json"
 #: file that marks a physically pruned Hugging Face checkpoint (written by ``attnviz prune``)
 PRUNED_MARKER = "attnviz-pruned.json"
+#: file that records the toy image task a vision checkpoint was trained on (``attnviz train odd-patch``)
+IMAGE_TASK_FILE = "attnviz-image-task.json"
 
 
 @dataclass(frozen=True)

@@ -318,12 +318,11 @@ class VisionModel(LoadedModel):
         """``count`` fresh examples of the model's own toy task (``toy-odd-patch``), or None for other models."""
         if self.image_task is None:
             return None
-        from attnviz.common.resources import require_memory
-        from attnviz.toy.odd_patch import IMAGE_SIZE, odd_patch_images
+        import importlib
 
-        # every image is held at once (float pixels, the 8-bit picture, the processed tensor): refuse what cannot fit
-        require_memory("toy_examples", count, 16.0 * count * IMAGE_SIZE * IMAGE_SIZE * 3, "the task images")
-        return odd_patch_images(count, seed)[0]
+        # the toy package sits above this one: the task's own module draws them (named, imported when needed)
+        module, _, function = IMAGE_TASK_EXAMPLES[self.image_task].partition(":")
+        return getattr(importlib.import_module(module), function)(count, seed)
 
     # -- text tools refuse ------------------------------------------------------------------------
 
@@ -374,18 +373,22 @@ class VisionModel(LoadedModel):
         return save_pruned_vision_model(self, directory, pruned, source=source, transformers_copy=transformers_copy)
 
 
+#: toy image task -> ``"module:function"`` drawing ``count`` examples of it with a seed (``own_images``)
+IMAGE_TASK_EXAMPLES = {"odd-patch": "attnviz.toy.odd_patch:task_images"}
+
+
 def image_task_of(source: str) -> str | None:
     """The toy image task recorded in a checkpoint directory (see :mod:`attnviz.toy.odd_patch`), if any."""
     import json
 
-    from attnviz.toy.odd_patch import IMAGE_TASK_FILE
+    from attnviz.models.base import IMAGE_TASK_FILE
 
     try:
         document = json.loads((Path(source).expanduser() / IMAGE_TASK_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     task = document.get("task") if isinstance(document, dict) else None
-    return task if isinstance(task, str) else None
+    return task if isinstance(task, str) and task in IMAGE_TASK_EXAMPLES else None
 
 
 def _per_channel(values: Any) -> list[float]:

@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from attnviz.common.encoding import decode_utf8
+from attnviz.common.encoding import read_text
 from attnviz.common.errors import InputError, OutputError
 from attnviz.outputs import staging
 
@@ -191,18 +191,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def read_text_file(path: str | os.PathLike, what: str = "file") -> str:
-    """Read a UTF-8 text file, turning OS errors into :class:`InputError`."""
+    """Read a UTF-8 text file (:func:`attnviz.common.encoding.read_text`) and protect it as an input of the run."""
     path = Path(path).expanduser()
-    if not path.exists():
-        raise InputError(f"{what} {path} does not exist")
-    if path.is_dir():
-        raise InputError(f"{what} {path} is a directory, not a file")
-    if not path.is_file():  # a pipe, a device or a socket: never block on (or loop over) one
-        raise InputError(f"{what} {path} is not a regular file: save the text to a file first")
-    protect_inputs([path], what)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    # universal newlines, as read_text gives them
-    return decode_utf8(data, f"{what} {path}").replace("\r\n", "\n").replace("\r", "\n")
+    if path.is_file():
+        protect_inputs([path], what)
+    return read_text(path, what)

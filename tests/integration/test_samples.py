@@ -6,7 +6,7 @@ import filecmp
 
 from cli_helpers import run_cli
 
-from attnviz.common.samples import copy_samples, shipped_samples
+from attnviz.outputs.samples import copy_samples, shipped_samples
 from attnviz.common.texts import read_examples
 from attnviz.heads.alignment import read_alignment_pairs
 
