@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from attnviz.common.encoding import read_text
-from attnviz.common.errors import InputError, OutputError
+from attnviz.common.errors import OutputError
 from attnviz.outputs import staging
 
 TEMP_PREFIX = staging.TEMP_PREFIX

@@ -6,9 +6,9 @@ import filecmp
 
 from cli_helpers import run_cli
 
-from attnviz.outputs.samples import copy_samples, shipped_samples
 from attnviz.common.texts import read_examples
 from attnviz.heads.alignment import read_alignment_pairs
+from attnviz.outputs.samples import copy_samples, shipped_samples
 
 
 def test_samples_copies_every_shipped_file_unchanged(tmp_path, capsys, monkeypatch):
