@@ -124,6 +124,25 @@ def check_output_parent(path: Path) -> None:
         raise OutputError(f"directory {parent} is not writable: choose another path")
 
 
+def through_link(path: Path) -> Path:
+    """Where an output named ``path`` is written: a symbolic link the user made is followed, never replaced.
+
+    A link whose target does not exist yet (a dangling link) gets the output at its target, as long as
+    the target's folder exists; otherwise :class:`OutputError`.
+    """
+    if not path.is_symlink():
+        return path
+    target = staging.resolved(path)
+    if not target.parent.is_dir():
+        raise OutputError(
+            f"{path} is a symbolic link to {target}, whose folder does not exist: "
+            "create that folder, remove the link, or name another path"
+        )
+    if not os.access(target.parent, os.W_OK):
+        raise OutputError(f"{path} is a symbolic link into {target.parent}, which is not writable: name another path")
+    return target
+
+
 @contextlib.contextmanager
 def staged_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a fresh directory next to ``path``; when the block succeeds it replaces ``path``.
@@ -134,7 +153,7 @@ def staged_directory(path: str | os.PathLike) -> Iterator[Path]:
     Inside :func:`output_session` the rename waits for the end of the session.
     The caller has checked ``path`` (:func:`check_output_parent` at least).
     """
-    path = Path(path).expanduser()
+    path = through_link(Path(path).expanduser())
     _refuse_if_input(path)
     parent = path.parent if str(path.parent) else Path(".")
     staging.remove_stale_temporaries(parent)
@@ -152,7 +171,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     file keeps its mode; a new one gets the mode the umask gives. Inside
     :func:`output_session` the rename waits for the end of the session.
     """
-    path = Path(path).expanduser()
+    path = through_link(Path(path).expanduser())
     _refuse_if_input(path)
     parent = path.parent if str(path.parent) else Path(".")
     staging.remove_stale_temporaries(parent)
