@@ -273,9 +273,22 @@ class HFModel(LoadedModel):
 
     # -- encoding -----------------------------------------------------------------------------
 
+    def _check_ids_fit(self, ids: Sequence[Sequence[int]]) -> None:
+        """Refuse ids past the embedding table: a tokenizer whose ids skip numbers (or a mismatched one) can
+        give them even when it has no more tokens than the table has rows (``check_weights`` sees only the count)."""
+        rows = getattr(self.model.get_input_embeddings(), "num_embeddings", None)
+        largest = max((max(row) for row in ids if row), default=-1)
+        if isinstance(rows, int) and largest >= rows:
+            token = self.tokenizer.convert_ids_to_tokens([largest])[0]
+            raise ModelSpecError(
+                f"the tokenizer of model {self.name!r} gives id {largest:,} ({token!r}) but its embedding table has "
+                f"only {rows:,} rows: give the tokenizer that came with the weights"
+            )
+
     def _tokenize(self, texts: Sequence[str], max_length: int | None, truncate: bool, what: str):
         limit = min(x for x in (max_length, self.max_length) if x) if (max_length or self.max_length) else None
         full = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+        self._check_ids_fit(full)
         truncated = [limit is not None and len(ids) > limit for ids in full]
         if any(truncated):
             longest = max(len(ids) for ids in full)
