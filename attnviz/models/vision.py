@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor, nn
 
-from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
+from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError, reason
 from attnviz.common.images import ImageGrid
 from attnviz.common.parallel import SINGLE_PROCESS
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
@@ -202,7 +202,7 @@ class VisionModel(LoadedModel):
         try:
             pixels = self.processor(images=images, return_tensors="pt")["pixel_values"]  # [b, 3, H, W]
         except Exception as exc:  # an image the processor cannot resize
-            raise InputError(f"{self.name}'s image processor cannot read this image: {exc}") from exc
+            raise InputError(f"{self.name}'s image processor cannot read this image: {reason(exc)}") from exc
         grid = self.grid_for(pixels.shape[-2], pixels.shape[-1])
         labels = grid.token_labels()
         special = [index < grid.num_extra for index in range(grid.num_tokens)]

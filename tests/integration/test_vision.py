@@ -231,3 +231,26 @@ def test_a_sink_head_is_flagged(vision_models):
     coordinates = torch.tensor([[p // 4, p % 4] for p in range(16)], dtype=torch.float64)
     mean_distance = torch.cdist(coordinates, coordinates).mean()
     assert abs(float(accumulator.distance[site].mean_std()[0][1]) - float(mean_distance)) < 1e-5
+
+
+def test_an_image_processor_failing_without_a_message_still_says_why(vision_models, monkeypatch):
+    """A bare ``MemoryError()`` from the processor: the line says "out of memory", never ends in a dangling colon."""
+    model = vision_models["vit"]
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(model, "processor", out_of_memory)
+    with pytest.raises(InputError) as raised:
+        model.encode_images(sample_images(1))
+    assert str(raised.value).endswith("cannot read this image: out of memory")
+
+
+def test_an_empty_reason_leaves_no_dangling_separator():
+    assert (
+        str(InputError("x's image processor cannot read this image: ")) == "x's image processor cannot read this image"
+    )
+    assert (
+        str(InputError("a.png is a damaged image (): give an intact file"))
+        == "a.png is a damaged image: give an intact file"
+    )

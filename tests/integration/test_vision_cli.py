@@ -114,18 +114,25 @@ def bad_images(tmp_path_factory, image_folder):
     data = (image_folder / "photo-0.png").read_bytes()
     (folder / "truncated.png").write_bytes(data[: len(data) // 2])
     Image.new("RGB", (1, 1), (255, 0, 0)).save(folder / "dot.png")
+    Image.new("1", (13_000, 13_000)).save(folder / "huge.png")  # 20 KB on disk, 169 M pixels: a decompression bomb
     return folder
 
 
 @pytest.mark.parametrize(
     ("name", "fragment"),
-    [("text.png", "not an image"), ("truncated.png", "truncated"), ("dot.png", "1×1 pixels")],
+    [
+        ("text.png", "not an image"),
+        ("truncated.png", "truncated"),
+        ("dot.png", "1×1 pixels"),
+        ("huge.png", "13,000×13,000 = 169,000,000 pixels): Pillow's limit against decompression bombs is 89,478,485"),
+    ],
 )
 def test_bad_images_are_refused(capsys, tmp_path, bad_images, tiny_vision_dirs, name, fragment):
     for command in (["heatmap", "--out", tmp_path / "out.png"], ["capture", "--out", tmp_path / "out.safetensors"]):
         result = run_cli(capsys, *command, "--image", bad_images / name, "--model", tiny_vision_dirs["vit"])
         assert_clean_error(result, fragment)
         assert len(result.error_lines()) == 1
+        assert "Warning" not in result.stderr  # Pillow's warning is part of the one line, not lines of its own
     assert list(tmp_path.iterdir()) == []
 
 
