@@ -49,15 +49,28 @@ def capture_text(
 def print_summary(result, stack) -> None:
     """One line on stderr: the model, its kind, the tokens, layers and heads of ``stack``."""
     from attnviz.cli.console import console
-    from attnviz.common.wording import layers_and_heads, plural
+    from attnviz.common.wording import plural
 
     stack = stack or result.stacks[0]
     queries, keys = result.axis_tokens(stack)
     kind = "causal" if result.causal else "encoder-decoder" if result.encoder_decoder else "bidirectional"
+    size = stack_size(result, stack)
+    console.print(
+        f"[bold]{result.model}[/bold] ({kind}) · {plural(len(keys), 'token')}"
+        + (f" → {plural(len(queries), 'target token')}" if stack in ("cross", "decoder") else "")
+        + f" · {stack} attention: {size}",
+        highlight=False,
+    )
+
+
+def stack_size(result, stack: str) -> str:
+    """``6 layers × 12 heads`` of ``stack`` as the model has them (a pruned model's layers differ); for a capture
+    of some layers only, the model's size, then the layers and heads the capture holds (numbered as the model's)."""
+    from attnviz.common.wording import layers_and_heads, plural
+
     size = layers_and_heads(result.head_counts(stack))
     identity = result.identity
     if identity is not None and identity.is_subset():
-        # the model's size, then the layers and heads this capture holds (its numbers are the model's)
         held = result.recorded_layers(stack)
         heads = sum(result.head_counts(stack)[layer] for layer in held)
         model_counts = identity.model_layout.get(stack) or identity.model_heads.get(stack)
@@ -66,12 +79,7 @@ def print_summary(result, stack) -> None:
             f"{model_size.replace(' × 0 heads', '')}, recorded: {'layer' if len(held) == 1 else 'layers'} "
             f"{', '.join(map(str, held))} ({plural(heads, 'head')})"
         )
-    console.print(
-        f"[bold]{result.model}[/bold] ({kind}) · {plural(len(keys), 'token')}"
-        + (f" → {plural(len(queries), 'target token')}" if stack in ("cross", "decoder") else "")
-        + f" · {stack} attention: {size}",
-        highlight=False,
-    )
+    return size
 
 
 def max_bytes_value(text: str) -> int:

@@ -106,13 +106,14 @@ def draw_image(result, out: Path, *, html: bool, layers, heads, query, view: str
 
 
 def print_image_summary(result) -> None:
-    """One line on stderr: the model, the grid and the extra tokens, layers × heads."""
+    """One line on stderr: the model, the grid and the extra tokens, layers × heads (as the model has them)."""
+    from attnviz.cli.capturing import stack_size
     from attnviz.cli.console import console
 
     grid = result.image_grid
     extras = ", ".join(grid.token_labels()[: grid.num_extra]) or "no extra tokens"
     console.print(
         f"[bold]{result.model}[/bold] (vision) · {grid.rows}×{grid.cols} patches + {extras} · "
-        f"{result.num_layers()} layers × {result.num_heads()} heads",
+        f"{stack_size(result, 'self')}",
         highlight=False,
     )
