@@ -287,7 +287,7 @@ class LoadedModel(ABC):
         raise UnsupportedModelError(f"{self.name}: attnviz cannot judge the heads of this kind of model")
 
     def save_pruned(
-        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False
     ) -> tuple[Path, Path | None]:
         """Write ``pruned`` (what :meth:`remove_heads` made of this model) to ``directory``, atomically, in a form
         :func:`attnviz.models.specs.load_model` reads back.

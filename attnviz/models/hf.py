@@ -233,7 +233,7 @@ class HFModel(LoadedModel):
         return text_probe_batches(self, length, sequences, seed=seed, batch_size=batch_size)
 
     def save_pruned(
-        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False
     ) -> tuple[Path, Path | None]:
         """The pruned-checkpoint format of :mod:`attnviz.models.pruned_format` (with the masked-weights copy)."""
         path = save_pruned_checkpoint(

@@ -366,7 +366,7 @@ class VisionModel(LoadedModel):
 
         return random_image_batch(self, seed)
 
-    def save_pruned(self, directory, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True):
+    def save_pruned(self, directory, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False):
         """The pruned-checkpoint format of :mod:`attnviz.models.pruned_format`, with the image processor."""
         from attnviz.models.vision_pruning import save_pruned_vision_model
 

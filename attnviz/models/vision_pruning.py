@@ -164,7 +164,7 @@ def save_pruned_vision_model(
     pruned: PrunedCopy,
     *,
     source: str,
-    transformers_copy: bool = True,
+    transformers_copy: bool = False,
 ) -> tuple[Path, Path | None]:
     """Write a pruned vision classifier in the format of :mod:`attnviz.models.pruned_format`.
 

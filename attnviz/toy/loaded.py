@@ -101,7 +101,7 @@ class ToyModel(LoadedModel):
         return TaskObjective(self, batches, parallel=parallel)
 
     def save_pruned(
-        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False
     ) -> tuple[Path, None]:
         """A toy checkpoint (its config records the heads per layer, its metadata what was removed)."""
         with files.staged_directory(Path(directory)) as stage:

@@ -122,7 +122,7 @@ def test_every_writing_command_prints_exactly_its_paths_on_stdout(capsys, tmp_pa
         "prune": (
             ["prune", bert, "--count", "3", "--importance", "entropy", "--text", text, "--out", "p", "--json", "p.json"]
             + ["--latency-tokens", "8", "--latency-repeats", "2"],
-            ["p", "p/transformers-masked", "p.json"],
+            ["p", "p.json"],
         ),
         "report": (["report", "toy-previous-token", "--out", "r.html", "--examples", "1"], ["r.html"]),
     }

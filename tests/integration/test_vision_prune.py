@@ -139,7 +139,9 @@ def test_prune_writes_a_checkpoint_that_reloads(classifier_dirs, image_folder, t
     path, out = classifier_dirs["dinov2_registers"], tmp_path / "pruned"
     images = sorted(image_folder.glob("*.png"))
     config = PruneConfig(count=3, importance="ablation", latency_repeats=1)
-    outcome = prune_checkpoint(str(path), out, config, images=images[:8], eval_images=images[8:] * 2)
+    outcome = prune_checkpoint(
+        str(path), out, config, images=images[:8], eval_images=images[8:] * 2, transformers_copy=True
+    )
     report = outcome.report
     assert report.objective == "prediction" and report.metric == "agreement" and report.unit == "images"
     assert report.metric_before == 1.0 and report.loss_before == 0.0
