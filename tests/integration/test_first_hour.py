@@ -241,3 +241,19 @@ def test_gguf_conversion_progress_is_attnvizs_and_transformers_settings_come_bac
     assert reporter.tasks == [("de-quantising the GGUF tensors", 5)]
     assert gguf_reader.tqdm is original
     assert transformers_logging.is_progress_bar_enabled() and transformers_logging.get_verbosity() == verbosity
+
+
+def test_loading_a_model_names_its_source_in_one_line(capsys, tmp_path):
+    """The line docs/first-steps.md shows: ``model: named model toy-reverse (/…/sample_data/toy/reverse)``."""
+    from attnviz.common.texts import sample_data_path
+
+    text, target = REVERSE_INPUT
+    result = run_cli(capsys, "capture", text, "--model", "toy-reverse", "--target", target, "--out", tmp_path / "a.c")
+    assert result.exit_code != 0  # an unsupported suffix: refused before anything loads, so no model line
+    assert "model:" not in result.stderr
+    result = run_cli(
+        capsys, "capture", text, "--model", "toy-reverse", "--target", target, "--out", tmp_path / "a.safetensors"
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("model:")]
+    assert lines == [f"model: named model toy-reverse ({sample_data_path('toy', 'reverse')})"]
