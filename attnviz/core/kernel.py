@@ -28,7 +28,6 @@ per forward pass, never by who observes.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import threading
@@ -43,7 +42,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnviz.common.progress import notice, status, warn
+from attnviz.common.progress import notice, warn
 from attnviz.core.kernel_build import (
     clear_stale_lock,
     forget_failure,
@@ -187,11 +186,10 @@ def _build_and_load(capability: str) -> bool:
                 if not built:
                     write_owner(directory)
             if not built:
-                notice(BUILD_NOTICE)
-            with status(BUILD_NOTICE) if not built else contextlib.nullcontext():
-                _module = cpp_extension.load_inline(
-                    name=name, cpp_sources=[source], extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False
-                )
+                notice(BUILD_NOTICE)  # one line, not also a status line of the same words
+            _module = cpp_extension.load_inline(
+                name=name, cpp_sources=[source], extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False
+            )
         except Exception as exc:  # noqa: BLE001 (a build error, a broken toolchain, …): stay on torch
             reason = f"the build failed ({type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]})"
     if reason is not None:
