@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from attnviz.common.wording import layers_and_heads, plural
+
 
 def generation_settings(generate, sample, temperature, seed, target) -> dict | None:
     """Keyword arguments of ``generate_capture`` from the options, or None without --generate."""
@@ -42,7 +44,9 @@ def capture_text(
 
     with status(f"generating up to {generation['max_new_tokens']} tokens"):
         result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)
-    console.print(f"[bold]generated:[/bold] {result.text!r} ({len(result.token_ids)} tokens)", highlight=False)
+    console.print(
+        f"[bold]generated:[/bold] {result.text!r} ({plural(len(result.token_ids), 'token')})", highlight=False
+    )
     return result.capture
 
 
@@ -66,7 +70,7 @@ def print_summary(result, stack) -> None:
 def stack_size(result, stack: str) -> str:
     """``6 layers × 12 heads`` of ``stack`` as the model has them (a pruned model's layers differ); for a capture
     of some layers only, the model's size, then the layers and heads the capture holds (numbered as the model's)."""
-    from attnviz.common.wording import layers_and_heads, plural
+    from attnviz.common.wording import plural
 
     size = layers_and_heads(result.head_counts(stack))
     identity = result.identity
@@ -108,7 +112,7 @@ def print_page_summary(loaded, result, stack) -> None:
     stack = stack or loaded.stacks()[0]
     keys = result.axis_tokens(stack)[1]
     console.print(
-        f"[bold]{result.model}[/bold] · {len(keys)} tokens · {loaded.num_layers(stack)} layers × "
+        f"[bold]{result.model}[/bold] · {plural(len(keys), 'token')} · {loaded.num_layers(stack)} layers × "
         f"{loaded.num_heads(stack)} heads · long input: the page keeps each query's strongest keys "
         "and a pooled overview (see the page's notes)",
         highlight=False,

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from attnviz.common.progress import Reporter
+from attnviz.common.wording import plural
 
 console = Console(stderr=True)
 
@@ -98,7 +99,7 @@ class PhaseLines(Progress):
         visible: bool = True,
         **fields: Any,
     ) -> TaskID:
-        steps = f" ({total:,.0f} steps)" if total else ""
+        steps = f" ({plural(int(total), 'step')})" if total else ""
         phase_line(f"{description}{steps}")
         return super().add_task(description, start=start, total=total, completed=completed, visible=visible, **fields)
 

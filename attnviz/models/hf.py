@@ -15,6 +15,7 @@ from torch import nn
 from attnviz.common.errors import AttnvizError, InputError, ModelSpecError, ParameterError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
+from attnviz.common.wording import plural
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.hf_checks import (
@@ -299,7 +300,7 @@ class HFModel(LoadedModel):
                     "shorten it, raise {max_length}, or allow truncation",
                     limit,
                 )
-            warn(f"{sum(truncated)} {what}(s) longer than {limit} tokens were truncated to {limit}")
+            warn(f"{plural(sum(truncated), what)} longer than {plural(limit, 'token')} were truncated to {limit}")
         enc = self.tokenizer(
             list(texts),
             padding=True,

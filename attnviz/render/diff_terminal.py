@@ -12,6 +12,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from attnviz.common.wording import plural
 from attnviz.compare.result import ModelComparison
 
 #: statistics shown as Δ columns of the most-changed table (the rest are in the JSON and CSV)
@@ -89,16 +90,20 @@ def most_changed_table(
 def summary_lines(comparison: ModelComparison) -> list[str]:
     """What was compared, and the heads present in one model only."""
     lines = [
-        f"{comparison.model_a} (A) against {comparison.model_b} (B): {comparison.texts_compared} texts, "
-        f"{comparison.stats_a.num_tokens} tokens"
-        + (f"; {comparison.texts_skipped} texts left out (tokenised differently)" if comparison.texts_skipped else "")
+        f"{comparison.model_a} (A) against {comparison.model_b} (B): {plural(comparison.texts_compared, 'text')}, "
+        f"{plural(comparison.stats_a.num_tokens, 'token')}"
+        + (
+            f"; {plural(comparison.texts_skipped, 'text')} left out (tokenised differently)"
+            if comparison.texts_skipped
+            else ""
+        )
         + ("; statistics only (--by-statistics)" if comparison.mode == "statistics" else "")
     ]
     for status, where in (("only_a", "only in A"), ("only_b", "only in B")):
         heads = comparison.only(status)  # type: ignore[arg-type]
         if heads:
             named = ", ".join(f"L{layer} H{head}" for _, layer, head in heads[:24])
-            lines.append(f"{len(heads)} heads {where}: {named}" + (" …" if len(heads) > 24 else ""))
+            lines.append(f"{plural(len(heads), 'head')} {where}: {named}" + (" …" if len(heads) > 24 else ""))
     return lines
 
 

@@ -21,6 +21,7 @@ from torch import Tensor
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 from attnviz.common.images import ImageGrid
+from attnviz.common.wording import plural
 from attnviz.render.capture_view import model_title
 from attnviz.render.heatmap import FigureStyle
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
@@ -95,7 +96,7 @@ def image_panels(
 
         weights = query_row(rollout(capture), grid, chosen)  # [key]
         patches, extras = split_keys(weights, grid)
-        return [[ImagePanel(patches, extras, f"rollout through {capture.num_layers()} layers")]], described
+        return [[ImagePanel(patches, extras, f"rollout through {plural(capture.num_layers(), 'layer')}")]], described
     rows = []
     for layer in resolve_layers(layers, capture.num_layers()):
         pattern = capture.layer(layer)  # [head, query, key]

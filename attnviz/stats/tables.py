@@ -141,7 +141,7 @@ def tag_text(tags: Iterable[tuple[str, str]]) -> Text:
 def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: tuple[str, ...] | None = None) -> Table:
     """The per-head table: one row per head, the mean of each statistic (all by default), and the flags."""
     statistics = STATISTIC_NAMES if statistics is None else statistics
-    title = f"{stats.model} · {stack} attention · {stats.num_examples} examples, {stats.num_tokens} tokens"
+    title = f"{stats.model} · {stack} attention · {plural(stats.num_examples, 'example')}, {plural(stats.num_tokens, 'token')}"
     caption = " · ".join(LEGEND[name] for name in statistics) + " · " + FLAG_LEGEND
     table = per_head_table(title, caption, [HEADERS[name] for name in statistics], "flags")
     for layer, head, values, flags in rows:

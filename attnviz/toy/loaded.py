@@ -29,6 +29,7 @@ from attnviz.common.errors import InputError, ParameterError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
 from attnviz.common.resources import batch_memory, require_memory
+from attnviz.common.wording import plural
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
@@ -188,7 +189,7 @@ class ToyModel(LoadedModel):
             truncated.append(cut)
             parsed.append((items, answer))
         if any(truncated):
-            warn(f"{sum(truncated)} toy text(s) longer than {limit} positions were truncated")
+            warn(f"{plural(sum(truncated), 'toy text')} longer than {limit} positions were truncated")
         if self.toy_task.kind == "seq2seq" and self.config.architecture != "encoder":
             missing = [i for i, (_, answer) in enumerate(parsed) if answer is None]
             if missing:

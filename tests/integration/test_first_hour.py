@@ -257,3 +257,25 @@ def test_loading_a_model_names_its_source_in_one_line(capsys, tmp_path):
     assert result.exit_code == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("model:")]
     assert lines == [f"model: named model toy-reverse ({sample_data_path('toy', 'reverse')})"]
+
+
+def test_counts_of_one_are_singular(capsys):
+    """One pluralising helper words every count people read: ``(1 step)``, ``1 text``, ``1 example``."""
+    import re
+
+    from attnviz.cli.console import PhaseLines
+
+    PhaseLines().add_task("scoring", total=1)
+    PhaseLines().add_task("statistics", total=44)
+    stderr = capsys.readouterr().err
+    assert "scoring (1 step) …" in stderr and "statistics (44 steps) …" in stderr
+    # no count of texts, examples or steps is written with a bare placeholder and a fixed plural, nor as "(s)"
+    package = Path(__file__).resolve().parents[2] / "attnviz"
+    slips = [
+        f"{path.relative_to(package)}: {match.group(0)}"
+        for path in package.rglob("*.py")
+        for match in re.finditer(
+            r"\{(?!batch\})[^{}]+\} (steps|texts|examples)\b|(model|checkpoint|text)\(s\)", path.read_text()
+        )
+    ]
+    assert slips == [], slips
