@@ -34,6 +34,12 @@ def product_console() -> Console:
     return stdout if stdout.is_terminal else Console(width=max(stdout.width, 200))
 
 
+def view_console() -> Console:
+    """A console on stdout for a view the user asked to see in the terminal (``--terminal``): the view is the
+    command's product, so ``> file`` keeps it; at the terminal's width (80 columns in a file, or ``COLUMNS``)."""
+    return Console()
+
+
 #: warnings of the running command, printed when it ends: after its output when it succeeds, folded
 #: into its one ``error:`` line when it fails (a warning that led to the failure explains it there)
 _pending_warnings: list[str] = []

@@ -101,7 +101,7 @@ def test_from_capture_gives_the_same_rows(eager, tmp_path, capsys):
         capsys, "heatmap", "--from-capture", path, "--query", "17", "--layer", "1", "--head", "3", "--terminal"
     )
     assert result.exit_code == 0, result.stderr
-    assert f"{top}:{display_token(rows.key_tokens[top])}" in result.stderr  # the terminal view is drawn on stderr
+    assert f"{top}:{display_token(rows.key_tokens[top])}" in result.stdout  # the terminal view is the product: stdout
 
 
 def _pool_by_hand(row: list[float], block: int) -> list[float]:
@@ -167,7 +167,7 @@ def test_cli_figure_and_terminal(eager, tiny_model_dirs, tmp_path, capsys):
     assert terminal.exit_code == 0, terminal.stderr
     top = int(torch.argmax(reference[1][2, -1]))
     token = display_token(loaded.encode([TEXT]).tokens[0][top])
-    assert f"top: {top}:{token}" in terminal.stderr and terminal.stdout == ""
+    assert f"top: {top}:{token}" in terminal.stdout and f"top: {top}:{token}" not in terminal.stderr
 
 
 @pytest.mark.parametrize(
