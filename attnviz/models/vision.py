@@ -326,6 +326,11 @@ class VisionModel(LoadedModel):
 
     # -- text tools refuse ------------------------------------------------------------------------
 
+    def default_probe_length(self, longest: int) -> int:
+        """Asked before any probing starts: a vision model refuses here, before a "probing …" line."""
+        self.probe_batches(longest, 0, seed=0, batch_size=1)
+        return longest
+
     def probe_batches(self, length: int, sequences: int, *, seed: int, batch_size: int) -> list[ProbeBatch]:
         raise UnsupportedModelError(
             f"{self.name} is a vision model: the head probes (previous-token, induction, duplicate-token) are "

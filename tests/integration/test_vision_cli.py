@@ -220,3 +220,12 @@ def test_shipped_toy_vit_answers_and_looks_at_the_odd_patch():
     # and not by a hair: the best head puts several times the even share (1/17) on the odd patch
     on_odd = last[torch.arange(300), :, torch.tensor(labels)]  # [images, heads]
     assert float(on_odd.mean(0).max()) > 5 / 17
+
+
+def test_heads_on_a_vision_model_refuses_before_any_progress(capsys, tiny_vision_dirs):
+    result = run_cli(capsys, "heads", tiny_vision_dirs["vit"])
+    assert_clean_error(result, "is a vision model", "head probes")
+    assert "probing" not in result.stderr
+    assert [
+        line for line in result.stderr.splitlines() if line.strip() and not line.startswith(("model:", "loading"))
+    ] == result.error_lines()
