@@ -275,3 +275,17 @@ def test_any_query_gives_strips_or_one_error_line(toy_capture, capsys, monkeypat
         assert len(result.error_lines()) == 1, result.stderr
         assert not (toy_capture / "s.png").exists()
     (toy_capture / "s.png").unlink(missing_ok=True)
+
+
+def test_last_is_the_last_token_that_is_not_whitespace():
+    """A file's trailing newline (``Ċ`` in byte-level tokenizers) is not what "last" means; ``-1`` still is it."""
+    from attnviz.captures.query_rows import resolve_query
+
+    tokens = ["The", "Ġcat", "Ġsat", ".", "Ċ"]
+    attentions = torch.softmax(torch.randn(2, 3, 5, 5), dim=-1)  # [layer, head, query, key]
+    capture = AttentionCapture.from_attentions(attentions, tokens, causal=False)
+    assert query_rows_of_capture(capture, "last").query == 3
+    assert query_rows_of_capture(capture, -1).query == 4
+    assert resolve_query("last", 4, ["a", "Ġb", "ĠĊ", "Ġ"]) == 1
+    assert resolve_query("last", 3, ["\n", "\n", "\n"]) == 2  # nothing but whitespace: the very last
+    assert resolve_query("last", 3) == 2
