@@ -160,7 +160,7 @@ def test_overlay_hottest_patch_is_the_patterns(family, query, view, vision_model
     else:
         row = pattern[0 if query is None else grid.patch_token(*query)]
     expected = int(row[grid.num_extra :].argmax())
-    assert hottest_drawn_patch(figure, 0, grid) == expected
+    assert hottest_drawn_patch(figure, 1, grid) == expected  # axes 0: the input panel
 
 
 def test_overlay_shows_every_extra_token(vision_models):
