@@ -307,7 +307,7 @@ def train(
     held_out, result, series = run.result.held_out, run.result, run.series
     console.print(
         f"held-out accuracy [bold]{held_out['accuracy']:.2%}[/bold] of {held_out['tokens']} labelled tokens, "
-        f"{held_out['sequence_accuracy']:.2%} of {plural(held_out['examples'], 'example')} entirely right "
+        f"{held_out['sequence_accuracy']:.2%} of {plural(int(held_out['examples']), 'example')} entirely right "
         f"(loss {held_out['loss']:.4f}; trained in {result.seconds:.0f} s)",
         highlight=False,
     )

@@ -300,7 +300,7 @@ class HFModel(LoadedModel):
                     "shorten it, raise {max_length}, or allow truncation",
                     limit,
                 )
-            warn(f"{plural(sum(truncated), what)} longer than {plural(limit, 'token')} were truncated to {limit}")
+            warn(f"{plural(sum(truncated), what)} longer than {limit} tokens were truncated to {limit}")
         enc = self.tokenizer(
             list(texts),
             padding=True,
