@@ -122,7 +122,7 @@ def build_workspace(root: Path, minilm_dir: Path) -> None:
 
 
 def _models_that_disagree(root: Path, model_copy, state: dict) -> None:
-    """A config asking for 10⁸ layers, weights holding NaN, a tokenizer past the embedding table."""
+    """A config asking for 10⁸ layers, weights holding NaN, tokenizers past the embedding table."""
     import torch
     from safetensors.torch import save_file
 
@@ -141,6 +141,12 @@ def _models_that_disagree(root: Path, model_copy, state: dict) -> None:
     embeddings = "embeddings.word_embeddings.weight"
     save_file({**state, embeddings: state[embeddings][:1000].clone()}, str(small / "model.safetensors"))
     rewrite_config(small, vocab_size=1000)
+    # as many tokens as rows, but one id far past the table (a vocabulary whose ids skip numbers)
+    sparse = model_copy("m_sparse_ids")
+    tokenizer = json.loads((sparse / "tokenizer.json").read_text())
+    tokenizer["model"]["vocab"]["cat"] = 500_000
+    (sparse / "tokenizer.json").unlink()
+    (sparse / "tokenizer.json").write_text(json.dumps(tokenizer))
 
 
 def _damaged_toys_and_reports(root: Path) -> None:

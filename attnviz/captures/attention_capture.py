@@ -46,6 +46,7 @@ from attnviz.common.errors import InputError
 from attnviz.common.images import ImageGrid
 from attnviz.common.selection import HeadSelection, LayerSelection
 from attnviz.common.tokens import display_token, word_groups, word_label
+from attnviz.common.wording import plural
 from attnviz.core import AttentionSite
 from attnviz.core.choices import Weighting
 from attnviz.core.recorder import PatternRecorder
@@ -121,7 +122,9 @@ class AttentionCapture(NotebookDisplay):
         """``[head, query, key]`` of one layer (negative indices count from the end)."""
         layers = self._layers(stack)
         if not -len(layers) <= layer < len(layers):
-            raise InputError(f"layer {layer} is out of range: the model has {len(layers)} layers (0–{len(layers) - 1})")
+            raise InputError(
+                f"layer {layer} is out of range: the model has {plural(len(layers), 'layer')} (0–{len(layers) - 1})"
+            )
         number = layer % len(layers)
         if not self.is_recorded(number, stack):
             held = ", ".join(map(str, self.recorded_layers(stack))) or "none"

@@ -24,6 +24,7 @@ from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.progress import progress_bar
 from attnviz.common.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
+from attnviz.common.tokens import last_content_position
 from attnviz.core import AttentionSite
 from attnviz.core.stacks import is_causal_stack, stack_of
 from attnviz.models.base import LoadedModel
@@ -31,7 +32,8 @@ from attnviz.models.identity import model_identity
 
 __all__ = ["LAST", "QueryPosition", "QueryRows", "capture_query_rows", "query_rows_of_capture", "resolve_query"]
 
-#: the last query of the text (``query="last"``); the same as ``-1``
+#: the last query of the text that is not whitespace (``query="last"``): a trailing newline or space is skipped
+#: (``-1`` is the very last token)
 LAST = "last"
 #: a query's position on the query axis: an index (negative ones count from the end) or ``"last"``
 QueryPosition = int | Literal["last"]
@@ -105,10 +107,11 @@ class QueryRows(NotebookDisplay):
         return torch.topk(matrix, count, dim=1).indices.tolist()
 
 
-def resolve_query(query: QueryPosition, count: int) -> int:
-    """``query`` as an index in ``0..count-1``: ``"last"`` and negative indices count from the end."""
+def resolve_query(query: QueryPosition, count: int, tokens: Sequence[str] | None = None) -> int:
+    """``query`` as an index in ``0..count-1``: negative indices count from the end; ``"last"`` is the last of
+    ``tokens`` that is not whitespace (the last position without ``tokens``)."""
     if query == LAST:
-        return count - 1
+        return last_content_position(tokens) if tokens else count - 1
     if isinstance(query, bool) or not isinstance(query, int):
         raise ParameterError(
             "query", "{query} is a query position: give an integer (negative counts from the end) or last", query
@@ -214,7 +217,7 @@ def capture_query_rows(
         truncate=truncate,
     )
     query_tokens, key_tokens = (tokens[0] for tokens in batch.query_key_tokens(stack))
-    index = resolve_query(query, len(query_tokens))  # refused before the model runs
+    index = resolve_query(query, len(query_tokens), query_tokens)  # refused before the model runs
     counts = {site.layer: count for site, count in loaded.layout().items() if site.stack == stack}
     layer_ids = resolve_layers(layers, len(counts))
     identity = model_identity(loaded)
@@ -262,7 +265,7 @@ def query_rows_of_capture(
     stack = stack or capture.stacks[0]
     layer_ids = resolve_layers(layers, capture.num_layers(stack))  # refuses a stack the capture lacks
     tokens = capture.axis_tokens(stack)
-    index = resolve_query(query, len(tokens[0]))
+    index = resolve_query(query, len(tokens[0]), tokens[0])
     head_numbers, rows = [], []
     for layer in layer_ids:
         patterns = capture.layer(layer, stack)  # [head, query, key]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from attnviz.common.wording import layers_and_heads, plural
+
 
 def generation_settings(generate, sample, temperature, seed, target) -> dict | None:
     """Keyword arguments of ``generate_capture`` from the options, or None without --generate."""
@@ -42,22 +44,37 @@ def capture_text(
 
     with status(f"generating up to {generation['max_new_tokens']} tokens"):
         result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)
-    console.print(f"[bold]generated:[/bold] {result.text!r} ({len(result.token_ids)} tokens)", highlight=False)
+    console.print(
+        f"[bold]generated:[/bold] {result.text!r} ({plural(len(result.token_ids), 'token')})", highlight=False
+    )
     return result.capture
 
 
 def print_summary(result, stack) -> None:
     """One line on stderr: the model, its kind, the tokens, layers and heads of ``stack``."""
     from attnviz.cli.console import console
-    from attnviz.common.wording import layers_and_heads, plural
+    from attnviz.common.wording import plural
 
     stack = stack or result.stacks[0]
     queries, keys = result.axis_tokens(stack)
     kind = "causal" if result.causal else "encoder-decoder" if result.encoder_decoder else "bidirectional"
+    size = stack_size(result, stack)
+    console.print(
+        f"[bold]{result.model}[/bold] ({kind}) · {plural(len(keys), 'token')}"
+        + (f" → {plural(len(queries), 'target token')}" if stack in ("cross", "decoder") else "")
+        + f" · {stack} attention: {size}",
+        highlight=False,
+    )
+
+
+def stack_size(result, stack: str) -> str:
+    """``6 layers × 12 heads`` of ``stack`` as the model has them (a pruned model's layers differ); for a capture
+    of some layers only, the model's size, then the layers and heads the capture holds (numbered as the model's)."""
+    from attnviz.common.wording import plural
+
     size = layers_and_heads(result.head_counts(stack))
     identity = result.identity
     if identity is not None and identity.is_subset():
-        # the model's size, then the layers and heads this capture holds (its numbers are the model's)
         held = result.recorded_layers(stack)
         heads = sum(result.head_counts(stack)[layer] for layer in held)
         model_counts = identity.model_layout.get(stack) or identity.model_heads.get(stack)
@@ -66,12 +83,7 @@ def print_summary(result, stack) -> None:
             f"{model_size.replace(' × 0 heads', '')}, recorded: {'layer' if len(held) == 1 else 'layers'} "
             f"{', '.join(map(str, held))} ({plural(heads, 'head')})"
         )
-    console.print(
-        f"[bold]{result.model}[/bold] ({kind}) · {plural(len(keys), 'token')}"
-        + (f" → {plural(len(queries), 'target token')}" if stack in ("cross", "decoder") else "")
-        + f" · {stack} attention: {size}",
-        highlight=False,
-    )
+    return size
 
 
 def max_bytes_value(text: str) -> int:
@@ -100,7 +112,7 @@ def print_page_summary(loaded, result, stack) -> None:
     stack = stack or loaded.stacks()[0]
     keys = result.axis_tokens(stack)[1]
     console.print(
-        f"[bold]{result.model}[/bold] · {len(keys)} tokens · {loaded.num_layers(stack)} layers × "
+        f"[bold]{result.model}[/bold] · {plural(len(keys), 'token')} · {loaded.num_layers(stack)} layers × "
         f"{loaded.num_heads(stack)} heads · long input: the page keeps each query's strongest keys "
         "and a pooled overview (see the page's notes)",
         highlight=False,

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.text import Text
 
 from attnviz.common.progress import Reporter
+from attnviz.common.wording import plural
 
 #: the width tables and views are laid out for on a stderr that is no terminal
 LOG_LAYOUT_WIDTH = 200
@@ -57,6 +58,12 @@ def product_console() -> Console:
     """
     stdout = Console()
     return stdout if stdout.is_terminal else Console(width=max(stdout.width, 200))
+
+
+def view_console() -> Console:
+    """A console on stdout for a view the user asked to see in the terminal (``--terminal``): the view is the
+    command's product, so ``> file`` keeps it; at the terminal's width (80 columns in a file, or ``COLUMNS``)."""
+    return Console()
 
 
 #: warnings of the running command, printed when it ends: after its output when it succeeds, folded
@@ -129,7 +136,7 @@ class PhaseLines(Progress):
         visible: bool = True,
         **fields: Any,
     ) -> TaskID:
-        steps = f" ({total:,.0f} steps)" if total else ""
+        steps = f" ({plural(int(total), 'step')})" if total else ""
         phase_line(f"{description}{steps}")
         return super().add_task(description, start=start, total=total, completed=completed, visible=visible, **fields)
 

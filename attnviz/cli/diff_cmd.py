@@ -30,6 +30,7 @@ from attnviz.cli.options import (
     stack_value,
 )
 from attnviz.cli.stats_options import LocalWindowOption
+from attnviz.common.wording import plural
 
 STDOUT = Path("-")
 DIFF_PANEL = "Comparison"
@@ -308,8 +309,8 @@ def _show_inputs(result, limit) -> None:
     from attnviz.render.diff_terminal import THOUSANDTHS, ranked_numbers
 
     console.print(
-        f"{result.model}: A = {result.text_a!r} ({len(result.capture_a.tokens)} tokens), B = {result.text_b!r} "
-        f"({len(result.capture_b.tokens)} tokens); aligned by {result.alignment}",
+        f"{result.model}: A = {result.text_a!r} ({plural(len(result.capture_a.tokens), 'token')}), B = {result.text_b!r} "
+        f"({plural(len(result.capture_b.tokens), 'token')}); aligned by {result.alignment}",
         highlight=False,
     )
     heads = [h for h in result.heads() if h["js_divergence"] is not None]

@@ -306,7 +306,9 @@ def error_line(message: str, code: int) -> int:
     warnings = take_warnings()
     if warnings:  # what went wrong first belongs to the one line, not to lines of its own before it
         message = f"{message} (after: {'; '.join(warnings)})"
-    text = Text("error: ", style="bold red") + Text(" ".join(message.split()))
+    from attnviz.common.errors import tidy_message
+
+    text = Text("error: ", style="bold red") + Text(" ".join(tidy_message(message).split()))
     console.print(text, soft_wrap=True, highlight=False)
     return code
 

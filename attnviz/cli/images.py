@@ -152,7 +152,8 @@ def draw_image(
 
 
 def print_image_summary(result) -> None:
-    """One line on stderr: the model, the grid and the extra tokens, layers × heads."""
+    """One line on stderr: the model, the grid and the extra tokens, layers × heads (as the model has them)."""
+    from attnviz.cli.capturing import stack_size
     from attnviz.cli.console import console
 
     if result.target_tokens is not None:  # a captioner
@@ -164,6 +165,6 @@ def print_image_summary(result) -> None:
     extras = ", ".join(grid.token_labels()[: grid.num_extra]) or "no extra tokens"
     console.print(
         f"[bold]{result.model}[/bold] (vision) · {grid.rows}×{grid.cols} patches + {extras} · "
-        f"{result.num_layers()} layers × {result.num_heads()} heads",
+        f"{stack_size(result, 'self')}",
         highlight=False,
     )

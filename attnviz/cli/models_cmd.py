@@ -64,11 +64,12 @@ def clear() -> None:
       attnviz cache clear
     """
     from attnviz.cli.console import console
+    from attnviz.common.wording import plural
     from attnviz.models.gguf import cache_root
     from attnviz.models.inventory import clear_conversion_cache, human_size
 
     folders, freed = clear_conversion_cache()
-    console.print(f"removed {folders} converted model(s) from {cache_root() / 'gguf'}", highlight=False)
+    console.print(f"removed {plural(folders, 'converted model')} from {cache_root() / 'gguf'}", highlight=False)
     print(f"{freed} bytes freed ({human_size(freed)})")
 
 

@@ -30,7 +30,7 @@ def samples(
       attnviz samples && attnviz stats --data sample_data/reviews.jsonl
     """
     from attnviz.cli.console import console
-    from attnviz.common.samples import copy_samples, shipped_samples
+    from attnviz.outputs.samples import copy_samples, shipped_samples
 
     destination, copied = copy_samples(folder)
     if copied:

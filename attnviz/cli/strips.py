@@ -146,16 +146,18 @@ def _rows_of_file(path: Path, query: str, position, text, generation, layers, he
 
 
 def _draw(rows, out: Path, terminal: bool, style, dpi: int) -> None:
-    """Print the strips in the terminal, or write the figure and print its path; the summary on stderr."""
+    """Print the strips in the terminal (stdout), or write the figure and print its path; the summary on stderr."""
     from attnviz.cli.console import console
     from attnviz.common.tokens import display_token
     from attnviz.common.wording import plural
 
     path = None
     if terminal:
+        from attnviz.cli.console import view_console
         from attnviz.render.strip_terminal import terminal_strip
 
-        console.print(terminal_strip(rows, width=console.width, style=style))
+        view = view_console()  # the view is the product: stdout
+        view.print(terminal_strip(rows, width=view.width, style=style))
     else:
         from attnviz.render.heatmap import save_figure
         from attnviz.render.query_strip import query_strip

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from attnviz.cli.options import DIRECTORY_METAVAR, OUTPUT_PANEL, DeviceOption, choice_enum, choice_parser
+from attnviz.common.wording import layers_and_heads, plural
 from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES
 from attnviz.toy.tasks import IMAGE_TASKS, TASKS
 
@@ -239,7 +240,6 @@ def train(
     """
     from attnviz.cli.console import console
     from attnviz.common.errors import InputError
-    from attnviz.common.wording import layers_and_heads
     from attnviz.models.base import parameter_count
     from attnviz.models.specs import path_spec, resolve_device
     from attnviz.toy.checkpoint import check_checkpoint_output
@@ -302,14 +302,14 @@ def train(
     console.print(
         f"training [bold]{task}[/bold]: {config.architecture}, "
         f"{layers_and_heads([config.num_heads] * config.num_layers)}, width {config.width}, {config.attention} attention, "
-        f"{parameter_count(loaded.model):,} parameters, {steps} steps",
+        f"{parameter_count(loaded.model):,} parameters, {plural(steps, 'step')}",
         highlight=False,
     )
     run = train_to_directory(loaded, settings, out, description=f"training {task}")
     held_out, result, series = run.result.held_out, run.result, run.series
     console.print(
         f"held-out accuracy [bold]{held_out['accuracy']:.2%}[/bold] of {held_out['tokens']} labelled tokens, "
-        f"{held_out['sequence_accuracy']:.2%} of {held_out['examples']} examples entirely right "
+        f"{held_out['sequence_accuracy']:.2%} of {plural(int(held_out['examples']), 'example')} entirely right "
         f"(loss {held_out['loss']:.4f}; trained in {result.seconds:.0f} s)",
         highlight=False,
     )
@@ -320,7 +320,7 @@ def train(
             "solution looks",
             highlight=False,
         )
-    extra = f" and {len(series)} step checkpoint(s) under {out / 'steps'}" if series else ""
+    extra = f" and {plural(len(series), 'step checkpoint')} under {out / 'steps'}" if series else ""
     console.print(f"saved the checkpoint{extra}; use it as --model {path_spec(str(out))}", highlight=False)
     print(out)  # the product, on stdout
 

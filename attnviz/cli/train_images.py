@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnviz.common.wording import layers_and_heads, plural
+
 #: steps ``attnviz train odd-patch`` takes without --steps
 DEFAULT_STEPS = 3000
 #: steps ``attnviz train caption`` takes without --steps
@@ -41,8 +43,8 @@ def train_image_task(task, out, width, heads, layers, mlp_width, steps, batch_si
     ).validate()
     out = check_odd_patch_output(out if out is not None else Path(f"toy-{task}"))
     console.print(
-        f"training [bold]{task}[/bold]: ViT, {model_settings.num_layers} layer(s) × {model_settings.num_heads} heads, "
-        f"width {model_settings.width}, 32×32 images in 4×4 patches of 8×8, {settings.steps} steps",
+        f"training [bold]{task}[/bold]: ViT, {layers_and_heads([model_settings.num_heads] * model_settings.num_layers)}, "
+        f"width {model_settings.width}, 32×32 images in 4×4 patches of 8×8, {plural(settings.steps, 'step')}",
         highlight=False,
     )
     result = train_odd_patch(settings, model_settings, description=f"training {task}")

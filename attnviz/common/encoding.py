@@ -6,6 +6,9 @@ with one message, rather than analysed as something the user did not write.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from attnviz.common.errors import InputError
 
 
@@ -30,4 +33,23 @@ def check_utf8(text: str, what: str) -> str:
     return text
 
 
-__all__ = ["check_utf8", "decode_utf8"]
+def read_text(path: str | os.PathLike, what: str = "file") -> str:
+    """A UTF-8 text file's content with universal newlines; OS errors become one :class:`InputError`.
+
+    Only regular files are read: a pipe, a device or a socket could block or never end.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise InputError(f"{what} {path} does not exist")
+    if path.is_dir():
+        raise InputError(f"{what} {path} is a directory, not a file")
+    if not path.is_file():
+        raise InputError(f"{what} {path} is not a regular file: save the text to a file first")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    return decode_utf8(data, f"{what} {path}").replace("\r\n", "\n").replace("\r", "\n")
+
+
+__all__ = ["check_utf8", "decode_utf8", "read_text"]

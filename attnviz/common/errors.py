@@ -14,6 +14,32 @@ class AttnvizError(Exception):
 
     exit_code: int = 2
 
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str):  # a message built around an empty reason reads whole
+            args = (tidy_message(args[0]), *args[1:])
+        super().__init__(*args)
+
+
+#: what a reason left empty leaves behind: "…: " at the end, "()" or "( )", ": ;" before the next clause
+_EMPTY_REASON = re.compile(r"\s*\(\s*\)|:\s*(?=;|$)")
+
+
+def tidy_message(message: str) -> str:
+    """``message`` without the separators an empty reason leaves: ``cannot read this image: `` reads
+    ``cannot read this image``, ``damaged ()`` reads ``damaged``."""
+    return _EMPTY_REASON.sub("", message.rstrip())
+
+
+def reason(exc: BaseException) -> str:
+    """Why ``exc`` happened, in words: its message's first line, or (for an exception that carries no
+    message, such as a bare ``MemoryError``) what its kind means."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if lines:
+        return lines[0]
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", type(exc).__name__).lower()  # KeyError -> "key error"
+
 
 class ModelSpecError(AttnvizError):
     """The model spec names nothing attnviz can load."""
@@ -55,7 +81,7 @@ class ParameterError(InputError):
 
     def formatted(self, namer=lambda parameter: parameter) -> str:
         """The message, with each parameter named by ``namer`` (the bare name by default)."""
-        return _PLACEHOLDER.sub(lambda match: namer(match.group(1)), self.template)
+        return tidy_message(_PLACEHOLDER.sub(lambda match: namer(match.group(1)), self.template))
 
 
 class OutputParameterError(ParameterError, OutputError):

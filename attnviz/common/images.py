@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from attnviz.common.errors import InputError
+from attnviz.common.errors import InputError, reason
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -120,22 +122,41 @@ def open_image(source: str | os.PathLike | bytes, *, name: str | None = None) ->
         label = name or str(stream)
         if not stream.is_file():
             raise InputError(f"image {label} does not exist or is not a file")
+    limit = PILImage.MAX_IMAGE_PIXELS  # Pillow's guard against decompression bombs (None: switched off)
     try:
-        with PILImage.open(stream) as image:
-            image.load()  # decode now: a truncated file fails here, not halfway through a figure
-            rgb = image.convert("RGB")
+        with warnings.catch_warnings():
+            # Pillow warns (between the limit and twice it) or raises (beyond): either way the image is refused
+            # below in one line, before its pixels are decoded
+            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+            with PILImage.open(stream) as image:
+                if limit and image.width * image.height > limit:
+                    raise InputError(_too_many_pixels(label, image.width * image.height, limit, image.size))
+                image.load()  # decode now: a truncated file fails here, not halfway through a figure
+                rgb = image.convert("RGB")
     except UnidentifiedImageError as exc:
         raise InputError(f"{label} is not an image Pillow can read: give a PNG or JPEG file") from exc
     except PILImage.DecompressionBombError as exc:
-        raise InputError(f"{label} is too large to decode safely ({exc})") from exc
-    except (OSError, ValueError, SyntaxError) as exc:  # truncated data, a damaged header, a decompression bomb
-        raise InputError(f"{label} is a damaged or truncated image ({exc}): give an intact PNG or JPEG file") from exc
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        raise InputError(_too_many_pixels(label, int(found.group(1)) if found else None, limit)) from None
+    except (OSError, ValueError, SyntaxError) as exc:  # truncated data, a damaged header
+        raise InputError(
+            f"{label} is a damaged or truncated image ({reason(exc)}): give an intact PNG or JPEG file"
+        ) from exc
     if min(rgb.size) < MIN_SIDE:
         raise InputError(
             f"{label} is {rgb.size[0]}×{rgb.size[1]} pixels: too small to cut into patches "
             f"(give an image at least {MIN_SIDE}×{MIN_SIDE}; a real photo is best)"
         )
     return rgb
+
+
+def _too_many_pixels(label: str, pixels: int | None, limit: int | None, size: tuple[int, int] | None = None) -> str:
+    shape = f"{size[0]:,}×{size[1]:,} = " if size else ""
+    count = f" ({shape}{pixels:,} pixels)" if pixels else ""
+    return (
+        f"{label} is too large to decode safely{count}: Pillow's limit against decompression bombs is "
+        f"{limit:,} pixels; shrink the image first (a vision model resizes it to a few hundred pixels a side anyway)"
+    )
 
 
 def image_files(folder: str | os.PathLike) -> list[Path]:

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from attnviz.common.encoding import check_utf8
+from attnviz.common.encoding import check_utf8, read_text
 from attnviz.common.errors import InputError, ParameterError
-from attnviz.outputs.files import read_text_file
 
 #: Folder of the data shipped inside the package (read with importlib.resources, so it works installed).
 SAMPLE_DATA = "sample_data"
@@ -39,7 +38,7 @@ def default_corpus_path() -> Path:
 def read_examples(path: str | Path) -> list[str]:
     """Examples of a data file: one per non-blank line, or the ``text`` field of each JSONL line."""
     path = Path(path).expanduser()
-    content = read_text_file(path, "data file")
+    content = read_text(path, "data file")  # the CLI protects --data as an input of the run
     return parse_examples(content, f"data file {path}", str(path), jsonl=path.suffix.lower() in (".jsonl", ".ndjson"))
 
 

@@ -129,6 +129,27 @@ def _utf8_length(lead: int) -> int:
     return 1
 
 
+#: what byte-level and SentencePiece tokenizers write for whitespace (a space, a newline, a tab, a carriage return)
+_WHITESPACE_STAND_INS = {"Ġ": " ", "▁": " ", "Ċ": "\n", "ĉ": "\t", "č": "\r"}
+
+
+def is_whitespace_token(token: str) -> bool:
+    """Whether ``token`` (a raw tokenizer string) stands for nothing but whitespace (``Ċ``, ``ĠĊ``, ``\\n``)."""
+    text = token
+    for stand_in, character in _WHITESPACE_STAND_INS.items():
+        text = text.replace(stand_in, character)
+    return bool(text) and not text.strip()
+
+
+def last_content_position(tokens: Sequence[str]) -> int:
+    """The position of the last token that is not whitespace (a text's trailing newline is skipped); the last
+    position when every token is whitespace."""
+    for position in range(len(tokens) - 1, -1, -1):
+        if not is_whitespace_token(tokens[position]):
+            return position
+    return len(tokens) - 1
+
+
 def word_groups(word_ids: Sequence[int | None]) -> list[list[int]]:
     """Token indices of each word, in order. Special tokens (word id None) stay alone."""
     groups: list[list[int]] = []

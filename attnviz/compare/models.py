@@ -21,6 +21,7 @@ from rich.progress import Progress
 from attnviz.common.errors import InputError
 from attnviz.common.progress import progress_bar, warn
 from attnviz.common.texts import load_texts
+from attnviz.common.wording import plural
 from attnviz.compare.matching import head_pairs, match_heads
 from attnviz.compare.pairing import DivergenceAccumulator, LayerRecorder, _Handoff, run_paired
 from attnviz.compare.result import ModelComparison, build_comparison
@@ -135,13 +136,13 @@ def compare_models(
     seconds = time.perf_counter() - start
     if sums_a.num_examples == 0:
         raise InputError(
-            f"{names[0]} and {names[1]} split none of the {total} texts into the same tokens: their patterns "
+            f"{names[0]} and {names[1]} split none of the {plural(total, 'text')} into the same tokens: their patterns "
             "cannot be compared position by position. Compare their per-head statistics only with --by-statistics "
             "(compare_models(..., by_statistics=True))"
         )
     if skipped:
         warn(
-            f"{len(skipped)} of {total} texts were left out: {names[0]} and {names[1]} split them into different "
+            f"{len(skipped)} of {plural(total, 'text')} were left out: {names[0]} and {names[1]} split them into different "
             "tokens, so their patterns cannot be compared position by position"
         )
     result_a = _statistics_result(sums_a, model_a, names[0])

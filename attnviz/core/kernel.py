@@ -29,7 +29,6 @@ per forward pass, never by who observes.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -43,7 +42,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnviz.common.progress import notice, status, warn
+from attnviz.common.progress import notice, warn
 from attnviz.core.kernel_build import (
     BuildLockTimeout,
     build_inputs,
@@ -197,16 +196,15 @@ def _build_and_load(capability: str) -> bool:
                 before = _modified(library)
                 announced = before is None  # another process may have built it while we waited
                 if announced:
-                    notice(build_notice(directory))
-                with status(build_notice(directory)) if announced else contextlib.nullcontext():
-                    _module = cpp_extension.load_inline(
-                        name=name,
-                        cpp_sources=[source],
-                        extra_cflags=flags,
-                        extra_ldflags=["-fopenmp"],
-                        build_directory=str(directory),
-                        verbose=False,
-                    )
+                    notice(build_notice(directory))  # one line, not also a status line of the same words
+                _module = cpp_extension.load_inline(
+                    name=name,
+                    cpp_sources=[source],
+                    extra_cflags=flags,
+                    extra_ldflags=["-fopenmp"],
+                    build_directory=str(directory),
+                    verbose=False,
+                )
                 if not announced and _modified(library) != before:  # ninja found the binary out of date
                     notice(f"attnviz's fused attention kernel was rebuilt in {directory}")
         except BuildLockTimeout as exc:  # another build runs on: not a failure to remember

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from attnviz.common.progress import status
+from attnviz.common.wording import plural
 from attnviz.core.kernel import prepare_kernel
 from attnviz.heads.labels import FunctionThresholds
 from attnviz.heads.probes import ProbeSettings, probe_batches, resolve_settings
@@ -68,7 +69,7 @@ def head_functions(
         from attnviz.stats import compute_statistics, detect_heads
 
         texts = list(texts)
-        with status(f"corpus statistics over {len(texts)} examples"):
+        with status(f"corpus statistics over {plural(len(texts), 'example')}"):
             result.statistics = compute_statistics(
                 loaded, texts, batch_size=batch_size, max_length=max_length, truncate=truncate, progress=False
             )

@@ -69,10 +69,14 @@ def default_length(loaded: LoadedModel) -> int:
 
 
 def resolve_settings(loaded: LoadedModel, settings: ProbeSettings) -> ProbeSettings:
-    """``settings`` with the length filled in for ``loaded`` (see :func:`default_length`)."""
+    """``settings`` with the length filled in for ``loaded`` (see :func:`default_length`).
+
+    Asked always, so a model that cannot be probed (a vision model) refuses here, before any progress line.
+    """
+    length = default_length(loaded)
     if settings.length is not None:
         return settings
-    return ProbeSettings(default_length(loaded), settings.sequences, settings.seed, settings.batch_size)
+    return ProbeSettings(length, settings.sequences, settings.seed, settings.batch_size)
 
 
 def probe_batches(loaded: LoadedModel, settings: ProbeSettings) -> list[ProbeBatch]:

@@ -67,7 +67,7 @@ def head_table(result: HeadFunctions, rows, *, stack: str) -> Table:
     probe = result.probe
     scores = [name for name in SCORE_NAMES if not all(math.isnan(row[2][name]) for row in rows)] or list(SCORE_NAMES)
     title = f"{result.model} · {stack} attention · probes: {probe.sequences} × (2 × {probe.length} random tokens)" + (
-        f" · corpus: {result.statistics.num_examples} examples" if result.statistics is not None else ""
+        f" · corpus: {plural(result.statistics.num_examples, 'example')}" if result.statistics is not None else ""
     )
     caption = (
         "induct: weight on the token after the earlier occurrence · dup: on the earlier occurrence · "

@@ -90,6 +90,8 @@ class EncodedBatch:
 TOY_MARKER = "attnviz-toy.json"
 #: file that marks a physically pruned Hugging Face checkpoint (written by ``attnviz prune``)
 PRUNED_MARKER = "attnviz-pruned.json"
+#: file that records the toy image task a vision checkpoint was trained on (``attnviz train odd-patch``)
+IMAGE_TASK_FILE = "attnviz-image-task.json"
 
 
 @dataclass(frozen=True)
@@ -342,7 +344,7 @@ class LoadedModel(ABC):
         raise UnsupportedModelError(f"{self.name}: attnviz cannot judge the heads of this kind of model")
 
     def save_pruned(
-        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False
     ) -> tuple[Path, Path | None]:
         """Write ``pruned`` (what :meth:`remove_heads` made of this model) to ``directory``, atomically, in a form
         :func:`attnviz.models.specs.load_model` reads back.

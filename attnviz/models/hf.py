@@ -16,6 +16,7 @@ from attnviz.common.errors import AttnvizError, InputError, ModelSpecError, Para
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
 from attnviz.common.tokens import token_strings
+from attnviz.common.wording import plural
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.caption import is_captioner_type, load_caption_model
@@ -279,7 +280,7 @@ class HFModel(LoadedModel):
         return text_probe_batches(self, length, sequences, seed=seed, batch_size=batch_size)
 
     def save_pruned(
-        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False
     ) -> tuple[Path, Path | None]:
         """The pruned-checkpoint format of :mod:`attnviz.models.pruned_format` (with the masked-weights copy)."""
         path = save_pruned_checkpoint(
@@ -319,9 +320,22 @@ class HFModel(LoadedModel):
 
     # -- encoding -----------------------------------------------------------------------------
 
+    def _check_ids_fit(self, ids: Sequence[Sequence[int]]) -> None:
+        """Refuse ids past the embedding table: a tokenizer whose ids skip numbers (or a mismatched one) can
+        give them even when it has no more tokens than the table has rows (``check_weights`` sees only the count)."""
+        rows = getattr(self.model.get_input_embeddings(), "num_embeddings", None)
+        largest = max((max(row) for row in ids if row), default=-1)
+        if isinstance(rows, int) and largest >= rows:
+            token = self.tokenizer.convert_ids_to_tokens([largest])[0]
+            raise ModelSpecError(
+                f"the tokenizer of model {self.name!r} gives id {largest:,} ({token!r}) but its embedding table has "
+                f"only {rows:,} rows: give the tokenizer that came with the weights"
+            )
+
     def _tokenize(self, texts: Sequence[str], max_length: int | None, truncate: bool, what: str):
         limit = min(x for x in (max_length, self.max_length) if x) if (max_length or self.max_length) else None
         full = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+        self._check_ids_fit(full)
         truncated = [limit is not None and len(ids) > limit for ids in full]
         if any(truncated):
             longest = max(len(ids) for ids in full)
@@ -332,7 +346,7 @@ class HFModel(LoadedModel):
                     "shorten it, raise {max_length}, or allow truncation",
                     limit,
                 )
-            warn(f"{sum(truncated)} {what}(s) longer than {limit} tokens were truncated to {limit}")
+            warn(f"{plural(sum(truncated), what)} longer than {limit} tokens were truncated to {limit}")
         enc = self.tokenizer(
             list(texts),
             padding=True,

@@ -118,15 +118,22 @@ def clear_conversion_cache() -> tuple[int, int]:
     staging.remove_stale_temporaries(root)
     freed = directory_size(root)
     folders = 0
-    for entry in sorted(root.iterdir()):
+    try:
+        entries = sorted(root.iterdir())
+    except OSError as exc:
+        raise _unchangeable(root, exc) from exc
+    for entry in entries:
         if entry.name.startswith(staging.TEMP_PREFIX):
             continue  # another attnviz process is writing this one
-        aside = staging.new_temp_dir(root, entry.name + ".removed")
+        try:
+            aside = staging.new_temp_dir(root, entry.name + ".removed")
+        except OSError as exc:
+            raise _unchangeable(root, exc) from exc
         try:
             os.replace(entry, aside / entry.name)  # atomic: the entry is now gone from the cache, whole
         except OSError as exc:
             staging.remove_path(aside)
-            raise OutputError(f"could not remove {entry} from the conversion cache: {exc.strerror or exc}") from exc
+            raise _unchangeable(root, exc, entry) from exc
         folders += (aside / entry.name).is_dir()
         staging.remove_path(aside)
     try:
@@ -134,6 +141,16 @@ def clear_conversion_cache() -> tuple[int, int]:
     except OSError:
         pass  # another process put something there meanwhile: it stays
     return folders, freed
+
+
+def _unchangeable(root: Path, exc: OSError, entry: Path | None = None) -> OutputError:
+    """One line for a conversion cache this user may not change (a read-only or someone else's folder)."""
+    what = (
+        f"could not remove {entry} from the conversion cache" if entry else f"cannot change the conversion cache {root}"
+    )
+    return OutputError(
+        f"{what}: {exc.strerror or exc}; remove it as a user who may, or set ATTNVIZ_CACHE to a folder of your own"
+    )
 
 
 def human_size(size: int | None) -> str:

@@ -10,7 +10,7 @@
   cannot express, so plain ``transformers`` refuses this directory (size
   mismatch); ``attnviz.models.specs.load_model(DIR)`` — and every attnviz
   command — loads it through :func:`load_pruned_model`.
-* ``DIR/transformers-masked/`` — the **masked-weights** form (unless disabled):
+* ``DIR/transformers-masked/`` — the **masked-weights** form (only when asked for: as large as the original):
   an ordinary full-size checkpoint whose removed heads have zeroed
   output-projection weights. ``AutoModel.from_pretrained`` loads it with no
   attnviz installed and gets the same outputs, but no speed-up.
@@ -122,7 +122,7 @@ def save_pruned_checkpoint(
     pruned: LoadedModel,
     plans: Mapping[AttentionSite, SitePlan],
     removed: Mapping[AttentionSite, Sequence[int]],
-    transformers_copy: bool = True,
+    transformers_copy: bool = False,
     preprocessor: Any = None,
     save_options: Mapping[str, Any] | None = None,
     extra_files: Mapping[str, str] | None = None,

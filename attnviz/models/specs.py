@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from attnviz.common.errors import InputError, ModelSpecError, ParameterError
-from attnviz.common.progress import notice
+from attnviz.common.progress import info, notice
 from attnviz.common.texts import sample_data_path
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
@@ -257,7 +257,8 @@ def load_model(
             "(for the shipped model, run from another directory)"
         )
     loaded = _load_resolved(resolved, torch_device, torch_dtype, placement)
-    loaded.source = resolved.source  # commands name it in their summary line
+    loaded.source = resolved.source
+    info(f"model: {resolved.source}")  # which weights ran, a named model's or a folder's: one line
     return loaded
 
 

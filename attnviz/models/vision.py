@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor, nn
 
-from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
+from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError, reason
 from attnviz.common.images import ImageGrid
 from attnviz.common.parallel import SINGLE_PROCESS
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
@@ -206,7 +206,7 @@ class VisionModel(LoadedModel):
         try:
             pixels = self.processor(images=images, return_tensors="pt")["pixel_values"]  # [b, 3, H, W]
         except Exception as exc:  # an image the processor cannot resize
-            raise InputError(f"{self.name}'s image processor cannot read this image: {exc}") from exc
+            raise InputError(f"{self.name}'s image processor cannot read this image: {reason(exc)}") from exc
         grid = self.grid_for(pixels.shape[-2], pixels.shape[-1])
         labels = grid.token_labels()
         special = [index < grid.num_extra for index in range(grid.num_tokens)]
@@ -322,14 +322,18 @@ class VisionModel(LoadedModel):
         """``count`` fresh examples of the model's own toy task (``toy-odd-patch``), or None for other models."""
         if self.image_task is None:
             return None
-        from attnviz.common.resources import require_memory
-        from attnviz.toy.odd_patch import IMAGE_SIZE, odd_patch_images
+        import importlib
 
-        # every image is held at once (float pixels, the 8-bit picture, the processed tensor): refuse what cannot fit
-        require_memory("toy_examples", count, 16.0 * count * IMAGE_SIZE * IMAGE_SIZE * 3, "the task images")
-        return odd_patch_images(count, seed)[0]
+        # the toy package sits above this one: the task's own module draws them (named, imported when needed)
+        module, _, function = IMAGE_TASK_EXAMPLES[self.image_task].partition(":")
+        return getattr(importlib.import_module(module), function)(count, seed)
 
     # -- text tools refuse ------------------------------------------------------------------------
+
+    def default_probe_length(self, longest: int) -> int:
+        """Asked before any probing starts: a vision model refuses here, before a "probing …" line."""
+        self.probe_batches(longest, 0, seed=0, batch_size=1)
+        return longest
 
     def probe_batches(self, length: int, sequences: int, *, seed: int, batch_size: int) -> list[ProbeBatch]:
         raise UnsupportedModelError(
@@ -371,25 +375,29 @@ class VisionModel(LoadedModel):
 
         return random_image_batch(self, seed)
 
-    def save_pruned(self, directory, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True):
+    def save_pruned(self, directory, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False):
         """The pruned-checkpoint format of :mod:`attnviz.models.pruned_format`, with the image processor."""
         from attnviz.models.vision_pruning import save_pruned_vision_model
 
         return save_pruned_vision_model(self, directory, pruned, source=source, transformers_copy=transformers_copy)
 
 
+#: toy image task -> ``"module:function"`` drawing ``count`` examples of it with a seed (``own_images``)
+IMAGE_TASK_EXAMPLES = {"odd-patch": "attnviz.toy.odd_patch:task_images"}
+
+
 def image_task_of(source: str) -> str | None:
     """The toy image task recorded in a checkpoint directory (see :mod:`attnviz.toy.odd_patch`), if any."""
     import json
 
-    from attnviz.toy.odd_patch import IMAGE_TASK_FILE
+    from attnviz.models.base import IMAGE_TASK_FILE
 
     try:
         document = json.loads((Path(source).expanduser() / IMAGE_TASK_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     task = document.get("task") if isinstance(document, dict) else None
-    return task if isinstance(task, str) else None
+    return task if isinstance(task, str) and task in IMAGE_TASK_EXAMPLES else None
 
 
 def _per_channel(values: Any) -> list[float]:

@@ -164,7 +164,7 @@ def save_pruned_vision_model(
     pruned: PrunedCopy,
     *,
     source: str,
-    transformers_copy: bool = True,
+    transformers_copy: bool = False,
 ) -> tuple[Path, Path | None]:
     """Write a pruned vision classifier in the format of :mod:`attnviz.models.pruned_format`.
 
@@ -177,7 +177,7 @@ def save_pruned_vision_model(
 
     extra_files = {}
     if original.image_task is not None:
-        from attnviz.toy.odd_patch import IMAGE_TASK_FILE
+        from attnviz.models.base import IMAGE_TASK_FILE
 
         record = {"task": original.image_task, "pruned_from": source}
         extra_files[IMAGE_TASK_FILE] = json.dumps(record, indent=2) + "\n"

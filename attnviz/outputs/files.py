@@ -18,8 +18,8 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from attnviz.common.encoding import decode_utf8
-from attnviz.common.errors import InputError, OutputError
+from attnviz.common.encoding import read_text
+from attnviz.common.errors import OutputError
 from attnviz.outputs import staging
 
 TEMP_PREFIX = staging.TEMP_PREFIX
@@ -124,6 +124,25 @@ def check_output_parent(path: Path) -> None:
         raise OutputError(f"directory {parent} is not writable: choose another path")
 
 
+def through_link(path: Path) -> Path:
+    """Where an output named ``path`` is written: a symbolic link the user made is followed, never replaced.
+
+    A link whose target does not exist yet (a dangling link) gets the output at its target, as long as
+    the target's folder exists; otherwise :class:`OutputError`.
+    """
+    if not path.is_symlink():
+        return path
+    target = staging.resolved(path)
+    if not target.parent.is_dir():
+        raise OutputError(
+            f"{path} is a symbolic link to {target}, whose folder does not exist: "
+            "create that folder, remove the link, or name another path"
+        )
+    if not os.access(target.parent, os.W_OK):
+        raise OutputError(f"{path} is a symbolic link into {target.parent}, which is not writable: name another path")
+    return target
+
+
 @contextlib.contextmanager
 def staged_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a fresh directory next to ``path``; when the block succeeds it replaces ``path``.
@@ -134,7 +153,7 @@ def staged_directory(path: str | os.PathLike) -> Iterator[Path]:
     Inside :func:`output_session` the rename waits for the end of the session.
     The caller has checked ``path`` (:func:`check_output_parent` at least).
     """
-    path = Path(path).expanduser()
+    path = through_link(Path(path).expanduser())
     _refuse_if_input(path)
     parent = path.parent if str(path.parent) else Path(".")
     staging.remove_stale_temporaries(parent)
@@ -152,7 +171,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     file keeps its mode; a new one gets the mode the umask gives. Inside
     :func:`output_session` the rename waits for the end of the session.
     """
-    path = Path(path).expanduser()
+    path = through_link(Path(path).expanduser())
     _refuse_if_input(path)
     parent = path.parent if str(path.parent) else Path(".")
     staging.remove_stale_temporaries(parent)
@@ -191,18 +210,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def read_text_file(path: str | os.PathLike, what: str = "file") -> str:
-    """Read a UTF-8 text file, turning OS errors into :class:`InputError`."""
+    """Read a UTF-8 text file (:func:`attnviz.common.encoding.read_text`) and protect it as an input of the run."""
     path = Path(path).expanduser()
-    if not path.exists():
-        raise InputError(f"{what} {path} does not exist")
-    if path.is_dir():
-        raise InputError(f"{what} {path} is a directory, not a file")
-    if not path.is_file():  # a pipe, a device or a socket: never block on (or loop over) one
-        raise InputError(f"{what} {path} is not a regular file: save the text to a file first")
-    protect_inputs([path], what)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    # universal newlines, as read_text gives them
-    return decode_utf8(data, f"{what} {path}").replace("\r\n", "\n").replace("\r", "\n")
+    if path.is_file():
+        protect_inputs([path], what)
+    return read_text(path, what)

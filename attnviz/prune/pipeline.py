@@ -293,7 +293,9 @@ def prune_model(
     return PruneOutcome(report=report, original=loaded, pruned=pruned, removed=removed, plans=plans, run=run)
 
 
-def save_outcome(outcome: PruneOutcome, out: str | os.PathLike, *, source: str, transformers_copy: bool = True) -> Path:
+def save_outcome(
+    outcome: PruneOutcome, out: str | os.PathLike, *, source: str, transformers_copy: bool = False
+) -> Path:
     """Write the pruned checkpoint of ``outcome`` to ``out`` (already checked by ``check_output_dir``).
 
     The model's own format (:meth:`~attnviz.models.base.LoadedModel.save_pruned`); ``transformers_copy``:
@@ -316,7 +318,7 @@ def prune_checkpoint(
     images: Sequence[ImageSource] | None = None,
     eval_images: Sequence[ImageSource] | None = None,
     force: bool = False,
-    transformers_copy: bool = True,
+    transformers_copy: bool = False,
     device: str = "auto",
     dtype: str = "auto",
     device_map: str | None = None,

@@ -7,6 +7,7 @@ import dataclasses
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 from attnviz.common.tokens import merge_visibility, merge_words, word_groups
+from attnviz.common.wording import plural
 from attnviz.models.names import full_model_name
 from attnviz.render.heatmap import FigureStyle, HeatmapPanel, causal_visibility, render_heatmaps
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
@@ -58,7 +59,11 @@ def capture_panels(
         if isinstance(selection, MeanOfHeads):
             head_count = patterns.shape[0]
             chosen = [
-                (f"L{layer_index} mean", f"layer {layer_index}, mean of {head_count} heads", patterns.mean(dim=0))
+                (
+                    f"L{layer_index} mean",
+                    f"layer {layer_index}, mean of {plural(head_count, 'head')}",
+                    patterns.mean(dim=0),
+                )
             ]
         else:
             masked = set(capture.identity.masked_ids(stack, layer_index)) if capture.identity else set()

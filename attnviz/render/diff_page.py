@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnviz.common.wording import plural
 from attnviz.compare.checkpoints import CheckpointComparison
 from attnviz.compare.inputs import InputComparison
 from attnviz.compare.result import ModelComparison
@@ -83,7 +84,7 @@ def models_payload(comparison: ModelComparison | CheckpointComparison) -> dict:
         )
     title = f"attnviz diff · {comparison.model_b} (B) against {comparison.model_a} (A)"
     hint = (
-        f"{comparison.texts_compared} texts, {comparison.stats_a.num_tokens} tokens; JS divergence in nats (≤ ln 2), "
+        f"{plural(comparison.texts_compared, 'text')}, {plural(comparison.stats_a.num_tokens, 'token')}; JS divergence in nats (≤ ln 2), "
         "Δ = B − A of each statistic's mean"
     )
     return {"kind": "models", "title": title, "hint": hint, "columns": columns, "heads": heads}

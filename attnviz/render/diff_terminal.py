@@ -13,6 +13,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from attnviz.common.wording import plural
 from attnviz.compare.result import ModelComparison
 
 #: the unit of the divergence grid and of the most-changed table's JS and TV columns
@@ -114,9 +115,13 @@ def ranked_numbers(
 def summary_lines(comparison: ModelComparison) -> list[str]:
     """What was compared, and the heads present in one model only."""
     lines = [
-        f"{comparison.model_a} (A) against {comparison.model_b} (B): {comparison.texts_compared} texts, "
-        f"{comparison.stats_a.num_tokens} tokens"
-        + (f"; {comparison.texts_skipped} texts left out (tokenised differently)" if comparison.texts_skipped else "")
+        f"{comparison.model_a} (A) against {comparison.model_b} (B): {plural(comparison.texts_compared, 'text')}, "
+        f"{plural(comparison.stats_a.num_tokens, 'token')}"
+        + (
+            f"; {plural(comparison.texts_skipped, 'text')} left out (tokenised differently)"
+            if comparison.texts_skipped
+            else ""
+        )
         + ("; statistics only (--by-statistics)" if comparison.mode == "statistics" else "")
         + ("; norm-based attention α·‖f(x)‖, rows renormalised to sum 1" if comparison.weighting == "norm" else "")
     ]
@@ -124,7 +129,7 @@ def summary_lines(comparison: ModelComparison) -> list[str]:
         heads = comparison.only(status)  # type: ignore[arg-type]
         if heads:
             named = ", ".join(f"L{layer} H{head}" for _, layer, head in heads[:24])
-            lines.append(f"{len(heads)} heads {where}: {named}" + (" …" if len(heads) > 24 else ""))
+            lines.append(f"{plural(len(heads), 'head')} {where}: {named}" + (" …" if len(heads) > 24 else ""))
     return lines
 
 

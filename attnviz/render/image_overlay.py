@@ -21,6 +21,7 @@ from torch import Tensor
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 from attnviz.common.images import ImageGrid
+from attnviz.common.wording import plural
 from attnviz.render.capture_view import model_title
 from attnviz.render.heatmap import FigureStyle
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
@@ -95,7 +96,7 @@ def image_panels(
 
         weights = query_row(rollout(capture), grid, chosen)  # [key]
         patches, extras = split_keys(weights, grid)
-        return [[ImagePanel(patches, extras, f"rollout through {capture.num_layers()} layers")]], described
+        return [[ImagePanel(patches, extras, f"rollout through {plural(capture.num_layers(), 'layer')}")]], described
     rows = []
     for layer in resolve_layers(layers, capture.num_layers()):
         pattern = capture.layer(layer)  # [head, query, key]
@@ -142,7 +143,7 @@ def image_heatmap(
     panels = [panel for row in rows for panel in row]
     top = style.vmax or max(max([float(p.patches.max())] + p.extras.tolist()) for p in panels) or 1.0
     norm, cmap = style.norm(top), style.colour_map()
-    columns = max(len(row) for row in rows)
+    columns = max(len(row) for row in rows) + 1  # the first column: the image as the model saw it
     extra_room = 0.45 if grid.num_extra else 0.0
     figure = Figure(
         figsize=(columns * (_PANEL_INCHES + extra_room) + 1.2, len(rows) * (_PANEL_INCHES + 0.5) + 0.7),
@@ -150,12 +151,16 @@ def image_heatmap(
     )
     axes = figure.subplots(len(rows), columns, squeeze=False)
     for r, row in enumerate(rows):
-        for c in range(columns):
+        if r == 0:
+            draw_input(axes[0][0], image, grid, query_patch=_patch_of(query, grid))
+        else:
+            axes[r][0].set_axis_off()
+        for c in range(1, columns):
             ax = axes[r][c]
-            if c >= len(row):
+            if c - 1 >= len(row):
                 ax.set_axis_off()
                 continue
-            draw_overlay(ax, image, row[c], grid, norm, cmap, query_patch=_patch_of(query, grid))
+            draw_overlay(ax, image, row[c - 1], grid, norm, cmap, query_patch=_patch_of(query, grid))
     figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="attention weight", shrink=0.8)
     figure.suptitle(f"{model_title(capture)} · query: {described}", fontsize=10)
     return figure
@@ -163,6 +168,35 @@ def image_heatmap(
 
 def _patch_of(query: ImageQuery, grid: ImageGrid) -> tuple[int, int] | None:
     return query if isinstance(query, tuple) else None
+
+
+def draw_input(ax, image, grid: ImageGrid, *, query_patch=None) -> None:
+    """The picture as the model saw it (after its processor), with the patch grid and patch names at the rims,
+    so a reader can tell which patch the overlays beside it light up."""
+    from matplotlib.patches import Rectangle
+
+    height, width = image.shape[:2]
+    patch_height, patch_width = grid.patch_size
+    ax.imshow(image, extent=(0, width, height, 0), interpolation="nearest")
+    for row in range(1, grid.rows):
+        ax.axhline(row * patch_height, color="white", linewidth=0.4, alpha=0.6)
+    for col in range(1, grid.cols):
+        ax.axvline(col * patch_width, color="white", linewidth=0.4, alpha=0.6)
+    if query_patch is not None:
+        row, col = query_patch
+        ax.add_patch(
+            Rectangle((col * patch_width, row * patch_height), patch_width, patch_height, fill=False, color="#e8384f")
+        )
+    ax.set_xlim(0, width)
+    ax.set_ylim(height, 0)
+    if grid.rows <= 16 and grid.cols <= 16:  # row and column numbers: patch r2c1 is row 2, column 1
+        ax.set_xticks([(col + 0.5) * patch_width for col in range(grid.cols)], [f"c{col}" for col in range(grid.cols)])
+        ax.set_yticks([(row + 0.5) * patch_height for row in range(grid.rows)], [f"r{row}" for row in range(grid.rows)])
+        ax.tick_params(labelsize=6, length=0)
+    else:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    ax.set_title(f"input {width}×{height} · {grid.rows}×{grid.cols} patches", fontsize=8)
 
 
 def draw_overlay(ax, image, panel: ImagePanel, grid: ImageGrid, norm, cmap, *, query_patch=None) -> None:

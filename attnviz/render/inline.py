@@ -27,6 +27,7 @@ from typing import Any
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
+from attnviz.common.wording import plural
 from attnviz.render.html_page import HTML_SUFFIXES, write_page
 from attnviz.render.html_view import attention_view_html
 
@@ -173,7 +174,7 @@ def statistics_view(stats: Any, detection: Any = None) -> HtmlView:
     from attnviz.stats.tables import head_rows, head_table, layer_summary
 
     detection = detection or detect_heads(stats)
-    sections = [paragraph(f"{stats.num_examples} examples, {stats.num_tokens} tokens")]
+    sections = [paragraph(f"{plural(stats.num_examples, 'example')}, {plural(stats.num_tokens, 'token')}")]
     for stack in stats.stacks:
         sections.append(heading(f"{stack} attention"))
         sections.append(paragraph(" · ".join(layer_summary(stats, detection, stack=stack))))

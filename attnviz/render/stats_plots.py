@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from attnviz.common.wording import plural
 from attnviz.render.figures import colormap, subplots
 from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure  # noqa: F401  (re-exported for the CLI)
 
@@ -277,7 +278,7 @@ def head_statistics_figure(stats, detection=None, *, stack: str = "self", names:
     names = list(names or stats.names)
     matrices = {name: stats.original_matrix(name, stack) for name in names}  # [layer, original head]
     flags = None if detection is None else flag_matrices(stats, detection, stack)
-    title = f"{stats.model} · {stack} attention · {stats.num_examples} examples, {stats.num_tokens} tokens"
+    title = f"{stats.model} · {stack} attention · {plural(stats.num_examples, 'example')}, {plural(stats.num_tokens, 'token')}"
     return statistics_figure(matrices, flags, title=title)
 
 

@@ -154,7 +154,7 @@ def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: 
     statistics = STATISTIC_NAMES if statistics is None else statistics
     if stats.carriers is not None and tuple(statistics) == STATISTIC_NAMES:  # the full table: room for them
         statistics = (*statistics, *CARRIER_FIELDS)
-    title = f"{stats.model} · {stack} attention · {stats.num_examples} examples, {stats.num_tokens} tokens"
+    title = f"{stats.model} · {stack} attention · {plural(stats.num_examples, 'example')}, {plural(stats.num_tokens, 'token')}"
     if stats.weighting == "norm":
         title += " · norm-based (α·‖f(x)‖, rows renormalised to sum 1)"
     caption = " · ".join(LEGEND[name] for name in statistics) + " · " + FLAG_LEGEND

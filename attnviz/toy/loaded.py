@@ -29,6 +29,7 @@ from attnviz.common.errors import InputError, ParameterError, UnsupportedModelEr
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import warn
 from attnviz.common.resources import batch_memory, require_memory
+from attnviz.common.wording import plural
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
@@ -132,7 +133,7 @@ class ToyModel(LoadedModel):
         return readout_of(self.model.final_norm, self.model.lm_head)
 
     def save_pruned(
-        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = True
+        self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False
     ) -> tuple[Path, None]:
         """A toy checkpoint (its config records the heads per layer, its metadata what was removed)."""
         with files.staged_directory(Path(directory)) as stage:
@@ -228,7 +229,7 @@ class ToyModel(LoadedModel):
             truncated.append(cut)
             parsed.append((items, answer))
         if any(truncated):
-            warn(f"{sum(truncated)} toy text(s) longer than {limit} positions were truncated")
+            warn(f"{plural(sum(truncated), 'toy text')} longer than {limit} positions were truncated")
         if self.toy_task.kind == "seq2seq" and self.config.architecture != "encoder":
             missing = [i for i, (_, answer) in enumerate(parsed) if answer is None]
             if missing:

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from attnviz.common.errors import InputError
 from attnviz.common.progress import progress_bar
+from attnviz.models.base import IMAGE_TASK_FILE  # marks an image-task toy checkpoint (next to config.json)
 from attnviz.outputs import files
 from attnviz.toy.checkpoint import check_checkpoint_output
 from attnviz.toy.tasks import IMAGE_TASKS
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
     from attnviz.models.vision import VisionModel
 
 TASK_NAME = IMAGE_TASKS[0]
-#: the file that marks an image-task toy checkpoint (next to config.json and preprocessor_config.json)
-IMAGE_TASK_FILE = "attnviz-image-task.json"
 IMAGE_SIZE = 32
 PATCH_SIZE = 8
 GRID = IMAGE_SIZE // PATCH_SIZE
@@ -87,6 +86,15 @@ def odd_patch_images(count: int, seed: int) -> tuple[list[Image], list[int]]:
     pixels, labels = odd_patch_pixels(count, torch.Generator().manual_seed(seed))
     bytes_ = (pixels * 255).round().to(torch.uint8).numpy()  # [b, 32, 32, rgb]
     return [PILImage.fromarray(array, "RGB") for array in bytes_], labels.tolist()
+
+
+def task_images(count: int, seed: int) -> list[Image]:
+    """``count`` fresh odd-patch images drawn with ``seed``: a trained toy's own examples (``own_images``)."""
+    from attnviz.common.resources import require_memory
+
+    # every image is held at once (float pixels, the 8-bit picture, the processed tensor): refuse what cannot fit
+    require_memory("toy_examples", count, 16.0 * count * IMAGE_SIZE * IMAGE_SIZE * 3, "the task images")
+    return odd_patch_images(count, seed)[0]
 
 
 def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):

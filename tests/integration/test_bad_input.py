@@ -64,6 +64,7 @@ HEATMAP = [
     ("config-more-layers", ["heatmap", "The cat", "--model", "m_layers"], ["num_hidden_layers", "disagree"]),
     ("weights-nan", ["heatmap", "The cat", "--model", "m_nan"], ["NaN"]),
     ("tokenizer-past-embeddings", ["heatmap", "The cat", "--model", "m_vocab"], ["embedding table"]),
+    ("tokenizer-id-past-embeddings", ["heatmap", "the cat", "--model", "m_sparse_ids"], ["500,000", "embedding"]),
     ("toy-marker-huge-width", ["heatmap", "a b", "--model", "t_width", "--out", "h.png"], ["width", "memory"]),
     ("toy-marker-other-width", ["heatmap", "a b", "--model", "t_wider", "--out", "h.png"], ["do not fit the config"]),
     ("toy-marker-task-too-long", ["heatmap", "a b", "--model", "t_task", "--out", "h.png"], ["max_positions"]),

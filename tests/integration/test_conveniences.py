@@ -218,3 +218,33 @@ def test_generate_option_refusals(tiny_model_dirs, tmp_path, capsys):
     )
     assert_clean_error(run_cli(capsys, "capture", "Hi.", "--generate", "2", "--out", out), "language-model head")
     assert not out.exists()
+
+
+def test_cache_clear_on_a_cache_this_user_cannot_change_is_one_line(tmp_path, capsys, monkeypatch):
+    """A read-only conversion cache (someone else's, or a read-only mount): one error line, nothing removed."""
+    import errno
+    import tempfile
+
+    cache = tmp_path / "cache"
+    converted = cache / "gguf" / "Tiny-0123456789abcdef"
+    converted.mkdir(parents=True)
+    (converted / "model.safetensors").write_bytes(b"x" * 10)
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(cache))
+    (cache / "gguf").chmod(0o555)
+    if os.access(cache / "gguf", os.W_OK):  # root writes anywhere: refuse writes there as the kernel would
+        real_mkdtemp = tempfile.mkdtemp
+
+        def read_only_mkdtemp(*args, dir=None, **kwargs):
+            if dir is not None and os.path.realpath(dir) == os.path.realpath(cache / "gguf"):
+                raise PermissionError(errno.EACCES, "Permission denied", str(dir))
+            return real_mkdtemp(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(tempfile, "mkdtemp", read_only_mkdtemp)
+    try:
+        result = run_cli(capsys, "cache", "clear")
+    finally:
+        (cache / "gguf").chmod(0o755)
+    assert_clean_error(result, "conversion cache")
+    assert "Permission denied" in result.error_lines()[0] and "ATTNVIZ_CACHE" in result.error_lines()[0]
+    assert "internal error" not in result.stderr
+    assert (converted / "model.safetensors").read_bytes() == b"x" * 10

@@ -95,7 +95,9 @@ def test_terminal_cli_on_minilm(minilm, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "90")
     result = run_cli(capsys, "heatmap", "The cat sat on the mat.", "--layer", "0", "--head", "3", "--terminal")
     assert result.exit_code == 0, result.stderr
-    assert "all-MiniLM-L6-v2 (minilm) · layer 0, head 3" in result.stderr and result.stdout == ""
+    # the view is the product (stdout: `> file` keeps it); the summary line stays on stderr
+    assert "all-MiniLM-L6-v2 (minilm) · layer 0, head 3" in result.stdout
+    assert "layer 0, head 3" not in result.stderr and "minilm (bidirectional)" in " ".join(result.stderr.split())
     assert_clean_error(run_cli(capsys, "heatmap", "Hi.", "--terminal", "--layer", "all"), "one layer at a time")
     assert_clean_error(run_cli(capsys, "heatmap", "Hi.", "--terminal", "--head", "0,1"), "one head at a time")
     assert_clean_error(run_cli(capsys, "heatmap", "Hi.", "--cmap", "nope"), "unknown colour map")

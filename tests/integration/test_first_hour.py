@@ -125,7 +125,7 @@ def test_every_writing_command_prints_exactly_its_paths_on_stdout(capsys, tmp_pa
         "prune": (
             ["prune", bert, "--count", "3", "--importance", "entropy", "--text", text, "--out", "p", "--json", "p.json"]
             + ["--latency-tokens", "8", "--latency-repeats", "2"],
-            ["p", "p/transformers-masked", "p.json"],
+            ["p", "p.json"],
         ),
         "report": (["report", "toy-previous-token", "--out", "r.html", "--examples", "1"], ["r.html"]),
     }
@@ -244,3 +244,41 @@ def test_gguf_conversion_progress_is_attnvizs_and_transformers_settings_come_bac
     assert reporter.tasks == [("de-quantising the GGUF tensors", 5)]
     assert gguf_reader.tqdm is original
     assert transformers_logging.is_progress_bar_enabled() and transformers_logging.get_verbosity() == verbosity
+
+
+def test_loading_a_model_names_its_source_in_one_line(capsys, tmp_path):
+    """The line docs/first-steps.md shows: ``model: named model toy-reverse (/…/sample_data/toy/reverse)``."""
+    from attnviz.common.texts import sample_data_path
+
+    text, target = REVERSE_INPUT
+    result = run_cli(capsys, "capture", text, "--model", "toy-reverse", "--target", target, "--out", tmp_path / "a.c")
+    assert result.exit_code != 0  # an unsupported suffix: refused before anything loads, so no model line
+    assert "model:" not in result.stderr
+    result = run_cli(
+        capsys, "capture", text, "--model", "toy-reverse", "--target", target, "--out", tmp_path / "a.safetensors"
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("model:")]
+    assert lines == [f"model: named model toy-reverse ({sample_data_path('toy', 'reverse')})"]
+
+
+def test_counts_of_one_are_singular(capsys):
+    """One pluralising helper words every count people read: ``(1 step)``, ``1 text``, ``1 example``."""
+    import re
+
+    from attnviz.cli.console import PhaseLines
+
+    PhaseLines().add_task("scoring", total=1)
+    PhaseLines().add_task("statistics", total=44)
+    stderr = capsys.readouterr().err
+    assert "scoring (1 step) …" in stderr and "statistics (44 steps) …" in stderr
+    # no count of texts, examples or steps is written with a bare placeholder and a fixed plural, nor as "(s)"
+    package = Path(__file__).resolve().parents[2] / "attnviz"
+    slips = [
+        f"{path.relative_to(package)}: {match.group(0)}"
+        for path in package.rglob("*.py")
+        for match in re.finditer(
+            r"\{(?!batch\})[^{}]+\} (steps|texts|examples)\b|(model|checkpoint|text)\(s\)", path.read_text()
+        )
+    ]
+    assert slips == [], slips

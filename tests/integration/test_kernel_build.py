@@ -226,3 +226,25 @@ def test_waiting_gives_up_after_the_limit_without_touching_the_lock(tmp_path):
         ):
             pass
         assert (tmp_path / "lock").exists()
+
+
+def test_the_build_notice_is_printed_once(monkeypatch, tmp_path, capsys):
+    """On the command line's reporter (stderr no terminal) the build says so in one line, not a notice and a status."""
+    from torch.utils import cpp_extension
+
+    from attnviz.cli.console import ConsoleReporter
+    from attnviz.common.progress import use_reporter
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(kernel, "_state", "unloaded")
+    monkeypatch.setattr(kernel, "_module", None)
+    monkeypatch.delenv(kernel.KERNEL_VARIABLE, raising=False)
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in kernel.VECTOR_CAPABILITIES:
+        pytest.skip(f"the kernel does not run on {capability}")
+    monkeypatch.setattr("attnviz.core.kernel.missing_tools", lambda: None)
+    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: object())  # a build that succeeds at once
+    with use_reporter(ConsoleReporter()):
+        assert kernel.prepare_kernel()
+    stderr = capsys.readouterr().err
+    assert " ".join(stderr.split()).count("building attnviz's fused attention kernel") == 1, stderr

@@ -43,7 +43,18 @@ def _prune(capsys, model_dir, out, *extra):
 
 def test_prune_llama_writes_checkpoint_and_report(capsys, tiny_dirs, tiny_models, data_file, tmp_path):
     out, report_path = tmp_path / "pruned", tmp_path / "report.json"
-    result = _prune(capsys, tiny_dirs["llama"], out, "--ratio", "0.3", "--data", data_file, "--json", report_path)
+    result = _prune(
+        capsys,
+        tiny_dirs["llama"],
+        out,
+        "--ratio",
+        "0.3",
+        "--data",
+        data_file,
+        "--json",
+        report_path,
+        "--transformers-copy",
+    )
     assert result.exit_code == 0, result.stderr
     marker = json.loads((out / PRUNED_MARKER).read_text())
     assert marker["transformers_copy"] == "transformers-masked"
@@ -81,6 +92,23 @@ def test_prune_llama_writes_checkpoint_and_report(capsys, tiny_dirs, tiny_models
     # the importance table marks exactly the removed heads with "*" (visible without colour)
     importance_rows = result.stderr.split("head importance", 1)[1].split("* removed", 1)[0]
     assert importance_rows.count("*") == len(report["pruned"])
+
+
+def test_the_pruned_folder_is_smaller_than_the_model_it_read(capsys, tiny_dirs, data_file, tmp_path, monkeypatch):
+    """By default only the smaller model is written; the full-size transformers copy is an option."""
+    from attnviz.models.inventory import directory_size
+
+    source = tiny_dirs["bert"]
+    out = tmp_path / "pruned"
+    result = _prune(capsys, source, out, "--ratio", "0.5", "--data", data_file)
+    assert result.exit_code == 0, result.stderr
+    assert not (out / "transformers-masked").exists()
+    assert json.loads((out / PRUNED_MARKER).read_text())["transformers_copy"] is None
+    assert directory_size(out) < directory_size(source), (directory_size(out), directory_size(source))
+    assert (out / "model.safetensors").stat().st_size < (source / "model.safetensors").stat().st_size
+    monkeypatch.setenv("COLUMNS", "400")  # the option's help on one line
+    help_text = " ".join(run_cli(capsys, "prune", "--help").stdout.split())
+    assert "--transformers-copy" in help_text and "as large as the model read (88 MB more for minilm)" in help_text
 
 
 def test_pruned_checkpoint_works_with_heatmap_and_stats(capsys, tiny_dirs, data_file, tmp_path):

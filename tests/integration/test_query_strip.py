@@ -162,7 +162,7 @@ def test_from_capture_gives_the_same_rows(eager, tmp_path, capsys):
         capsys, "heatmap", "--from-capture", path, "--query", "17", "--layer", "1", "--head", "3", "--terminal"
     )
     assert result.exit_code == 0, result.stderr
-    assert f"{top}:{display_token(rows.key_tokens[top])}" in result.stderr  # the terminal view is drawn on stderr
+    assert f"{top}:{display_token(rows.key_tokens[top])}" in result.stdout  # the terminal view is the product: stdout
 
 
 def _pool_by_hand(row: list[float], block: int) -> list[float]:
@@ -228,7 +228,7 @@ def test_cli_figure_and_terminal(eager, tiny_model_dirs, tmp_path, capsys):
     assert terminal.exit_code == 0, terminal.stderr
     top = int(torch.argmax(reference[1][2, -1]))
     token = display_token(loaded.encode([TEXT]).tokens[0][top])
-    assert f"top: {top}:{token}" in terminal.stderr and terminal.stdout == ""
+    assert f"top: {top}:{token}" in terminal.stdout and f"top: {top}:{token}" not in terminal.stderr
 
 
 @pytest.mark.parametrize(
@@ -336,3 +336,17 @@ def test_any_query_gives_strips_or_one_error_line(toy_capture, capsys, monkeypat
         assert len(result.error_lines()) == 1, result.stderr
         assert not (toy_capture / "s.png").exists()
     (toy_capture / "s.png").unlink(missing_ok=True)
+
+
+def test_last_is_the_last_token_that_is_not_whitespace():
+    """A file's trailing newline (``Ċ`` in byte-level tokenizers) is not what "last" means; ``-1`` still is it."""
+    from attnviz.captures.query_rows import resolve_query
+
+    tokens = ["The", "Ġcat", "Ġsat", ".", "Ċ"]
+    attentions = torch.softmax(torch.randn(2, 3, 5, 5), dim=-1)  # [layer, head, query, key]
+    capture = AttentionCapture.from_attentions(attentions, tokens, causal=False)
+    assert query_rows_of_capture(capture, "last").query == 3
+    assert query_rows_of_capture(capture, -1).query == 4
+    assert resolve_query("last", 4, ["a", "Ġb", "ĠĊ", "Ġ"]) == 1
+    assert resolve_query("last", 3, ["\n", "\n", "\n"]) == 2  # nothing but whitespace: the very last
+    assert resolve_query("last", 3) == 2

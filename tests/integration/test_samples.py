@@ -6,9 +6,9 @@ import filecmp
 
 from cli_helpers import run_cli
 
-from attnviz.common.samples import copy_samples, shipped_samples
 from attnviz.common.texts import read_examples
 from attnviz.heads.alignment import read_alignment_pairs
+from attnviz.outputs.samples import copy_samples, shipped_samples
 
 
 def test_samples_copies_every_shipped_file_unchanged(tmp_path, capsys, monkeypatch):
@@ -58,3 +58,26 @@ def test_the_sample_inputs_read_as_the_commands_read_them():
         assert target == source[::-1]
         n = len(source)
         assert pair.gold.sure == pair.gold.possible == frozenset((i, n - 1 - i) for i in range(n))
+
+
+def test_samples_follows_a_link_of_the_users_and_never_replaces_it(tmp_path, capsys):
+    """A dangling link gets the samples at its target; a link to an empty folder fills that folder; the links stay."""
+    dangling = tmp_path / "s"
+    dangling.symlink_to("nowhere")
+    result = run_cli(capsys, "samples", dangling)
+    assert result.exit_code == 0, result.stderr
+    assert dangling.is_symlink() and dangling.readlink() == type(dangling)("nowhere")
+    assert read_examples(tmp_path / "nowhere" / "notes.txt") == read_examples(shipped_samples() / "notes.txt")
+
+    (tmp_path / "empty").mkdir()
+    to_folder = tmp_path / "to-folder"
+    to_folder.symlink_to(tmp_path / "empty", target_is_directory=True)
+    assert run_cli(capsys, "samples", to_folder).exit_code == 0
+    assert to_folder.is_symlink() and (tmp_path / "empty" / "notes.txt").is_file()
+
+    lost = tmp_path / "lost"
+    lost.symlink_to(tmp_path / "missing-folder" / "samples")
+    refused = run_cli(capsys, "samples", lost)
+    assert refused.exit_code != 0 and len(refused.error_lines()) == 1
+    assert "symbolic link" in refused.error_lines()[0] and "does not exist" in refused.error_lines()[0]
+    assert lost.is_symlink() and not (tmp_path / "missing-folder").exists()

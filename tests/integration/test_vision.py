@@ -160,7 +160,7 @@ def test_overlay_hottest_patch_is_the_patterns(family, query, view, vision_model
     else:
         row = pattern[0 if query is None else grid.patch_token(*query)]
     expected = int(row[grid.num_extra :].argmax())
-    assert hottest_drawn_patch(figure, 0, grid) == expected
+    assert hottest_drawn_patch(figure, 1, grid) == expected  # axes 0: the input panel
 
 
 def test_overlay_shows_every_extra_token(vision_models):
@@ -231,3 +231,48 @@ def test_a_sink_head_is_flagged(vision_models):
     coordinates = torch.tensor([[p // 4, p % 4] for p in range(16)], dtype=torch.float64)
     mean_distance = torch.cdist(coordinates, coordinates).mean()
     assert abs(float(accumulator.distance[site].mean_std()[0][1]) - float(mean_distance)) < 1e-5
+
+
+def test_an_image_processor_failing_without_a_message_still_says_why(vision_models, monkeypatch):
+    """A bare ``MemoryError()`` from the processor: the line says "out of memory", never ends in a dangling colon."""
+    model = vision_models["vit"]
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(model, "processor", out_of_memory)
+    with pytest.raises(InputError) as raised:
+        model.encode_images(sample_images(1))
+    assert str(raised.value).endswith("cannot read this image: out of memory")
+
+
+def test_an_empty_reason_leaves_no_dangling_separator():
+    assert (
+        str(InputError("x's image processor cannot read this image: ")) == "x's image processor cannot read this image"
+    )
+    assert (
+        str(InputError("a.png is a damaged image (): give an intact file"))
+        == "a.png is a damaged image: give an intact file"
+    )
+
+
+def test_the_first_panel_is_the_image_the_model_saw_and_the_docs_odd_patch_is_where_it_is():
+    """docs/vision.md: the first panel is the input; the seed-3 image's odd patch is r0c0, where heads 2 and 3 look."""
+    from attnviz.render.image_overlay import image_heatmap
+    from attnviz.toy.odd_patch import GRID, odd_patch_images
+
+    images, labels = odd_patch_images(1, seed=3)
+    assert divmod(labels[0], GRID) == (0, 0)  # r0c0, as the docs say
+    capture = capture_image(load_model("toy-odd-patch", device="cpu"), images[0])
+    figure = image_heatmap(capture)
+    titles = [ax.get_title() for ax in figure.axes]
+    assert titles[0] == "input 32×32 · 4×4 patches" and titles[1:5] == [f"layer 1 · head {h}" for h in range(4)]
+    shown = figure.axes[0].get_images()[0].get_array()
+    assert numpy_allclose(shown, capture.extras["image"].numpy())
+    # the class token of heads 2 and 3 peaks on the odd patch: row 0, column 0 of the grid
+    last = capture.layer(-1)[:, 0, 1:]  # [head, patch]
+    assert last[2].argmax().item() == 0 and last[3].argmax().item() == 0
+
+
+def numpy_allclose(a, b) -> bool:
+    return bool(np.allclose(np.asarray(a), b, atol=1e-6))

@@ -114,18 +114,25 @@ def bad_images(tmp_path_factory, image_folder):
     data = (image_folder / "photo-0.png").read_bytes()
     (folder / "truncated.png").write_bytes(data[: len(data) // 2])
     Image.new("RGB", (1, 1), (255, 0, 0)).save(folder / "dot.png")
+    Image.new("1", (13_000, 13_000)).save(folder / "huge.png")  # 20 KB on disk, 169 M pixels: a decompression bomb
     return folder
 
 
 @pytest.mark.parametrize(
     ("name", "fragment"),
-    [("text.png", "not an image"), ("truncated.png", "truncated"), ("dot.png", "1×1 pixels")],
+    [
+        ("text.png", "not an image"),
+        ("truncated.png", "truncated"),
+        ("dot.png", "1×1 pixels"),
+        ("huge.png", "13,000×13,000 = 169,000,000 pixels): Pillow's limit against decompression bombs is 89,478,485"),
+    ],
 )
 def test_bad_images_are_refused(capsys, tmp_path, bad_images, tiny_vision_dirs, name, fragment):
     for command in (["heatmap", "--out", tmp_path / "out.png"], ["capture", "--out", tmp_path / "out.safetensors"]):
         result = run_cli(capsys, *command, "--image", bad_images / name, "--model", tiny_vision_dirs["vit"])
         assert_clean_error(result, fragment)
         assert len(result.error_lines()) == 1
+        assert "Warning" not in result.stderr  # Pillow's warning is part of the one line, not lines of its own
     assert list(tmp_path.iterdir()) == []
 
 
@@ -213,3 +220,12 @@ def test_shipped_toy_vit_answers_and_looks_at_the_odd_patch():
     # and not by a hair: the best head puts several times the even share (1/17) on the odd patch
     on_odd = last[torch.arange(300), :, torch.tensor(labels)]  # [images, heads]
     assert float(on_odd.mean(0).max()) > 5 / 17
+
+
+def test_heads_on_a_vision_model_refuses_before_any_progress(capsys, tiny_vision_dirs):
+    result = run_cli(capsys, "heads", tiny_vision_dirs["vit"])
+    assert_clean_error(result, "is a vision model", "head probes")
+    assert "probing" not in result.stderr
+    assert [
+        line for line in result.stderr.splitlines() if line.strip() and not line.startswith(("model:", "loading"))
+    ] == result.error_lines()

@@ -139,7 +139,9 @@ def test_prune_writes_a_checkpoint_that_reloads(classifier_dirs, image_folder, t
     path, out = classifier_dirs["dinov2_registers"], tmp_path / "pruned"
     images = sorted(image_folder.glob("*.png"))
     config = PruneConfig(count=3, importance="ablation", latency_repeats=1)
-    outcome = prune_checkpoint(str(path), out, config, images=images[:8], eval_images=images[8:] * 2)
+    outcome = prune_checkpoint(
+        str(path), out, config, images=images[:8], eval_images=images[8:] * 2, transformers_copy=True
+    )
     report = outcome.report
     assert report.objective == "prediction" and report.metric == "agreement" and report.unit == "images"
     assert report.metric_before == 1.0 and report.loss_before == 0.0
@@ -256,3 +258,21 @@ def test_refusals(capsys, tmp_path, tiny_vision_dirs, classifier_dirs, image_fol
         assert len(result.error_lines()) == 1, result.stderr
         assert not out.exists(), arguments
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pruned_vision_model_is_summarised_with_the_heads_it_has(classifier_dirs, image_folder, tmp_path, capsys):
+    """Layer 0 keeps 2 of 4 heads, layer 1 all 4: heatmap and capture say so, not "2 layers × 2 heads"."""
+    from attnviz.models.base import PrunedCopy
+
+    loaded = load_model(str(classifier_dirs["vit"]), device="cpu")
+    removed = {AttentionSite("self", 0): [1, 3]}
+    pruned, plans = loaded.remove_heads(removed)
+    out = tmp_path / "pruned-vit"
+    loaded.save_pruned(out, PrunedCopy(pruned, removed, plans), source="vit", transformers_copy=False)
+    image = image_folder / "photo-00.png"
+    for command in (["heatmap", "--out", tmp_path / "h.png"], ["capture", "--out", tmp_path / "c.safetensors"]):
+        result = run_cli(capsys, *command, "--image", image, "--model", out)
+        assert result.exit_code == 0, result.stderr
+        summary = " ".join(result.stderr.split())
+        assert "2 layers, 2–4 heads (6 in all)" in summary, summary
+        assert "× 2 heads" not in summary

@@ -110,7 +110,13 @@ def test_pruned_checkpoint_round_trip(tiny_dirs, tiny_models, tmp_path, family):
     pruned, plans = prune_heads_physically(loaded, removed)
     out = tmp_path / "pruned"
     save_pruned_checkpoint(
-        out, source=str(tiny_dirs[family]), original=loaded, pruned=pruned, plans=plans, removed=removed
+        out,
+        source=str(tiny_dirs[family]),
+        original=loaded,
+        pruned=pruned,
+        plans=plans,
+        removed=removed,
+        transformers_copy=True,
     )
     marker = json.loads((out / PRUNED_MARKER).read_text())
     assert marker["format"] == "attnviz-pruned" and marker["family"] == family
