@@ -42,7 +42,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnviz.common.progress import notice, warn
+from attnviz.common.progress import notice, status, warn
 from attnviz.core.kernel_build import (
     BuildLockTimeout,
     build_inputs,
