@@ -311,9 +311,13 @@ class CaptionModel(VisionModel):
         """``count`` fresh images of the toy captioning task (``toy-caption``), or None for other models."""
         if self.image_task is None:
             return None
-        from attnviz.toy.caption import caption_images
+        import importlib
 
-        return caption_images(count, seed)[0]
+        from attnviz.models.vision import IMAGE_TASK_EXAMPLES
+
+        # the toy package sits above this one: the task's own module draws them (named, imported when needed)
+        module, _, function = IMAGE_TASK_EXAMPLES[self.image_task].partition(":")
+        return getattr(importlib.import_module(module), function)(count, seed)
 
     def check_objective(self) -> None:
         raise UnsupportedModelError(

@@ -383,7 +383,10 @@ class VisionModel(LoadedModel):
 
 
 #: toy image task -> ``"module:function"`` drawing ``count`` examples of it with a seed (``own_images``)
-IMAGE_TASK_EXAMPLES = {"odd-patch": "attnviz.toy.odd_patch:task_images"}
+IMAGE_TASK_EXAMPLES = {
+    "odd-patch": "attnviz.toy.odd_patch:task_images",
+    "caption": "attnviz.toy.caption:task_images",
+}
 
 
 def image_task_of(source: str) -> str | None:

@@ -111,6 +111,11 @@ def caption_images(count: int, seed: int) -> tuple[list[Image], list[str]]:
     return [example.image() for example in examples], [example.caption for example in examples]
 
 
+def task_images(count: int, seed: int) -> list[Image]:
+    """``count`` fresh task images drawn with ``seed``: a trained toy captioner's own images (``own_images``)."""
+    return caption_images(count, seed)[0]
+
+
 @dataclass(frozen=True)
 class CaptionModelSettings:
     """The toy captioner's size (stored in the checkpoint)."""
