@@ -32,13 +32,14 @@ _LONG_TEXT = "attnviz samples corpus-copy > /dev/null && for i in 1 2 3; do tr '
 
 
 def _vit_classifier_and_photos(folder: Path) -> None:
-    """A tiny random ViT classifier as ``vit-classifier/``, four generated pictures in ``photos/`` and ``heldout/``."""
+    """A tiny random ViT classifier as ``vit-classifier/``, eight generated pictures (the fewest pruning judges on) in
+    ``photos/`` and ``heldout/``."""
     from tiny_vision import build_tiny_classifier, sample_images
 
     build_tiny_classifier("vit", folder / "vit-classifier")
     for name, seed in (("photos", 1), ("heldout", 2)):
         (folder / name).mkdir()
-        for index, image in enumerate(sample_images(4, seed=seed)):
+        for index, image in enumerate(sample_images(8, seed=seed, size=32)):
             image.save(folder / name / f"picture-{index}.png")
 
 
@@ -131,7 +132,7 @@ REDUCTIONS: dict[tuple[str, str], Reduction] = {
         substitutions=(("--max-length 4096", "--max-length 256"),),
     ),
     ("docs/prune.md", VIT_PRUNE): Reduction(
-        how="a tiny random ViT classifier stands in for ./vit-classifier, four generated pictures for each folder",
+        how="a tiny random ViT classifier stands in for ./vit-classifier, eight generated pictures for each folder",
         prepare=_vit_classifier_and_photos,
     ),
     ("docs/reliability.md", LAYER_REFUSAL): Reduction(

@@ -52,6 +52,7 @@ def test_indirect_object_heads_match_forward_hooks_on_o_proj():
         assert clean_diff == pytest.approx(6.12, abs=0.01) and corrupt_diff == pytest.approx(-5.49, abs=0.01)
 
         # direct logit attribution of every head, by hand
+        torch.set_grad_enabled(False)  # restored in the finally clause below
         x = residual["x"].double()
         rms = torch.sqrt(x.pow(2).mean() + model.model.norm.variance_epsilon)
         gain = model.model.norm.weight.double()
@@ -78,4 +79,5 @@ def test_indirect_object_heads_match_forward_hooks_on_o_proj():
             hook.remove()
             assert effect.patched_logit_diff == pytest.approx(float(logits[mary] - logits[john]), abs=1e-3)
     finally:
+        torch.set_grad_enabled(True)
         model.set_attn_implementation(own)
