@@ -214,15 +214,15 @@ class LoadedModel(ABC):
         Batch ``i`` is :meth:`own_examples` drawn with seed ``seed * 1_000_003 + i``, so the same
         arguments give the same data however often they are drawn.
         """
-        sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
-        if not sizes:
+        if num_examples < 1:
             return None
-        first = self.own_examples(sizes[0], seed * 1_000_003)
+        first = self.own_examples(min(batch_size, num_examples), seed * 1_000_003)
         if first is None:  # no data of its own (a text model): toy_examples does not apply, nothing to estimate
             return None
-        # every batch is held at once: refuse before drawing the rest when they cannot fit
+        # every batch is held at once: refuse before drawing (or even listing) the rest when they cannot fit
         tokens = self.max_length or max(first.lengths, default=1)
         require_memory("toy_examples", num_examples, batch_memory(num_examples, tokens), "the examples")
+        sizes = [min(batch_size, num_examples - start) for start in range(0, num_examples, batch_size)]
         rest = [self.own_examples(size, seed * 1_000_003 + index) for index, size in enumerate(sizes) if index]
         batches = [first, *rest]
         if any(batch is None for batch in batches):
