@@ -61,8 +61,12 @@ NOISE = ("IProgress", "TqdmWarning", "Writing model shards", "Loading weights")
 
 
 def noise(book) -> list[str]:
-    """Every stream output (stdout or stderr) that shows third-party progress rather than attnviz's own."""
-    streams = [o["text"] for cell in book.cells for o in cell.get("outputs", []) if o["output_type"] == "stream"]
+    """Every stream output (stdout or stderr) that shows third-party progress rather than attnviz's own.
+
+    A cell that imports or loads with transformers itself is left out: its bars follow the user's settings.
+    """
+    own = [cell for cell in book.cells if "transformers" not in cell.source]
+    streams = [o["text"] for cell in own for o in cell.get("outputs", []) if o["output_type"] == "stream"]
     return [text for text in streams if any(marker in text for marker in NOISE)]
 
 
