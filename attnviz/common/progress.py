@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
 import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager as ContextManager
@@ -94,3 +95,33 @@ def status(message: str) -> ContextManager[object]:
 def progress_bar() -> Progress:
     """A progress bar of the current reporter, used as ``with progress_bar() as bar: bar.add_task(...)``."""
     return current_reporter().progress()
+
+
+@contextlib.contextmanager
+def quiet_third_party() -> Iterator[None]:
+    """Inside the ``with`` block: transformers' and huggingface_hub's progress bars ("Loading weights", "Writing
+    model shards") and info logs off, and tqdm's "IProgress not found" warning (a kernel without ipywidgets)
+    filtered, so a caller sees attnviz's own progress only. Everything is as it was after the block: a
+    caller's own bars, verbosity and warning filters are left alone.
+    """
+    with warnings.catch_warnings():
+        # tqdm warns once, while transformers first imports it: that import may be this one
+        warnings.filterwarnings("ignore", message=r"IProgress not found")
+        from transformers.utils import logging as transformers_logging
+
+        hub_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")  # the module (the package exports a class)
+        bars_were_on = transformers_logging.is_progress_bar_enabled()
+        hub_states = dict(getattr(hub_tqdm, "progress_bar_states", {}))  # huggingface_hub's per-group switches
+        verbosity = transformers_logging.get_verbosity()
+        transformers_logging.disable_progress_bar()
+        transformers_logging.set_verbosity_error()
+        try:
+            yield
+        finally:
+            transformers_logging.set_verbosity(verbosity)
+            if bars_were_on:
+                transformers_logging.enable_progress_bar()
+            states = getattr(hub_tqdm, "progress_bar_states", None)
+            if states is not None:
+                states.clear()
+                states.update(hub_states)

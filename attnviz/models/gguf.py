@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from attnviz.common.errors import AttnvizError, ModelSpecError, OutputError
-from attnviz.common.progress import progress_bar, status
+from attnviz.common.progress import progress_bar, quiet_third_party, status
 from attnviz.models.hf import first_line, load_hf_model
 from attnviz.outputs import staging
 from attnviz.outputs.files import cache_root
@@ -236,23 +236,16 @@ def _quiet_transformers() -> Iterator[None]:
     """While converting: transformers' own progress bars and info logs off, its GGUF reader's tensor loop
     on attnviz's progress display; everything as it was afterwards (a caller's settings are left alone)."""
     from transformers import modeling_gguf_pytorch_utils as gguf_reader
-    from transformers.utils import logging as transformers_logging
 
-    bars_were_on = transformers_logging.is_progress_bar_enabled()
-    verbosity = transformers_logging.get_verbosity()
     reader_progress = getattr(gguf_reader, "tqdm", None)
-    transformers_logging.disable_progress_bar()
-    transformers_logging.set_verbosity_error()
     if reader_progress is not None:
         gguf_reader.tqdm = _tensor_progress
     try:
-        yield
+        with quiet_third_party():
+            yield
     finally:
         if reader_progress is not None:
             gguf_reader.tqdm = reader_progress
-        transformers_logging.set_verbosity(verbosity)
-        if bars_were_on:
-            transformers_logging.enable_progress_bar()
 
 
 def _convert(path: Path, out_dir: Path) -> None:

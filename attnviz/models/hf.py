@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from attnviz.common.errors import AttnvizError, InputError, ModelSpecError, ParameterError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
-from attnviz.common.progress import warn
+from attnviz.common.progress import quiet_third_party, warn
 from attnviz.common.tokens import token_strings
 from attnviz.common.wording import plural
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
@@ -24,7 +24,6 @@ from attnviz.models.hf_checks import (
     check_config_against_weights,
     check_loading_info,
     first_line,
-    quiet_transformers,
     refuse_custom_code,
 )
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
@@ -59,6 +58,7 @@ def model_class_for(config):
     return transformers.AutoModel
 
 
+@quiet_third_party()  # transformers' loading bars and tqdm's widget warning off for this call only
 def load_hf_model(
     source: str | os.PathLike,
     *,
@@ -79,7 +79,6 @@ def load_hf_model(
 
     source = str(source)
     register_attention()
-    quiet_transformers()
     refuse_custom_code(source)
     # Never run code shipped with a model, and never ask on stdin whether to; a hub id is read from the local
     # cache only (attnviz never downloads: no network retries before an error).

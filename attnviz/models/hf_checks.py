@@ -105,14 +105,6 @@ def check_loading_info(info: dict, source: str, buffers: Iterable[str] = ()) -> 
         raise ModelSpecError(f"the weights of model {source!r} do not load: {first_line(Exception(errors[0]))}")
 
 
-def quiet_transformers() -> None:
-    """transformers' own progress bars and info logs would clutter attnviz's stderr."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-
-
 @contextlib.contextmanager
 def quiet_image_processors() -> Iterator[None]:
     """Silence transformers' "requires torchvision … falling back to the Pil processor" notice (the Pillow

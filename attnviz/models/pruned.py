@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import transformers
 from safetensors.torch import load_file
 from torch import nn
-from transformers.initialization import no_init_weights
 
 from attnviz.common.errors import AttnvizError, ModelSpecError
+from attnviz.common.progress import quiet_third_party
 from attnviz.core import ATTENTION_NAME, register_attention
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
 from attnviz.models.hf import HFModel, model_class_for
@@ -87,6 +86,7 @@ def _check_shapes(model: nn.Module, state: dict[str, torch.Tensor], path: Path) 
             )
 
 
+@quiet_third_party()  # transformers' loading bars off for this call only
 def load_pruned_model(
     path: str | os.PathLike,
     *,
@@ -95,6 +95,9 @@ def load_pruned_model(
     dtype: torch.dtype = torch.float32,
 ) -> LoadedModel:
     """Load a physically pruned checkpoint written by ``attnviz prune`` (see the module docstring)."""
+    import transformers  # here, under quiet_third_party: a first import in a notebook warns about ipywidgets
+    from transformers.initialization import no_init_weights
+
     path = Path(path).expanduser()
     metadata = read_pruned_metadata(path)
     refuse_custom_code(str(path))

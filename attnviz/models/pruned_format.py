@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from attnviz.common.progress import quiet_third_party
 from attnviz.core import AttentionSite
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
 from attnviz.models.identity import original_layout
@@ -114,6 +115,7 @@ def pruned_metadata(
     }
 
 
+@quiet_third_party()  # no "Writing model shards" bar; the caller's settings as they were afterwards
 def save_pruned_checkpoint(
     out: str | os.PathLike,
     *,

@@ -26,6 +26,7 @@ from typing import Any
 from torch import nn
 
 from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.common.progress import quiet_third_party
 from attnviz.core import ATTENTION_NAME, AttentionContext, register_attention
 from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
@@ -158,11 +159,12 @@ def _own_tokenizer(model: nn.Module, tokenizer: Any) -> Any:
         try:
             from transformers import AutoTokenizer
 
-            tokenizer = (
-                AutoTokenizer.from_pretrained(source, trust_remote_code=False, local_files_only=True)
-                if source
-                else None
-            )
+            with quiet_third_party():
+                tokenizer = (
+                    AutoTokenizer.from_pretrained(source, trust_remote_code=False, local_files_only=True)
+                    if source
+                    else None
+                )
         except Exception:  # noqa: BLE001 - any failure means the same thing to the user
             tokenizer = None
         if tokenizer is None:

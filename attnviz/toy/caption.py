@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from attnviz.common.errors import InputError
-from attnviz.common.progress import progress_bar
+from attnviz.common.progress import progress_bar, quiet_third_party
 from attnviz.outputs import files
 from attnviz.toy.odd_patch import IMAGE_TASK_FILE, check_odd_patch_output
 from attnviz.toy.training import TrainingSettings, learning_rate_at
@@ -148,14 +148,14 @@ def build_tokenizer():
     )
 
 
+@quiet_third_party()
 def build_caption_model(settings: CaptionModelSettings, seed: int = 0):
     """An untrained tiny ``VisionEncoderDecoderModel``, its image processor and its tokenizer."""
     import transformers
 
-    from attnviz.models.hf_checks import quiet_image_processors, quiet_transformers
+    from attnviz.models.hf_checks import quiet_image_processors
 
     settings.validate()
-    quiet_transformers()
     encoder_config = transformers.ViTConfig(
         hidden_size=settings.width,
         num_hidden_layers=settings.encoder_layers,
@@ -306,6 +306,7 @@ def measure_captioner(model, examples: list[CaptionExample]) -> tuple[float, flo
     return right / len(examples), hits / max(total_words, 1)
 
 
+@quiet_third_party()  # no "Writing model shards" bar
 def save_captioner(result: CaptionResult, path: str | os.PathLike) -> Path:
     """Write the model, its image processor, its tokenizer and the task record into a new directory, atomically."""
     out = check_odd_patch_output(path)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from attnviz.common.errors import InputError
-from attnviz.common.progress import progress_bar
+from attnviz.common.progress import progress_bar, quiet_third_party
 from attnviz.models.base import IMAGE_TASK_FILE  # marks an image-task toy checkpoint (next to config.json)
 from attnviz.outputs import files
 from attnviz.toy.checkpoint import check_checkpoint_output
@@ -97,14 +97,14 @@ def task_images(count: int, seed: int) -> list[Image]:
     return odd_patch_images(count, seed)[0]
 
 
+@quiet_third_party()
 def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
     """An untrained tiny ``ViTForImageClassification`` (16 classes) and its image processor."""
     import transformers
 
-    from attnviz.models.hf_checks import quiet_image_processors, quiet_transformers
+    from attnviz.models.hf_checks import quiet_image_processors
 
     settings.validate()
-    quiet_transformers()  # as loading any model does: no progress bars while saving
     config = transformers.ViTConfig(  # type: ignore[call-arg]  # num_labels goes to PretrainedConfig
         hidden_size=settings.width,
         num_hidden_layers=settings.num_layers,
@@ -217,6 +217,7 @@ def check_odd_patch_output(path: str | os.PathLike) -> Path:
     return check_checkpoint_output(out)
 
 
+@quiet_third_party()  # no "Writing model shards" bar
 def save_odd_patch(result: OddPatchResult, path: str | os.PathLike) -> Path:
     """Write the trained model, its image processor and :data:`IMAGE_TASK_FILE` into a new directory, atomically."""
     out = check_odd_patch_output(path)

@@ -28,10 +28,14 @@ EXPECTED = {
 
 
 def execute(name: str, directory: Path):
-    nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
     pytest.importorskip("ipykernel")
-    book = nbformat.read(EXAMPLES / name, as_version=4)
+    return run_book(nbformat.read(EXAMPLES / name, as_version=4), directory)
+
+
+def run_book(book, directory: Path):
+    """Execute ``book`` (an nbformat notebook) in a fresh kernel whose working directory is ``directory``."""
+    nbclient = pytest.importorskip("nbclient")
     client = nbclient.NotebookClient(
         book, kernel_name="python3", timeout=600, resources={"metadata": {"path": str(directory)}}
     )
@@ -52,6 +56,20 @@ def outputs(book, kind: str) -> list[tuple[str, dict]]:
     return found
 
 
+#: what third-party progress looks like in a notebook: tqdm's warning without ipywidgets, transformers' bars
+NOISE = ("IProgress", "TqdmWarning", "Writing model shards", "Loading weights")
+
+
+def noise(book) -> list[str]:
+    """Every stream output (stdout or stderr) that shows third-party progress rather than attnviz's own.
+
+    A cell that imports or loads with transformers itself is left out: its bars follow the user's settings.
+    """
+    own = [cell for cell in book.cells if "transformers" not in cell.source]
+    streams = [o["text"] for cell in own for o in cell.get("outputs", []) if o["output_type"] == "stream"]
+    return [text for text in streams if any(marker in text for marker in NOISE)]
+
+
 def test_every_example_notebook_is_tested():
     assert NOTEBOOKS == sorted(EXPECTED)
 
@@ -61,6 +79,7 @@ def test_notebook_runs_and_its_html_renders(name, tmp_path, open_page):
     book = execute(name, tmp_path)
     errors = [o for cell in book.cells for o in cell.get("outputs", []) if o["output_type"] == "error"]
     assert errors == []
+    assert noise(book) == []
     token, printed = EXPECTED[name]
     assert printed in "".join(text for text, _ in outputs(book, "stream")) + "".join(
         text for text, _ in outputs(book, "text/plain")
@@ -80,3 +99,33 @@ def test_notebook_runs_and_its_html_renders(name, tmp_path, open_page):
     if name == "01_quick_start.ipynb":
         assert outputs(book, "image/png"), "the heatmap figure is not shown"
         assert (tmp_path / "cat-model-view.html").is_file()
+
+
+def test_a_notebook_sees_attnviz_progress_only_and_keeps_its_own_settings(tiny_dirs, tmp_path):
+    """Loading, pruning and saving a tiny model in a kernel without ipywidgets shows no tqdm warning and no
+    transformers bar, and the kernel's transformers/huggingface_hub progress settings are as before the calls."""
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("ipykernel")
+    source = str(tiny_dirs["bert"])
+    calls = f"""import attnviz
+
+loaded = attnviz.load_model({source!r}, device="cpu")
+config = attnviz.PruneConfig(count=1, latency_tokens=8, latency_repeats=1)
+outcome = attnviz.prune_model(loaded, config, texts=["The cat sat on the mat.", "A dog ran."])
+attnviz.save_outcome(outcome, "pruned", source={source!r})
+attnviz.load_model("pruned", device="cpu").layout() == outcome.pruned.layout()"""
+    settings = """import huggingface_hub.utils
+import transformers
+
+print("bars on:", transformers.utils.logging.is_progress_bar_enabled(), huggingface_hub.utils.are_progress_bars_disabled() is False)
+print("verbosity:", transformers.utils.logging.get_verbosity())"""
+    book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(calls), nbformat.v4.new_code_cell(settings)])
+    run_book(book, tmp_path)
+    errors = [o for cell in book.cells for o in cell.get("outputs", []) if o["output_type"] == "error"]
+    assert errors == []
+    assert outputs(book, "text/plain")[0][0] == "True"  # the saved checkpoint reads back with the pruned layout
+    assert (tmp_path / "pruned").is_dir()
+    assert noise(book) == []
+    printed = "".join(text for text, _ in outputs(book, "stream"))
+    assert "bars on: True True" in printed  # transformers' default, as before attnviz's calls
+    assert "verbosity: 30" in printed  # logging.WARNING, transformers' default
