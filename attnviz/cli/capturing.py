@@ -117,3 +117,19 @@ def print_page_summary(loaded, result, stack) -> None:
         "and a pooled overview (see the page's notes)",
         highlight=False,
     )
+
+
+def check_weighting(weighting: str, *, query, image, generate, view: str, from_capture) -> bool:
+    """Whether ``heatmap`` draws norm-based attention; refuses what it does not apply to before any model loads."""
+    from attnviz.common.errors import InputError
+
+    if weighting != "norm":
+        return False
+    if from_capture is not None:
+        raise InputError("--weighting applies when a model runs: a saved capture holds the weighting it was made with")
+    for given, what in ((query, "--query"), (image, "--image"), (generate, "--generate")):
+        if given is not None:
+            raise InputError(f"--weighting norm draws the heads of a text: {what} does not apply")
+    if view != "heads":
+        raise InputError(f"--weighting norm draws the heads view: --view {view} goes through the weights")
+    return True

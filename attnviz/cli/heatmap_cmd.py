@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.images import ImageOption, QueryOption
+from attnviz.cli.images import ImageOption, QueryOption, check_image_options
 from attnviz.cli.options import (
     DEFAULT_MAX_BYTES,
     INPUT_PANEL,
@@ -237,6 +237,7 @@ def heatmap(
     from attnviz.captures.attention_capture import AttentionCapture
     from attnviz.cli.capturing import (
         capture_text,
+        check_weighting,
         generation_settings,
         load_quietly,
         max_bytes_value,
@@ -251,7 +252,9 @@ def heatmap(
     from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure
     from attnviz.render.html_page import HTML_SUFFIXES
 
-    norm = _check_weighting(weighting.value, query, image, generate, view, from_capture)
+    norm = check_weighting(
+        weighting.value, query=query, image=image, generate=generate, view=view.value, from_capture=from_capture
+    )
     byte_limit = max_bytes_value(max_bytes)  # every option is checked before any model runs, whichever path draws
     if query is not None and image is None:  # a text's query position draws strips (attnviz/cli/strips.py)
         from attnviz.cli.strips import query_strips
@@ -293,7 +296,7 @@ def heatmap(
             raise InputError("--image draws an image: give no TEXT or --from-capture with it")
         from attnviz.cli.images import parse_query
 
-        _check_image_options(terminal, words, view, stack)
+        check_image_options(terminal, words, view.value, stack)
         parse_query(query)  # a bad --query fails before the model loads
         if target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
             from attnviz.cli.images import capture_caption_option
@@ -359,7 +362,7 @@ def heatmap(
     if result.image_grid is not None:
         from attnviz.cli.images import draw_image, print_image_summary
 
-        _check_image_options(terminal, words, view, stack)
+        check_image_options(terminal, words, view.value, stack)
         drawn = draw_image(
             result, out, html=html, layers=layers, heads=heads, query=query, view=view.value, style=style, dpi=dpi,
             head_given=head is not None,
@@ -401,29 +404,6 @@ def heatmap(
         path = save_figure(figure, out, dpi=dpi)
     print_summary(result, stack)
     print(path)
-
-
-def _check_weighting(weighting, query, image, generate, view, from_capture) -> bool:
-    """Whether norm-based attention is drawn; refuses what it does not apply to before any model loads."""
-    from attnviz.common.errors import InputError
-
-    if weighting != "norm":
-        return False
-    if from_capture is not None:
-        raise InputError("--weighting applies when a model runs: a saved capture holds the weighting it was made with")
-    for given, what in ((query, "--query"), (image, "--image"), (generate, "--generate")):
-        if given is not None:
-            raise InputError(f"--weighting norm draws the heads of a text: {what} does not apply")
-    if view != HeatmapView.heads:
-        raise InputError(f"--weighting norm draws the heads view: --view {view.value} goes through the weights")
-    return True
-
-
-def _check_image_options(terminal: bool, words: bool, view: HeatmapView, stack: str | None) -> None:
-    from attnviz.common.errors import InputError
-
-    if terminal or words or view == HeatmapView.flow or stack not in (None, "cross"):
-        raise InputError("an image is drawn as overlays: --terminal, --words, --view flow and --stack do not apply")
 
 
 def register(app: typer.Typer) -> None:

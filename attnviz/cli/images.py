@@ -168,3 +168,11 @@ def print_image_summary(result) -> None:
         f"{stack_size(result, 'self')}",
         highlight=False,
     )
+
+
+def check_image_options(terminal: bool, words: bool, view: str, stack: str | None) -> None:
+    """An image is drawn as overlays (a captioner's as cross-attention): refuse the text-only drawing options."""
+    from attnviz.common.errors import InputError
+
+    if terminal or words or view == "flow" or stack not in (None, "cross"):
+        raise InputError("an image is drawn as overlays: --terminal, --words, --view flow and --stack do not apply")

@@ -207,9 +207,9 @@ class CaptionModel(VisionModel):
 
     def caption_tokens(self, ids: Sequence[int]) -> tuple[list[str], list[bool], list[int | None]]:
         """(token strings, special flags, word ids) of decoder token ``ids``."""
-        from attnviz.common.tokens import word_ids_from_markers
+        from attnviz.common.tokens import token_strings, word_ids_from_markers
 
-        tokens = self.tokenizer.convert_ids_to_tokens(list(ids))
+        tokens = token_strings(self.tokenizer, ids)  # byte-level tokens decoded, as every model encodes
         special_ids = set(self.tokenizer.all_special_ids) | {self.start_id}
         special = [token_id in special_ids for token_id in ids]
         return tokens, special, word_ids_from_markers(tokens, special)

@@ -45,6 +45,16 @@ def eager_outputs(directory, picture_path, decoder_ids: list[int]):
         return model(pixel_values=pixels, decoder_input_ids=torch.tensor([decoder_ids]), output_attentions=True)
 
 
+def written_ids(loaded, picture_path, count: int) -> list[int]:
+    """The start token and the ids the captioner writes greedily (captures keep readable tokens, not ids)."""
+    from PIL import Image
+
+    from attnviz.captures.captioning import write_caption
+
+    picture = Image.open(picture_path).convert("RGB")
+    return [loaded.start_id, *write_caption(loaded, picture, max_new_tokens=count).token_ids]
+
+
 def assert_equal_to_eager(capture: AttentionCapture, outputs, *, layers=None, heads=None) -> None:
     for stack, attribute in STACKS.items():
         reference = getattr(outputs, attribute)
@@ -69,7 +79,9 @@ def test_teacher_forced_capture_equals_eager(capsys, tmp_path, captioners, pictu
     capture = AttentionCapture.load(out)
     loaded = load_model(str(captioners[name]), device="cpu")
     ids = [loaded.start_id, *loaded.tokenizer(caption, add_special_tokens=False)["input_ids"]]
-    assert capture.target_tokens == loaded.tokenizer.convert_ids_to_tokens(ids)
+    from attnviz.common.tokens import token_strings
+
+    assert capture.target_tokens == token_strings(loaded.tokenizer, ids)
     grid = capture.image_grid
     assert capture.tokens[grid.num_extra :] == [f"r{r}c{c}" for r in range(4) for c in range(4)]
     assert capture.tokens[: grid.num_extra] == (["[CLS]"] if name == "vit-gpt2" else ["[CLS]", "[DIST]"])
@@ -85,8 +97,11 @@ def test_generated_capture_equals_eager(capsys, tmp_path, captioners, picture, n
     assert result.exit_code == 0, result.stderr
     capture = AttentionCapture.load(out)
     loaded = load_model(str(captioners[name]), device="cpu")
-    ids = loaded.tokenizer.convert_tokens_to_ids(capture.target_tokens)
-    assert ids[0] == loaded.start_id and capture.generated_from == 1
+    from attnviz.common.tokens import token_strings
+
+    # the capture keeps readable tokens (byte-level ones decoded), so the ids come from the same greedy run in Python
+    ids = written_ids(loaded, picture, 6)
+    assert capture.target_tokens == token_strings(loaded.tokenizer, ids) and capture.generated_from == 1
     outputs = eager_outputs(captioners[name], picture, ids)
     # greedy: every written token is the argmax of eager logits at the step before it
     assert ids[1:] == outputs.logits[0, :-1].argmax(-1).tolist()
@@ -104,7 +119,10 @@ def test_layer_head_and_stack_keep_only_what_is_asked(capsys, tmp_path, captione
         assert result.exit_code == 0, result.stderr
         capture = AttentionCapture.load(out)
         loaded = load_model(str(directory), device="cpu")
-        ids = loaded.tokenizer.convert_tokens_to_ids(capture.target_tokens)
+        if extra[0] == "--target":
+            ids = [loaded.start_id, *loaded.tokenizer(extra[1], add_special_tokens=False)["input_ids"]]
+        else:
+            ids = written_ids(loaded, picture, 4)
         assert_equal_to_eager(capture, eager_outputs(directory, picture, ids), layers=[1], heads=[1, 3])
         out.unlink()
     result = run_cli(
@@ -127,7 +145,8 @@ def test_heatmap_draws_one_overlay_per_written_word(capsys, tmp_path, captioners
     loaded = load_model(str(directory), device="cpu")
     capture = caption_capture(loaded, picture, target="a cat")
     assert capture.target_tokens[1:] == ["a", "Ġc", "at"]  # every caption token after the start token
-    assert [text for text in figure.texts if text in {"a", "c", "at"}] == ["a", "c", "at"]  # one panel title each
+    # one panel title each, the leading space marked as on every label
+    assert [text for text in figure.texts if text in {"a", "␣c", "at"}] == ["a", "␣c", "at"]
     assert any("layer 1: mean over its 4 heads" in text for text in figure.texts)  # what is averaged, said once
     assert figure.images == 1 + 3 + 3 + 1  # the picture, 3 overlays, 3 [CLS] cells, the colour bar
     # the numbers behind each overlay: the cross-attention row of the step that wrote the word, mean of heads
@@ -157,7 +176,7 @@ def test_caption_page_in_the_browser(capsys, tmp_path, captioners, picture, open
     page = run.page
     assert page.locator("button.word").count() == 3  # a, c, at
     page.locator("button.word").nth(1).click()
-    assert page.locator("body").get_attribute("data-word") == "c"
+    assert page.locator("body").get_attribute("data-word") == "␣c"
     assert page.locator("#thumbs canvas").count() == 2 * (4 + 1)  # every layer × (each head + the mean)
     capture = caption_capture(load_model(str(directory), device="cpu"), picture, target="a cat")
     row = capture.layer(-1, "cross")[:, 1, 1:].mean(0)  # the step that wrote "c": query 1 ("a"), mean of heads
@@ -172,7 +191,7 @@ def test_notebook_shows_the_caption_page(captioners, picture):
 
     capture = caption_capture(load_model(str(captioners["vit-gpt2"]), device="cpu"), picture, target="a cat")
     view = attnviz.show(capture)
-    assert view.title == "attention: caption view" and '"words":["a","c","at"]' in view.html
+    assert view.title == "attention: caption view" and '"words":["a","␣c","at"]' in view.html
     assert capture._repr_html_().startswith("<iframe")
 
 
