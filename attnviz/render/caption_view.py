@@ -47,7 +47,7 @@ def caption_view_html(capture: AttentionCapture, *, layers: LayerSelection = Non
     """The page as a string (for notebooks)."""
     payload = caption_view_payload(capture, layers=layers)
     return build_page(
-        f"attnviz · {payload['title']} · caption", payload, scripts=["caption_view.js"], styles=["image_view.css"]
+        f"attnviz · {payload['title']} · caption", payload, scripts=["common.js", "caption_view.js"], styles=["image_view.css"]
     )
 
 

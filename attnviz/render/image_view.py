@@ -57,7 +57,7 @@ def write_image_view(path: str | Path, capture: AttentionCapture, *, layers: Lay
     """Write the self-contained page of an image capture (every layer unless ``layers`` picks some)."""
     payload = image_view_payload(capture, layers=layers)
     page = build_page(
-        f"attnviz · {payload['title']} · image", payload, scripts=["image_view.js"], styles=["image_view.css"]
+        f"attnviz · {payload['title']} · image", payload, scripts=["common.js", "image_view.js"], styles=["image_view.css"]
     )
     return write_page(path, page)
 
