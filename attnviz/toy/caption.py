@@ -28,10 +28,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from attnviz.common.errors import InputError
 from attnviz.common.progress import progress_bar
 from attnviz.outputs import files
-from attnviz.toy.odd_patch import IMAGE_TASK_FILE, check_odd_patch_output
+from attnviz.toy.odd_patch import (
+    IMAGE_TASK_FILE,
+    check_model_sizes,
+    check_odd_patch_output,
+    normalised_pixels,
+    toy_image_processor,
+)
 from attnviz.toy.training import TrainingSettings, learning_rate_at
 
 if TYPE_CHECKING:
@@ -127,11 +132,7 @@ class CaptionModelSettings:
     mlp_width: int = 128
 
     def validate(self) -> CaptionModelSettings:
-        for name in ("width", "num_heads", "encoder_layers", "decoder_layers", "mlp_width"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be at least 1 for the caption model (got {getattr(self, name)})")
-        if self.width % self.num_heads:
-            raise InputError(f"{self.num_heads} heads do not divide the width {self.width}: choose a divisor")
+        check_model_sizes(self, "the caption model")
         return self
 
 
@@ -152,7 +153,7 @@ def build_caption_model(settings: CaptionModelSettings, seed: int = 0):
     """An untrained tiny ``VisionEncoderDecoderModel``, its image processor and its tokenizer."""
     import transformers
 
-    from attnviz.models.hf_checks import quiet_image_processors, quiet_transformers
+    from attnviz.models.hf_checks import quiet_transformers
 
     settings.validate()
     quiet_transformers()
@@ -184,10 +185,7 @@ def build_caption_model(settings: CaptionModelSettings, seed: int = 0):
         pad_token_id=ids[PAD],
         tie_word_embeddings=False,
     )
-    with quiet_image_processors():
-        processor = transformers.ViTImageProcessor(
-            size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, image_mean=[0.5] * 3, image_std=[0.5] * 3
-        )
+    processor = toy_image_processor(IMAGE_SIZE)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         encoder = transformers.ViTModel(encoder_config, add_pooling_layer=False)
@@ -211,7 +209,7 @@ def example_tensors(examples: list[CaptionExample]) -> tuple[Tensor, Tensor, Ten
     """
     ids = {word: index for index, word in enumerate(VOCABULARY)}
     pixels = torch.stack([example.pixels() for example in examples]).float() / 255.0  # [b, 32, 32, 3]
-    normalised = (pixels.permute(0, 3, 1, 2) - 0.5) / 0.5  # [b, 3, 32, 32]
+    normalised = normalised_pixels(pixels)  # [b, 3, 32, 32]
     inputs = torch.full((len(examples), MAX_POSITIONS), ids[PAD], dtype=torch.long)
     labels = torch.full((len(examples), MAX_POSITIONS), -100, dtype=torch.long)
     for row, example in enumerate(examples):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,12 +55,29 @@ class OddPatchModelSettings:
     mlp_width: int = 128
 
     def validate(self) -> OddPatchModelSettings:
-        for name in ("width", "num_heads", "num_layers", "mlp_width"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be at least 1 for the odd-patch ViT (got {getattr(self, name)})")
-        if self.width % self.num_heads:
-            raise InputError(f"{self.num_heads} heads do not divide the width {self.width}: choose a divisor")
+        check_model_sizes(self, "the odd-patch ViT")
         return self
+
+
+def check_model_sizes(settings: Any, model: str) -> None:
+    """InputError unless every size field of a toy image model's settings is at least 1 and the heads divide the width."""
+    for item in fields(settings):
+        if getattr(settings, item.name) < 1:
+            raise InputError(f"{item.name} must be at least 1 for {model} (got {getattr(settings, item.name)})")
+    if settings.width % settings.num_heads:
+        raise InputError(f"{settings.num_heads} heads do not divide the width {settings.width}: choose a divisor")
+
+
+def toy_image_processor(size: int):
+    """The image processor of the toy image models: ``size``×``size`` pixels, mean 0.5 and std 0.5 per channel."""
+    import transformers
+
+    from attnviz.models.hf_checks import quiet_image_processors
+
+    with quiet_image_processors():
+        return transformers.ViTImageProcessor(
+            size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3
+        )
 
 
 def odd_patch_pixels(count: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -101,7 +118,7 @@ def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
     """An untrained tiny ``ViTForImageClassification`` (16 classes) and its image processor."""
     import transformers
 
-    from attnviz.models.hf_checks import quiet_image_processors, quiet_transformers
+    from attnviz.models.hf_checks import quiet_transformers
 
     settings.validate()
     quiet_transformers()  # as loading any model does: no progress bars while saving
@@ -118,10 +135,7 @@ def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    with quiet_image_processors():
-        processor = transformers.ViTImageProcessor(
-            size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, image_mean=[0.5] * 3, image_std=[0.5] * 3
-        )
+    processor = toy_image_processor(IMAGE_SIZE)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = transformers.ViTForImageClassification(config)
@@ -141,7 +155,7 @@ class OddPatchResult:
     model_settings: OddPatchModelSettings
 
 
-def _normalised(pixels: Tensor) -> Tensor:
+def normalised_pixels(pixels: Tensor) -> Tensor:
     """``[b, H, W, 3]`` 0–1 -> ``[b, 3, H, W]`` as the processor makes it (mean 0.5, std 0.5)."""
     return (pixels.permute(0, 3, 1, 2) - 0.5) / 0.5
 
@@ -166,7 +180,7 @@ def train_odd_patch(
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate_at(step, settings)
                 pixels, labels = odd_patch_pixels(settings.batch_size, generator)
-                logits = model(pixel_values=_normalised(pixels)).logits  # [b, 16]
+                logits = model(pixel_values=normalised_pixels(pixels)).logits  # [b, 16]
                 loss = torch.nn.functional.cross_entropy(logits, labels)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -200,7 +214,7 @@ def measure_odd_patch(model, count: int, *, seed: int) -> tuple[float, float]:
         implementation = model.config._attn_implementation
         model.set_attn_implementation("eager")
         try:
-            outputs = model(pixel_values=_normalised(pixels), output_attentions=True)
+            outputs = model(pixel_values=normalised_pixels(pixels), output_attentions=True)
         finally:
             model.set_attn_implementation(implementation)
     accuracy = float((outputs.logits.argmax(-1) == labels).float().mean())
