@@ -141,8 +141,7 @@ def image_heatmap(
     rows, described = image_panels(capture, layers=layers, heads=heads, query=query, view=view)
     image = capture.extras["image"].numpy()  # [H, W, 3] in 0–1
     panels = [panel for row in rows for panel in row]
-    top = style.vmax or max(max([float(p.patches.max())] + p.extras.tolist()) for p in panels) or 1.0
-    norm, cmap = style.norm(top), style.colour_map()
+    norm, cmap = overlay_scale(style, panels)
     columns = max(len(row) for row in rows) + 1  # the first column: the image as the model saw it
     extra_room = 0.45 if grid.num_extra else 0.0
     figure = Figure(
@@ -168,6 +167,13 @@ def image_heatmap(
 
 def _patch_of(query: ImageQuery, grid: ImageGrid) -> tuple[int, int] | None:
     return query if isinstance(query, tuple) else None
+
+
+def overlay_scale(style: FigureStyle, panels: list[ImagePanel]):
+    """(norm, colour map) shared by every overlay of a figure: up to ``style.vmax``, else the largest weight shown
+    (on a patch or an extra token; 1.0 when all are zero)."""
+    top = style.vmax or max(max([float(p.patches.max())] + p.extras.tolist()) for p in panels) or 1.0
+    return style.norm(top), style.colour_map()
 
 
 def _frame(ax, grid: ImageGrid, width: int, height: int, query_patch: tuple[int, int] | None) -> None:
