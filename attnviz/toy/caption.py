@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from attnviz.common.progress import progress_bar
 from attnviz.outputs import files
 from attnviz.toy.odd_patch import (
     IMAGE_TASK_FILE,
@@ -36,8 +35,9 @@ from attnviz.toy.odd_patch import (
     check_odd_patch_output,
     normalised_pixels,
     toy_image_processor,
+    train_image_model,
 )
-from attnviz.toy.training import TrainingSettings, learning_rate_at
+from attnviz.toy.training import TrainingSettings
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -240,32 +240,15 @@ def train_captioner(
     settings.validate()
     model_settings = (model_settings or CaptionModelSettings()).validate()
     model, processor, tokenizer = build_caption_model(model_settings, settings.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # toy-sized matrices are fastest on one thread
-    started = time.perf_counter()
-    try:
-        model.train()
-        with progress_bar() as progress:
-            task = progress.add_task(description or f"training {TASK_NAME}", total=settings.steps, status="")
-            for step in range(settings.steps):
-                for group in optimizer.param_groups:
-                    group["lr"] = learning_rate_at(step, settings)
-                examples = draw_examples(settings.batch_size, random.Random(f"train:{settings.seed}:{step}"))
-                pixels, inputs, labels = example_tensors(examples)
-                logits = model(pixel_values=pixels, decoder_input_ids=inputs).logits  # [b, 5, vocab]
-                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                if step % 20 == 0 or step == settings.steps - 1:
-                    progress.update(task, status=f"loss {loss.item():.4f}")
-                progress.advance(task)
-    finally:
-        torch.set_num_threads(threads)
-    model.eval()
-    seconds = time.perf_counter() - started
+
+    def batch_loss(step: int) -> tuple[Tensor, Callable[[], str]]:
+        examples = draw_examples(settings.batch_size, random.Random(f"train:{settings.seed}:{step}"))
+        pixels, inputs, labels = example_tensors(examples)
+        logits = model(pixel_values=pixels, decoder_input_ids=inputs).logits  # [b, 5, vocab]
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return loss, lambda: f"loss {loss.item():.4f}"
+
+    seconds = train_image_model(model, settings, description or f"training {TASK_NAME}", batch_loss, status_every=20)
     accuracy, hits = measure_captioner(model, caption_examples(settings.eval_examples, 10_000 + settings.seed))
     return CaptionResult(model, processor, tokenizer, accuracy, hits, seconds, settings, model_settings)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,35 +168,61 @@ def train_odd_patch(
     settings.validate()
     model_settings = (model_settings or OddPatchModelSettings()).validate()
     model, processor = build_odd_patch_model(model_settings, settings.seed)
+    generator = torch.Generator().manual_seed(settings.seed)
+
+    def batch_loss(step: int) -> tuple[Tensor, Callable[[], str]]:
+        pixels, labels = odd_patch_pixels(settings.batch_size, generator)
+        logits = model(pixel_values=normalised_pixels(pixels)).logits  # [b, 16]
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+
+        def status() -> str:
+            accuracy = float((logits.argmax(-1) == labels).float().mean())
+            return f"loss {loss.item():.3f}  accuracy {accuracy:.1%}"
+
+        return loss, status
+
+    seconds = train_image_model(model, settings, description or f"training {TASK_NAME}", batch_loss, status_every=10)
+    accuracy, hits = measure_odd_patch(model, settings.eval_examples, seed=10_000 + settings.seed)
+    return OddPatchResult(model, processor, accuracy, hits, seconds, settings, model_settings)
+
+
+def train_image_model(
+    model: torch.nn.Module,
+    settings: TrainingSettings,
+    description: str,
+    batch_loss: Callable[[int], tuple[Tensor, Callable[[], str]]],
+    *,
+    status_every: int,
+) -> float:
+    """Train a toy image model in place for ``settings.steps`` steps (AdamW, warmup then cosine decay, gradients
+    clipped at 1), leave it in eval mode and return the seconds it took.
+
+    ``batch_loss(step)``: the loss of that step's fresh batch, and the progress status to show every
+    ``status_every`` steps (and at the last).
+    """
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # toy-sized matrices are fastest on one thread
     started = time.perf_counter()
     try:
-        generator = torch.Generator().manual_seed(settings.seed)
         model.train()
         with progress_bar() as progress:
-            task = progress.add_task(description or f"training {TASK_NAME}", total=settings.steps, status="")
+            task = progress.add_task(description, total=settings.steps, status="")
             for step in range(settings.steps):
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate_at(step, settings)
-                pixels, labels = odd_patch_pixels(settings.batch_size, generator)
-                logits = model(pixel_values=normalised_pixels(pixels)).logits  # [b, 16]
-                loss = torch.nn.functional.cross_entropy(logits, labels)
+                loss, status = batch_loss(step)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
-                if step % 10 == 0 or step == settings.steps - 1:
-                    accuracy = float((logits.argmax(-1) == labels).float().mean())
-                    progress.update(task, status=f"loss {loss.item():.3f}  accuracy {accuracy:.1%}")
+                if step % status_every == 0 or step == settings.steps - 1:
+                    progress.update(task, status=status())
                 progress.advance(task)
     finally:
         torch.set_num_threads(threads)
     model.eval()
-    seconds = time.perf_counter() - started
-    accuracy, hits = measure_odd_patch(model, settings.eval_examples, seed=10_000 + settings.seed)
-    return OddPatchResult(model, processor, accuracy, hits, seconds, settings, model_settings)
+    return time.perf_counter() - started
 
 
 def class_token_peaks(last_layer: Tensor, extra_tokens: int = 1) -> Tensor:
