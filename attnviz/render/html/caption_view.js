@@ -26,16 +26,8 @@
   var picture = new Image();
   picture.src = data.picture;
   function drawOverlay(canvas, weights, size) {
-    var ctx = canvas.getContext("2d"), cellW = size / cols, cellH = size * (data.height / data.width) / rows, top = 0;
-    for (var k = extra; k < tokens; k++) top = Math.max(top, weights[k]);
-    ctx.clearRect(0, 0, canvas.width, canvas.height);
-    if (picture.complete) ctx.drawImage(picture, 0, 0, canvas.width, canvas.height);
-    ctx.globalAlpha = 0.6;
-    for (var p = 0; p < rows * cols; p++) {
-      ctx.fillStyle = colour(top > 0 ? weights[extra + p] / top : 0);
-      ctx.fillRect((p % cols) * cellW, Math.floor(p / cols) * cellH, cellW, cellH);
-    }
-    ctx.globalAlpha = 1;
+    var cellW = size / cols, cellH = size * (data.height / data.width) / rows;
+    AV.patchHeat(canvas.getContext("2d"), picture, weights, grid, cellW, cellH);
   }
   function hottest(weights) {
     var best = extra;

@@ -40,17 +40,8 @@
   /* the picture, the translucent heat of `weights` on the patches, the grid, and the query's outline */
   function drawOverlay(canvas, weights, query, size, withGrid) {
     var ctx = canvas.getContext("2d"), cellW = size / cols, cellH = size * (data.height / data.width) / rows;
-    var top = 0;
-    for (var k = extra; k < tokens; k++) top = Math.max(top, weights[k]);
-    ctx.clearRect(0, 0, canvas.width, canvas.height);
     ctx.imageSmoothingEnabled = true;
-    if (picture.complete) ctx.drawImage(picture, 0, 0, canvas.width, canvas.height);
-    ctx.globalAlpha = 0.6;
-    for (var p = 0; p < rows * cols; p++) {
-      ctx.fillStyle = colour(top > 0 ? weights[extra + p] / top : 0);
-      ctx.fillRect((p % cols) * cellW, Math.floor(p / cols) * cellH, cellW, cellH);
-    }
-    ctx.globalAlpha = 1;
+    var top = AV.patchHeat(ctx, picture, weights, grid, cellW, cellH);
     if (withGrid) {
       ctx.strokeStyle = "rgba(255,255,255,0.35)";
       ctx.lineWidth = 1;
