@@ -251,35 +251,18 @@ class CaptionModel(VisionModel):
     def layout(self) -> dict[AttentionSite, int]:
         """Heads per site, from a probe pass on a grey image; refuses a decoder whose attention misses the core."""
         if self._layout is None:
-            from attnviz.core.recorder import PatternRecorder
-
             batch = self.probe_batch()
-            recorder = PatternRecorder()
-            with torch.no_grad():
-                self.forward(batch, self.context([recorder]))
-            stacks = {site.stack for site in recorder.patterns}
+            patterns = self.probe_patterns(batch)
+            stacks = {site.stack for site in patterns}
             for stack, what in (("encoder", "image encoder"), ("decoder", "decoder"), ("cross", "cross-attention")):
                 if stack not in stacks:
                     raise UnsupportedModelError(
                         f"{self.name}: its {what}'s attention does not go through transformers' attention interface, "
                         "so attnviz cannot read it"
                     )
-            grid = batch.image_grid
-            assert grid is not None
-            tokens = recorder.patterns[AttentionSite("encoder", 0)].shape[-1]
-            if tokens != grid.num_tokens:
-                raise UnsupportedModelError(
-                    f"{self.name}: its image attention covers {tokens} tokens, but {grid.num_extra} extra token(s) "
-                    f"and a {grid.rows}×{grid.cols} patch grid make {grid.num_tokens}; attnviz cannot map it onto "
-                    "the image"
-                )
-            self._layout = {site: pattern.shape[1] for site, pattern in sorted(recorder.patterns.items())}
+            self.check_grid_covers(batch, patterns[AttentionSite("encoder", 0)].shape[-1], "image attention")
+            self._layout = {site: pattern.shape[1] for site, pattern in sorted(patterns.items())}
         return self._layout
-
-    def probe_batch(self) -> EncodedBatch:
-        from PIL import Image as PILImage
-
-        return self.encode_images([PILImage.new("RGB", (224, 224), (128, 128, 128))])
 
     def site_of(self, module: nn.Module) -> AttentionSite | None:
         """``encoder.encoder.layer.3.attention.attention`` -> encoder.3; ``decoder.transformer.h.1.crossattention``

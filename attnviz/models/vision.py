@@ -273,31 +273,39 @@ class VisionModel(LoadedModel):
     def layout(self) -> dict[AttentionSite, int]:
         """Heads per site, from a probe forward pass on a grey image; checks the grid against the patterns."""
         if self._layout is None:
-            from attnviz.core.recorder import PatternRecorder
-
             batch = self.probe_batch()
-            recorder = PatternRecorder()
-            with torch.no_grad():
-                self.forward(batch, self.context([recorder]))
-            if not recorder.patterns and not self.fallback:
+            patterns = self.probe_patterns(batch)
+            if not patterns and not self.fallback:
                 # SigLIP's attention calls the interface without the forward's keyword arguments, so the
                 # context cannot travel with it: read its eager attention weights instead (the same numbers).
                 self.model.set_attn_implementation("eager")
                 self.fallback = True
-                with torch.no_grad():
-                    self.forward(batch, self.context([recorder]))
-            if not recorder.patterns:
+                patterns = self.probe_patterns(batch)
+            if not patterns:
                 raise UnsupportedModelError(f"{self.name}: attnviz cannot read this model's attention")
-            tokens = next(iter(recorder.patterns.values())).shape[-1]
-            grid = batch.image_grid
-            assert grid is not None
-            if tokens != grid.num_tokens:
-                raise UnsupportedModelError(
-                    f"{self.name}: its attention covers {tokens} tokens, but {grid.num_extra} extra token(s) and a "
-                    f"{grid.rows}×{grid.cols} patch grid make {grid.num_tokens}; attnviz cannot map it onto the image"
-                )
-            self._layout = {site: pattern.shape[1] for site, pattern in sorted(recorder.patterns.items())}
+            self.check_grid_covers(batch, next(iter(patterns.values())).shape[-1], "attention")
+            self._layout = {site: pattern.shape[1] for site, pattern in sorted(patterns.items())}
         return self._layout
+
+    def probe_patterns(self, batch: EncodedBatch) -> dict[AttentionSite, Tensor]:
+        """The attention patterns of one forward pass on ``batch`` (a probe: no gradients), by site."""
+        from attnviz.core.recorder import PatternRecorder
+
+        recorder = PatternRecorder()
+        with torch.no_grad():
+            self.forward(batch, self.context([recorder]))
+        return recorder.patterns
+
+    def check_grid_covers(self, batch: EncodedBatch, tokens: int, what: str) -> None:
+        """UnsupportedModelError unless ``tokens`` (the keys of the model's ``what``) are the batch's extra tokens
+        and patches."""
+        grid = batch.image_grid
+        assert grid is not None
+        if tokens != grid.num_tokens:
+            raise UnsupportedModelError(
+                f"{self.name}: its {what} covers {tokens} tokens, but {grid.num_extra} extra token(s) and a "
+                f"{grid.rows}×{grid.cols} patch grid make {grid.num_tokens}; attnviz cannot map it onto the image"
+            )
 
     def probe_batch(self) -> EncodedBatch:
         """One grey image, resized by the model's image processor."""

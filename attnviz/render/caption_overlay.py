@@ -21,7 +21,7 @@ from attnviz.common.errors import InputError
 from attnviz.common.tokens import display_token, word_groups, word_label
 from attnviz.render.capture_view import model_title
 from attnviz.render.heatmap import FigureStyle
-from attnviz.render.image_overlay import ImagePanel, draw_overlay, image_grid_of, split_keys
+from attnviz.render.image_overlay import ImagePanel, draw_overlay, image_grid_of, overlay_scale, split_keys
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
 
 _PANEL_INCHES = 1.9
@@ -121,8 +121,7 @@ def caption_heatmap(
     rows = caption_rows(capture, layers=layers, heads=heads)
     image = capture.extras["image"].numpy()  # [H, W, 3] in 0–1
     panels = [panel for row in rows for panel in row.panels]
-    top = style.vmax or max(max([float(p.patches.max())] + p.extras.tolist()) for p in panels) or 1.0
-    norm, cmap = style.norm(top), style.colour_map()
+    norm, cmap = overlay_scale(style, panels)
     columns = 1 + len(rows[0].panels)
     extra_room = 0.5 if grid.num_extra else 0.0
     figure = Figure(

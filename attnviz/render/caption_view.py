@@ -12,42 +12,31 @@ from pathlib import Path
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.render.caption_overlay import written_words
-from attnviz.render.capture_view import model_title
-from attnviz.render.html_page import build_page, quantize_rows, write_page
-from attnviz.render.image_overlay import image_grid_of
-from attnviz.render.image_view import picture_data_url
+from attnviz.render.html_page import build_page, write_page
+from attnviz.render.image_view import encoded_layer, picture_payload
 from attnviz.render.selection import LayerSelection, resolve_layers
 
 
 def caption_view_payload(capture: AttentionCapture, *, layers: LayerSelection = None) -> dict:
     """JSON-ready data of the page: picture, grid, the written words, and per chosen layer the cross-attention rows
     of the steps that wrote them (``[head, word, key]``, encoded)."""
-    grid = image_grid_of(capture)
     words = written_words(capture)
     rows = [row for row, _ in words]
-    height, width = capture.extras["image"].shape[:2]
-    encoded = []
-    for layer in resolve_layers(layers, capture.num_layers("cross")):
-        pattern = capture.layer(layer, "cross")[:, rows]  # [head, word, key]
-        heads = pattern.shape[0]
-        ids = capture.identity.ids("cross", layer, heads) if capture.identity is not None else list(range(heads))
-        encoded.append({"layer": layer, "heads": ids, **quantize_rows(pattern)})
-    return {
-        "title": model_title(capture),
-        "picture": picture_data_url(capture),
-        "width": width,
-        "height": height,
-        "grid": {**grid.to_dict(), "labels": grid.token_labels()},
-        "words": [label for _, label in words],
-        "layers": encoded,
-    }
+    encoded = [
+        encoded_layer(capture, layer, "cross", capture.layer(layer, "cross")[:, rows])  # [head, word, key]
+        for layer in resolve_layers(layers, capture.num_layers("cross"))
+    ]
+    return {**picture_payload(capture), "words": [label for _, label in words], "layers": encoded}
 
 
 def caption_view_html(capture: AttentionCapture, *, layers: LayerSelection = None) -> str:
     """The page as a string (for notebooks)."""
     payload = caption_view_payload(capture, layers=layers)
     return build_page(
-        f"attnviz · {payload['title']} · caption", payload, scripts=["caption_view.js"], styles=["image_view.css"]
+        f"attnviz · {payload['title']} · caption",
+        payload,
+        scripts=["common.js", "caption_view.js"],
+        styles=["image_view.css"],
     )
 
 

@@ -141,8 +141,7 @@ def image_heatmap(
     rows, described = image_panels(capture, layers=layers, heads=heads, query=query, view=view)
     image = capture.extras["image"].numpy()  # [H, W, 3] in 0–1
     panels = [panel for row in rows for panel in row]
-    top = style.vmax or max(max([float(p.patches.max())] + p.extras.tolist()) for p in panels) or 1.0
-    norm, cmap = style.norm(top), style.colour_map()
+    norm, cmap = overlay_scale(style, panels)
     columns = max(len(row) for row in rows) + 1  # the first column: the image as the model saw it
     extra_room = 0.45 if grid.num_extra else 0.0
     figure = Figure(
@@ -170,11 +169,30 @@ def _patch_of(query: ImageQuery, grid: ImageGrid) -> tuple[int, int] | None:
     return query if isinstance(query, tuple) else None
 
 
+def overlay_scale(style: FigureStyle, panels: list[ImagePanel]):
+    """(norm, colour map) shared by every overlay of a figure: up to ``style.vmax``, else the largest weight shown
+    (on a patch or an extra token; 1.0 when all are zero)."""
+    top = style.vmax or max(max([float(p.patches.max())] + p.extras.tolist()) for p in panels) or 1.0
+    return style.norm(top), style.colour_map()
+
+
+def _frame(ax, grid: ImageGrid, width: int, height: int, query_patch: tuple[int, int] | None) -> None:
+    """Outline the query's patch (if the query is one) and show exactly the ``width``×``height`` picture."""
+    from matplotlib.patches import Rectangle
+
+    if query_patch is not None:
+        row, col = query_patch
+        patch_height, patch_width = grid.patch_size
+        ax.add_patch(
+            Rectangle((col * patch_width, row * patch_height), patch_width, patch_height, fill=False, color="#e8384f")
+        )
+    ax.set_xlim(0, width)
+    ax.set_ylim(height, 0)
+
+
 def draw_input(ax, image, grid: ImageGrid, *, query_patch=None) -> None:
     """The picture as the model saw it (after its processor), with the patch grid and patch names at the rims,
     so a reader can tell which patch the overlays beside it light up."""
-    from matplotlib.patches import Rectangle
-
     height, width = image.shape[:2]
     patch_height, patch_width = grid.patch_size
     ax.imshow(image, extent=(0, width, height, 0), interpolation="nearest")
@@ -182,13 +200,7 @@ def draw_input(ax, image, grid: ImageGrid, *, query_patch=None) -> None:
         ax.axhline(row * patch_height, color="white", linewidth=0.4, alpha=0.6)
     for col in range(1, grid.cols):
         ax.axvline(col * patch_width, color="white", linewidth=0.4, alpha=0.6)
-    if query_patch is not None:
-        row, col = query_patch
-        ax.add_patch(
-            Rectangle((col * patch_width, row * patch_height), patch_width, patch_height, fill=False, color="#e8384f")
-        )
-    ax.set_xlim(0, width)
-    ax.set_ylim(height, 0)
+    _frame(ax, grid, width, height, query_patch)
     if grid.rows <= 16 and grid.cols <= 16:  # row and column numbers: patch r2c1 is row 2, column 1
         ax.set_xticks([(col + 0.5) * patch_width for col in range(grid.cols)], [f"c{col}" for col in range(grid.cols)])
         ax.set_yticks([(row + 0.5) * patch_height for row in range(grid.rows)], [f"r{row}" for row in range(grid.rows)])
@@ -201,8 +213,6 @@ def draw_input(ax, image, grid: ImageGrid, *, query_patch=None) -> None:
 
 def draw_overlay(ax, image, panel: ImagePanel, grid: ImageGrid, norm, cmap, *, query_patch=None) -> None:
     """The picture, the translucent per-patch heat on it, the patch grid, and the extra tokens beside it."""
-    from matplotlib.patches import Rectangle
-
     height, width = image.shape[:2]
     patch_height, patch_width = grid.patch_size
     covered = (grid.cols * patch_width, grid.rows * patch_height)  # pixels the grid covers (a crop may leave a rim)
@@ -220,13 +230,7 @@ def draw_overlay(ax, image, panel: ImagePanel, grid: ImageGrid, norm, cmap, *, q
             ax.axhline(row * patch_height, color="white", linewidth=0.3, alpha=0.4)
         for col in range(1, grid.cols):
             ax.axvline(col * patch_width, color="white", linewidth=0.3, alpha=0.4)
-    if query_patch is not None:
-        row, col = query_patch
-        ax.add_patch(
-            Rectangle((col * patch_width, row * patch_height), patch_width, patch_height, fill=False, color="#e8384f")
-        )
-    ax.set_xlim(0, width)
-    ax.set_ylim(height, 0)
+    _frame(ax, grid, width, height, query_patch)
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_title(panel.title, fontsize=8)

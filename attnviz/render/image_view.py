@@ -14,6 +14,8 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
+from torch import Tensor
+
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.render.capture_view import model_title
 from attnviz.render.html_page import build_page, quantize_rows, write_page
@@ -31,25 +33,33 @@ def picture_data_url(capture: AttentionCapture) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def image_view_payload(capture: AttentionCapture, *, layers: LayerSelection = None) -> dict:
-    """JSON-ready data of the page: picture, grid, token labels, and every chosen layer's encoded patterns."""
+def picture_payload(capture: AttentionCapture) -> dict:
+    """The part every image page shares: title, inline picture, its size, and the patch grid with token labels."""
     grid = image_grid_of(capture)
-    chosen = resolve_layers(layers, capture.num_layers())
     height, width = capture.extras["image"].shape[:2]
-    encoded = []
-    for layer in chosen:
-        pattern = capture.layer(layer)  # [head, query, key]
-        heads = pattern.shape[0]
-        ids = capture.identity.ids("self", layer, heads) if capture.identity is not None else list(range(heads))
-        encoded.append({"layer": layer, "heads": ids, **quantize_rows(pattern)})
     return {
         "title": model_title(capture),
         "picture": picture_data_url(capture),
         "width": width,
         "height": height,
         "grid": {**grid.to_dict(), "labels": grid.token_labels()},
-        "default_query": 0 if grid.has_class_token else "mean",
-        "layers": encoded,
+    }
+
+
+def encoded_layer(capture: AttentionCapture, layer: int, stack: str, pattern: Tensor) -> dict:
+    """One layer's ``[head, query, key]`` pattern for a page: its original head ids and 8-bit row codes."""
+    heads = pattern.shape[0]
+    ids = capture.identity.ids(stack, layer, heads) if capture.identity is not None else list(range(heads))
+    return {"layer": layer, "heads": ids, **quantize_rows(pattern)}
+
+
+def image_view_payload(capture: AttentionCapture, *, layers: LayerSelection = None) -> dict:
+    """JSON-ready data of the page: picture, grid, token labels, and every chosen layer's encoded patterns."""
+    chosen = resolve_layers(layers, capture.num_layers())
+    return {
+        **picture_payload(capture),
+        "default_query": 0 if image_grid_of(capture).has_class_token else "mean",
+        "layers": [encoded_layer(capture, layer, "self", capture.layer(layer)) for layer in chosen],
     }
 
 
@@ -57,9 +67,18 @@ def write_image_view(path: str | Path, capture: AttentionCapture, *, layers: Lay
     """Write the self-contained page of an image capture (every layer unless ``layers`` picks some)."""
     payload = image_view_payload(capture, layers=layers)
     page = build_page(
-        f"attnviz · {payload['title']} · image", payload, scripts=["image_view.js"], styles=["image_view.css"]
+        f"attnviz · {payload['title']} · image",
+        payload,
+        scripts=["common.js", "image_view.js"],
+        styles=["image_view.css"],
     )
     return write_page(path, page)
 
 
-__all__: Sequence[str] = ["image_view_payload", "picture_data_url", "write_image_view"]
+__all__: Sequence[str] = [
+    "encoded_layer",
+    "image_view_payload",
+    "picture_data_url",
+    "picture_payload",
+    "write_image_view",
+]

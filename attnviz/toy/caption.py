@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,11 +28,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from attnviz.common.errors import InputError
-from attnviz.common.progress import progress_bar, quiet_third_party
+from attnviz.common.progress import quiet_third_party
 from attnviz.outputs import files
-from attnviz.toy.odd_patch import IMAGE_TASK_FILE, check_odd_patch_output
-from attnviz.toy.training import TrainingSettings, learning_rate_at
+from attnviz.toy.odd_patch import (
+    IMAGE_TASK_FILE,
+    check_model_sizes,
+    check_odd_patch_output,
+    normalised_pixels,
+    toy_image_processor,
+    train_image_model,
+)
+from attnviz.toy.training import TrainingSettings
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -127,11 +133,7 @@ class CaptionModelSettings:
     mlp_width: int = 128
 
     def validate(self) -> CaptionModelSettings:
-        for name in ("width", "num_heads", "encoder_layers", "decoder_layers", "mlp_width"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be at least 1 for the caption model (got {getattr(self, name)})")
-        if self.width % self.num_heads:
-            raise InputError(f"{self.num_heads} heads do not divide the width {self.width}: choose a divisor")
+        check_model_sizes(self, "the caption model")
         return self
 
 
@@ -152,8 +154,6 @@ def build_tokenizer():
 def build_caption_model(settings: CaptionModelSettings, seed: int = 0):
     """An untrained tiny ``VisionEncoderDecoderModel``, its image processor and its tokenizer."""
     import transformers
-
-    from attnviz.models.hf_checks import quiet_image_processors
 
     settings.validate()
     encoder_config = transformers.ViTConfig(
@@ -184,10 +184,7 @@ def build_caption_model(settings: CaptionModelSettings, seed: int = 0):
         pad_token_id=ids[PAD],
         tie_word_embeddings=False,
     )
-    with quiet_image_processors():
-        processor = transformers.ViTImageProcessor(
-            size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, image_mean=[0.5] * 3, image_std=[0.5] * 3
-        )
+    processor = toy_image_processor(IMAGE_SIZE)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         encoder = transformers.ViTModel(encoder_config, add_pooling_layer=False)
@@ -211,7 +208,7 @@ def example_tensors(examples: list[CaptionExample]) -> tuple[Tensor, Tensor, Ten
     """
     ids = {word: index for index, word in enumerate(VOCABULARY)}
     pixels = torch.stack([example.pixels() for example in examples]).float() / 255.0  # [b, 32, 32, 3]
-    normalised = (pixels.permute(0, 3, 1, 2) - 0.5) / 0.5  # [b, 3, 32, 32]
+    normalised = normalised_pixels(pixels)  # [b, 3, 32, 32]
     inputs = torch.full((len(examples), MAX_POSITIONS), ids[PAD], dtype=torch.long)
     labels = torch.full((len(examples), MAX_POSITIONS), -100, dtype=torch.long)
     for row, example in enumerate(examples):
@@ -242,32 +239,15 @@ def train_captioner(
     settings.validate()
     model_settings = (model_settings or CaptionModelSettings()).validate()
     model, processor, tokenizer = build_caption_model(model_settings, settings.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # toy-sized matrices are fastest on one thread
-    started = time.perf_counter()
-    try:
-        model.train()
-        with progress_bar() as progress:
-            task = progress.add_task(description or f"training {TASK_NAME}", total=settings.steps, status="")
-            for step in range(settings.steps):
-                for group in optimizer.param_groups:
-                    group["lr"] = learning_rate_at(step, settings)
-                examples = draw_examples(settings.batch_size, random.Random(f"train:{settings.seed}:{step}"))
-                pixels, inputs, labels = example_tensors(examples)
-                logits = model(pixel_values=pixels, decoder_input_ids=inputs).logits  # [b, 5, vocab]
-                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                if step % 20 == 0 or step == settings.steps - 1:
-                    progress.update(task, status=f"loss {loss.item():.4f}")
-                progress.advance(task)
-    finally:
-        torch.set_num_threads(threads)
-    model.eval()
-    seconds = time.perf_counter() - started
+
+    def batch_loss(step: int) -> tuple[Tensor, Callable[[], str]]:
+        examples = draw_examples(settings.batch_size, random.Random(f"train:{settings.seed}:{step}"))
+        pixels, inputs, labels = example_tensors(examples)
+        logits = model(pixel_values=pixels, decoder_input_ids=inputs).logits  # [b, 5, vocab]
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return loss, lambda: f"loss {loss.item():.4f}"
+
+    seconds = train_image_model(model, settings, description or f"training {TASK_NAME}", batch_loss, status_every=20)
     accuracy, hits = measure_captioner(model, caption_examples(settings.eval_examples, 10_000 + settings.seed))
     return CaptionResult(model, processor, tokenizer, accuracy, hits, seconds, settings, model_settings)
 

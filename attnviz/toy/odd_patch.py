@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,12 +56,29 @@ class OddPatchModelSettings:
     mlp_width: int = 128
 
     def validate(self) -> OddPatchModelSettings:
-        for name in ("width", "num_heads", "num_layers", "mlp_width"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be at least 1 for the odd-patch ViT (got {getattr(self, name)})")
-        if self.width % self.num_heads:
-            raise InputError(f"{self.num_heads} heads do not divide the width {self.width}: choose a divisor")
+        check_model_sizes(self, "the odd-patch ViT")
         return self
+
+
+def check_model_sizes(settings: Any, model: str) -> None:
+    """InputError unless every size field of a toy image model's settings is at least 1 and the heads divide the width."""
+    for item in fields(settings):
+        if getattr(settings, item.name) < 1:
+            raise InputError(f"{item.name} must be at least 1 for {model} (got {getattr(settings, item.name)})")
+    if settings.width % settings.num_heads:
+        raise InputError(f"{settings.num_heads} heads do not divide the width {settings.width}: choose a divisor")
+
+
+def toy_image_processor(size: int):
+    """The image processor of the toy image models: ``size``×``size`` pixels, mean 0.5 and std 0.5 per channel."""
+    import transformers
+
+    from attnviz.models.hf_checks import quiet_image_processors
+
+    with quiet_image_processors():
+        return transformers.ViTImageProcessor(
+            size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3
+        )
 
 
 def odd_patch_pixels(count: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -102,8 +120,6 @@ def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
     """An untrained tiny ``ViTForImageClassification`` (16 classes) and its image processor."""
     import transformers
 
-    from attnviz.models.hf_checks import quiet_image_processors
-
     settings.validate()
     config = transformers.ViTConfig(  # type: ignore[call-arg]  # num_labels goes to PretrainedConfig
         hidden_size=settings.width,
@@ -118,10 +134,7 @@ def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    with quiet_image_processors():
-        processor = transformers.ViTImageProcessor(
-            size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, image_mean=[0.5] * 3, image_std=[0.5] * 3
-        )
+    processor = toy_image_processor(IMAGE_SIZE)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = transformers.ViTForImageClassification(config)
@@ -141,7 +154,7 @@ class OddPatchResult:
     model_settings: OddPatchModelSettings
 
 
-def _normalised(pixels: Tensor) -> Tensor:
+def normalised_pixels(pixels: Tensor) -> Tensor:
     """``[b, H, W, 3]`` 0–1 -> ``[b, 3, H, W]`` as the processor makes it (mean 0.5, std 0.5)."""
     return (pixels.permute(0, 3, 1, 2) - 0.5) / 0.5
 
@@ -153,35 +166,61 @@ def train_odd_patch(
     settings.validate()
     model_settings = (model_settings or OddPatchModelSettings()).validate()
     model, processor = build_odd_patch_model(model_settings, settings.seed)
+    generator = torch.Generator().manual_seed(settings.seed)
+
+    def batch_loss(step: int) -> tuple[Tensor, Callable[[], str]]:
+        pixels, labels = odd_patch_pixels(settings.batch_size, generator)
+        logits = model(pixel_values=normalised_pixels(pixels)).logits  # [b, 16]
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+
+        def status() -> str:
+            accuracy = float((logits.argmax(-1) == labels).float().mean())
+            return f"loss {loss.item():.3f}  accuracy {accuracy:.1%}"
+
+        return loss, status
+
+    seconds = train_image_model(model, settings, description or f"training {TASK_NAME}", batch_loss, status_every=10)
+    accuracy, hits = measure_odd_patch(model, settings.eval_examples, seed=10_000 + settings.seed)
+    return OddPatchResult(model, processor, accuracy, hits, seconds, settings, model_settings)
+
+
+def train_image_model(
+    model: torch.nn.Module,
+    settings: TrainingSettings,
+    description: str,
+    batch_loss: Callable[[int], tuple[Tensor, Callable[[], str]]],
+    *,
+    status_every: int,
+) -> float:
+    """Train a toy image model in place for ``settings.steps`` steps (AdamW, warmup then cosine decay, gradients
+    clipped at 1), leave it in eval mode and return the seconds it took.
+
+    ``batch_loss(step)``: the loss of that step's fresh batch, and the progress status to show every
+    ``status_every`` steps (and at the last).
+    """
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # toy-sized matrices are fastest on one thread
     started = time.perf_counter()
     try:
-        generator = torch.Generator().manual_seed(settings.seed)
         model.train()
         with progress_bar() as progress:
-            task = progress.add_task(description or f"training {TASK_NAME}", total=settings.steps, status="")
+            task = progress.add_task(description, total=settings.steps, status="")
             for step in range(settings.steps):
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate_at(step, settings)
-                pixels, labels = odd_patch_pixels(settings.batch_size, generator)
-                logits = model(pixel_values=_normalised(pixels)).logits  # [b, 16]
-                loss = torch.nn.functional.cross_entropy(logits, labels)
+                loss, status = batch_loss(step)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
-                if step % 10 == 0 or step == settings.steps - 1:
-                    accuracy = float((logits.argmax(-1) == labels).float().mean())
-                    progress.update(task, status=f"loss {loss.item():.3f}  accuracy {accuracy:.1%}")
+                if step % status_every == 0 or step == settings.steps - 1:
+                    progress.update(task, status=status())
                 progress.advance(task)
     finally:
         torch.set_num_threads(threads)
     model.eval()
-    seconds = time.perf_counter() - started
-    accuracy, hits = measure_odd_patch(model, settings.eval_examples, seed=10_000 + settings.seed)
-    return OddPatchResult(model, processor, accuracy, hits, seconds, settings, model_settings)
+    return time.perf_counter() - started
 
 
 def class_token_peaks(last_layer: Tensor, extra_tokens: int = 1) -> Tensor:
@@ -200,7 +239,7 @@ def measure_odd_patch(model, count: int, *, seed: int) -> tuple[float, float]:
         implementation = model.config._attn_implementation
         model.set_attn_implementation("eager")
         try:
-            outputs = model(pixel_values=_normalised(pixels), output_attentions=True)
+            outputs = model(pixel_values=normalised_pixels(pixels), output_attentions=True)
         finally:
             model.set_attn_implementation(implementation)
     accuracy = float((outputs.logits.argmax(-1) == labels).float().mean())

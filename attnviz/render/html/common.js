@@ -99,6 +99,23 @@ var AV = (function () {
     return x;
   };
 
+  /* An image page's overlay: the picture, then each patch's weight as translucent heat scaled to the largest
+     weight on a patch. weights: [tokens] (the grid's extra tokens first, then the rows × cols patches).
+     Returns that largest weight. */
+  AV.patchHeat = function (ctx, picture, weights, grid, cellW, cellH) {
+    var extra = grid.extra_kinds.length, rows = grid.rows, cols = grid.cols, top = 0;
+    for (var k = extra; k < extra + rows * cols; k++) top = Math.max(top, weights[k]);
+    ctx.clearRect(0, 0, ctx.canvas.width, ctx.canvas.height);
+    if (picture.complete) ctx.drawImage(picture, 0, 0, ctx.canvas.width, ctx.canvas.height);
+    ctx.globalAlpha = 0.6;
+    for (var p = 0; p < rows * cols; p++) {
+      ctx.fillStyle = AV.css(AV.colour(top > 0 ? weights[extra + p] / top : 0));
+      ctx.fillRect((p % cols) * cellW, Math.floor(p / cols) * cellH, cellW, cellH);
+    }
+    ctx.globalAlpha = 1;
+    return top;
+  };
+
   AV.HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                      "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"];
   AV.headColour = function (index) {

@@ -1,5 +1,5 @@
 /* attnviz image view: the picture with its patch grid; pointing at a patch shows where it attends.
-   Self-contained (no dependencies): the data is the inline JSON #attnviz-data written by render/image_view.py. */
+   Uses common.js (AV); the data is the inline JSON #attnviz-data written by render/image_view.py. */
 "use strict";
 (function () {
   var data = JSON.parse(document.getElementById("attnviz-data").textContent);
@@ -7,41 +7,10 @@
   var tokens = labels.length, rows = grid.rows, cols = grid.cols;
   var MAIN = 384, THUMB = 96;
 
-  function el(tag, attrs, children) {
-    var node = document.createElement(tag);
-    Object.keys(attrs || {}).forEach(function (key) {
-      var value = attrs[key];
-      if (key.slice(0, 2) === "on") node.addEventListener(key.slice(2), value);
-      else if (key === "text") node.textContent = value;
-      else node.setAttribute(key, value);
-    });
-    (children || []).forEach(function (child) {
-      node.appendChild(typeof child === "string" ? document.createTextNode(child) : child);
-    });
-    return node;
-  }
-  function bytes(base64) {
-    var text = atob(base64), out = new Uint8Array(text.length);
-    for (var i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
-    return out;
-  }
-  /* [head, query, key] codes with one float32 scale per row -> Float32Array of weights */
-  function decode(layer) {
-    var codes = bytes(layer.codes), scales = new Float32Array(bytes(layer.scales).buffer);
-    var out = new Float32Array(codes.length);
-    for (var row = 0; row < scales.length; row++)
-      for (var k = 0; k < tokens; k++) out[row * tokens + k] = codes[row * tokens + k] * scales[row];
-    return out;
-  }
-  var VIRIDIS = ["#440154", "#482475", "#414487", "#355f8d", "#2a788e", "#21918c", "#22a884", "#44bf70",
-                 "#7ad151", "#bddf26", "#fde725"].map(function (hex) {
-    return [parseInt(hex.slice(1, 3), 16), parseInt(hex.slice(3, 5), 16), parseInt(hex.slice(5, 7), 16)];
-  });
-  function colour(t) {
-    t = Math.max(0, Math.min(1, t)) * (VIRIDIS.length - 1);
-    var i = Math.min(VIRIDIS.length - 2, Math.floor(t)), f = t - i, a = VIRIDIS[i], b = VIRIDIS[i + 1];
-    return "rgb(" + [0, 1, 2].map(function (c) { return Math.round(a[c] + (b[c] - a[c]) * f); }).join(",") + ")";
-  }
+  /* shared page helpers from common.js (AV) */
+  var el = AV.el;
+  function decode(layer) { return AV.decode(layer, tokens); }
+  function colour(t) { return AV.css(AV.colour(t)); }
 
   var layers = data.layers.map(function (layer) { return {layer: layer.layer, heads: layer.heads, weights: decode(layer)}; });
   var state = {layer: layers.length - 1, head: "mean", query: data.default_query, pinned: null};
@@ -71,17 +40,8 @@
   /* the picture, the translucent heat of `weights` on the patches, the grid, and the query's outline */
   function drawOverlay(canvas, weights, query, size, withGrid) {
     var ctx = canvas.getContext("2d"), cellW = size / cols, cellH = size * (data.height / data.width) / rows;
-    var top = 0;
-    for (var k = extra; k < tokens; k++) top = Math.max(top, weights[k]);
-    ctx.clearRect(0, 0, canvas.width, canvas.height);
     ctx.imageSmoothingEnabled = true;
-    if (picture.complete) ctx.drawImage(picture, 0, 0, canvas.width, canvas.height);
-    ctx.globalAlpha = 0.6;
-    for (var p = 0; p < rows * cols; p++) {
-      ctx.fillStyle = colour(top > 0 ? weights[extra + p] / top : 0);
-      ctx.fillRect((p % cols) * cellW, Math.floor(p / cols) * cellH, cellW, cellH);
-    }
-    ctx.globalAlpha = 1;
+    var top = AV.patchHeat(ctx, picture, weights, grid, cellW, cellH);
     if (withGrid) {
       ctx.strokeStyle = "rgba(255,255,255,0.35)";
       ctx.lineWidth = 1;
