@@ -191,7 +191,7 @@ def test_different_tokenizers_compare_only_where_tokens_agree(tiny_model_dirs, t
         result = compare_models(a, b, texts, progress=False)
     assert result.texts_compared == 2 and result.texts_skipped == 1
     assert all(h.js_divergence == 0.0 for h in result.heads)
-    with pytest.raises(Exception, match="split none of the 1 texts into the same tokens"):
+    with pytest.raises(Exception, match="split none of the 1 text into the same tokens"):
         compare_models(a, b, ["The Dog Ran Home."], progress=False)
 
 
