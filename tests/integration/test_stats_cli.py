@@ -155,8 +155,9 @@ def test_help_lists_thresholds_with_examples(capsys):
     ],
 )
 def test_bad_input_is_one_clear_line(capsys, tmp_path, make_args, fragment):
-    """Checked before any model loads: one line on stderr, exit code ≠ 0, no traceback."""
-    result = run_cli(capsys, "stats", "no-such-model-is-loaded", *make_args(tmp_path))
+    """Checked before any model loads (a load would print its loading and model lines first): one line on stderr,
+    exit code ≠ 0, no traceback."""
+    result = run_cli(capsys, "stats", "minilm", *make_args(tmp_path))
     assert_clean_error(result, fragment)
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
