@@ -82,7 +82,7 @@ def train_caption_task(out, width, heads, layers, mlp_width, steps, batch_size, 
     console.print(
         f"training [bold]caption[/bold]: ViT encoder {model_settings.encoder_layers} layers + GPT-2 decoder "
         f"{model_settings.decoder_layers} layer(s), {model_settings.num_heads} heads, width {model_settings.width}, "
-        f"32×32 images in 4×4 patches of 8×8, {settings.steps} steps",
+        f"32×32 images in 4×4 patches of 8×8, {plural(settings.steps, 'step')}",
         highlight=False,
     )
     result = train_captioner(settings, model_settings, description="training caption")

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from attnviz.common.errors import InputError, ParameterError
 from attnviz.common.progress import progress_bar
+from attnviz.common.wording import plural
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.patching import HeadOutputRecorder, HeadPatch, HeadReplacement, positions_tensor
 from attnviz.core.recorder import PatternRecorder
@@ -304,4 +305,4 @@ def _ablation_values(
             sums[site] = sums[site] + total if site in sums else total
         count += int(lengths.sum())
     means = {site: (total / count)[None].to(loaded.device) for site, total in sums.items()}  # [1, h, d]
-    return means, f"mean ablation (each head's mean output over {count} positions of {len(texts)} texts)"
+    return means, f"mean ablation (each head's mean output over {count} positions of {plural(len(texts), 'text')})"

@@ -17,6 +17,7 @@ from rich.progress import Progress
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import progress_bar
+from attnviz.common.wording import plural
 from attnviz.core.choices import Weighting
 from attnviz.core.kernel import prepare_kernel
 from attnviz.core.weighting import check_weighting, weighted_observers
@@ -131,7 +132,10 @@ def compute_statistics(
                 carriers.begin_batch(batch)
             with torch.no_grad():
                 loaded.forward(batch, context)
-            bar.update(task, status=f"{accumulator.num_examples} examples · {accumulator.num_tokens} tokens")
+            bar.update(
+                task,
+                status=f"{plural(accumulator.num_examples, 'example')} · {plural(accumulator.num_tokens, 'token')}",
+            )
     if parallel.distributed:
         accumulator.merge_across(parallel, loaded.layout())
         if carriers is not None:
