@@ -345,7 +345,10 @@ class HFModel(LoadedModel):
                     "shorten it, raise {max_length}, or allow truncation",
                     limit,
                 )
-            warn(f"{plural(sum(truncated), what)} longer than {limit} tokens were truncated to {limit}")
+            count = sum(truncated)
+            warn(
+                f"{plural(count, what)} longer than {limit} tokens {'was' if count == 1 else 'were'} truncated to {limit}"
+            )
         enc = self.tokenizer(
             list(texts),
             padding=True,

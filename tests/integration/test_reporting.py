@@ -46,7 +46,7 @@ def test_cli_prints_library_warnings_as_one_line(tmp_path, capsys):
     result = run_cli(capsys, "heatmap", long_text, "--max-length", "8", "--out", tmp_path / "h.svg")
     assert result.exit_code == 0, result.stderr
     warning_lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
-    assert warning_lines == ["warning: 1 text(s) longer than 8 tokens were truncated to 8"]
+    assert warning_lines == ["warning: 1 text longer than 8 tokens was truncated to 8"]
     assert read_svg(tmp_path / "h.svg").texts[:8] == ["[CLS]", *["word"] * 6, "[SEP]"]  # the 8 tokens drawn
 
 
