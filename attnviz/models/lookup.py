@@ -108,11 +108,18 @@ def check_model_spec(spec: str, names: Iterable[str] = SHIPPED_NAMES) -> None:
     )
 
 
+_CLOSE_MARGIN = 0.15  # similarity below the best match's that still counts as a tie
+
+
 def closest_names(spec: str, names: Iterable[str] = SHIPPED_NAMES, most: int = 3) -> list[str]:
     """Up to ``most`` known specs spelled like ``spec``: shipped names, cached hub ids, entries of its folder."""
     candidates = {name.lower(): name for name in [*names, *cached_hub_ids(), *_folder_entries(spec)]}
     matches = difflib.get_close_matches(spec.lower(), list(candidates), n=most, cutoff=0.6)
-    return [candidates[match] for match in matches]
+    if not matches:
+        return []
+    # a clear winner stands alone: "toy-inductoin" is toy-induction (0.92), not also toy-caption (0.67)
+    scores = [difflib.SequenceMatcher(None, match, spec.lower()).ratio() for match in matches]
+    return [candidates[match] for match, score in zip(matches, scores) if score >= scores[0] - _CLOSE_MARGIN]
 
 
 def _folder_entries(spec: str) -> list[str]:

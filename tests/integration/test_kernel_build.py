@@ -90,6 +90,9 @@ def fresh_kernel(monkeypatch, tmp_path):
         return object()
 
     monkeypatch.setattr(cpp_extension, "load_inline", load_inline)
+    # as in a new process: a kernel an earlier test loaded here is not this folder's
+    monkeypatch.setattr(kernel, "_state", "unloaded")
+    monkeypatch.setattr(kernel, "_module", None)
 
     def prepare() -> list[str]:
         """One process's prepare_kernel: the notices it gave."""

@@ -217,7 +217,12 @@ def test_save_pruned_round_trips_on_both_kinds(tiny_models, tiny_dirs, toy, tmp_
         assert reloaded.layout() == pruned.layout() and reloaded.layout()[S0] == loaded.layout()[S0] - 1
         batch = pruned.encode(["1 2 3 4" if name == "toy" else TEXTS[0]])
         torch.testing.assert_close(forward_output(reloaded, batch), forward_output(pruned, batch), rtol=0, atol=1e-6)
-        assert (copy is None) == (name == "toy")
+        assert copy is None  # the transformers-masked copy is written only when asked for
+    pruned, plans = gpt2.remove_heads({S0: [1]})
+    copy_path = gpt2.save_pruned(
+        tmp_path / "gpt2-with-copy", PrunedCopy(pruned, {S0: [1]}, plans), source="gpt2", transformers_copy=True
+    )[1]
+    assert copy_path is not None and copy_path.is_dir() and copy_path.parent == tmp_path / "gpt2-with-copy"
     marker = json.loads((tmp_path / "gpt2" / "attnviz-pruned.json").read_text())
     assert marker["sites"][0]["removed_heads"] == [1] and marker["source"] == "gpt2"
     # the pruned checkpoint now guards itself as an input
