@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from attnviz.core.kernel import RowSummary, fused_softmax_, kernel_applies
+from attnviz.core.kernel import RowSummary, attend_block_, block_kernel_applies, fused_softmax_, kernel_applies
 
 if TYPE_CHECKING:
     from attnviz.core.attention import AttentionObserver, AttentionSite, SoftmaxPattern
@@ -122,6 +122,12 @@ def attend_in_buffers(
         and pattern_fn.softcap is None
         and kernel_applies(query.dtype, query.device, mask)
     )
+    # Without a head mask or dropout, scores, softmax and pattern·V of a block run as one parallel region of
+    # b·h·⌈blk/16⌉ tasks (kernel.attend_block_): a batched product over 3 grouped key/value heads keeps only
+    # 3 threads busy. Observers then read the pattern after the output is made, which they cannot change.
+    whole_block = (
+        use_kernel and head_mask is None and not (dropout and training) and block_kernel_applies(query, value, mask)
+    )
     prefix_observers = [observer for observer in observers if getattr(observer, "accepts_key_prefix", False)]
     keep_scores = not use_kernel and any(getattr(observer, "accepts_scores", False) for observer in prefix_observers)
     summarised = [
@@ -137,18 +143,23 @@ def attend_in_buffers(
         width = min(key_len, -(-stop_width // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
         # Grouped-query attention without repeating keys: the n_rep query heads that share a
         # key/value head become extra rows of one matmul against it (head h = g·n_rep + r).
-        query_block = query[:, :, start:stop].reshape(batch, kv_heads, n_rep * rows, head_dim)  # [b, kvh, n_rep·blk, d]
         scores = _workspace.get("scores", (batch, kv_heads, n_rep * rows, width), query.dtype, query.device)
-        torch.matmul(query_block, key[:, :, :width].transpose(2, 3), out=scores)  # [b, kvh, n_rep·blk, c]
-        scores = scores.view(batch, heads, rows, width)  # [b, h, blk, c]
         mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
+        if not whole_block:
+            query_block = query[:, :, start:stop].reshape(
+                batch, kv_heads, n_rep * rows, head_dim
+            )  # [b, kvh, n_rep·blk, d]
+            torch.matmul(query_block, key[:, :, :width].transpose(2, 3), out=scores)  # [b, kvh, n_rep·blk, c]
+        scores = scores.view(batch, heads, rows, width)  # [b, h, blk, c]
         summary = None
         if use_kernel:
             summary_buffer = None
             if summarised:
                 shape = RowSummary.buffer_shape(batch, heads, rows, band_reach)  # [4 + 2r, b, h, blk]
                 summary_buffer = _workspace.get("summary", shape, torch.float32, query.device)
-            if not fused_softmax_(scores, mask_block, pattern_fn.scaling, start, summary_buffer):  # in place
+            if whole_block:  # scores, pattern, summary and output of the block's rows, in place
+                attend_block_(query, key, value, scores, mask_block, pattern_fn.scaling, start, summary_buffer, output)
+            elif not fused_softmax_(scores, mask_block, pattern_fn.scaling, start, summary_buffer):  # in place
                 raise RuntimeError("the fused kernel refused inputs that kernel_applies accepted")  # a bug, not input
             pattern = scores
             if summary_buffer is not None:
@@ -183,6 +194,8 @@ def attend_in_buffers(
                 full_width[..., :width] = pattern
             observer.observe(site, full_width, start)
 
+        if whole_block:
+            continue  # the output rows are written
         weights = pattern if value.dtype == torch.float32 else pattern.to(value.dtype)
         if dropout and training:
             weights = nn.functional.dropout(weights, p=dropout, training=True)

@@ -332,6 +332,65 @@ def fused_softmax_(
     return True
 
 
+ROWS_PER_TASK = 16
+
+
+def attend_block_(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    scores: Tensor,
+    mask: Tensor | None,
+    scaling: float,
+    query_start: int,
+    summary: Tensor | None,
+    output: Tensor,
+) -> None:
+    """One block of queries through attention in one parallel region: :func:`fused_softmax_` of ``Q Kᵀ`` and ``pattern V``.
+
+    ``query`` ``[b, h, q, d]`` (last dim stride 1), ``key``/``value`` ``[b, kvh, k, d]`` contiguous, all float32 on
+    the CPU; ``scores`` ``[b, h, blk, c]`` receives the pattern of queries ``query_start …`` over keys ``< c``;
+    ``output`` ``[b, q, h, d]`` their ``pattern V``. Call only where :func:`block_kernel_applies` holds.
+    """
+    assert _module is not None  # block_kernel_applies said so
+    reach = 0 if summary is None else (summary.shape[0] - 4) // 2
+    empty = scores.new_empty(0)
+    _module.attend_block_(
+        query,
+        key,
+        value,
+        scores,
+        mask,
+        float(scaling),
+        int(query_start),
+        empty if summary is None else summary,
+        reach,
+        output,
+        ROWS_PER_TASK,
+    )
+
+
+def block_kernel_applies(query: Tensor, value: Tensor, mask: Tensor | None) -> bool:
+    """Whether :func:`attend_block_` computes this call: the kernel applies and every tensor is float32."""
+    return (
+        kernel_applies(query.dtype, query.device, mask)
+        and value.dtype == torch.float32
+        and query.stride(-1) == 1
+        and _block_available()
+    )
+
+
+def _block_available() -> bool:
+    """Whether the loaded kernel has :func:`attend_block_` and found torch's BLAS (cached on the module)."""
+    global _block
+    if _block is None or _block[0] is not _module:
+        _block = (_module, bool(getattr(_module, "block_kernel_available", lambda: False)()))
+    return _block[1]
+
+
+_block: tuple[object, bool] | None = None  # (kernel module, whether attend_block_ runs with it)
+
+
 def kernel_applies(scores_dtype: torch.dtype, device: torch.device, mask: Tensor | None) -> bool:
     """Whether :func:`fused_softmax_` would run for these inputs (decided before computing anything)."""
     if _module is None or scores_dtype != torch.float32 or device.type != "cpu":

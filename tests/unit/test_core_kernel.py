@@ -133,7 +133,9 @@ def test_core_outputs_match_torch_ops_and_do_not_depend_on_observers(loaded_kern
         context = AttentionContext(observers=[accumulator, Counter()], fused_softmax=True)
         observed = attend(query, key, value, mask=mask, site=AttentionSite("self", 0), context=context)
     assert torch.equal(default, plain)  # without fused_softmax the loaded kernel is not used
-    assert torch.equal(fused, plain)  # the kernel's patterns are torch's softmax bit for bit, so the outputs too
+    # the kernel's softmax is torch's bit for bit; its block products are BLAS calls per head and 16 rows
+    # (attend_block_), whose sums may round differently from torch's batched product
+    torch.testing.assert_close(fused, plain, rtol=0, atol=2e-6)
     assert torch.equal(observed, fused)
     assert observed_calls and all(observed_calls)  # every block came with its row summary
 
@@ -226,3 +228,38 @@ def test_the_avx2_build_gives_torchs_softmax_too(loaded_kernel):
     rows_at = torch.arange(rows)
     diagonal, previous = pattern[..., rows_at, query_start + rows_at], pattern[..., rows_at, query_start + rows_at - 1]
     assert torch.equal(summary[4], diagonal) and torch.equal(summary[5], previous) and not summary[3].any()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_whole_block_in_one_call_equals_its_steps(loaded_kernel, threads):
+    """attend_block_: Q·Kᵀ, softmax with summary and pattern·V per head and 16 rows ≈ the same steps by torch."""
+    if not kernel.block_kernel_applies(torch.zeros(1, 1, 1, 1), torch.zeros(1), None):
+        pytest.skip("no BLAS sgemm_ found in this torch")
+    generator = torch.Generator().manual_seed(7)
+    batch, heads, kv_heads, length, dim, start, rows, width = 2, 6, 2, 90, 16, 37, 35, 80  # 3 tasks of rows per head
+    query = torch.randn(batch, length, heads, dim, generator=generator).transpose(1, 2)  # [b, h, q, d], strided
+    key = torch.randn(batch, kv_heads, length, dim, generator=generator)
+    value = torch.randn(batch, kv_heads, length, dim, generator=generator)
+    mask = causal_mask(rows, width, start).expand(batch, 1, rows, width).clone()
+    mask[1, :, :, 60:] = MIN  # the second example is padded to 60 keys
+    scaling, reach = dim**-0.5, 2
+    scores = torch.empty(batch, heads, rows, width)
+    summary = torch.empty(kernel.RowSummary.buffer_shape(batch, heads, rows, reach))
+    output = torch.full((batch, length, heads, dim), 7.0)  # rows outside the block stay as they were
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        kernel.attend_block_(query, key, value, scores, mask, scaling, start, summary, output)
+    finally:
+        torch.set_num_threads(before)
+
+    repeated_key = key.repeat_interleave(heads // kv_heads, 1)[:, :, :width]  # [b, h, c, d]
+    raw = query[:, :, start : start + rows] @ repeated_key.transpose(2, 3)  # [b, h, r, c]
+    expected_pattern = raw.clone()
+    expected_summary = torch.empty_like(summary)
+    assert kernel.fused_softmax_(expected_pattern, mask, scaling, start, expected_summary)
+    torch.testing.assert_close(scores, expected_pattern, rtol=0, atol=1e-6)
+    torch.testing.assert_close(summary, expected_summary, rtol=1e-5, atol=1e-5)
+    reference = torch.softmax(raw * scaling + mask, -1) @ value.repeat_interleave(heads // kv_heads, 1)[:, :, :width]
+    torch.testing.assert_close(output[:, start : start + rows], reference.transpose(1, 2), rtol=0, atol=2e-6)
+    assert (output[:, :start] == 7.0).all() and (output[:, start + rows :] == 7.0).all()

@@ -15,6 +15,7 @@
 // transformers' eager attention no more than one through torch's operations.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <immintrin.h>
 #include <algorithm>
 #include <cmath>
@@ -237,6 +238,39 @@ static inline void softmax_row(float* x, const float* mrow, int64_t width, float
   }
 }
 
+// Where a block's additive mask rows lie: float32 [b|1, h|1, r|1, >=c] (last dim stride 1), or none.
+struct MaskView {
+  const float* data = nullptr;
+  int64_t batch = 0, head = 0, row = 0;  // strides, 0 along a broadcast dimension
+
+  MaskView(const c10::optional<at::Tensor>& mask_opt, int64_t width) {
+    if (!mask_opt.has_value() || !mask_opt->defined()) return;
+    const at::Tensor& m = *mask_opt;
+    TORCH_CHECK(m.scalar_type() == at::kFloat && m.dim() == 4 && m.stride(3) == 1 && m.size(3) >= width);
+    data = m.data_ptr<float>();
+    batch = m.size(0) == 1 ? 0 : m.stride(0);
+    head = m.size(1) == 1 ? 0 : m.stride(1);
+    row = m.size(2) == 1 ? 0 : m.stride(2);
+  }
+  const float* at(int64_t b, int64_t h, int64_t q) const { return data ? data + b * batch + h * head + q * row : nullptr; }
+};
+
+// One row of a block: its softmax in place, and its summary when `out.first` is set.
+static inline void pattern_row(float* x, const float* mrow, int64_t width, float scale, int64_t query,
+                               const SummaryOut& out) {
+  const bool summarise = out.first != nullptr;
+  if (mrow && summarise) softmax_row<true, true>(x, mrow, width, scale, query, out);
+  else if (mrow) softmax_row<true, false>(x, mrow, width, scale, query, out);
+  else if (summarise) softmax_row<false, true>(x, mrow, width, scale, query, out);
+  else softmax_row<false, false>(x, mrow, width, scale, query, out);
+}
+
+static void check_summary(const at::Tensor& summary, int64_t reach, int64_t rows) {
+  TORCH_CHECK(reach >= 0);
+  TORCH_CHECK(summary.numel() == 0 || (summary.scalar_type() == at::kFloat && summary.is_contiguous() &&
+                                       summary.numel() == (4 + 2 * reach) * rows));
+}
+
 // Softmax of scaled, masked scores, row by row, in place, with optional per-row summaries.
 // scores:  float32 [b, h, r, c] contiguous: raw Q·Kᵀ, overwritten with the pattern.
 // mask:    float32 [b|1, h|1, r|1, >=c] additive (last dim stride 1), or None.
@@ -247,36 +281,106 @@ void softmax_rows_(at::Tensor scores, c10::optional<at::Tensor> mask_opt, double
   TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() == 4);
   const int64_t batch = scores.size(0), heads = scores.size(1), rows = scores.size(2), width = scores.size(3);
   float* data = scores.data_ptr<float>();
-  const float* mask = nullptr;
-  int64_t mask_b = 0, mask_h = 0, mask_r = 0;
-  if (mask_opt.has_value() && mask_opt->defined()) {
-    const at::Tensor& m = *mask_opt;
-    TORCH_CHECK(m.scalar_type() == at::kFloat && m.dim() == 4 && m.stride(3) == 1 && m.size(3) >= width);
-    mask = m.data_ptr<float>();
-    mask_b = m.size(0) == 1 ? 0 : m.stride(0);
-    mask_h = m.size(1) == 1 ? 0 : m.stride(1);
-    mask_r = m.size(2) == 1 ? 0 : m.stride(2);
-  }
-  const bool summarise = summary.numel() > 0;
+  const MaskView mask(mask_opt, width);
   const int64_t total = batch * heads * rows;
-  TORCH_CHECK(reach >= 0);
-  TORCH_CHECK(!summarise || (summary.scalar_type() == at::kFloat && summary.is_contiguous() &&
-                             summary.numel() == (4 + 2 * reach) * total));
-  float* out = summarise ? summary.data_ptr<float>() : nullptr;
+  check_summary(summary, reach, total);
+  float* out = summary.numel() > 0 ? summary.data_ptr<float>() : nullptr;
   const float scale = static_cast<float>(scaling);
   at::parallel_for(0, total, 8, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t q = row % rows, bh = row / rows, hd = bh % heads, bt = bh / heads;
-      float* x = data + row * width;
-      const float* mrow = mask ? mask + bt * mask_b + hd * mask_h + q * mask_r : nullptr;
-      const int64_t query = query_start + q;
-      const SummaryOut where{summarise ? out + row : nullptr, total, reach};
-      if (mrow && summarise) softmax_row<true, true>(x, mrow, width, scale, query, where);
-      else if (mrow) softmax_row<true, false>(x, mrow, width, scale, query, where);
-      else if (summarise) softmax_row<false, true>(x, mrow, width, scale, query, where);
-      else softmax_row<false, false>(x, mrow, width, scale, query, where);
+      const SummaryOut where{out ? out + row : nullptr, total, reach};
+      pattern_row(data + row * width, mask.at(bt, hd, q), width, scale, query_start + q, where);
     }
   });
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("softmax_rows_", &softmax_rows_); }
+// Rows of one query head a task takes: the two matrix products of a task stay large enough for the BLAS
+// kernels, and a block splits into b·h·⌈r/16⌉ tasks, enough for every thread.
+
+// The BLAS single-precision product torch itself calls (MKL's, linked into libtorch_cpu on x86), found at
+// load time: torch does not export a C++ entry for it. Column-major, Fortran calling convention.
+using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                       const int*, const float*, const int*, const float*, float*, const int*);
+
+static Sgemm blas_sgemm() {
+  static const Sgemm found = reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
+  return found;
+}
+
+// Whether attend_block_ can run here (torch's BLAS was found).
+bool block_kernel_available() { return blas_sgemm() != nullptr; }
+
+// c[m, n] = a[m, k]·b[k, n] (or ·bᵀ when `b_transposed`, b then [n, k]), row-major with leading dimensions.
+static inline void matmul_rows(Sgemm sgemm, const float* a, int64_t lda, const float* b, int64_t ldb,
+                               bool b_transposed, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k) {
+  // row-major c = a·b is column-major cᵀ = bᵀ·aᵀ: BLAS gets b first
+  const char tb = b_transposed ? 'T' : 'N', ta = 'N';
+  const int mi = static_cast<int>(n), ni = static_cast<int>(m), ki = static_cast<int>(k);
+  const int ldb_i = static_cast<int>(ldb), lda_i = static_cast<int>(lda), ldc_i = static_cast<int>(ldc);
+  const float one = 1.0f, zero = 0.0f;
+  sgemm(&tb, &ta, &mi, &ni, &ki, &one, b, &ldb_i, a, &lda_i, &zero, c, &ldc_i);
+}
+
+// One block of queries through attention, scores, softmax (as softmax_rows_, with its summary) and the
+// output, in one parallel region of b·h·⌈r/16⌉ independent tasks. Each task makes its own single-threaded
+// matrix products: a batched Q·Kᵀ over the key/value heads splits over as few threads as there are such
+// heads (3 for SmolLM2), so it leaves threads idle; these tasks keep every thread busy.
+// query:   float32 [b, h, q, d], last dim stride 1; rows query_start … query_start + r − 1 are the block.
+// key, value: float32 [b, kvh, k, d] contiguous, h a multiple of kvh (head g·n_rep + i reads kv head g).
+// scores:  float32 [b, h, r, c] contiguous buffer, c ≤ k: receives the pattern over keys < c (later keys
+//          must have weight 0: the mask hides them from every row of the block).
+// mask, summary, reach: as softmax_rows_.
+// output:  float32 [b, q, h, d] contiguous: receives pattern·V for the block's rows of every head.
+void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tensor scores,
+                   c10::optional<at::Tensor> mask_opt, double scaling, int64_t query_start, at::Tensor summary,
+                   int64_t reach, at::Tensor output, int64_t rows_per_task) {
+  const Sgemm sgemm = blas_sgemm();
+  TORCH_CHECK(sgemm != nullptr, "no BLAS sgemm_ in this process");
+  TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() == 4);
+  TORCH_CHECK(query.scalar_type() == at::kFloat && query.dim() == 4 && query.stride(3) == 1);
+  TORCH_CHECK(key.scalar_type() == at::kFloat && key.is_contiguous() && value.scalar_type() == at::kFloat &&
+              value.is_contiguous() && key.sizes() == value.sizes());
+  TORCH_CHECK(output.scalar_type() == at::kFloat && output.is_contiguous() && output.dim() == 4);
+  const int64_t batch = scores.size(0), heads = scores.size(1), rows = scores.size(2), width = scores.size(3);
+  const int64_t kv_heads = key.size(1), key_len = key.size(2), head_dim = key.size(3);
+  TORCH_CHECK(heads % kv_heads == 0 && width <= key_len && query.size(3) == head_dim);
+  TORCH_CHECK(query_start + rows <= query.size(2) && output.size(1) == query.size(2) && output.size(2) == heads);
+  const int64_t n_rep = heads / kv_heads, query_len = query.size(2);
+  const MaskView mask(mask_opt, width);
+  const int64_t total = batch * heads * rows;
+  check_summary(summary, reach, total);
+  float* out = summary.numel() > 0 ? summary.data_ptr<float>() : nullptr;
+  const float scale = static_cast<float>(scaling);
+  const float* q_data = query.data_ptr<float>();
+  const float* k_data = key.data_ptr<float>();
+  const float* v_data = value.data_ptr<float>();
+  float* s_data = scores.data_ptr<float>();
+  float* o_data = output.data_ptr<float>();
+  const int64_t chunks = (rows + rows_per_task - 1) / rows_per_task;
+  at::parallel_for(0, batch * heads * chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t chunk = task % chunks, bh = task / chunks, hd = bh % heads, bt = bh / heads;
+      const int64_t first = chunk * rows_per_task, n = std::min(rows_per_task, rows - first);
+      const float* q = q_data + bt * query.stride(0) + hd * query.stride(1) + (query_start + first) * query.stride(2);
+      const int64_t kv = (bt * kv_heads + hd / n_rep) * key_len * head_dim;  // [k, d] of kv head hd / n_rep
+      float* s = s_data + ((bt * heads + hd) * rows + first) * width;         // [n, c]
+      // s[n, c] = q[n, d]·k[c, d]ᵀ
+      matmul_rows(sgemm, q, query.stride(2), k_data + kv, head_dim, true, s, width, n, width, head_dim);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = (bt * heads + hd) * rows + first + i;
+        const SummaryOut where{out ? out + row : nullptr, total, reach};
+        pattern_row(s + i * width, mask.at(bt, hd, first + i), width, scale, query_start + first + i, where);
+      }
+      // o[n, d] = s[n, c]·v[c, d], the rows of head hd in output [b, q, h, d]
+      float* o = o_data + ((bt * query_len + query_start + first) * heads + hd) * head_dim;
+      matmul_rows(sgemm, s, width, v_data + kv, head_dim, false, o, heads * head_dim, n, head_dim, width);
+    }
+  });
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("softmax_rows_", &softmax_rows_);
+  m.def("attend_block_", &attend_block_);
+  m.def("block_kernel_available", &block_kernel_available);
+}
