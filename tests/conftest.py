@@ -12,6 +12,11 @@ import warnings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest -n N: each worker's share of the cores (torchrun's convention), so N workers never oversubscribe
+    # them; CLI subprocesses that tests start inherit it through OMP_NUM_THREADS
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 import pytest
 import torch
@@ -19,6 +24,9 @@ import torch
 # headless chromium (one browser for the whole session: two sync Playwright instances cannot coexist)
 from browser import browser, open_page  # noqa: F401
 from tiny_models import FAMILIES, SHARP_FAMILIES, build_tiny_model
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(scope="session")
