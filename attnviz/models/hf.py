@@ -38,7 +38,8 @@ from attnviz.models.physical import find_attention_blocks, prune_heads_physicall
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
 from attnviz.models.readout import Readout
-from attnviz.models.vision import is_vision_type, load_vision_model
+from attnviz.models.vision import load_vision_model
+from attnviz.models.vision_families import is_vision_type
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")
