@@ -37,7 +37,7 @@ _EXPORTS = {
     "head_atlas": "attnviz.atlas.inline",
     "LoadedModel": "attnviz.models.base",
     "capture": "attnviz.captures.attention_capture",
-    "AttentionCapture": "attnviz.captures.attention_capture",
+    "AttentionCapture": "attnviz.captures.result",
     "PatternRecorder": "attnviz.captures.attention_capture",
     "attend": "attnviz.core",
     "AttentionContext": "attnviz.core",
@@ -140,10 +140,11 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.atlas.inline import head_atlas
-    from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, capture
+    from attnviz.captures.attention_capture import PatternRecorder, capture
     from attnviz.captures.captioning import caption_capture
     from attnviz.captures.images import capture_image
     from attnviz.captures.query_rows import QueryRows, capture_query_rows, query_rows_of_capture
+    from attnviz.captures.result import AttentionCapture
     from attnviz.common.errors import AttnvizError
     from attnviz.compare import compare_inputs, compare_models
     from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,8 +31,9 @@ from attnviz.outputs.files import check_output_path, read_text_file
 from attnviz.render.atlas import ExtraColumns, HeadKey, write_atlas
 from attnviz.render.html_page import HTML_SUFFIXES
 from attnviz.stats.definitions import STATISTIC_NAMES
-from attnviz.stats.detect import detect_heads
+from attnviz.stats.detect import Detection, detect_heads
 from attnviz.stats.measure import measure_model
+from attnviz.stats.result import HeadStatistics
 from attnviz.stats.thresholds import Thresholds
 
 #: Example texts longer than this many characters are passed over (their patterns would be unreadably small).
@@ -137,6 +139,22 @@ def example_captures(
     return captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
 
 
+def measure_for_atlas(
+    loaded: LoadedModel,
+    texts: Sequence[str] | None,
+    *,
+    examples: int,
+    seed: int = 0,
+    weighting: Weighting = "weights",
+    **measuring: Any,
+) -> tuple[HeadStatistics, Detection, list[AttentionCapture]]:
+    """What an atlas page shows of ``loaded``: every head's statistics and flags over ``texts`` (``None``: a toy
+    model's own task), measured by :func:`~attnviz.stats.measure.measure_model` with ``measuring`` (thresholds,
+    batching, progress), and the patterns of ``examples`` short examples (:func:`example_captures`)."""
+    stats, detection = measure_model(loaded, texts, seed=seed, weighting=weighting, **measuring)
+    return stats, detection, example_captures(loaded, texts, examples, seed=seed, weighting=weighting)
+
+
 def build_head_atlas(
     checkpoint: str,
     out: str | Path,
@@ -201,10 +219,12 @@ def build_head_atlas(
         )
         stats = comparison.stats_a
         detection = detect_heads(stats, thresholds)
+        captured = example_captures(loaded, texts, examples, seed=seed, weighting=weighting)
     else:
-        stats, detection = measure_model(
+        stats, detection, captured = measure_for_atlas(
             loaded,
             texts,
+            examples=examples,
             thresholds=thresholds,
             toy_examples=toy_examples,
             seed=seed,
@@ -213,7 +233,6 @@ def build_head_atlas(
             max_length=max_length,
             weighting=weighting,
         )
-    captured = example_captures(loaded, texts, examples, seed=seed, weighting=weighting)
     columns = dict(extra_columns or {})
     if scores is not None:
         columns = {"importance": scores.importance, **columns}

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnviz.atlas.build import example_captures
+from attnviz.atlas.build import measure_for_atlas
 from attnviz.common.texts import load_texts
 from attnviz.core.choices import Weighting
 from attnviz.models.base import LoadedModel
 from attnviz.render.atlas import ExtraColumns, atlas_html
 from attnviz.render.inline import HtmlView
-from attnviz.stats.measure import measure_model
 from attnviz.stats.thresholds import Thresholds
 
 
@@ -40,9 +39,10 @@ def head_atlas(
     """
     if texts is None and loaded.own_examples(1, seed) is None:
         texts = load_texts()  # no task of its own: the shipped corpus, for the statistics and the examples alike
-    stats, detection = measure_model(
+    stats, detection, captured = measure_for_atlas(
         loaded,
         texts,
+        examples=examples,
         thresholds=thresholds,
         seed=seed,
         progress=progress,
@@ -50,6 +50,5 @@ def head_atlas(
         max_length=max_length,
         weighting=weighting,
     )
-    captured = example_captures(loaded, texts, examples, seed=seed, weighting=weighting)
     page = atlas_html(stats, detection, captured, extra_columns=dict(extra_columns or {}), identity=stats.identity)
     return HtmlView(page, title=f"head atlas: {loaded.name}", height=900)

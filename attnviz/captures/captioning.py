@@ -16,9 +16,7 @@ decoder runs one token per step with its key/value cache, as for text
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -26,9 +24,11 @@ from attnviz.captures.attention_capture import AttentionCapture, capture_encoded
 from attnviz.captures.generation import (
     Generation,
     _eos_ids,
-    _next_token,
     _StepRecorder,
+    cache_argument,
     check_generation_settings,
+    write_tokens,
+    written_target_capture,
 )
 from attnviz.captures.images import ImageSource, as_pil_image
 from attnviz.common.selection import HeadSelection, LayerSelection
@@ -91,52 +91,37 @@ def write_caption(
         max_new_tokens = min(max_new_tokens, captioner.max_length - 1)
     batch = captioner.encode_images([picture])  # the decoder side: the start token alone
     model = captioner.model
-    generator = None
-    if sample:
-        generator = torch.Generator(device=captioner.device)
-        generator.manual_seed(seed if seed is not None else torch.seed())
     recorder = _StepRecorder()
     context = captioner.context([recorder])
-    eos_ids = _eos_ids(model) | _eos_ids(model.decoder)
-    cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    sequence = [int(batch.inputs["decoder_input_ids"][0, 0])]
-    generated: list[int] = []
+    cache = cache_argument(model)
+    sequence = [int(batch.inputs["decoder_input_ids"][0, 0])]  # the start token, then each new one
     with torch.no_grad(), captioner.cross_context(context):
         encoded = model.encoder(pixel_values=batch.inputs["pixel_values"], **captioner.context_arguments(context))
-        step_input = torch.tensor([sequence], device=captioner.device)  # [1, 1]: the start token, then each new one
-        past: Any = None
-        while True:
-            recorder.offset = len(sequence) - 1
-            outputs = model(
+        generated = write_tokens(
+            lambda step_input, past: model(
                 encoder_outputs=encoded,
                 decoder_input_ids=step_input,
                 use_cache=True,
-                **{cache_name: past, "decoder_" + CONTEXT_KWARG: context},
-            )
-            past = getattr(outputs, "cache", None) or getattr(outputs, "past_key_values", None)
-            if len(generated) >= max_new_tokens or (generated and generated[-1] in eos_ids):
-                break  # this step only gave the last token its row
-            token = _next_token(outputs.logits[0, -1].float(), sample, temperature, generator)  # logits: [vocab]
-            generated.append(token)
-            sequence.append(token)
-            step_input = torch.tensor([[token]], device=captioner.device)  # [1, 1]
+                **{cache: past, "decoder_" + CONTEXT_KWARG: context},
+            ),
+            recorder,
+            sequence,
+            cache=cache,
+            eos_ids=_eos_ids(model) | _eos_ids(model.decoder),
+            max_new_tokens=max_new_tokens,
+            sample=sample,
+            temperature=temperature,
+            seed=seed,
+            device=captioner.device,
+        )
     grid = batch.image_grid
     assert grid is not None
-    patterns = recorder.assemble(
-        len(sequence), {"encoder": grid.num_tokens, "decoder": len(sequence), "cross": grid.num_tokens}
-    )
-    tokens, special, words = captioner.caption_tokens(sequence)
-    capture = AttentionCapture(
-        model=captioner.name,
-        tokens=batch.tokens[0],
-        causal=False,
-        patterns={stack: patterns[stack] for stack in ("encoder", "decoder", "cross")},
-        special=batch.special[0],
-        word_ids=batch.word_ids[0],
-        target_tokens=tokens,
-        target_special=special,
-        target_word_ids=words,
-        generated_from=1,
+    capture = written_target_capture(
+        captioner.name,
+        batch,
+        recorder,
+        grid.num_tokens,
+        captioner.caption_tokens(sequence),
         image_grid=grid,
         extras={} if batch.images is None else {"image": batch.images[0].detach().to("cpu", torch.float32)},
     )

@@ -24,6 +24,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,44 +106,40 @@ def generate_capture(
     heads = sum(loaded.layout().values())
     needed = 2 * heads * positions * positions * 4  # the rows, and the assembled capture
     require_memory("max_new_tokens", max_new_tokens, needed, "the attention of every generated token")
-    generator = None
-    if sample:
-        generator = torch.Generator(device=loaded.device)
-        generator.manual_seed(seed if seed is not None else torch.seed())
     recorder = _StepRecorder()
     context = loaded.context([recorder])
-    eos_ids = _eos_ids(model)
     input_ids = batch.inputs["input_ids"]  # [1, n]
     attention_mask = batch.inputs["attention_mask"]  # [1, n]
     kwargs: dict[str, Any] = {CONTEXT_KWARG: context, "use_cache": True}
+    cache = cache_argument(model)
     with torch.no_grad(), loaded.running():  # a model the user wrapped runs on the core only meanwhile
         if loaded.encoder_decoder:
             kwargs["encoder_outputs"] = model.get_encoder()(
                 input_ids=input_ids, attention_mask=attention_mask, **{CONTEXT_KWARG: context}
             )
             kwargs["attention_mask"] = attention_mask
-            start_id = _decoder_start_id(model)
-            sequence = [start_id]
+            sequence = [_decoder_start_id(model)]
         else:
             sequence = input_ids[0].tolist()
-        generated: list[int] = []
-        step_input = torch.tensor([sequence], device=loaded.device)  # [1, q]: the whole prompt, then one token
-        past = None
-        cache = _cache_argument(model)
-        while True:
-            recorder.offset = len(sequence) - step_input.shape[1]
+
+        def forward(step_input: Tensor, past: Any):
             if loaded.encoder_decoder:
-                outputs = model(decoder_input_ids=step_input, **{cache: past}, **kwargs)
-            else:
-                mask = torch.ones(1, len(sequence), dtype=torch.long, device=loaded.device)  # [1, keys so far]
-                outputs = model(input_ids=step_input, attention_mask=mask, **{cache: past}, **kwargs)
-            past = getattr(outputs, cache)
-            if len(generated) >= max_new_tokens or (generated and generated[-1] in eos_ids):
-                break  # this step only gave the last token its row
-            token = _next_token(outputs.logits[0, -1].float(), sample, temperature, generator)  # logits: [vocab]
-            generated.append(token)
-            sequence.append(token)
-            step_input = torch.tensor([[token]], device=loaded.device)  # [1, 1]
+                return model(decoder_input_ids=step_input, **{cache: past}, **kwargs)
+            mask = torch.ones(1, len(sequence), dtype=torch.long, device=loaded.device)  # [1, keys so far]
+            return model(input_ids=step_input, attention_mask=mask, **{cache: past}, **kwargs)
+
+        generated = write_tokens(
+            forward,
+            recorder,
+            sequence,
+            cache=cache,
+            eos_ids=_eos_ids(model),
+            max_new_tokens=max_new_tokens,
+            sample=sample,
+            temperature=temperature,
+            seed=seed,
+            device=loaded.device,
+        )
     return Generation(
         capture=_capture_of(loaded, batch, recorder, sequence, prompt_len),
         text=loaded.tokenizer.decode(generated, skip_special_tokens=True),
@@ -150,10 +147,51 @@ def generate_capture(
     )
 
 
-def _cache_argument(model) -> str:
+def cache_argument(model) -> str:
     """The name of forward's key/value cache argument (and output): ``cache`` since transformers renamed
     ``past_key_values``, which it warns about and drops in 5.40."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def write_tokens(
+    forward: Callable[[Tensor, Any], Any],
+    recorder: _StepRecorder,
+    sequence: list[int],
+    *,
+    cache: str,
+    eos_ids: set[int],
+    max_new_tokens: int,
+    sample: bool,
+    temperature: float,
+    seed: int | None,
+    device: Any,
+) -> list[int]:
+    """The decoding loop of every generation: feed ``sequence`` (the prompt, or the decoder start token), then
+    each new token, with the key/value cache; returns the new token ids (appended to ``sequence`` too).
+
+    ``forward(step_input, past)``: the model's outputs (``logits``, and the cache under the name ``cache``) for
+    ``step_input`` (``[1, q]``: the whole ``sequence`` first, then ``[1, 1]``) after the cache ``past``. Each step
+    sets ``recorder.offset`` to where its queries start. It stops after ``max_new_tokens`` tokens or one of
+    ``eos_ids``, with one more step that only gives the last token its attention rows.
+    """
+    generator = None
+    if sample:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(seed if seed is not None else torch.seed())
+    generated: list[int] = []
+    step_input = torch.tensor([sequence], device=device)  # [1, q]: the whole sequence, then one token
+    past = None
+    while True:
+        recorder.offset = len(sequence) - step_input.shape[1]
+        outputs = forward(step_input, past)
+        past = getattr(outputs, cache)
+        if len(generated) >= max_new_tokens or (generated and generated[-1] in eos_ids):
+            break  # this step only gave the last token its row
+        token = _next_token(outputs.logits[0, -1].float(), sample, temperature, generator)  # logits: [vocab]
+        generated.append(token)
+        sequence.append(token)
+        step_input = torch.tensor([[token]], device=device)  # [1, 1]
+    return generated
 
 
 def _generative_model(loaded: LoadedModel):
@@ -226,21 +264,7 @@ def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], pro
     last_word = max((w for w in known_words if w is not None), default=None)
     new_words = word_ids_from_markers(new_tokens, new_special, last_word)
     if loaded.encoder_decoder:
-        patterns = recorder.assemble(
-            len(sequence), {"encoder": prompt_len, "decoder": len(sequence), "cross": prompt_len}
-        )
-        return AttentionCapture(
-            model=loaded.name,
-            tokens=batch.tokens[0],
-            causal=False,
-            patterns={stack: patterns[stack] for stack in ("encoder", "decoder", "cross") if stack in patterns},
-            special=batch.special[0],
-            word_ids=batch.word_ids[0],
-            target_tokens=new_tokens,
-            target_special=new_special,
-            target_word_ids=new_words,
-            generated_from=1,
-        )
+        return written_target_capture(loaded.name, batch, recorder, prompt_len, (new_tokens, new_special, new_words))
     patterns = recorder.assemble(len(sequence), {"self": len(sequence)})
     return AttentionCapture(
         model=loaded.name,
@@ -250,4 +274,32 @@ def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], pro
         special=known_special + new_special,
         word_ids=known_words + new_words,
         generated_from=prompt_len,
+    )
+
+
+def written_target_capture(
+    name: str,
+    batch,
+    recorder: _StepRecorder,
+    source_len: int,
+    target: tuple[list[str], list[bool], list[int | None]],
+    **fields: Any,
+) -> AttentionCapture:
+    """The capture of an encoder-decoder model that wrote its target: the source side from ``batch`` (its first
+    example, ``source_len`` tokens), the target side (tokens, special flags, word ids: the decoder start token, then
+    what it wrote) from ``target``, the patterns of every step from ``recorder``; ``fields``: more capture fields."""
+    tokens, special, words = target
+    patterns = recorder.assemble(len(tokens), {"encoder": source_len, "decoder": len(tokens), "cross": source_len})
+    return AttentionCapture(
+        model=name,
+        tokens=batch.tokens[0],
+        causal=False,
+        patterns={stack: patterns[stack] for stack in ("encoder", "decoder", "cross") if stack in patterns},
+        special=batch.special[0],
+        word_ids=batch.word_ids[0],
+        target_tokens=tokens,
+        target_special=special,
+        target_word_ids=words,
+        generated_from=1,
+        **fields,
     )

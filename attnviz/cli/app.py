@@ -13,7 +13,8 @@ import sys
 import typer
 
 from attnviz import __version__
-from attnviz.cli import guard, options
+from attnviz.cli import guard
+from attnviz.cli.plain_flags import use_plain_flags
 
 app = typer.Typer(
     name="attnviz",
@@ -96,7 +97,7 @@ def _register_commands() -> None:
 
 
 _register_commands()
-options.use_plain_flags(app)  # no <bool> placeholders in --help
+use_plain_flags(app)  # no <bool> placeholders in --help
 # Every command: checked arguments, protected inputs, all-or-nothing outputs (attnviz.cli.guard).
 guard.guard_commands(app)
 

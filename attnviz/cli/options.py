@@ -1,15 +1,17 @@
-"""Options shared by several commands (Typer ``Annotated`` aliases), grouped in help panels."""
+"""Options shared by several commands (Typer ``Annotated`` aliases), grouped in help panels.
+
+A closed set of values is an Enum of :mod:`attnviz.cli.choice_parsing` (``choice_enum``, ``choice_parser``:
+importable from here too); the command classes of ``--help`` are :mod:`attnviz.cli.plain_flags`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup
 
+from attnviz.cli.choice_parsing import choice_enum, choice_parser
 from attnviz.core.choices import WEIGHTINGS
 from attnviz.core.stacks import STACKS
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
@@ -20,49 +22,6 @@ OUTPUT_PANEL = "Output"
 VIEW_PANEL = "What to show"
 #: the metavar of an output option that names a directory (every other output option names a file)
 DIRECTORY_METAVAR = "DIR"
-
-
-def _without_flag_placeholders(params: list[Any]) -> list[Any]:
-    """Flags (``--force``, ``--help``) take no value: show no ``<bool>`` type beside them in ``--help``."""
-    for param in params:
-        if getattr(param, "is_flag", False) and param.metavar is None:
-            param.metavar = ""
-    return params
-
-
-class Command(TyperCommand):
-    """A Typer command whose help shows no ``<bool>`` placeholder beside flags, and every option name whole."""
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _without_flag_placeholders(super().get_params(ctx))
-
-    def format_help(self, ctx: Any, formatter: Any) -> None:
-        from attnviz.cli.help_layout import format_help
-
-        format_help(self, ctx, formatter, super().format_help)
-
-
-class Group(TyperGroup):
-    """A Typer group whose help shows no ``<bool>`` placeholder beside flags, and every option name whole."""
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _without_flag_placeholders(super().get_params(ctx))
-
-    def format_help(self, ctx: Any, formatter: Any) -> None:
-        from attnviz.cli.help_layout import format_help
-
-        format_help(self, ctx, formatter, super().format_help)
-
-
-def use_plain_flags(app: typer.Typer) -> None:
-    """Make every command and group of ``app`` (sub-groups included) a :class:`Command` / :class:`Group`."""
-    app.info.cls = Group
-    for info in app.registered_commands:
-        if info.cls in (None, TyperCommand):  # the default class (a command of its own class keeps it)
-            info.cls = Command
-    for group in app.registered_groups:
-        if group.typer_instance is not None:
-            use_plain_flags(group.typer_instance)
 
 
 MODEL_SPECS = (
@@ -81,37 +40,6 @@ ModelOption = Annotated[
         "--model", "-m", help=f"Model spec: {MODEL_SPECS}. Example: --model smollm2", rich_help_panel=MODEL_PANEL
     ),
 ]
-
-
-def choice_enum(name: str, values: Iterable[Any]) -> type[Enum]:
-    """An Enum of the library's closed set ``values`` (member names and values are the strings), for Typer."""
-    return Enum(name, {str(value): str(value) for value in values}, type=str)  # type: ignore[return-value]
-
-
-def choice_parser(choices: type[Enum], what: str, aliases: dict[str, str] | None = None) -> Callable[[Any], Enum]:
-    """A Typer ``parser`` for a closed set: the Enum member named, whatever its case and ``-``/``_``.
-
-    Typer still lists the members in ``--help`` and completes them; anything else is refused
-    as ``unknown WHAT 'x': use one of ...`` (one line, before any model loads). ``aliases``
-    (``{former name: member value}``) are accepted but not listed.
-    """
-    members = {_choice_key(member.value): member for member in choices}
-    for alias, value in (aliases or {}).items():
-        members[_choice_key(alias)] = choices(value)
-
-    def parse(value: Any) -> Enum:
-        if isinstance(value, choices):
-            return value
-        member = members.get(_choice_key(str(value)))
-        if member is None:
-            raise typer.BadParameter(f"unknown {what} {value!r}: use one of {', '.join(m.value for m in choices)}")
-        return member
-
-    return parse
-
-
-def _choice_key(value: str) -> str:
-    return value.strip().lower().replace("-", "_")
 
 
 #: the forms --device takes; the library (attnviz.models.specs.resolve_device) accepts the same

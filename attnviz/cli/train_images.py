@@ -14,28 +14,30 @@ CAPTION_STEPS = 1500
 
 
 def train_image_task(task, out, width, heads, layers, mlp_width, steps, batch_size, learning_rate, seed, eval_examples):
-    """Train, measure (accuracy; where the class token looks) and save; prints what it measured."""
-    if task == "caption":
-        train_caption_task(out, width, heads, layers, mlp_width, steps, batch_size, learning_rate, seed, eval_examples)
-        return
+    """Train, measure (accuracy; where the class token or the caption's words look) and save; prints what it measured.
+
+    ``task`` is ``odd-patch`` or ``caption`` (whose ``layers`` are decoder layers); options left out (``None`` or 0)
+    take the task's defaults."""
     from attnviz.cli.console import console
-    from attnviz.toy.odd_patch import (
-        OddPatchModelSettings,
-        check_odd_patch_output,
-        save_odd_patch,
-        train_odd_patch,
-    )
+    from attnviz.toy.odd_patch import check_odd_patch_output
     from attnviz.toy.training import TrainingSettings
 
-    defaults = OddPatchModelSettings()
-    model_settings = OddPatchModelSettings(
-        width=width or defaults.width,
-        num_heads=heads or defaults.num_heads,
-        num_layers=layers or defaults.num_layers,
-        mlp_width=mlp_width or defaults.mlp_width,
-    ).validate()
+    if task == "caption":
+        from attnviz.toy.caption import CaptionModelSettings, save_captioner, train_captioner
+
+        model_settings = _given_or_default(
+            CaptionModelSettings, width=width, num_heads=heads, decoder_layers=layers, mlp_width=mlp_width
+        )
+        default_steps, train, save = CAPTION_STEPS, train_captioner, save_captioner
+    else:
+        from attnviz.toy.odd_patch import OddPatchModelSettings, save_odd_patch, train_odd_patch
+
+        model_settings = _given_or_default(
+            OddPatchModelSettings, width=width, num_heads=heads, num_layers=layers, mlp_width=mlp_width
+        )
+        default_steps, train, save = DEFAULT_STEPS, train_odd_patch, save_odd_patch
     settings = TrainingSettings(
-        steps=steps or DEFAULT_STEPS,
+        steps=steps or default_steps,
         batch_size=batch_size,
         learning_rate=learning_rate,
         seed=seed,
@@ -43,53 +45,42 @@ def train_image_task(task, out, width, heads, layers, mlp_width, steps, batch_si
     ).validate()
     out = check_odd_patch_output(out if out is not None else Path(f"toy-{task}"))
     console.print(
-        f"training [bold]{task}[/bold]: ViT, {layers_and_heads([model_settings.num_heads] * model_settings.num_layers)}, "
-        f"width {model_settings.width}, 32×32 images in 4×4 patches of 8×8, {plural(settings.steps, 'step')}",
-        highlight=False,
-    )
-    result = train_odd_patch(settings, model_settings, description=f"training {task}")
-    console.print(
-        f"held-out accuracy [bold]{result.accuracy:.2%}[/bold] of {settings.eval_examples} fresh images; the last "
-        f"layer's class-token attention (max over heads) peaks on the odd patch in {result.attention_hits:.2%} "
-        f"(trained in {result.seconds:.0f} s)",
-        highlight=False,
-    )
-    console.print(f"saved {save_odd_patch(result, out)}", highlight=False)
-
-
-def train_caption_task(out, width, heads, layers, mlp_width, steps, batch_size, learning_rate, seed, eval_examples):
-    """Train the toy captioner (``--layers``: decoder layers), measure it on fresh images and save it."""
-    from attnviz.cli.console import console
-    from attnviz.toy.caption import CaptionModelSettings, save_captioner, train_captioner
-    from attnviz.toy.odd_patch import check_odd_patch_output
-    from attnviz.toy.training import TrainingSettings
-
-    defaults = CaptionModelSettings()
-    model_settings = CaptionModelSettings(
-        width=width or defaults.width,
-        num_heads=heads or defaults.num_heads,
-        decoder_layers=layers or defaults.decoder_layers,
-        mlp_width=mlp_width or defaults.mlp_width,
-    ).validate()
-    settings = TrainingSettings(
-        steps=steps or CAPTION_STEPS,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        seed=seed,
-        eval_examples=eval_examples,
-    ).validate()
-    out = check_odd_patch_output(out if out is not None else Path("toy-caption"))
-    console.print(
-        f"training [bold]caption[/bold]: ViT encoder {model_settings.encoder_layers} layers + GPT-2 decoder "
-        f"{model_settings.decoder_layers} layer(s), {model_settings.num_heads} heads, width {model_settings.width}, "
+        f"training [bold]{task}[/bold]: {_model_words(task, model_settings)}, "
         f"32×32 images in 4×4 patches of 8×8, {plural(settings.steps, 'step')}",
         highlight=False,
     )
-    result = train_captioner(settings, model_settings, description="training caption")
-    console.print(
-        f"held-out: [bold]{result.accuracy:.2%}[/bold] of {settings.eval_examples} fresh images captioned exactly; "
-        f"the last decoder layer's cross-attention (max over heads) peaks on the word's patch for "
-        f"{result.peak_hits:.2%} of the colour words (trained in {result.seconds:.0f} s)",
-        highlight=False,
+    result = train(settings, model_settings, description=f"training {task}")
+    console.print(_measured_words(task, result, settings.eval_examples), highlight=False)
+    console.print(f"saved {save(result, out)}", highlight=False)
+
+
+def _given_or_default(settings_class, **given):
+    """``settings_class`` with the values given, each left out (``None`` or 0) taking the class's default; validated."""
+    defaults = settings_class()
+    return settings_class(**{name: value or getattr(defaults, name) for name, value in given.items()}).validate()
+
+
+def _model_words(task, model_settings) -> str:
+    """The trained model's shape, as the headline before training says it."""
+    if task == "caption":
+        return (
+            f"ViT encoder {model_settings.encoder_layers} layers + GPT-2 decoder {model_settings.decoder_layers} "
+            f"layer(s), {model_settings.num_heads} heads, width {model_settings.width}"
+        )
+    heads = layers_and_heads([model_settings.num_heads] * model_settings.num_layers)
+    return f"ViT, {heads}, width {model_settings.width}"
+
+
+def _measured_words(task, result, eval_examples: int) -> str:
+    """What training measured on fresh held-out images (rich markup)."""
+    if task == "caption":
+        return (
+            f"held-out: [bold]{result.accuracy:.2%}[/bold] of {eval_examples} fresh images captioned exactly; "
+            f"the last decoder layer's cross-attention (max over heads) peaks on the word's patch for "
+            f"{result.peak_hits:.2%} of the colour words (trained in {result.seconds:.0f} s)"
+        )
+    return (
+        f"held-out accuracy [bold]{result.accuracy:.2%}[/bold] of {eval_examples} fresh images; the last "
+        f"layer's class-token attention (max over heads) peaks on the odd patch in {result.attention_hits:.2%} "
+        f"(trained in {result.seconds:.0f} s)"
     )
-    console.print(f"saved {save_captioner(result, out)}", highlight=False)

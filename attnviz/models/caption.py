@@ -25,7 +25,14 @@ from torch import nn
 from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch
-from attnviz.models.vision import VISION_FAMILIES, VisionModel, check_vision_family
+from attnviz.models.vision import VisionModel
+from attnviz.models.vision_families import (
+    VISION_FAMILIES,
+    check_vision_family,
+    image_task_of,
+    load_image_processor,
+    load_weights_on_core,
+)
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -59,13 +66,9 @@ def load_caption_model(
     source: str, config: Any, *, name: str | None, device: torch.device | str, dtype: torch.dtype, device_map=None
 ) -> CaptionModel:
     """Load a ``VisionEncoderDecoderModel`` with its image processor and tokenizer (see the module docstring)."""
-    import warnings
-
     import transformers
 
-    from attnviz.core import ATTENTION_NAME, register_attention
     from attnviz.models.hf_checks import check_loading_info, drop_missing_poolers, first_line
-    from attnviz.models.vision import load_image_processor
 
     model_type = config.model_type
     reason = REFUSED_CAPTIONERS.get(model_type)
@@ -89,22 +92,9 @@ def load_caption_model(
             f"cannot load the tokenizer of captioner {source!r}: {first_line(exc)} (save the decoder's tokenizer "
             "into the model directory with tokenizer.save_pretrained(directory))"
         ) from exc
-    register_attention()
-    placement = {"device_map": device_map} if device_map else {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            captioner_class: Any = transformers.VisionEncoderDecoderModel
-            model, info = captioner_class.from_pretrained(
-                source,
-                attn_implementation=ATTENTION_NAME,
-                dtype=dtype,
-                output_loading_info=True,
-                trust_remote_code=False,
-                **placement,
-            )
-        except Exception as exc:  # damaged weights, a refused pickle, a config the class rejects, …
-            raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
+    model, info = load_weights_on_core(
+        transformers.VisionEncoderDecoderModel, source, dtype=dtype, device_map=device_map
+    )
     drop_missing_poolers(model, info)  # an encoder saved without its pooler (it plays no part in attention)
     check_loading_info(info, source, buffers=(buffer for buffer, _ in model.named_buffers()))
     if not device_map:
@@ -113,8 +103,6 @@ def load_caption_model(
     extra_kinds = VISION_FAMILIES[encoder_type](config.encoder)
     loaded = CaptionModel(model, processor, tokenizer, name=name or source, extra_kinds=extra_kinds)
     loaded.check_weights()
-    from attnviz.models.vision import image_task_of
-
     loaded.image_task = image_task_of(source)
     loaded.layout()  # a probe pass: refuses a decoder whose attention does not reach the core, checks the grid
     return loaded
@@ -289,18 +277,6 @@ class CaptionModel(VisionModel):
         copy = CaptionModel(model, self.processor, self.tokenizer, name=self.name, extra_kinds=self.extra_kinds)
         copy.image_task, copy.source = self.image_task, self.source
         return copy
-
-    def own_images(self, count: int, seed: int) -> list[Image] | None:
-        """``count`` fresh images of the toy captioning task (``toy-caption``), or None for other models."""
-        if self.image_task is None:
-            return None
-        import importlib
-
-        from attnviz.models.vision import IMAGE_TASK_EXAMPLES
-
-        # the toy package sits above this one: the task's own module draws them (named, imported when needed)
-        module, _, function = IMAGE_TASK_EXAMPLES[self.image_task].partition(":")
-        return getattr(importlib.import_module(module), function)(count, seed)
 
     def check_objective(self) -> None:
         raise UnsupportedModelError(

@@ -12,11 +12,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnviz.common.errors import AttnvizError, InputError, ModelSpecError, ParameterError, UnsupportedModelError
+from attnviz.common.errors import AttnvizError, ModelSpecError, UnsupportedModelError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import quiet_third_party, warn
-from attnviz.common.tokens import token_strings
-from attnviz.common.wording import plural
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.caption import is_captioner_type, load_caption_model
@@ -26,6 +24,7 @@ from attnviz.models.hf_checks import (
     first_line,
     refuse_custom_code,
 )
+from attnviz.models.hf_encoding import encode_texts
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
 from attnviz.models.hf_patching import (
     check_hf_patching,
@@ -39,7 +38,8 @@ from attnviz.models.physical import find_attention_blocks, prune_heads_physicall
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
 from attnviz.models.readout import Readout
-from attnviz.models.vision import is_vision_type, load_vision_model
+from attnviz.models.vision import load_vision_model
+from attnviz.models.vision_families import is_vision_type
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")
@@ -317,58 +317,7 @@ class HFModel(LoadedModel):
         parts = lowered.split(".")
         return AttentionSite("decoder" if "decoder" in parts else "encoder", layer)
 
-    # -- encoding -----------------------------------------------------------------------------
-
-    def _check_ids_fit(self, ids: Sequence[Sequence[int]]) -> None:
-        """Refuse ids past the embedding table: a tokenizer whose ids skip numbers (or a mismatched one) can
-        give them even when it has no more tokens than the table has rows (``check_weights`` sees only the count)."""
-        rows = getattr(self.model.get_input_embeddings(), "num_embeddings", None)
-        largest = max((max(row) for row in ids if row), default=-1)
-        if isinstance(rows, int) and largest >= rows:
-            token = self.tokenizer.convert_ids_to_tokens([largest])[0]
-            raise ModelSpecError(
-                f"the tokenizer of model {self.name!r} gives id {largest:,} ({token!r}) but its embedding table has "
-                f"only {rows:,} rows: give the tokenizer that came with the weights"
-            )
-
-    def _tokenize(self, texts: Sequence[str], max_length: int | None, truncate: bool, what: str):
-        limit = min(x for x in (max_length, self.max_length) if x) if (max_length or self.max_length) else None
-        full = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
-        self._check_ids_fit(full)
-        truncated = [limit is not None and len(ids) > limit for ids in full]
-        if any(truncated):
-            longest = max(len(ids) for ids in full)
-            if not truncate:
-                raise ParameterError(
-                    "max_length",
-                    f"{what} has {longest} tokens, more than the limit of {limit}: "
-                    "shorten it, raise {max_length}, or allow truncation",
-                    limit,
-                )
-            count = sum(truncated)
-            warn(
-                f"{plural(count, what)} longer than {limit} tokens {'was' if count == 1 else 'were'} truncated to {limit}"
-            )
-        enc = self.tokenizer(
-            list(texts),
-            padding=True,
-            truncation=limit is not None,
-            max_length=limit,
-            return_tensors="pt",
-            return_special_tokens_mask=True,
-        )
-        tokens, special, word_ids = [], [], []
-        for i in range(len(texts)):
-            length = int(enc["attention_mask"][i].sum())
-            ids = enc["input_ids"][i, :length].tolist()
-            tokens.append(token_strings(self.tokenizer, ids))
-            special.append([bool(s) for s in enc["special_tokens_mask"][i, :length].tolist()])
-            try:
-                words = enc.word_ids(i)[:length]
-            except (ValueError, AttributeError):  # slow tokenizers have no word ids
-                words = list(range(length))
-            word_ids.append([None if s else w for w, s in zip(words, special[-1])])
-        return enc, tokens, special, word_ids, truncated
+    # -- encoding (attnviz.models.hf_encoding) ----------------------------------------------------
 
     def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
@@ -381,41 +330,7 @@ class HFModel(LoadedModel):
         max_length: int | None = None,
         truncate: bool = True,
     ) -> EncodedBatch:
-        texts = list(texts)
-        if not texts:
-            raise InputError("no text given")
-        for text in texts:
-            if not text.strip():
-                raise InputError("the text is empty: give at least one word")
-        enc, tokens, special, word_ids, truncated = self._tokenize(texts, max_length, truncate, "text")
-        inputs = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-        batch = EncodedBatch(inputs=inputs, tokens=tokens, special=special, word_ids=word_ids, truncated=truncated)
-        if self.encoder_decoder:
-            if targets is None:
-                start = self.model.config.decoder_start_token_id
-                if start is None:
-                    start = self.tokenizer.pad_token_id
-                inputs["decoder_input_ids"] = torch.full((len(texts), 1), start, dtype=torch.long)
-                inputs["decoder_attention_mask"] = torch.ones((len(texts), 1), dtype=torch.long)
-                start_token = token_strings(self.tokenizer, [start])[0]
-                batch.target_tokens = [[start_token] for _ in texts]
-                batch.target_special = [[True] for _ in texts]
-                batch.target_word_ids = [[None] for _ in texts]
-            else:
-                targets = list(targets)
-                if len(targets) != len(texts) or any(not t.strip() for t in targets):
-                    raise InputError("give one non-empty target text per source text")
-                tenc, ttokens, tspecial, twords, _ = self._tokenize(targets, max_length, truncate, "target text")
-                inputs["decoder_input_ids"] = tenc["input_ids"]
-                inputs["decoder_attention_mask"] = tenc["attention_mask"]
-                batch.target_tokens, batch.target_special, batch.target_word_ids = ttokens, tspecial, twords
-        elif targets is not None:
-            raise ParameterError(
-                "targets", f"{self.name} is not an encoder-decoder model: {{targets}} applies only to those"
-            )
-        device = self.device
-        batch.inputs = {k: v.to(device) for k, v in inputs.items()}
-        return batch
+        return encode_texts(self, texts, targets=targets, max_length=max_length, truncate=truncate)
 
     # -- running --------------------------------------------------------------------------------
 

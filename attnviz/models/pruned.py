@@ -27,7 +27,8 @@ from attnviz.models.hf_checks import first_line, refuse_custom_code
 from attnviz.models.physical import find_attention_blocks, shrink_to_counts
 from attnviz.models.pruned_format import FORMAT_NAME, FORMAT_VERSION
 from attnviz.models.pruning_records import RecordError, identity_from_marker
-from attnviz.models.vision import VISION_FAMILIES, VisionModel, image_task_of, is_vision_type, load_image_processor
+from attnviz.models.vision import VisionModel
+from attnviz.models.vision_families import VISION_FAMILIES, image_task_of, is_vision_type, load_image_processor
 
 
 def read_pruned_metadata(path: str | os.PathLike) -> dict:

@@ -12,67 +12,33 @@ refused by name before any weight is read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError, reason
+from attnviz.common.errors import InputError, UnsupportedModelError, reason
 from attnviz.common.images import ImageGrid
 from attnviz.common.parallel import SINGLE_PROCESS
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
-from attnviz.models.hf_checks import quiet_image_processors
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
 from attnviz.models.probing import ProbeBatch
+from attnviz.models.vision_families import (
+    IMAGE_TASK_EXAMPLES,
+    SUPPORTED_NAMES,
+    VISION_FAMILIES,
+    VISION_TOWERS,
+    check_vision_family,
+    image_task_of,
+    load_image_processor,
+    load_weights_on_core,
+)
 
 if TYPE_CHECKING:
     from PIL.Image import Image
-
-#: model_type -> the kinds of the extra tokens before the patches (read from the config)
-VISION_FAMILIES: dict[str, Callable[[Any], tuple[str, ...]]] = {
-    "vit": lambda config: ("cls",),
-    "deit": lambda config: ("cls", "distillation"),
-    "dinov2": lambda config: ("cls",),
-    "dinov2_with_registers": lambda config: ("cls",) + ("register",) * int(config.num_register_tokens),
-    "clip_vision_model": lambda config: ("cls",),
-    "siglip_vision_model": lambda config: (),
-    "clip": lambda config: ("cls",),  # a whole CLIP checkpoint: its vision tower is read
-    "siglip": lambda config: (),
-}
-#: whole image-text checkpoints whose vision tower attnviz reads: model_type -> (class name, weight prefix)
-VISION_TOWERS = {"clip": ("CLIPVisionModel", "vision_model."), "siglip": ("SiglipVisionModel", "vision_model.")}
-#: vision families attnviz refuses, by model_type, with the reason
-REFUSED_VISION = {
-    "swin": "Swin attends within shifted windows, so its patterns are per window, not over the image",
-    "swinv2": "Swin V2 attends within shifted windows, so its patterns are per window, not over the image",
-    "donut-swin": "Donut's Swin encoder attends within shifted windows, not over the whole image",
-    "maskformer-swin": "MaskFormer's Swin backbone attends within shifted windows, not over the whole image",
-    "swin2sr": "Swin2SR attends within shifted windows, not over the whole image",
-    "vitdet": "ViTDet attends within windows in most layers, not over the whole image",
-    "hiera": "Hiera attends within mask units, not over the whole image",
-    "vit_mae": "ViT-MAE drops a random three quarters of the patches before attention",
-    "beit": "BEiT adds a relative position bias that attnviz's core does not receive",
-    "data2vec-vision": "Data2Vec-Vision adds a relative position bias that attnviz's core does not receive",
-}
-SUPPORTED_NAMES = "ViT, DeiT, DINOv2 (with or without registers), CLIP and SigLIP vision towers"
-
-
-def is_vision_type(model_type: str) -> bool:
-    """Whether ``model_type`` is a vision family attnviz reads or refuses by name."""
-    return model_type in VISION_FAMILIES or model_type in REFUSED_VISION
-
-
-def check_vision_family(model_type: str, source: str) -> None:
-    """Refuse, by name, a vision family whose attention attnviz cannot show (before anything is loaded)."""
-    reason = REFUSED_VISION.get(model_type)
-    if reason is not None:
-        raise UnsupportedModelError(
-            f"model {source!r} is a {model_type} model, which attnviz cannot show: {reason}. "
-            f"attnviz reads {SUPPORTED_NAMES}"
-        )
 
 
 def load_vision_model(
@@ -85,12 +51,9 @@ def load_vision_model(
     device_map: str | None = None,
 ) -> VisionModel:
     """Load a vision transformer and its image processor onto the attention core (see the module docstring)."""
-    import warnings
-
     import transformers
 
-    from attnviz.core import ATTENTION_NAME, register_attention
-    from attnviz.models.hf_checks import check_loading_info, drop_missing_poolers, first_line
+    from attnviz.models.hf_checks import check_loading_info, drop_missing_poolers
 
     model_type = config.model_type
     check_vision_family(model_type, source)
@@ -101,22 +64,8 @@ def load_vision_model(
     cls = (
         getattr(transformers, tower[0]) if tower else next((c for c in named if c is not None), transformers.AutoModel)
     )
-    register_attention()
-    placement = {"device_map": device_map} if device_map else {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            model, info = cls.from_pretrained(
-                source,
-                attn_implementation=ATTENTION_NAME,
-                dtype=dtype,
-                output_loading_info=True,
-                trust_remote_code=False,
-                local_files_only=True,  # a hub id comes from the local cache: never the network
-                **placement,
-            )
-        except Exception as exc:  # damaged weights, a refused pickle, a config the class rejects, …
-            raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
+    # a hub id comes from the local cache: never the network
+    model, info = load_weights_on_core(cls, source, dtype=dtype, device_map=device_map, local_files_only=True)
     if tower:  # the text tower's weights are in the file but not in the vision model: not an error here
         info["unexpected_keys"] = [key for key in info.get("unexpected_keys") or () if key.startswith(tower[1])]
     drop_missing_poolers(model, info)  # a checkpoint saved without its pooler (DINO v1) loads as it was saved
@@ -128,25 +77,6 @@ def load_vision_model(
     loaded.image_task = image_task_of(source)
     loaded.layout()  # a probe forward pass: checks the grid against the patterns now, not in the middle of a command
     return loaded
-
-
-def load_image_processor(source: str):
-    """The model's image processor, from its ``preprocessor_config.json``; a clear error without one."""
-    import transformers
-
-    folder = Path(source).expanduser()
-    if folder.is_dir() and not (folder / "preprocessor_config.json").is_file():
-        raise ModelSpecError(
-            f"vision model {source!r} has no preprocessor_config.json (its image processor), so attnviz cannot tell "
-            "how to resize and normalise images for it: save it with image_processor.save_pretrained(directory)"
-        )
-    try:
-        with quiet_image_processors():
-            return transformers.AutoImageProcessor.from_pretrained(
-                source, trust_remote_code=False, local_files_only=True
-            )
-    except Exception as exc:
-        raise ModelSpecError(f"cannot load the image processor of model {source!r}: {exc}") from exc
 
 
 class VisionModel(LoadedModel):
@@ -327,7 +257,8 @@ class VisionModel(LoadedModel):
         return [Path(source).resolve()] if source and Path(source).exists() else []
 
     def own_images(self, count: int, seed: int) -> list[Image] | None:
-        """``count`` fresh examples of the model's own toy task (``toy-odd-patch``), or None for other models."""
+        """``count`` fresh examples of the model's own toy task (``toy-odd-patch``, ``toy-caption``), or None for
+        other models."""
         if self.image_task is None:
             return None
         import importlib
@@ -388,27 +319,6 @@ class VisionModel(LoadedModel):
         from attnviz.models.vision_pruning import save_pruned_vision_model
 
         return save_pruned_vision_model(self, directory, pruned, source=source, transformers_copy=transformers_copy)
-
-
-#: toy image task -> ``"module:function"`` drawing ``count`` examples of it with a seed (``own_images``)
-IMAGE_TASK_EXAMPLES = {
-    "odd-patch": "attnviz.toy.odd_patch:task_images",
-    "caption": "attnviz.toy.caption:task_images",
-}
-
-
-def image_task_of(source: str) -> str | None:
-    """The toy image task recorded in a checkpoint directory (see :mod:`attnviz.toy.odd_patch`), if any."""
-    import json
-
-    from attnviz.models.base import IMAGE_TASK_FILE
-
-    try:
-        document = json.loads((Path(source).expanduser() / IMAGE_TASK_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    task = document.get("task") if isinstance(document, dict) else None
-    return task if isinstance(task, str) and task in IMAGE_TASK_EXAMPLES else None
 
 
 def _per_channel(values: Any) -> list[float]:

@@ -17,11 +17,10 @@ records the task and the training.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +28,11 @@ import torch
 from torch import Tensor
 
 from attnviz.common.progress import quiet_third_party
-from attnviz.outputs import files
 from attnviz.toy.odd_patch import (
-    IMAGE_TASK_FILE,
     check_model_sizes,
-    check_odd_patch_output,
+    eager_attention,
     normalised_pixels,
+    save_image_task,
     toy_image_processor,
     train_image_model,
 )
@@ -262,18 +260,13 @@ def measure_captioner(model, examples: list[CaptionExample]) -> tuple[float, flo
     ids = {word: index for index, word in enumerate(VOCABULARY)}
     words = {index: word for word, index in ids.items()}
     pixels, _, _ = example_tensors(examples)
-    implementation = model.config._attn_implementation
-    model.set_attn_implementation("eager")
     right = hits = total_words = 0
-    try:
-        with torch.no_grad():
-            sequence = torch.full((len(examples), 1), ids[START], dtype=torch.long)  # [b, t]
-            for _ in range(MAX_POSITIONS - 1):  # greedy, full recompute (five positions at most)
-                logits = model(pixel_values=pixels, decoder_input_ids=sequence).logits  # [b, t, vocab]
-                sequence = torch.cat([sequence, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-            outputs = model(pixel_values=pixels, decoder_input_ids=sequence[:, :-1], output_attentions=True)
-    finally:
-        model.set_attn_implementation(implementation)
+    with eager_attention(model), torch.no_grad():
+        sequence = torch.full((len(examples), 1), ids[START], dtype=torch.long)  # [b, t]
+        for _ in range(MAX_POSITIONS - 1):  # greedy, full recompute (five positions at most)
+            logits = model(pixel_values=pixels, decoder_input_ids=sequence).logits  # [b, t, vocab]
+            sequence = torch.cat([sequence, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        outputs = model(pixel_values=pixels, decoder_input_ids=sequence[:, :-1], output_attentions=True)
     cross = outputs.cross_attentions[-1]  # [b, h, t, 1 + patches]
     peaks = cross[:, :, :, 1:].amax(dim=1).argmax(dim=-1)  # [b, t]: the patch each step looks at most
     for row, example in enumerate(examples):
@@ -286,22 +279,17 @@ def measure_captioner(model, examples: list[CaptionExample]) -> tuple[float, flo
     return right / len(examples), hits / max(total_words, 1)
 
 
-@quiet_third_party()  # no "Writing model shards" bar
 def save_captioner(result: CaptionResult, path: str | os.PathLike) -> Path:
     """Write the model, its image processor, its tokenizer and the task record into a new directory, atomically."""
-    out = check_odd_patch_output(path)
-    with files.staged_directory(out) as staging:
-        result.model.save_pretrained(staging)
-        result.processor.save_pretrained(staging)
-        result.tokenizer.save_pretrained(staging)
-        document = {
+    return save_image_task(
+        path,
+        (result.model, result.processor, result.tokenizer),
+        {
             "task": TASK_NAME,
             "image_size": IMAGE_SIZE,
             "patch_size": PATCH_SIZE,
             "colours": {word: list(rgb) for word, rgb in COLOURS.items()},
-            "model": asdict(result.model_settings),
-            "training": {"settings": asdict(result.settings), "seconds": round(result.seconds, 1)},
-            "held_out": {"caption_accuracy": result.accuracy, "cross_attention_peak_on_patch": result.peak_hits},
-        }
-        (staging / IMAGE_TASK_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    return out
+        },
+        result,
+        {"caption_accuracy": result.accuracy, "cross_attention_peak_on_patch": result.peak_hits},
+    )

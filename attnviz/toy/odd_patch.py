@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -232,16 +233,22 @@ def class_token_peaks(last_layer: Tensor, extra_tokens: int = 1) -> Tensor:
     return to_patches.amax(dim=1).argmax(dim=-1)  # [b]
 
 
+@contextmanager
+def eager_attention(model) -> Iterator[None]:
+    """Run a transformers ``model`` with its eager attention (which can return the patterns), then restore its own."""
+    implementation = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(implementation)
+
+
 def measure_odd_patch(model, count: int, *, seed: int) -> tuple[float, float]:
     """(accuracy, share of images whose last-layer class-token attention peaks on the odd patch) on fresh images."""
     pixels, labels = odd_patch_pixels(count, torch.Generator().manual_seed(seed))
-    with torch.no_grad():
-        implementation = model.config._attn_implementation
-        model.set_attn_implementation("eager")
-        try:
-            outputs = model(pixel_values=normalised_pixels(pixels), output_attentions=True)
-        finally:
-            model.set_attn_implementation(implementation)
+    with torch.no_grad(), eager_attention(model):
+        outputs = model(pixel_values=normalised_pixels(pixels), output_attentions=True)
     accuracy = float((outputs.logits.argmax(-1) == labels).float().mean())
     hits = float((class_token_peaks(outputs.attentions[-1]) == labels).float().mean())
     return accuracy, hits
@@ -256,21 +263,39 @@ def check_odd_patch_output(path: str | os.PathLike) -> Path:
     return check_checkpoint_output(out)
 
 
-@quiet_third_party()  # no "Writing model shards" bar
 def save_odd_patch(result: OddPatchResult, path: str | os.PathLike) -> Path:
     """Write the trained model, its image processor and :data:`IMAGE_TASK_FILE` into a new directory, atomically."""
+    return save_image_task(
+        path,
+        (result.model, result.processor),
+        {"task": TASK_NAME, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE},
+        result,
+        {"accuracy": result.accuracy, "class_token_on_odd_patch": result.attention_hits},
+    )
+
+
+@quiet_third_party()  # no "Writing model shards" bar
+def save_image_task(
+    path: str | os.PathLike,
+    parts: Sequence[Any],
+    task: Mapping[str, Any],
+    result: Any,
+    held_out: Mapping[str, float],
+) -> Path:
+    """Write a trained toy image model into a new directory, atomically: each of ``parts`` (the model, its image
+    processor, a tokenizer: anything with ``save_pretrained``) and :data:`IMAGE_TASK_FILE`, which records ``task``
+    (its name and facts), the result's ``model_settings``, its training ``settings`` and ``seconds``, and the
+    ``held_out`` measurements."""
     out = check_odd_patch_output(path)
+    document = {
+        **task,
+        "model": asdict(result.model_settings),
+        "training": {"settings": asdict(result.settings), "seconds": round(result.seconds, 1)},
+        "held_out": dict(held_out),
+    }
     with files.staged_directory(out) as staging:
-        result.model.save_pretrained(staging)
-        result.processor.save_pretrained(staging)
-        document = {
-            "task": TASK_NAME,
-            "image_size": IMAGE_SIZE,
-            "patch_size": PATCH_SIZE,
-            "model": asdict(result.model_settings),
-            "training": {"settings": asdict(result.settings), "seconds": round(result.seconds, 1)},
-            "held_out": {"accuracy": result.accuracy, "class_token_on_odd_patch": result.attention_hits},
-        }
+        for part in parts:
+            part.save_pretrained(staging)
         (staging / IMAGE_TASK_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     return out
 
