@@ -19,7 +19,14 @@ import torch
 from torch import Tensor, nn
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from attnviz.core.kernel import RowSummary, attend_block_, block_kernel_applies, fused_softmax_, kernel_applies
+from attnviz.core.kernel import (
+    ROWS_PER_TASK,
+    RowSummary,
+    attend_block_,
+    block_kernel_applies,
+    fused_softmax_,
+    kernel_applies,
+)
 
 if TYPE_CHECKING:
     from attnviz.core.attention import AttentionObserver, AttentionSite, SoftmaxPattern
@@ -113,7 +120,6 @@ def attend_in_buffers(
     value = value.contiguous()  # [b, kvh, k, d]
     output = value.new_empty(batch, query_len, heads, head_dim)  # [b, q, h, d]
     output_groups = output.view(batch, query_len, kv_heads, n_rep, head_dim)  # [b, q, kvh, n_rep, d]
-    stops = key_stops(mask, block, query_len, key_len)
     # The fused kernel (attnviz.core.kernel) replaces scale, mask and softmax when the caller asks for
     # it (``fused``), it is loaded and the inputs suit it; never because of who observes.
     use_kernel = (
@@ -123,11 +129,16 @@ def attend_in_buffers(
         and kernel_applies(query.dtype, query.device, mask)
     )
     # Without a head mask or dropout, scores, softmax and pattern·V of a block run as one parallel region of
-    # b·h·⌈blk/16⌉ tasks (kernel.attend_block_): a batched product over 3 grouped key/value heads keeps only
-    # 3 threads busy. Observers then read the pattern after the output is made, which they cannot change.
+    # b·h·⌈blk/ROWS_PER_TASK⌉ tasks (kernel.attend_block_): a batched product over 3 grouped key/value heads keeps
+    # only 3 threads busy. Observers then read the pattern after the output is made, which they cannot change.
     whole_block = (
         use_kernel and head_mask is None and not (dropout and training) and block_kernel_applies(query, value, mask)
     )
+    if whole_block:
+        # at long lengths the cache-sized block holds few rows (28 at 8,192 keys for 9 heads); a task's two
+        # products repack all of its keys per call, so each head gets two tasks of ROWS_PER_TASK rows at least
+        block = min(query_len, max(block, 2 * ROWS_PER_TASK))
+    stops = key_stops(mask, block, query_len, key_len)
     prefix_observers = [observer for observer in observers if getattr(observer, "accepts_key_prefix", False)]
     keep_scores = not use_kernel and any(getattr(observer, "accepts_scores", False) for observer in prefix_observers)
     summarised = [

@@ -230,13 +230,14 @@ def test_the_avx2_build_gives_torchs_softmax_too(loaded_kernel):
     assert torch.equal(summary[4], diagonal) and torch.equal(summary[5], previous) and not summary[3].any()
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_whole_block_in_one_call_equals_its_steps(loaded_kernel, threads):
-    """attend_block_: Q·Kᵀ, softmax with summary and pattern·V per head and 16 rows ≈ the same steps by torch."""
+@pytest.mark.parametrize(("threads", "rows_per_task"), [(1, 64), (2, 16), (2, 64)])
+def test_a_whole_block_in_one_call_equals_its_steps(loaded_kernel, monkeypatch, threads, rows_per_task):
+    """attend_block_: Q·Kᵀ, softmax with summary and pattern·V per task of a head's rows ≈ the same steps by torch."""
+    monkeypatch.setattr(kernel, "ROWS_PER_TASK", rows_per_task)  # 16: three tasks a head, the last one partial
     if not kernel.block_kernel_applies(torch.zeros(1, 1, 1, 1), torch.zeros(1), None):
         pytest.skip("no BLAS sgemm_ found in this torch")
     generator = torch.Generator().manual_seed(7)
-    batch, heads, kv_heads, length, dim, start, rows, width = 2, 6, 2, 90, 16, 37, 35, 80  # 3 tasks of rows per head
+    batch, heads, kv_heads, length, dim, start, rows, width = 2, 6, 2, 90, 16, 37, 35, 80
     query = torch.randn(batch, length, heads, dim, generator=generator).transpose(1, 2)  # [b, h, q, d], strided
     key = torch.randn(batch, kv_heads, length, dim, generator=generator)
     value = torch.randn(batch, kv_heads, length, dim, generator=generator)

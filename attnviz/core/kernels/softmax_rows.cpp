@@ -295,8 +295,6 @@ void softmax_rows_(at::Tensor scores, c10::optional<at::Tensor> mask_opt, double
   });
 }
 
-// Rows of one query head a task takes: the two matrix products of a task stay large enough for the BLAS
-// kernels, and a block splits into b·h·⌈r/16⌉ tasks, enough for every thread.
 
 // The BLAS single-precision product torch itself calls (MKL's, linked into libtorch_cpu on x86), found at
 // load time: torch does not export a C++ entry for it. Column-major, Fortran calling convention.
@@ -323,7 +321,7 @@ static inline void matmul_rows(Sgemm sgemm, const float* a, int64_t lda, const f
 }
 
 // One block of queries through attention, scores, softmax (as softmax_rows_, with its summary) and the
-// output, in one parallel region of b·h·⌈r/16⌉ independent tasks. Each task makes its own single-threaded
+// output, in one parallel region of b·h·⌈r/rows_per_task⌉ independent tasks. Each task makes its own single-threaded
 // matrix products: a batched Q·Kᵀ over the key/value heads splits over as few threads as there are such
 // heads (3 for SmolLM2), so it leaves threads idle; these tasks keep every thread busy.
 // query:   float32 [b, h, q, d], last dim stride 1; rows query_start … query_start + r − 1 are the block.
@@ -332,6 +330,7 @@ static inline void matmul_rows(Sgemm sgemm, const float* a, int64_t lda, const f
 //          must have weight 0: the mask hides them from every row of the block).
 // mask, summary, reach: as softmax_rows_.
 // output:  float32 [b, q, h, d] contiguous: receives pattern·V for the block's rows of every head.
+// rows_per_task: query rows of one head per task (each task repacks its keys for BLAS: more rows, less waste).
 void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tensor scores,
                    c10::optional<at::Tensor> mask_opt, double scaling, int64_t query_start, at::Tensor summary,
                    int64_t reach, at::Tensor output, int64_t rows_per_task) {
