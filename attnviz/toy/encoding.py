@@ -81,7 +81,8 @@ def encode_toy_texts(
         truncated.append(cut)
         parsed.append((items, answer))
     if any(truncated):
-        warn(f"{plural(sum(truncated), 'toy text')} longer than {limit} positions were truncated")
+        count = sum(truncated)
+        warn(f"{plural(count, 'toy text')} longer than {limit} positions {'was' if count == 1 else 'were'} truncated")
     if loaded.toy_task.kind == "seq2seq" and loaded.config.architecture != "encoder":
         missing = [i for i, (_, answer) in enumerate(parsed) if answer is None]
         if missing:
