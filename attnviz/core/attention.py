@@ -93,6 +93,11 @@ class AttentionObserver(Protocol):
     :class:`~attnviz.core.kernel.RowSummary` of each row (max weight, entropy, mean distance,
     the weights on the keys ``i − r … i + r`` for ``r`` = its ``summary_band_reach``, 1 if unset)
     that it must not keep past ``observe`` either.
+
+    It may also set ``accepts_weighted_sum = True`` and define ``key_weights(site)``, returning float32
+    ``[b, h, k]`` per-key quantities for the call in progress (or None): where the kernel computes a whole block
+    (:func:`attnviz.core.kernel.attend_block_`) it then also receives ``weighted=``, ``Σ_j pattern_ij ·
+    key_weights_j`` ``[b, h, block]``, summed while each row is in the cache (one such observer per call).
     """
 
     def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:

@@ -146,6 +146,17 @@ def attend_in_buffers(
     ]
     # the band of weights around the diagonal the summary carries: as wide as the widest request
     band_reach = max((getattr(observer, "summary_band_reach", 1) for observer in summarised), default=0)
+    # one observer's per-key weights [b, h, ≥k] whose pattern-weighted sum per row the kernel adds while each row
+    # is in the cache (the value norms of issue 32's carriers), saving that observer a pass over every block
+    weigher, key_weights = None, None
+    if whole_block and site is not None:
+        for observer in prefix_observers:
+            if getattr(observer, "accepts_weighted_sum", False):
+                key_weights = observer.key_weights(site)
+                if key_weights is not None and _fits(key_weights, batch, heads, key_len):
+                    weigher = observer
+                    break
+                key_weights = None
     for start, stop_width in zip(range(0, query_len, block), stops):
         stop = min(start + block, query_len)
         rows = stop - start
@@ -163,13 +174,28 @@ def attend_in_buffers(
             torch.matmul(query_block, key[:, :, :width].transpose(2, 3), out=scores)  # [b, kvh, n_rep·blk, c]
         scores = scores.view(batch, heads, rows, width)  # [b, h, blk, c]
         summary = None
+        weighted: Tensor | None = None  # [b, h, blk] weighted sums for ``weigher``
         if use_kernel:
             summary_buffer = None
             if summarised:
                 shape = RowSummary.buffer_shape(batch, heads, rows, band_reach)  # [4 + 2r, b, h, blk]
                 summary_buffer = _workspace.get("summary", shape, torch.float32, query.device)
             if whole_block:  # scores, pattern, summary and output of the block's rows, in place
-                attend_block_(query, key, value, scores, mask_block, pattern_fn.scaling, start, summary_buffer, output)
+                if weigher is not None:
+                    weighted = _workspace.get("weighted", (batch, heads, rows), torch.float32, query.device)
+                attend_block_(
+                    query,
+                    key,
+                    value,
+                    scores,
+                    mask_block,
+                    pattern_fn.scaling,
+                    start,
+                    summary_buffer,
+                    output,
+                    key_weights,
+                    weighted,
+                )
             elif not fused_softmax_(scores, mask_block, pattern_fn.scaling, start, summary_buffer):  # in place
                 raise RuntimeError("the fused kernel refused inputs that kernel_applies accepted")  # a bug, not input
             pattern = scores
@@ -198,6 +224,8 @@ def attend_in_buffers(
                     extras["scores"] = scores
                 if summary is not None and getattr(observer, "accepts_summary", False):
                     extras["summary"] = summary
+                if observer is weigher:
+                    extras["weighted"] = weighted
                 observer.observe(site, pattern, start, **extras)
                 continue
             if full_width is None:
@@ -217,3 +245,15 @@ def attend_in_buffers(
         block_output = block_output.view(batch, kv_heads, n_rep, rows, head_dim)  # [b, kvh, n_rep, blk, d]
         output_groups[:, start:stop] = block_output.permute(0, 3, 1, 2, 4)  # [b, blk, kvh, n_rep, d]
     return output
+
+
+def _fits(key_weights: Tensor, batch: int, heads: int, key_len: int) -> bool:
+    """Whether ``key_weights`` is what :func:`attnviz.core.kernel.attend_block_` reads: float32 ``[b, h, ≥k]``."""
+    return (
+        key_weights.dtype == torch.float32
+        and key_weights.is_contiguous()
+        and key_weights.dim() == 3
+        and tuple(key_weights.shape[:2]) == (batch, heads)
+        and key_weights.shape[2] >= key_len
+        and key_weights.device.type == "cpu"
+    )

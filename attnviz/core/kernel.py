@@ -347,12 +347,16 @@ def attend_block_(
     query_start: int,
     summary: Tensor | None,
     output: Tensor,
+    key_weights: Tensor | None = None,
+    weighted: Tensor | None = None,
 ) -> None:
     """One block of queries through attention in one parallel region: :func:`fused_softmax_` of ``Q Kᵀ`` and ``pattern V``.
 
     ``query`` ``[b, h, q, d]`` (last dim stride 1), ``key``/``value`` ``[b, kvh, k, d]`` contiguous, all float32 on
     the CPU; ``scores`` ``[b, h, blk, c]`` receives the pattern of queries ``query_start …`` over keys ``< c``;
     ``output`` ``[b, q, h, d]`` their ``pattern V``. Call only where :func:`block_kernel_applies` holds.
+    With ``key_weights`` (float32 ``[b, h, ≥c]`` contiguous), ``weighted`` (float32 ``[b, h, blk]``) receives each
+    row's ``Σ_j pattern_ij · key_weights_j``, summed while the row is in the cache.
     """
     assert _module is not None  # block_kernel_applies said so
     reach = 0 if summary is None else (summary.shape[0] - 4) // 2
@@ -369,6 +373,8 @@ def attend_block_(
         reach,
         output,
         ROWS_PER_TASK,
+        empty if key_weights is None else key_weights,
+        empty if weighted is None else weighted,
     )
 
 

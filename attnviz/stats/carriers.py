@@ -74,6 +74,8 @@ class TokenCarriers:
 
     accepts_inputs = True
     accepts_key_prefix = True  # reads each block during observe only; later keys have weight 0
+    #: the core may sum Σ_j α_ij ‖f(x_j)‖ itself while each row is in the cache (``weighted=`` in observe)
+    accepts_weighted_sum = True
 
     def __init__(self, projections: Mapping[AttentionSite, Tensor]) -> None:
         self.projections = dict(projections)
@@ -102,15 +104,22 @@ class TokenCarriers:
         self._add(site, 0, first, float(norms.shape[0]), heads)
         self._add(site, 1, others, float(keys[..., 1:].sum()), heads)
 
-    def observe(self, site: AttentionSite, pattern: Tensor, query_start: int, **_: object) -> None:
-        """``pattern``: ``[b, h, blk, c]`` weights of queries ``query_start …``."""
+    def key_weights(self, site: AttentionSite) -> Tensor | None:
+        """``‖f(x_j)‖`` ``[b, h, k]`` of the call in progress at ``site`` (what the core may weigh rows by)."""
+        return self._norms if site == self._site else None
+
+    def observe(
+        self, site: AttentionSite, pattern: Tensor, query_start: int, weighted: Tensor | None = None, **_: object
+    ) -> None:
+        """``pattern``: ``[b, h, blk, c]`` weights of queries ``query_start …``; ``weighted``: the core's
+        ``Σ_j α_ij ‖f(x_j)‖`` ``[b, h, blk]`` of these rows, when it summed them (else computed here)."""
         if site != self._site or self._norms is None or self._batch is None:
             return
         rows = pattern.shape[2]
         norms = self._norms[..., : pattern.shape[-1]]  # [b, h, c]
         # [b, h, blk]: Σ_j α_ij ‖f(x_j)‖; einsum's product is a matrix-vector one, about 8× faster here
         # than matmul's of a [c, 1] matrix
-        moved = torch.einsum("bhqk,bhk->bhq", pattern, norms)
+        moved = weighted if weighted is not None else torch.einsum("bhqk,bhk->bhq", pattern, norms)
         weight_share = pattern[..., 0]  # [b, h, blk]
         norm_share = weight_share * norms[..., :1] / moved.clamp(min=_TINY)  # [b, h, blk]
         query_lengths = self._batch.query_key_lengths(site.stack)[0]

@@ -247,10 +247,12 @@ def test_a_whole_block_in_one_call_equals_its_steps(loaded_kernel, monkeypatch, 
     scores = torch.empty(batch, heads, rows, width)
     summary = torch.empty(kernel.RowSummary.buffer_shape(batch, heads, rows, reach))
     output = torch.full((batch, length, heads, dim), 7.0)  # rows outside the block stay as they were
+    key_weights = torch.rand(batch, heads, length, generator=generator)  # [b, h, k], e.g. value norms
+    weighted = torch.empty(batch, heads, rows)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        kernel.attend_block_(query, key, value, scores, mask, scaling, start, summary, output)
+        kernel.attend_block_(query, key, value, scores, mask, scaling, start, summary, output, key_weights, weighted)
     finally:
         torch.set_num_threads(before)
 
@@ -264,3 +266,32 @@ def test_a_whole_block_in_one_call_equals_its_steps(loaded_kernel, monkeypatch, 
     reference = torch.softmax(raw * scaling + mask, -1) @ value.repeat_interleave(heads // kv_heads, 1)[:, :, :width]
     torch.testing.assert_close(output[:, start : start + rows], reference.transpose(1, 2), rtol=0, atol=2e-6)
     assert (output[:, :start] == 7.0).all() and (output[:, start + rows :] == 7.0).all()
+    by_hand = torch.einsum("bhqk,bhk->bhq", expected_pattern.double(), key_weights[..., :width].double())
+    torch.testing.assert_close(weighted.double(), by_hand, rtol=1e-5, atol=1e-6)
+
+
+def test_carriers_take_the_kernels_weighted_sums_and_equal_their_own(loaded_kernel, tiny_model_dirs, monkeypatch):
+    """Issue 32's carriers: Σ_j α_ij ‖f(x_j)‖ summed in the kernel's rows = the observer's own pass over the block."""
+    from attnviz.core import blocks
+    from attnviz.stats.carriers import CARRIER_FIELDS, TokenCarriers
+
+    received = []
+    observe = TokenCarriers.observe
+
+    def spy(self, site, pattern, query_start, weighted=None, **extras):
+        received.append(weighted is not None)
+        return observe(self, site, pattern, query_start, weighted=weighted, **extras)
+
+    monkeypatch.setattr(TokenCarriers, "observe", spy)
+    texts = ["the cat sat on the mat", "a much longer sentence about attention heads and what they do", "hi"]
+    loaded = load_model(str(tiny_model_dirs["llama"]), device="cpu")  # grouped-query heads
+    in_kernel = compute_statistics(loaded, texts, progress=False)
+    assert received and all(received)
+    received.clear()
+    monkeypatch.setattr(blocks, "block_kernel_applies", lambda *arguments: False)  # the batched path
+    own_pass = compute_statistics(loaded, texts, progress=False)
+    assert received and not any(received)
+    for field in CARRIER_FIELDS:
+        torch.testing.assert_close(
+            in_kernel.carriers.matrix(field), own_pass.carriers.matrix(field), rtol=1e-5, atol=1e-6
+        )

@@ -320,6 +320,16 @@ static inline void matmul_rows(Sgemm sgemm, const float* a, int64_t lda, const f
   sgemm(&tb, &ta, &mi, &ni, &ki, &one, b, &ldb_i, a, &lda_i, &zero, c, &ldc_i);
 }
 
+// Σ_j x[j]·w[j] over one row (the weights a row gives, times a per-key quantity), in float lanes.
+static inline float weighted_sum(const float* x, const float* w, int64_t width) {
+  const int64_t body = width - width % Wide::width;
+  Wide::V lanes = Wide::set(0.0f);
+  for (int64_t j = 0; j < body; j += Wide::width) lanes = Wide::fmadd(Wide::load(x + j), Wide::load(w + j), lanes);
+  float total = Wide::sum(lanes);
+  for (int64_t j = body; j < width; ++j) total += x[j] * w[j];
+  return total;
+}
+
 // One block of queries through attention, scores, softmax (as softmax_rows_, with its summary) and the
 // output, in one parallel region of b·h·⌈r/rows_per_task⌉ independent tasks. Each task makes its own single-threaded
 // matrix products: a batched Q·Kᵀ over the key/value heads splits over as few threads as there are such
@@ -331,9 +341,12 @@ static inline void matmul_rows(Sgemm sgemm, const float* a, int64_t lda, const f
 // mask, summary, reach: as softmax_rows_.
 // output:  float32 [b, q, h, d] contiguous: receives pattern·V for the block's rows of every head.
 // rows_per_task: query rows of one head per task (each task repacks its keys for BLAS: more rows, less waste).
+// key_weights: float32 [b, h, k] contiguous or an empty tensor; with it, weighted [b, h, r] receives each row's
+//          Σ_j pattern_ij·key_weights_j while the row is in L1 (a value-norm weighted sum, without a pass of its own).
 void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tensor scores,
                    c10::optional<at::Tensor> mask_opt, double scaling, int64_t query_start, at::Tensor summary,
-                   int64_t reach, at::Tensor output, int64_t rows_per_task) {
+                   int64_t reach, at::Tensor output, int64_t rows_per_task, at::Tensor key_weights,
+                   at::Tensor weighted) {
   const Sgemm sgemm = blas_sgemm();
   TORCH_CHECK(sgemm != nullptr, "no BLAS sgemm_ in this process");
   TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() == 4);
@@ -351,6 +364,14 @@ void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tenso
   check_summary(summary, reach, total);
   float* out = summary.numel() > 0 ? summary.data_ptr<float>() : nullptr;
   const float scale = static_cast<float>(scaling);
+  const bool weigh = key_weights.numel() > 0;
+  TORCH_CHECK(!weigh || (key_weights.scalar_type() == at::kFloat && key_weights.is_contiguous() &&
+                         key_weights.dim() == 3 && key_weights.size(0) == batch && key_weights.size(1) == heads &&
+                         key_weights.size(2) >= width && weighted.scalar_type() == at::kFloat &&
+                         weighted.is_contiguous() && weighted.numel() == total));
+  const float* w_data = weigh ? key_weights.data_ptr<float>() : nullptr;
+  float* sums = weigh ? weighted.data_ptr<float>() : nullptr;
+  const int64_t w_stride = weigh ? key_weights.size(2) : 0;
   const float* q_data = query.data_ptr<float>();
   const float* k_data = key.data_ptr<float>();
   const float* v_data = value.data_ptr<float>();
@@ -370,6 +391,7 @@ void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tenso
         const int64_t row = (bt * heads + hd) * rows + first + i;
         const SummaryOut where{out ? out + row : nullptr, total, reach};
         pattern_row(s + i * width, mask.at(bt, hd, first + i), width, scale, query_start + first + i, where);
+        if (weigh) sums[row] = weighted_sum(s + i * width, w_data + (bt * heads + hd) * w_stride, width);
       }
       // o[n, d] = s[n, c]·v[c, d], the rows of head hd in output [b, q, h, d]
       float* o = o_data + ((bt * query_len + query_start + first) * heads + hd) * head_dim;
