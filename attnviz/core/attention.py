@@ -43,6 +43,9 @@ from attnviz.core.sdpa_rows import attend_observing_rows
 #: passes made over it (scale, mask, softmax, observers, pattern·V), and the buffers stay
 #: small next to a layer's full pattern at long lengths (SmolLM2 at 2048 tokens: 151 MB).
 BLOCK_ELEMENTS = 2**21
+#: The same bound on an accelerator, where there is no cache to stay in and each block costs a score of
+#: kernel launches and observer calls: 2**26 values (256 MiB) make a few blocks a layer at 8,192 tokens, not hundreds.
+ACCELERATOR_BLOCK_ELEMENTS = 2**26
 
 
 @dataclass(frozen=True, order=True)
@@ -90,14 +93,21 @@ class AttentionObserver(Protocol):
 
     It may also set ``accepts_summary = True``: when the fused kernel computed the block
     (:mod:`attnviz.core.kernel`) it then also receives ``summary=``, a
-    :class:`~attnviz.core.kernel.RowSummary` of each row (max weight, entropy, mean distance,
+    :class:`~attnviz.core.kernel_calls.RowSummary` of each row (max weight, entropy, mean distance,
     the weights on the keys ``i − r … i + r`` for ``r`` = its ``summary_band_reach``, 1 if unset)
     that it must not keep past ``observe`` either.
 
     It may also set ``accepts_weighted_sum = True`` and define ``key_weights(site)``, returning float32
     ``[b, h, k]`` per-key quantities for the call in progress (or None): where the kernel computes a whole block
-    (:func:`attnviz.core.kernel.attend_block_`) it then also receives ``weighted=``, ``Σ_j pattern_ij ·
+    (:func:`attnviz.core.kernel_calls.attend_block_`) it then also receives ``weighted=``, ``Σ_j pattern_ij ·
     key_weights_j`` ``[b, h, block]``, summed while each row is in the cache (one such observer per call).
+
+    It may also set ``accepts_summary_only = True`` (with ``accepts_summary``) and define
+    ``summary_columns(site)``, the key positions whose weights it reads: when every observer of a call
+    says so, the kernel computes the call tile by tile of keys without ever writing a pattern
+    (:func:`attnviz.core.kernel_calls.attend_rows_`) and calls ``observe(site, None, 0, summary=…)`` once,
+    the summary covering every query and holding the weights on the union of those columns
+    (:meth:`~attnviz.core.kernel_calls.RowSummary.column`).
     """
 
     def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
@@ -228,10 +238,12 @@ def softmax_pattern(scaling: float, bias: Tensor | None = None, softcap: float |
     return SoftmaxPattern(scaling, bias, softcap)
 
 
-def query_block_size(batch: int, heads: int, query_len: int, key_len: int) -> int:
-    """How many queries to process at once: all of them unless that exceeds :data:`BLOCK_ELEMENTS`."""
+def query_block_size(batch: int, heads: int, query_len: int, key_len: int, device: torch.device | None = None) -> int:
+    """How many queries to process at once: all of them unless that exceeds :data:`BLOCK_ELEMENTS` (on the CPU)
+    or :data:`ACCELERATOR_BLOCK_ELEMENTS` (elsewhere)."""
     per_query = max(1, batch * heads * key_len)
-    return max(1, min(query_len, BLOCK_ELEMENTS // per_query))
+    elements = BLOCK_ELEMENTS if device is None or device.type == "cpu" else ACCELERATOR_BLOCK_ELEMENTS
+    return max(1, min(query_len, elements // per_query))
 
 
 def attend(
@@ -284,7 +296,7 @@ def attend(
         if getattr(observer, "accepts_inputs", False):
             getattr(observer, "observe_inputs")(site, query, key, value, scale)  # noqa: B009 (an optional method)
 
-    block = query_block_size(batch, heads, query_len, key_len)
+    block = query_block_size(batch, heads, query_len, key_len, query.device)
     bias = pattern_fn.bias if isinstance(pattern_fn, SoftmaxPattern) else None
     editor = context.head_editor if context is not None and site is not None else None
     edits_patterns = editor is not None and site is not None and editor.edits_patterns(site)

@@ -13,16 +13,18 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from attnviz.core.kernel import (
+from attnviz.core import kernel_calls
+from attnviz.core.kernel_calls import (
     ROWS_PER_TASK,
     RowSummary,
     attend_block_,
+    attend_rows_,
     block_kernel_applies,
     fused_softmax_,
     kernel_applies,
@@ -59,10 +61,15 @@ def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> 
     cached = _key_stop_cache.get(mask) if version is not None else None
     if cached is not None and cached[0] == signature:
         return cached[1]
-    visible = mask > torch.finfo(mask.dtype).min  # [b|1, 1|h, q|1, k]
     positions = torch.arange(1, key_len + 1, dtype=torch.int32, device=mask.device)  # [k]
-    last = torch.where(visible, positions, 0).amax(-1)  # [b|1, 1|h, q|1]: 1 + last visible key; 0: none
-    last = torch.where(last == 0, key_len, last).amax(dim=(0, 1))  # [q|1]
+    lowest = torch.finfo(mask.dtype).min
+    # in runs of rows: a [rows, k] temporary at a time, not one of the mask's size (268 MB at 8,192 tokens)
+    runs = []
+    for first in range(0, mask.shape[2], _STOP_ROWS):
+        visible = mask[:, :, first : first + _STOP_ROWS] > lowest  # [b|1, 1|h, run|1, k]
+        last = torch.where(visible, positions, 0).amax(-1)  # [b|1, 1|h, run|1]: 1 + last visible key; 0: none
+        runs.append(torch.where(last == 0, key_len, last).amax(dim=(0, 1)))  # [run|1]
+    last = torch.cat(runs)  # [q|1]
     last = last.expand(query_len)  # [q]
     padded = torch.nn.functional.pad(last, (0, num_blocks * block - query_len))  # [blocks·block]
     stops = padded.view(num_blocks, block).amax(-1).tolist()  # [blocks]
@@ -70,6 +77,9 @@ def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> 
         _key_stop_cache[mask] = (signature, stops)
     return stops
 
+
+#: rows of the mask :func:`key_stops` reads at a time
+_STOP_ROWS = 256
 
 #: mask tensor -> (signature, key stops); see :func:`key_stops`
 _key_stop_cache = WeakTensorKeyDictionary()
@@ -134,6 +144,8 @@ def attend_in_buffers(
     whole_block = (
         use_kernel and head_mask is None and not (dropout and training) and block_kernel_applies(query, value, mask)
     )
+    if whole_block and all(getattr(observer, "accepts_summary_only", False) for observer in observers):
+        return _attend_in_tiles(query, key, value, mask, pattern_fn, observers, site, output)
     if whole_block:
         # at long lengths the cache-sized block holds few rows (28 at 8,192 keys for 9 heads); a task's two
         # products repack all of its keys per call, so each head gets two tasks of ROWS_PER_TASK rows at least
@@ -247,8 +259,77 @@ def attend_in_buffers(
     return output
 
 
+def _attend_in_tiles(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    pattern_fn: SoftmaxPattern,
+    observers: Sequence[AttentionObserver],
+    site: AttentionSite | None,
+    output: Tensor,
+) -> Tensor:
+    """Every query at once through :func:`attnviz.core.kernel_calls.attend_rows_`, when no observer needs the pattern.
+
+    The observers (all ``accepts_summary_only``) get ``observe(site, None, 0, summary=…, weighted=…)`` for the whole
+    call: a :class:`RowSummary` ``[4 + 2·r + G, b, h, q]`` with the widest band asked for and the weights on every
+    key position some observer lists in ``summary_columns(site)``.
+    """
+    batch, heads, query_len, _ = query.shape
+    key_len = key.shape[2]
+    # keys each run of TILE_ROWS queries can weigh, rounded up to WIDTH_MULTIPLE as the block path does
+    stops = [
+        min(key_len, -(-stop // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
+        for stop in key_stops(
+            mask, kernel_calls.TILE_ROWS, query_len, key_len
+        )  # read at the call, as attend_rows_ does
+    ]
+    summarised = [observer for observer in observers if getattr(observer, "accepts_summary", False)]
+    summary = None
+    if summarised and site is not None:
+        reach = max(getattr(observer, "summary_band_reach", 1) for observer in summarised)
+        wanted: set[int] = set()
+        for observer in summarised:
+            wanted.update(getattr(observer, "summary_columns", lambda _site: ())(site))
+        columns = tuple(sorted(column for column in wanted if 0 <= column < key_len))
+        shape = RowSummary.buffer_shape(batch, heads, query_len, reach, len(columns))  # [4 + 2r + G, b, h, q]
+        summary = RowSummary(_workspace.get("summary", shape, torch.float32, query.device), columns)
+    weigher, key_weights, weighted = None, None, None
+    if site is not None:
+        for observer in observers:
+            if getattr(observer, "accepts_weighted_sum", False):
+                key_weights = getattr(observer, "key_weights")(site)  # noqa: B009 (an optional method)
+                if key_weights is not None and _fits(key_weights, batch, heads, key_len):
+                    weigher = observer
+                    weighted = _workspace.get("weighted", (batch, heads, query_len), torch.float32, query.device)
+                    break
+                key_weights = None
+    attend_rows_(
+        query,
+        key,
+        value,
+        mask,  # [b|1, h|1, q|1, k]: the kernel reads a broadcast dimension with stride 0
+        pattern_fn.scaling,
+        torch.tensor(stops, dtype=torch.int64),
+        summary,
+        output,
+        key_weights,
+        weighted,
+    )
+    for observer in observers:
+        assert site is not None  # attend() passes observers only for a known site
+        extras: dict[str, Any] = {}
+        if summary is not None and getattr(observer, "accepts_summary", False):
+            extras["summary"] = summary
+        if observer is weigher:
+            extras["weighted"] = weighted
+        # accepts_summary_only: the observer takes pattern=None (the protocol's type names the usual case)
+        cast(Any, observer).observe(site, None, 0, **extras)
+    return output
+
+
 def _fits(key_weights: Tensor, batch: int, heads: int, key_len: int) -> bool:
-    """Whether ``key_weights`` is what :func:`attnviz.core.kernel.attend_block_` reads: float32 ``[b, h, ≥k]``."""
+    """Whether ``key_weights`` is what :func:`attnviz.core.kernel_calls.attend_block_` reads: float32 ``[b, h, ≥k]``."""
     return (
         key_weights.dtype == torch.float32
         and key_weights.is_contiguous()

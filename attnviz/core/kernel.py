@@ -5,7 +5,7 @@ reused buffer, then scales, masks and softmaxes it, and the statistics observer 
 pattern row by row. In torch each of those steps is a separate pass over the ``[b, h, blk, c]``
 block (eight to twelve in all). ``kernels/softmax_rows.cpp`` does scale, mask and softmax in
 three passes over one row at a time, a row that stays in the L1 cache, and, while the
-exponentials are at hand, reduces each row to a :class:`RowSummary` (max weight, entropy, mean
+exponentials are at hand, reduces each row to a :class:`~attnviz.core.kernel_calls.RowSummary` (max weight, entropy, mean
 distance, the weights on the keys around the query), so that the statistics need no pass of their own.
 
 The kernel is compiled with :mod:`torch.utils.cpp_extension` (a C++ compiler and ninja are
@@ -22,9 +22,13 @@ statistics to float32 rounding (≤ 1e-5).
 
 The kernel's patterns are torch's softmax bit for bit: it computes ``exp`` as SLEEF's
 ``expf_u10`` does (the function torch's CPU softmax calls), in torch's vector lanes, and adds in
-torch's order. So a forward pass gives the same outputs with and without it, and the statistics
-drift from transformers' eager attention no more than on torch's operations. The choice is made
-per forward pass, never by who observes.
+torch's order. So the statistics drift from transformers' eager attention no more than on torch's
+operations. Whether the kernel runs is chosen per forward pass, never by who observes. How it runs a
+call does follow the observers: when none of them reads the pattern itself (the statistics take the
+row summary, ``accepts_summary_only``), ``attend_rows_`` computes attention tile by tile of keys with a
+running maximum (flash attention's scheme) and never writes the pattern; otherwise blocks of whole
+rows are computed and handed over. The two give the same outputs to float32 rounding (within 2e-6
+in the tests); the calls themselves are in :mod:`attnviz.core.kernel_calls`.
 """
 
 from __future__ import annotations
@@ -34,13 +38,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 import torch
-from torch import Tensor
 
 from attnviz.common.progress import notice, status, warn
 from attnviz.core.kernel_build import (
@@ -81,50 +83,13 @@ _failure = ""  # why the kernel is unavailable
 _build_seconds = 0.0  # time the last prepare_kernel spent building or loading
 
 
-@dataclass(frozen=True)
-class RowSummary:
-    """Per-query reductions of one block's pattern, computed by the kernel alongside it.
-
-    ``values`` is float32 ``[4 + 2·r, b, h, blk]``, the buffer :func:`fused_softmax_` wrote:
-    ``max_weight`` (``max_j Aᵢⱼ``), ``entropy`` (``−Σⱼ Aᵢⱼ ln Aᵢⱼ``, nats), ``distance``
-    (``Σⱼ Aᵢⱼ |i − j|``, ``i`` and ``j`` the query's and the key's position in the input), then
-    the ``band`` of weights on the keys nearest each query: ``band[r + o] = A[i, i − o]`` for
-    ``o = −r … r`` (0 where key ``i − o`` is outside the block's columns); ``band[r]`` is the
-    diagonal, ``band[r + 1]`` the previous key. Each field is a view ``[b, h, blk]`` (the band
-    ``[2·r + 1, b, h, blk]``).
-    """
-
-    values: Tensor
-
-    @property
-    def max_weight(self) -> Tensor:
-        return self.values[0]
-
-    @property
-    def entropy(self) -> Tensor:
-        return self.values[1]
-
-    @property
-    def distance(self) -> Tensor:
-        return self.values[2]
-
-    @property
-    def band(self) -> Tensor:
-        return self.values[3:]
-
-    @property
-    def band_reach(self) -> int:
-        """``r``: the band holds the keys ``i − r … i + r``."""
-        return (self.values.shape[0] - 4) // 2
-
-    @staticmethod
-    def buffer_shape(batch: int, heads: int, rows: int, band_reach: int) -> tuple[int, int, int, int]:
-        """Shape of the float32 buffer :func:`fused_softmax_` writes a summary into."""
-        return (4 + 2 * band_reach, batch, heads, rows)
+#: the kernel's C++ files, compiled as one source in this order (each uses what the earlier ones define)
+SOURCES = ("kernels/softmax_rows.cpp", "kernels/tile_products.cpp", "kernels/attend_blocks.cpp")
 
 
 def _source() -> str:
-    return resources.files("attnviz.core").joinpath("kernels/softmax_rows.cpp").read_text(encoding="utf-8")
+    folder = resources.files("attnviz.core")
+    return "\n".join(folder.joinpath(name).read_text(encoding="utf-8") for name in SOURCES)
 
 
 def _compiler_flags(capability: str) -> list[str]:
@@ -304,103 +269,3 @@ def kernel_suspended() -> Iterator[None]:
         yield
     finally:
         _module = module
-
-
-def fused_softmax_(
-    scores: Tensor, mask: Tensor | None, scaling: float, query_start: int, summary: Tensor | None
-) -> bool:
-    """Replace raw ``Q Kᵀ`` scores ``[b, h, blk, c]`` (float32, contiguous, CPU) by their pattern, in place.
-
-    ``mask``: additive float32 ``[b|1, 1|h, blk|1, ≥c]`` or None. ``summary``: a float32 buffer of
-    :meth:`RowSummary.buffer_shape` to receive the :class:`RowSummary` of every row, or None.
-    Returns False (and does nothing) when the kernel is not loaded or the inputs are outside what it handles.
-    """
-    if _module is None:
-        return False
-    if scores.dtype != torch.float32 or scores.device.type != "cpu" or not scores.is_contiguous():
-        return False
-    if mask is not None and (mask.dtype != torch.float32 or mask.device.type != "cpu" or mask.stride(-1) != 1):
-        return False
-    if summary is None:
-        _module.softmax_rows_(scores, mask, float(scaling), int(query_start), scores.new_empty(0), 0)
-        return True
-    band_reach = (summary.shape[0] - 4) // 2
-    batch, heads, rows = scores.shape[:3]
-    if summary.shape != RowSummary.buffer_shape(batch, heads, rows, band_reach):
-        raise ValueError(f"summary buffer of shape {tuple(summary.shape)} does not fit scores {tuple(scores.shape)}")
-    _module.softmax_rows_(scores, mask, float(scaling), int(query_start), summary, band_reach)
-    return True
-
-
-#: query rows of one head per task of :func:`attend_block_`: enough that repacking a task's keys for its two
-#: matrix products costs little next to them (measured at 2,048–8,192 keys: 64 beats 16 and 32, ties 128)
-ROWS_PER_TASK = 64
-
-
-def attend_block_(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    scores: Tensor,
-    mask: Tensor | None,
-    scaling: float,
-    query_start: int,
-    summary: Tensor | None,
-    output: Tensor,
-    key_weights: Tensor | None = None,
-    weighted: Tensor | None = None,
-) -> None:
-    """One block of queries through attention in one parallel region: :func:`fused_softmax_` of ``Q Kᵀ`` and ``pattern V``.
-
-    ``query`` ``[b, h, q, d]`` (last dim stride 1), ``key``/``value`` ``[b, kvh, k, d]`` contiguous, all float32 on
-    the CPU; ``scores`` ``[b, h, blk, c]`` receives the pattern of queries ``query_start …`` over keys ``< c``;
-    ``output`` ``[b, q, h, d]`` their ``pattern V``. Call only where :func:`block_kernel_applies` holds.
-    With ``key_weights`` (float32 ``[b, h, ≥c]`` contiguous), ``weighted`` (float32 ``[b, h, blk]``) receives each
-    row's ``Σ_j pattern_ij · key_weights_j``, summed while the row is in the cache.
-    """
-    assert _module is not None  # block_kernel_applies said so
-    reach = 0 if summary is None else (summary.shape[0] - 4) // 2
-    empty = scores.new_empty(0)
-    _module.attend_block_(
-        query,
-        key,
-        value,
-        scores,
-        mask,
-        float(scaling),
-        int(query_start),
-        empty if summary is None else summary,
-        reach,
-        output,
-        ROWS_PER_TASK,
-        empty if key_weights is None else key_weights,
-        empty if weighted is None else weighted,
-    )
-
-
-def block_kernel_applies(query: Tensor, value: Tensor, mask: Tensor | None) -> bool:
-    """Whether :func:`attend_block_` computes this call: the kernel applies and every tensor is float32."""
-    return (
-        kernel_applies(query.dtype, query.device, mask)
-        and value.dtype == torch.float32
-        and query.stride(-1) == 1
-        and _block_available()
-    )
-
-
-def _block_available() -> bool:
-    """Whether the loaded kernel has :func:`attend_block_` and found torch's BLAS (cached on the module)."""
-    global _block
-    if _block is None or _block[0] is not _module:
-        _block = (_module, bool(getattr(_module, "block_kernel_available", lambda: False)()))
-    return _block[1]
-
-
-_block: tuple[object, bool] | None = None  # (kernel module, whether attend_block_ runs with it)
-
-
-def kernel_applies(scores_dtype: torch.dtype, device: torch.device, mask: Tensor | None) -> bool:
-    """Whether :func:`fused_softmax_` would run for these inputs (decided before computing anything)."""
-    if _module is None or scores_dtype != torch.float32 or device.type != "cpu":
-        return False
-    return mask is None or (mask.dtype == torch.float32 and mask.device.type == "cpu" and mask.stride(-1) == 1)

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 from attnviz.common.lazy import lazy_exports
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time each name is imported on first use
-    from attnviz.stats.accumulator import StatisticsAccumulator, block_statistics
+    from attnviz.stats.accumulator import StatisticsAccumulator
     from attnviz.stats.compute import compute_statistics
     from attnviz.stats.definitions import STATISTIC_NAMES, STATISTICS, Statistic
     from attnviz.stats.detect import FLAGS, PROBLEM_FLAGS, Detection, detect_heads
     from attnviz.stats.export import stats_record, write_csv, write_json
     from attnviz.stats.result import HeadStatistics, SiteStatistics
+    from attnviz.stats.row_values import block_statistics
     from attnviz.stats.thresholds import PRESETS, Thresholds, preset_thresholds
 
 #: public name -> module that defines it
@@ -39,7 +40,7 @@ _EXPORTS = {
     "Statistic": "attnviz.stats.definitions",
     "StatisticsAccumulator": "attnviz.stats.accumulator",
     "Thresholds": "attnviz.stats.thresholds",
-    "block_statistics": "attnviz.stats.accumulator",
+    "block_statistics": "attnviz.stats.row_values",
     "compute_statistics": "attnviz.stats.compute",
     "detect_heads": "attnviz.stats.detect",
     "preset_thresholds": "attnviz.stats.thresholds",

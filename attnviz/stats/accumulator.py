@@ -20,8 +20,6 @@ Which queries and keys count:
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections.abc import Mapping
 
 import torch
@@ -30,151 +28,20 @@ from torch import Tensor
 from attnviz.common.parallel import DataParallel
 from attnviz.common.resources import clamp
 from attnviz.core import AttentionSite
-from attnviz.core.kernel import RowSummary
+from attnviz.core.kernel_calls import RowSummary
 from attnviz.core.stacks import is_causal_stack
 from attnviz.models.base import EncodedBatch
 from attnviz.stats.by_position import PositionSums, recent_share, summary_recent_share
 from attnviz.stats.definitions import STATISTIC_NAMES
 from attnviz.stats.geometry import BlockLayout, StackGeometry
-
-
-def block_statistics(
-    pattern: Tensor,
-    layout: BlockLayout,
-    geometry: StackGeometry,
-    scratch: Tensor | None = None,
-    scores: Tensor | None = None,
-    summary: RowSummary | None = None,
-) -> Tensor:
-    """Per-query statistics of one block of patterns.
-
-    Args:
-        pattern: float32 ``[b, h, blk, k']``: rows are the block's queries, columns the first
-            ``k' ≥ layout.width`` keys (any later key has weight 0).
-        layout: the block's positions and which queries count (:meth:`BlockLayout.build`).
-        geometry: lengths, key positions and special tokens of the batch on this stack.
-        scratch: optional float32 buffer of at least ``b·h·blk·c`` elements for the one
-            elementwise temporary (reusing it avoids writing fresh memory every block).
-        scores: optional float32 ``[b, h, blk, k']``, the softmax input ``pattern`` came from;
-            with it the entropy needs no logarithm over the block.
-        summary: optional row summary from the core's fused kernel (:class:`~attnviz.core.kernel.RowSummary`);
-            when its band reaches the local window (:func:`summary_covers`) no statistic needs a pass.
-
-    Returns:
-        ``[S, b, h, blk]`` float32 in :data:`STATISTIC_NAMES` order; meaningful where
-        ``layout.counted`` is true.
-    """
-    pattern = pattern[..., : layout.width]  # [b, h, blk, c]
-    batch, heads, rows, width = pattern.shape
-
-    if summary is not None and summary_covers(summary, layout.local_window):
-        return summary_statistics(summary, pattern[..., 0], special_mass(pattern, geometry), layout)
-    # no usable summary: every statistic from the pattern
-    temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
-    max_weight = pattern.amax(-1)  # [b, h, blk]
-    if scores is not None:
-        # A = softmax(s), so ln Aᵢⱼ = sᵢⱼ − lseᵢ and the entropy is lseᵢ − Σⱼ Aᵢⱼ sᵢⱼ, where
-        # lseᵢ = maxⱼ sᵢⱼ − ln maxⱼ Aᵢⱼ (the largest score gives the largest weight). Two cheap
-        # passes instead of a logarithm over the block, the costliest step of the statistics.
-        scores = scores[..., :width]  # [b, h, blk, c]
-        weighted = torch.mul(pattern, scores, out=temporary).sum(-1)  # [b, h, blk]
-        if weighted.isnan().any():  # a −inf mask: 0·(−inf) = NaN, where the term is 0 (rare: redo)
-            weighted = torch.mul(pattern, scores, out=temporary).nan_to_num_(nan=0.0).sum(-1)
-        entropy = (scores.amax(-1) - max_weight.log()) - weighted  # [b, h, blk] nats
-        entropy.clamp_(min=0.0)  # rounding can give −1e-7 for a one-hot row
-    else:
-        # −Σ A log A with A log A = 0 at A = 0 (log of A + tiny), via log2, the fastest log.
-        log_pattern = torch.add(pattern, torch.finfo(torch.float32).tiny, out=temporary).log2_()  # [b, h, blk, c]
-        entropy = log_pattern.mul_(pattern).sum(-1).mul_(-math.log(2))  # [b, h, blk] nats
-    if layout.distances is None:
-        # causal: every visible j ≤ i, so Σ Aᵢⱼ |i − j| = i·Σ Aᵢⱼ − Σ Aᵢⱼ·j, as one matrix-vector product
-        mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
-        flat = pattern.reshape(batch, heads * rows, width)  # [b, h·blk, c] (a view: rows stay contiguous)
-        position_sum = torch.matmul(flat, geometry.key_positions[:, :width]).view(batch, heads, rows)  # [b, h, blk]
-        distance = layout.query * mass - position_sum  # [b, h, blk]
-    else:
-        distance = torch.mul(pattern, layout.distances, out=temporary).sum(-1)  # [b, h, blk]
-
-    special = special_mass(pattern, geometry)
-    special = pattern.new_zeros(batch, heads, rows) if special is None else special
-    # weights on keys i − offset (offsets −w…w, then 1): one gather for diagonal, previous and local
-    w = layout.local_window
-    band = pattern.gather(-1, layout.band_columns.expand(batch, heads, rows, -1)) * layout.band_valid  # [b, h, blk, o]
-    previous = band[..., w + 1] if w >= 1 else band[..., -1]
-    return _stack_statistics(
-        layout,
-        entropy,
-        max_weight,
-        distance,
-        band[..., w],
-        previous,
-        band[..., : 2 * w + 1].sum(-1),
-        pattern[..., 0],
-        special,
-    )
-
-
-def band_reach_needed(local_window: int) -> int:
-    """How far either side of the diagonal a row summary must hold weights: the local window and the previous key."""
-    return max(local_window, 1)
-
-
-def summary_covers(summary: RowSummary | None, local_window: int) -> bool:
-    """Whether the kernel's ``summary`` holds every statistic (its band reaches :func:`band_reach_needed`)."""
-    return summary is not None and summary.band_reach >= band_reach_needed(local_window)
-
-
-def special_mass(pattern: Tensor, geometry: StackGeometry) -> Tensor | None:
-    """``[b, h, blk]``: each query's weight on special tokens, from ``pattern`` ``[b, h, blk, c]``;
-    None where no special token is among the ``c`` keys (the weight is 0).
-
-    Special tokens are few ([CLS], [SEP], BOS, EOS): their columns are gathered, no pass is made.
-    """
-    columns = geometry.special_columns[: bisect.bisect_left(geometry.special_columns, pattern.shape[-1])]
-    if not columns:
-        return None
-    return (pattern[..., columns] * geometry.special_weights[..., : len(columns)]).sum(-1)
-
-
-def summary_statistics(summary: RowSummary, first: Tensor, special: Tensor | None, layout: BlockLayout) -> Tensor:
-    """``[S, b, h, q]`` statistics from the kernel's row summary, whose band reaches the local window.
-
-    ``first``, ``special``: ``[b, h, q]`` weights on key 0 and on special tokens (None: 0);
-    ``layout``: the same queries' positions (:meth:`BlockLayout.rows` suffices).
-    """
-    special = torch.zeros_like(first) if special is None else special
-    reach, w = summary.band_reach, layout.local_window
-    band = summary.band  # [2·reach + 1, b, h, q]: weights on keys i − o, o = −reach … reach
-    local = band[reach - w : reach + w + 1].sum(0)  # [b, h, q]
-    return _stack_statistics(
-        layout,
-        summary.entropy,
-        summary.max_weight,
-        summary.distance,
-        band[reach],
-        band[reach + 1],
-        local,
-        first,
-        special,
-    )
-
-
-def _stack_statistics(layout, entropy, max_weight, distance, diagonal, previous, local, first, special) -> Tensor:
-    """The per-query values (each ``[b, h, q]``) as ``[S, b, h, q]`` in :data:`STATISTIC_NAMES` order."""
-    return torch.stack(
-        [
-            entropy,
-            entropy / layout.log_visible,
-            max_weight,
-            distance,
-            distance / layout.reach,
-            diagonal,  # offset 0
-            previous,  # offset 1
-            local,  # |i − j| ≤ w
-            first,
-            special,
-        ]
-    )
+from attnviz.stats.row_values import (
+    band_reach_needed,
+    block_statistics,
+    special_mass,
+    summary_columns_mass,
+    summary_covers,
+    summary_statistics,
+)
 
 
 class _SummarisedRows:
@@ -196,7 +63,7 @@ class _SummarisedRows:
         self.special: list[Tensor | None] = []  # each [b, h, blk]; None: no special token in reach
 
     def add(self, summary: RowSummary, first: Tensor, special: Tensor | None) -> None:
-        values = summary.values  # [4 + 2·r, b, h, blk]; the core reuses this buffer for the next block
+        values = summary.fields  # [4 + 2·r, b, h, blk]; the core reuses this buffer for the next block
         end = self.filled + values.shape[-1]
         if self.summaries is None or end > self.summaries.shape[-1]:
             grown = values.new_empty(*values.shape[:-1], max(end, 2 * self.filled))
@@ -236,6 +103,9 @@ class StatisticsAccumulator:
     #: takes the fused kernel's row summary: max weight, entropy, distance and the weights near the
     #: diagonal (diagonal, previous, local window) without a pass or a gather of their own
     accepts_summary = True
+    #: with a summary that holds the weights on key 0 and the special tokens (``summary_columns``), it needs no
+    #: pattern at all: the core may then run attention tile by tile without ever writing one (``pattern=None``)
+    accepts_summary_only = True
 
     def __init__(self, *, causal: bool, local_window: int = 2, by_position: PositionSums | None = None):
         self.causal = causal  # the model is decoder-only causal (its "self" stack is causal)
@@ -257,6 +127,13 @@ class StatisticsAccumulator:
         """How far either side of the diagonal the kernel's summary should read weights (the core asks for it)."""
         # by position: the band also holds recent_share's keys (|i − j| ≤ 15), so it needs no gather
         return max(band_reach_needed(self._window), self.by_position.reach if self.by_position else 0)
+
+    def summary_columns(self, site: AttentionSite) -> list[int]:
+        """Key positions whose weights the statistics read: key 0 and every special token of the batch."""
+        if self._batch is None:
+            return [0]
+        geometry = self._geometry_of(site, (site.stack, torch.device("cpu")), torch.device("cpu"))
+        return [0, *geometry.special_columns]
 
     @property
     def totals(self) -> dict[AttentionSite, Tensor]:
@@ -288,18 +165,22 @@ class StatisticsAccumulator:
     def observe(
         self,
         site: AttentionSite | None,
-        pattern: Tensor,
+        pattern: Tensor | None,
         query_start: int,
         scores: Tensor | None = None,
         summary: RowSummary | None = None,
     ) -> None:
+        """``pattern`` ``[b, h, blk, c]``, or None when ``summary`` holds key 0 and the special tokens."""
         if site is None:
             return
         if self._batch is None:
             raise RuntimeError("StatisticsAccumulator.begin_batch(batch) must be called before the forward pass")
         # Keyed by device too: with a device map (--device-map auto) layers run on different GPUs.
-        stack_key = (site.stack, pattern.device)
-        geometry = self._geometry_of(site, stack_key, pattern.device)
+        device = pattern.device if pattern is not None else summary.values.device if summary is not None else None
+        if device is None:
+            raise ValueError("an observation needs a pattern or a summary")
+        stack_key = (site.stack, device)
+        geometry = self._geometry_of(site, stack_key, device)
         pending = self._pending
         if pending is not None and (pending.site != site or pending.next_start != query_start):
             self._flush()
@@ -307,8 +188,14 @@ class StatisticsAccumulator:
         if summary is not None and summary_covers(summary, max(self._window, reach)):
             if self._pending is None:
                 self._pending = _SummarisedRows(site, stack_key, query_start)
-            self._pending.add(summary, pattern[..., 0], special_mass(pattern, geometry))
+            if pattern is None:
+                first, special = summary_columns_mass(summary, geometry)
+            else:
+                first, special = pattern[..., 0], special_mass(pattern, geometry)
+            self._pending.add(summary, first, special)
             return
+        if pattern is None:
+            raise ValueError("a summary without the band or columns the statistics need, and no pattern")
         key = (stack_key, query_start, pattern.shape[2], pattern.shape[3])
         layout = self._layouts.get(key)
         if layout is None:

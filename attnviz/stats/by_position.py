@@ -27,7 +27,7 @@ from torch import Tensor
 from attnviz.common.errors import ParameterError
 from attnviz.common.parallel import DataParallel
 from attnviz.core import AttentionSite
-from attnviz.core.kernel import RowSummary
+from attnviz.core.kernel_calls import RowSummary
 from attnviz.stats.definitions import STATISTIC_INDEX
 from attnviz.stats.geometry import BlockLayout
 

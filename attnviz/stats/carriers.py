@@ -25,6 +25,7 @@ from torch import Tensor
 
 from attnviz.common.parallel import DataParallel
 from attnviz.core import AttentionSite
+from attnviz.core.kernel_calls import RowSummary
 from attnviz.core.weighting import value_norms
 from attnviz.models.base import EncodedBatch
 
@@ -76,6 +77,9 @@ class TokenCarriers:
     accepts_key_prefix = True  # reads each block during observe only; later keys have weight 0
     #: the core may sum Σ_j α_ij ‖f(x_j)‖ itself while each row is in the cache (``weighted=`` in observe)
     accepts_weighted_sum = True
+    #: the weights on key 0 may come from the core's row summary instead of a pattern (``summary_columns``)
+    accepts_summary = True
+    accepts_summary_only = True
 
     def __init__(self, projections: Mapping[AttentionSite, Tensor]) -> None:
         self.projections = dict(projections)
@@ -108,26 +112,44 @@ class TokenCarriers:
         """``‖f(x_j)‖`` ``[b, h, k]`` of the call in progress at ``site`` (what the core may weigh rows by)."""
         return self._norms if site == self._site else None
 
+    def summary_columns(self, site: AttentionSite) -> list[int]:
+        """The key whose weight the carriers read from a row summary: the first."""
+        return [0]
+
     def observe(
-        self, site: AttentionSite, pattern: Tensor, query_start: int, weighted: Tensor | None = None, **_: object
+        self,
+        site: AttentionSite,
+        pattern: Tensor | None,
+        query_start: int,
+        weighted: Tensor | None = None,
+        summary: RowSummary | None = None,
+        **_: object,
     ) -> None:
-        """``pattern``: ``[b, h, blk, c]`` weights of queries ``query_start …``; ``weighted``: the core's
-        ``Σ_j α_ij ‖f(x_j)‖`` ``[b, h, blk]`` of these rows, when it summed them (else computed here)."""
+        """``pattern``: ``[b, h, blk, c]`` weights of queries ``query_start …`` (None when ``summary`` holds key 0);
+        ``weighted``: the core's ``Σ_j α_ij ‖f(x_j)‖`` ``[b, h, blk]`` of these rows, when it summed them (else
+        computed here)."""
         if site != self._site or self._norms is None or self._batch is None:
             return
-        rows = pattern.shape[2]
-        norms = self._norms[..., : pattern.shape[-1]]  # [b, h, c]
-        # [b, h, blk]: Σ_j α_ij ‖f(x_j)‖; einsum's product is a matrix-vector one, about 8× faster here
-        # than matmul's of a [c, 1] matrix
-        moved = weighted if weighted is not None else torch.einsum("bhqk,bhk->bhq", pattern, norms)
-        weight_share = pattern[..., 0]  # [b, h, blk]
-        norm_share = weight_share * norms[..., :1] / moved.clamp(min=_TINY)  # [b, h, blk]
+        if pattern is None:
+            weight_share = summary.column(0) if summary is not None else None  # [b, h, blk]
+            if weight_share is None or weighted is None:
+                raise ValueError("carriers without a pattern need the summary's key 0 and the weighted sums")
+            moved = weighted
+        else:
+            norms = self._norms[..., : pattern.shape[-1]]  # [b, h, c]
+            # [b, h, blk]: Σ_j α_ij ‖f(x_j)‖; einsum's product is a matrix-vector one, about 8× faster here
+            # than matmul's of a [c, 1] matrix
+            moved = weighted if weighted is not None else torch.einsum("bhqk,bhk->bhq", pattern, norms)
+            weight_share = pattern[..., 0]  # [b, h, blk]
+        rows = weight_share.shape[2]
+        device = weight_share.device
+        norm_share = weight_share * self._norms[..., :1] / moved.clamp(min=_TINY)  # [b, h, blk]
         query_lengths = self._batch.query_key_lengths(site.stack)[0]
-        positions = torch.arange(query_start, query_start + rows, device=pattern.device)  # [blk]
-        real = positions[None, :] < torch.tensor(query_lengths, device=pattern.device)[:, None]  # [b, blk]
+        positions = torch.arange(query_start, query_start + rows, device=device)  # [blk]
+        real = positions[None, :] < torch.tensor(query_lengths, device=device)[:, None]  # [b, blk]
         real = real[:, None, :]  # [b, 1, blk]
         count = float(real.sum())
-        heads = pattern.shape[1]
+        heads = weight_share.shape[1]
         self._add(site, 2, torch.where(real, weight_share, 0.0).double().sum(dim=(0, 2)), count, heads)
         self._add(site, 3, torch.where(real, norm_share, 0.0).double().sum(dim=(0, 2)), count, heads)
 

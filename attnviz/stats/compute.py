@@ -165,6 +165,7 @@ class _LayerProgress:
     """An observer that calls ``step`` once per attention site as the forward pass reaches it (progress)."""
 
     accepts_key_prefix = True  # reads nothing: the core hands it its reused block, no copy
+    accepts_summary_only = True  # nor a pattern at all (the core may pass None)
 
     def __init__(self, step: Callable[[], None]) -> None:
         self.step = step

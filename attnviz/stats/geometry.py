@@ -1,4 +1,4 @@
-"""Where each block's queries and keys stand: what :func:`~attnviz.stats.accumulator.block_statistics` needs.
+"""Where each block's queries and keys stand: what :func:`~attnviz.stats.row_values.block_statistics` needs.
 
 :class:`StackGeometry` describes one batch on one attention stack (lengths, key positions,
 special tokens); :class:`BlockLayout` one block of queries within it (positions, which queries

@@ -34,7 +34,10 @@ def wheel_files(tmp_path_factory) -> set[str]:
 
 def test_wheel_ships_corpus_toys_and_py_typed(wheel_files):
     assert "attnviz/py.typed" in wheel_files
-    assert "attnviz/core/kernels/softmax_rows.cpp" in wheel_files  # the fused kernel is built from it at run time
+    from attnviz.core.kernel import SOURCES
+
+    for source in SOURCES:  # the fused kernel is built from them at run time
+        assert f"attnviz/core/{source}" in wheel_files
     # the scripts and styles that HTML pages inline
     for asset in (ROOT / "attnviz" / "render" / "html").iterdir():
         assert f"attnviz/render/html/{asset.name}" in wheel_files

@@ -18,9 +18,13 @@
 #include <dlfcn.h>
 #include <immintrin.h>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
+#include <type_traits>
+#include <vector>
 
 // Built with -mavx2 -mfma (and -mavx512f where the CPU has it): attnviz.core.kernel only builds it there.
 
@@ -52,13 +56,8 @@ struct Lanes8 {
   using I = __m256i;
   static I round_to_int(V x) { return _mm256_cvtps_epi32(x); }
   static V to_float(I q) { return _mm256_cvtepi32_ps(q); }
-  static I half(I q) { return _mm256_srai_epi32(q, 1); }
-  static I minus(I a, I b) { return _mm256_sub_epi32(a, b); }
   static V power_of_two(I q) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(q, _mm256_set1_epi32(127)), 23)); }
   static V zero_below(V x, V value, V lo) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), value); }
-  static V product_where_positive(V e, V s) {
-    return _mm256_and_ps(_mm256_cmp_ps(e, _mm256_setzero_ps(), _CMP_GT_OQ), _mm256_mul_ps(e, s));
-  }
   static V iota() { return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7); }
   static float sum(V v) {  // lanes halved pairwise: (0..3 + 4..7), then (0,1 + 2,3), then 0 + 1, as torch does
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -88,14 +87,9 @@ struct Lanes16 {
   using I = __m512i;
   static I round_to_int(V x) { return _mm512_cvtps_epi32(x); }
   static V to_float(I q) { return _mm512_cvtepi32_ps(q); }
-  static I half(I q) { return _mm512_srai_epi32(q, 1); }
-  static I minus(I a, I b) { return _mm512_sub_epi32(a, b); }
   static V power_of_two(I q) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(127)), 23)); }
   static V zero_below(V x, V value, V lo) {
     return _mm512_maskz_mov_ps(static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ)), value);
-  }
-  static V product_where_positive(V e, V s) {
-    return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(e, _mm512_setzero_ps(), _CMP_GT_OQ), e, s);
   }
   static V iota() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
   static float sum(V v) { return _mm512_reduce_add_ps(v); }  // halved pairwise (16 → 8 → 4 → 2 → 1), as torch
@@ -106,9 +100,10 @@ using Wide = Lanes16;
 using Wide = Lanes8;
 #endif
 
-// exp(d) for -87 < d ≤ 0 exactly as SLEEF's expf_u10 computes it (the function torch's CPU softmax calls;
-// written out here so that it inlines): d = q·ln 2 + s, a degree-6 polynomial in s, times 2^q in two steps.
-// Tested bit for bit against torch.softmax.
+// exp(d) for -86.5 ≤ d ≤ 0 exactly as SLEEF's expf_u10 computes it (the function torch's CPU softmax calls;
+// written out here so that it inlines): d = q·ln 2 + s, a degree-6 polynomial in s, times 2^q. SLEEF multiplies by
+// 2^q in two steps so that any q works; here q ≥ −125, where one exact multiplication by a normal 2^q gives the
+// same bits. Tested bit for bit against torch.softmax.
 template <class T>
 static inline typename T::V sleef_exp(typename T::V d) {
   const auto q = T::round_to_int(T::mul(d, T::set(1.442695040888963407359924681001892137426645954152985934135449406931f)));
@@ -122,17 +117,18 @@ static inline typename T::V sleef_exp(typename T::V d) {
   u = T::fmadd(u, s, T::set(0.166666671633720397949219f));
   u = T::fmadd(u, s, T::set(0.5f));
   u = T::add(T::set(1.0f), T::fmadd(T::mul(s, s), u, s));
-  const auto half = T::half(q);
-  return T::mul(T::mul(u, T::power_of_two(half)), T::power_of_two(T::minus(q, half)));
+  return T::mul(u, T::power_of_two(q));
 }
 
 // exp(x) for x ≤ 0 as torch's softmax computes it, except that below -86.5 it returns exactly 0 (torch: at
 // most 2.6e-38, which does not change a sum that holds a 1): masked keys get weight 0, and no result is ever
-// subnormal (a subnormal costs a microcode assist per element).
+// subnormal (a subnormal costs a microcode assist per element). `clamped` receives max(x, −86.5): finite where x
+// is −∞, and x wherever the result is not 0, so e·clamped is e·x without 0·(−∞).
 template <class T>
-static inline typename T::V guarded_exp(typename T::V x) {
+static inline typename T::V guarded_exp(typename T::V x, typename T::V& clamped) {
   const auto lo = T::set(-86.5f);
-  return T::zero_below(x, sleef_exp<T>(T::max(x, lo)), lo);
+  clamped = T::max(x, lo);
+  return T::zero_below(x, sleef_exp<T>(clamped), lo);
 }
 
 // Pass 1 over elements [begin, end) of a row in steps of T::width: scale, mask, running max.
@@ -154,27 +150,31 @@ static inline typename T::V scale_and_max(float* x, const float* mrow, int64_t b
 // Σ e is added in the same order whether or not the summary is asked for: the pattern does not change.
 struct RowSums {
   float total = 0.0f;
-  double shift = 0.0, distance = 0.0;
+  double shift = 0.0, distance = 0.0, weighted = 0.0;
 };
 constexpr int64_t CHUNK = 16;
 
-template <bool Summarise>
-static inline RowSums exponentiate(float* x, int64_t width, float top, float query) {
+// `first_column`: the position of x[0] among the keys (a tile of keys starts later than key 0). With `Weigh`,
+// also Σ e·w over the row's per-key quantities `w` (attend_rows_'s weighted sums, in the same pass).
+template <bool Summarise, bool Weigh = false>
+static inline RowSums exponentiate(float* x, int64_t width, float top, float query, float first_column = 0.0f,
+                                   const float* w = nullptr) {
   using T = Wide;
   using V = T::V;
   const int64_t body = width - width % T::width;
-  V total = T::set(0.0f), shift = T::set(0.0f), distance = T::set(0.0f);
-  V column = T::iota();
+  V total = T::set(0.0f), shift = T::set(0.0f), distance = T::set(0.0f), weighted = T::set(0.0f);
+  V query_minus_key = T::sub(T::set(query - first_column), T::iota());  // i − j of each lane (exact integers)
   RowSums sums;
-  auto step = [&](V s) -> V {  // one vector of scaled scores -> its exponentials, added to the sums
-    const V shifted = T::sub(s, T::set(top));
-    const V e = guarded_exp<T>(shifted);
+  auto step = [&](V s, V weights) -> V {  // one vector of scaled scores -> its exponentials, added to the sums
+    V shifted;
+    const V e = guarded_exp<T>(T::sub(s, T::set(top)), shifted);
     total = T::add(total, e);
     if (Summarise) {
-      shift = T::add(shift, T::product_where_positive(e, shifted));
-      distance = T::fmadd(e, T::abs(T::sub(T::set(query), column)), distance);
-      column = T::add(column, T::set(static_cast<float>(T::width)));
+      shift = T::fmadd(e, shifted, shift);
+      distance = T::fmadd(e, T::abs(query_minus_key), distance);
+      query_minus_key = T::sub(query_minus_key, T::set(static_cast<float>(T::width)));
     }
+    if (Weigh) weighted = T::fmadd(e, weights, weighted);
     return e;
   };
   auto flush = [&]() {
@@ -183,15 +183,23 @@ static inline RowSums exponentiate(float* x, int64_t width, float top, float que
       sums.distance += static_cast<double>(T::sum(distance));
       shift = distance = T::set(0.0f);
     }
+    if (Weigh) {
+      sums.weighted += static_cast<double>(T::sum(weighted));
+      weighted = T::set(0.0f);
+    }
   };
+  const V no_weights = T::set(0.0f);
   for (int64_t j = 0; j < body; j += T::width) {
-    T::store(x + j, step(T::load(x + j)));
+    T::store(x + j, step(T::load(x + j), Weigh ? T::load(w + j) : no_weights));
     if ((j / T::width) % CHUNK == CHUNK - 1) flush();
   }
   if (body < width) {  // the last partial vector, padded with −∞: exp gives 0 there, so it adds into the first lanes
-    alignas(64) float tail[T::width];
-    for (int64_t k = 0; k < T::width; ++k) tail[k] = body + k < width ? x[body + k] : -std::numeric_limits<float>::infinity();
-    T::store(tail, step(T::load(tail)));
+    alignas(64) float tail[T::width], tail_weights[T::width];
+    for (int64_t k = 0; k < T::width; ++k) {
+      tail[k] = body + k < width ? x[body + k] : -std::numeric_limits<float>::infinity();
+      tail_weights[k] = Weigh && body + k < width ? w[body + k] : 0.0f;
+    }
+    T::store(tail, step(T::load(tail), T::load(tail_weights)));
     std::copy(tail, tail + (width - body), x + body);
   }
   flush();
@@ -293,115 +301,4 @@ void softmax_rows_(at::Tensor scores, c10::optional<at::Tensor> mask_opt, double
       pattern_row(data + row * width, mask.at(bt, hd, q), width, scale, query_start + q, where);
     }
   });
-}
-
-
-// The BLAS single-precision product torch itself calls (MKL's, linked into libtorch_cpu on x86), found at
-// load time: torch does not export a C++ entry for it. Column-major, Fortran calling convention.
-using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
-                       const int*, const float*, const int*, const float*, float*, const int*);
-
-static Sgemm blas_sgemm() {
-  static const Sgemm found = reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
-  return found;
-}
-
-// Whether attend_block_ can run here (torch's BLAS was found).
-bool block_kernel_available() { return blas_sgemm() != nullptr; }
-
-// c[m, n] = a[m, k]·b[k, n] (or ·bᵀ when `b_transposed`, b then [n, k]), row-major with leading dimensions.
-static inline void matmul_rows(Sgemm sgemm, const float* a, int64_t lda, const float* b, int64_t ldb,
-                               bool b_transposed, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k) {
-  // row-major c = a·b is column-major cᵀ = bᵀ·aᵀ: BLAS gets b first
-  const char tb = b_transposed ? 'T' : 'N', ta = 'N';
-  const int mi = static_cast<int>(n), ni = static_cast<int>(m), ki = static_cast<int>(k);
-  const int ldb_i = static_cast<int>(ldb), lda_i = static_cast<int>(lda), ldc_i = static_cast<int>(ldc);
-  const float one = 1.0f, zero = 0.0f;
-  sgemm(&tb, &ta, &mi, &ni, &ki, &one, b, &ldb_i, a, &lda_i, &zero, c, &ldc_i);
-}
-
-// Σ_j x[j]·w[j] over one row (the weights a row gives, times a per-key quantity), in float lanes.
-static inline float weighted_sum(const float* x, const float* w, int64_t width) {
-  const int64_t body = width - width % Wide::width;
-  Wide::V lanes = Wide::set(0.0f);
-  for (int64_t j = 0; j < body; j += Wide::width) lanes = Wide::fmadd(Wide::load(x + j), Wide::load(w + j), lanes);
-  float total = Wide::sum(lanes);
-  for (int64_t j = body; j < width; ++j) total += x[j] * w[j];
-  return total;
-}
-
-// One block of queries through attention, scores, softmax (as softmax_rows_, with its summary) and the
-// output, in one parallel region of b·h·⌈r/rows_per_task⌉ independent tasks. Each task makes its own single-threaded
-// matrix products: a batched Q·Kᵀ over the key/value heads splits over as few threads as there are such
-// heads (3 for SmolLM2), so it leaves threads idle; these tasks keep every thread busy.
-// query:   float32 [b, h, q, d], last dim stride 1; rows query_start … query_start + r − 1 are the block.
-// key, value: float32 [b, kvh, k, d] contiguous, h a multiple of kvh (head g·n_rep + i reads kv head g).
-// scores:  float32 [b, h, r, c] contiguous buffer, c ≤ k: receives the pattern over keys < c (later keys
-//          must have weight 0: the mask hides them from every row of the block).
-// mask, summary, reach: as softmax_rows_.
-// output:  float32 [b, q, h, d] contiguous: receives pattern·V for the block's rows of every head.
-// rows_per_task: query rows of one head per task (each task repacks its keys for BLAS: more rows, less waste).
-// key_weights: float32 [b, h, k] contiguous or an empty tensor; with it, weighted [b, h, r] receives each row's
-//          Σ_j pattern_ij·key_weights_j while the row is in L1 (a value-norm weighted sum, without a pass of its own).
-void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tensor scores,
-                   c10::optional<at::Tensor> mask_opt, double scaling, int64_t query_start, at::Tensor summary,
-                   int64_t reach, at::Tensor output, int64_t rows_per_task, at::Tensor key_weights,
-                   at::Tensor weighted) {
-  const Sgemm sgemm = blas_sgemm();
-  TORCH_CHECK(sgemm != nullptr, "no BLAS sgemm_ in this process");
-  TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() == 4);
-  TORCH_CHECK(query.scalar_type() == at::kFloat && query.dim() == 4 && query.stride(3) == 1);
-  TORCH_CHECK(key.scalar_type() == at::kFloat && key.is_contiguous() && value.scalar_type() == at::kFloat &&
-              value.is_contiguous() && key.sizes() == value.sizes());
-  TORCH_CHECK(output.scalar_type() == at::kFloat && output.is_contiguous() && output.dim() == 4);
-  const int64_t batch = scores.size(0), heads = scores.size(1), rows = scores.size(2), width = scores.size(3);
-  const int64_t kv_heads = key.size(1), key_len = key.size(2), head_dim = key.size(3);
-  TORCH_CHECK(heads % kv_heads == 0 && width <= key_len && query.size(3) == head_dim);
-  TORCH_CHECK(query_start + rows <= query.size(2) && output.size(1) == query.size(2) && output.size(2) == heads);
-  const int64_t n_rep = heads / kv_heads, query_len = query.size(2);
-  const MaskView mask(mask_opt, width);
-  const int64_t total = batch * heads * rows;
-  check_summary(summary, reach, total);
-  float* out = summary.numel() > 0 ? summary.data_ptr<float>() : nullptr;
-  const float scale = static_cast<float>(scaling);
-  const bool weigh = key_weights.numel() > 0;
-  TORCH_CHECK(!weigh || (key_weights.scalar_type() == at::kFloat && key_weights.is_contiguous() &&
-                         key_weights.dim() == 3 && key_weights.size(0) == batch && key_weights.size(1) == heads &&
-                         key_weights.size(2) >= width && weighted.scalar_type() == at::kFloat &&
-                         weighted.is_contiguous() && weighted.numel() == total));
-  const float* w_data = weigh ? key_weights.data_ptr<float>() : nullptr;
-  float* sums = weigh ? weighted.data_ptr<float>() : nullptr;
-  const int64_t w_stride = weigh ? key_weights.size(2) : 0;
-  const float* q_data = query.data_ptr<float>();
-  const float* k_data = key.data_ptr<float>();
-  const float* v_data = value.data_ptr<float>();
-  float* s_data = scores.data_ptr<float>();
-  float* o_data = output.data_ptr<float>();
-  const int64_t chunks = (rows + rows_per_task - 1) / rows_per_task;
-  at::parallel_for(0, batch * heads * chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t chunk = task % chunks, bh = task / chunks, hd = bh % heads, bt = bh / heads;
-      const int64_t first = chunk * rows_per_task, n = std::min(rows_per_task, rows - first);
-      const float* q = q_data + bt * query.stride(0) + hd * query.stride(1) + (query_start + first) * query.stride(2);
-      const int64_t kv = (bt * kv_heads + hd / n_rep) * key_len * head_dim;  // [k, d] of kv head hd / n_rep
-      float* s = s_data + ((bt * heads + hd) * rows + first) * width;         // [n, c]
-      // s[n, c] = q[n, d]·k[c, d]ᵀ
-      matmul_rows(sgemm, q, query.stride(2), k_data + kv, head_dim, true, s, width, n, width, head_dim);
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t row = (bt * heads + hd) * rows + first + i;
-        const SummaryOut where{out ? out + row : nullptr, total, reach};
-        pattern_row(s + i * width, mask.at(bt, hd, first + i), width, scale, query_start + first + i, where);
-        if (weigh) sums[row] = weighted_sum(s + i * width, w_data + (bt * heads + hd) * w_stride, width);
-      }
-      // o[n, d] = s[n, c]·v[c, d], the rows of head hd in output [b, q, h, d]
-      float* o = o_data + ((bt * query_len + query_start + first) * heads + hd) * head_dim;
-      matmul_rows(sgemm, s, width, v_data + kv, head_dim, false, o, heads * head_dim, n, head_dim, width);
-    }
-  });
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("softmax_rows_", &softmax_rows_);
-  m.def("attend_block_", &attend_block_);
-  m.def("block_kernel_available", &block_kernel_available);
 }
