@@ -158,23 +158,11 @@ def attend_in_buffers(
     ]
     # the band of weights around the diagonal the summary carries: as wide as the widest request
     band_reach = max((getattr(observer, "summary_band_reach", 1) for observer in summarised), default=0)
-    # one observer's per-key weights [b, h, ≥k] whose pattern-weighted sum per row the kernel adds while each row
-    # is in the cache (the value norms of issue 32's carriers), saving that observer a pass over every block
-    weigher, key_weights = None, None
-    if whole_block and site is not None:
-        for observer in prefix_observers:
-            if getattr(observer, "accepts_weighted_sum", False):
-                key_weights = getattr(observer, "key_weights")(site)  # noqa: B009 (an optional method)
-                if key_weights is not None and _fits(key_weights, batch, heads, key_len):
-                    weigher = observer
-                    break
-                key_weights = None
+    weigher, key_weights = _weigher(prefix_observers, site, batch, heads, key_len) if whole_block else (None, None)
     for start, stop_width in zip(range(0, query_len, block), stops):
         stop = min(start + block, query_len)
         rows = stop - start
-        # Widths that are a multiple of WIDTH_MULTIPLE keep the matrix products on their fast paths (an odd
-        # width costs up to 40% more in Q·Kᵀ); the extra keys are masked for the whole block (weight 0).
-        width = min(key_len, -(-stop_width // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
+        width = _rounded_width(stop_width, key_len)
         # Grouped-query attention without repeating keys: the n_rep query heads that share a
         # key/value head become extra rows of one matmul against it (head h = g·n_rep + r).
         scores = _workspace.get("scores", (batch, kv_heads, n_rep * rows, width), query.dtype, query.device)
@@ -277,13 +265,8 @@ def _attend_in_tiles(
     """
     batch, heads, query_len, _ = query.shape
     key_len = key.shape[2]
-    # keys each run of TILE_ROWS queries can weigh, rounded up to WIDTH_MULTIPLE as the block path does
-    stops = [
-        min(key_len, -(-stop // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
-        for stop in key_stops(
-            mask, kernel_calls.TILE_ROWS, query_len, key_len
-        )  # read at the call, as attend_rows_ does
-    ]
+    # the keys each run of TILE_ROWS queries can weigh (TILE_ROWS read at the call, as attend_rows_ reads it)
+    stops = [_rounded_width(stop, key_len) for stop in key_stops(mask, kernel_calls.TILE_ROWS, query_len, key_len)]
     summarised = [observer for observer in observers if getattr(observer, "accepts_summary", False)]
     summary = None
     if summarised and site is not None:
@@ -294,16 +277,10 @@ def _attend_in_tiles(
         columns = tuple(sorted(column for column in wanted if 0 <= column < key_len))
         shape = RowSummary.buffer_shape(batch, heads, query_len, reach, len(columns))  # [4 + 2r + G, b, h, q]
         summary = RowSummary(_workspace.get("summary", shape, torch.float32, query.device), columns)
-    weigher, key_weights, weighted = None, None, None
-    if site is not None:
-        for observer in observers:
-            if getattr(observer, "accepts_weighted_sum", False):
-                key_weights = getattr(observer, "key_weights")(site)  # noqa: B009 (an optional method)
-                if key_weights is not None and _fits(key_weights, batch, heads, key_len):
-                    weigher = observer
-                    weighted = _workspace.get("weighted", (batch, heads, query_len), torch.float32, query.device)
-                    break
-                key_weights = None
+    weigher, key_weights = _weigher(observers, site, batch, heads, key_len)
+    weighted = None
+    if weigher is not None:
+        weighted = _workspace.get("weighted", (batch, heads, query_len), torch.float32, query.device)
     attend_rows_(
         query,
         key,
@@ -326,6 +303,30 @@ def _attend_in_tiles(
         # accepts_summary_only: the observer takes pattern=None (the protocol's type names the usual case)
         cast(Any, observer).observe(site, None, 0, **extras)
     return output
+
+
+def _rounded_width(stop: int, key_len: int) -> int:
+    """``stop`` keys rounded up to a multiple of WIDTH_MULTIPLE (within ``key_len``).
+
+    Such widths keep the matrix products on their fast paths (an odd width costs up to 40% more in Q·Kᵀ); the
+    extra keys are masked for every row that reads them (weight 0).
+    """
+    return min(key_len, -(-stop // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
+
+
+def _weigher(
+    observers: Sequence[AttentionObserver], site: AttentionSite | None, batch: int, heads: int, key_len: int
+) -> tuple[AttentionObserver | None, Tensor | None]:
+    """The observer (at most one) whose per-key weights ``[b, h, ≥k]`` the kernel sums against each row while the
+    row is in the cache (the value norms of the carriers), saving it a pass over the pattern; and those weights."""
+    if site is None:
+        return None, None
+    for observer in observers:
+        if getattr(observer, "accepts_weighted_sum", False):
+            key_weights = getattr(observer, "key_weights")(site)  # noqa: B009 (an optional method)
+            if key_weights is not None and _fits(key_weights, batch, heads, key_len):
+                return observer, key_weights
+    return None, None
 
 
 def _fits(key_weights: Tensor, batch: int, heads: int, key_len: int) -> bool:

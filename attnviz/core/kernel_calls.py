@@ -74,9 +74,6 @@ class RowSummary:
         return (4 + 2 * band_reach + columns, batch, heads, rows)
 
 
-#: the kernel's C++ files, compiled as one source in this order (the second uses the first's row routines)
-
-
 def fused_softmax_(
     scores: Tensor, mask: Tensor | None, scaling: float, query_start: int, summary: Tensor | None
 ) -> bool:

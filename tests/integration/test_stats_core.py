@@ -65,6 +65,24 @@ def test_key_stops_follow_the_causal_mask_and_are_cached():
     assert core_attention.key_stops(torch.ones(1, 1, 5, 5, dtype=torch.bool), 2, 5, 5) == [5, 5, 5]
 
 
+def test_key_stops_of_a_long_mask_read_in_runs_of_rows_equal_a_hand_count():
+    """Past 256 rows the mask is read a run of rows at a time; the stops are still each block's last visible key."""
+    length = 700
+    mask = causal_mask([length, 650], length)
+    mask[1, 0, 300] = MIN  # a row that sees no key (in the second run): its block keeps every key
+    mask[0, 0, 520, 690] = 0.0  # a row in the third run that sees one key far ahead
+    stops = core_attention.key_stops(mask, 128, length, length)
+    visible = mask[:, 0] > MIN  # [b, q, k]
+    expected = []
+    for start in range(0, length, 128):
+        rows = visible[:, start : start + 128]  # [b, blk, k]
+        if not rows.any(-1).all():
+            expected.append(length)  # some query sees nothing: softmax spreads it over every key
+        else:
+            expected.append(max(int(row.nonzero().max()) + 1 for row in rows.reshape(-1, length)))
+    assert stops == expected == [128, 256, 700, 512, 691, 700]
+
+
 def test_causal_blocks_match_hand_attention_and_observers_do_not_change_outputs(monkeypatch):
     torch.manual_seed(0)
     lengths, width = [9, 6], 9
