@@ -98,16 +98,16 @@ def fused_softmax_(
         return False
     if mask is not None and (mask.dtype != torch.float32 or mask.device.type != "cpu" or mask.stride(-1) != 1):
         return False
-    empty = scores.new_empty(0)
-    sink_arguments = (empty if sinks is None else sinks, empty if sink_share is None else sink_share)
     if summary is None:
-        _loaded().softmax_rows_(scores, mask, float(scaling), int(query_start), empty, 0, *sink_arguments)
+        _loaded().softmax_rows_(
+            scores, mask, float(scaling), int(query_start), scores.new_empty(0), 0, sinks, sink_share
+        )
         return True
     band_reach = (summary.shape[0] - 4) // 2
     batch, heads, rows = scores.shape[:3]
     if summary.shape != RowSummary.buffer_shape(batch, heads, rows, band_reach):
         raise ValueError(f"summary buffer of shape {tuple(summary.shape)} does not fit scores {tuple(scores.shape)}")
-    _loaded().softmax_rows_(scores, mask, float(scaling), int(query_start), summary, band_reach, *sink_arguments)
+    _loaded().softmax_rows_(scores, mask, float(scaling), int(query_start), summary, band_reach, sinks, sink_share)
     return True
 
 
@@ -162,8 +162,8 @@ def attend_block_(
         ROWS_PER_TASK,
         empty if key_weights is None else key_weights,
         empty if weighted is None else weighted,
-        empty if sinks is None else sinks,
-        empty if sink_share is None else sink_share,
+        sinks,
+        sink_share,
     )
 
 
@@ -217,8 +217,8 @@ def attend_rows_(
         KEY_TILE,
         empty if key_weights is None else key_weights,
         empty if weighted is None else weighted,
-        empty if sinks is None else sinks,
-        empty if sink_share is None else sink_share,
+        sinks,
+        sink_share,
     )
 
 

@@ -25,7 +25,8 @@ def hf_head_output_projections(loaded: LoadedModel) -> dict[AttentionSite, Tenso
     ``o_proj``. Grouped-query heads each get their own slice (they share values, not output columns).
     """
     return {
-        site: head_output_slices(block.output, block.head_dim) for site, block in find_attention_blocks(loaded).items()
+        site: head_output_slices(block.output, block.output_dim)
+        for site, block in find_attention_blocks(loaded).items()
     }
 
 

@@ -72,7 +72,7 @@ struct KeyWeights {
 void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tensor scores,
                    c10::optional<at::Tensor> mask_opt, double scaling, int64_t query_start, at::Tensor summary,
                    int64_t reach, at::Tensor output, int64_t rows_per_task, at::Tensor key_weights,
-                   at::Tensor weighted, at::Tensor sinks, at::Tensor sink_share) {
+                   at::Tensor weighted, OptionalTensor sinks, OptionalTensor sink_share) {
   const Sgemm sgemm = blas_sgemm();
   TORCH_CHECK(sgemm != nullptr, "no BLAS sgemm_ in this process");
   TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() == 4);
@@ -152,7 +152,7 @@ struct OnlineRow {
 void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optional<at::Tensor> mask_opt,
                   double scaling, int64_t query_start, at::Tensor stops, at::Tensor summary, int64_t reach,
                   at::Tensor columns, at::Tensor output, int64_t rows_per_task, int64_t key_tile,
-                  at::Tensor key_weights, at::Tensor weighted, at::Tensor sinks, at::Tensor sink_share) {
+                  at::Tensor key_weights, at::Tensor weighted, OptionalTensor sinks, OptionalTensor sink_share) {
   TORCH_CHECK(query.scalar_type() == at::kFloat && query.dim() == 4 && query.stride(3) == 1);
   TORCH_CHECK(key.scalar_type() == at::kFloat && key.is_contiguous() && value.scalar_type() == at::kFloat &&
               value.is_contiguous() && key.dim() == 4 && value.dim() == 4 &&
@@ -331,8 +331,18 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("softmax_rows_", &softmax_rows_);
-  m.def("attend_block_", &attend_block_);
-  m.def("attend_rows_", &attend_rows_);
+  // the sink arguments are optional (None: no sinks), after the positional ones
+  m.def("softmax_rows_", &softmax_rows_, py::arg("scores"), py::arg("mask"), py::arg("scaling"),
+        py::arg("query_start"), py::arg("summary"), py::arg("reach"), py::arg("sinks") = py::none(),
+        py::arg("sink_share") = py::none());
+  m.def("attend_block_", &attend_block_, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("scores"),
+        py::arg("mask"), py::arg("scaling"), py::arg("query_start"), py::arg("summary"), py::arg("reach"),
+        py::arg("output"), py::arg("rows_per_task"), py::arg("key_weights"), py::arg("weighted"),
+        py::arg("sinks") = py::none(), py::arg("sink_share") = py::none());
+  m.def("attend_rows_", &attend_rows_, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("mask"),
+        py::arg("scaling"), py::arg("query_start"), py::arg("stops"), py::arg("summary"), py::arg("reach"),
+        py::arg("columns"), py::arg("output"), py::arg("rows_per_task"), py::arg("key_tile"),
+        py::arg("key_weights"), py::arg("weighted"), py::arg("sinks") = py::none(),
+        py::arg("sink_share") = py::none());
   m.def("block_kernel_available", &block_kernel_available);
 }

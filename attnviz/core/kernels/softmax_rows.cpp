@@ -290,21 +290,24 @@ static inline void pattern_row(float* x, const float* mrow, int64_t width, float
   else softmax_row<false, false>(x, mrow, width, scale, query, out, sink);
 }
 
-// Per-head sink logits float32 [h] (or an empty tensor: no sinks) and where each row's sink weight goes, float32
-// [b, h, r] contiguous (or an empty tensor).
+// Per-head sink logits float32 [h] (None: no sinks) and where each row's sink weight goes, float32 [b, h, r]
+// contiguous (None: nowhere). Optional arguments of every routine, None by default.
+using OptionalTensor = c10::optional<at::Tensor>;
+static inline bool given(const OptionalTensor& t) { return t.has_value() && t->defined() && t->numel() > 0; }
+
 struct Sinks {
   const float* logits = nullptr;
   float* shares = nullptr;
 
-  Sinks(const at::Tensor& sinks, const at::Tensor& sink_share, int64_t heads, int64_t rows) {
-    if (sinks.numel() == 0) return;
-    TORCH_CHECK(sinks.scalar_type() == at::kFloat && sinks.is_contiguous() && sinks.numel() == heads,
+  Sinks(const OptionalTensor& sinks, const OptionalTensor& sink_share, int64_t heads, int64_t rows) {
+    if (!given(sinks)) return;
+    TORCH_CHECK(sinks->scalar_type() == at::kFloat && sinks->is_contiguous() && sinks->numel() == heads,
                 "sinks must be float32 [heads]");
-    logits = sinks.data_ptr<float>();
-    if (sink_share.numel() == 0) return;
-    TORCH_CHECK(sink_share.scalar_type() == at::kFloat && sink_share.is_contiguous() && sink_share.numel() == rows,
+    logits = sinks->data_ptr<float>();
+    if (!given(sink_share)) return;
+    TORCH_CHECK(sink_share->scalar_type() == at::kFloat && sink_share->is_contiguous() && sink_share->numel() == rows,
                 "sink_share must be float32 [b, h, rows]");
-    shares = sink_share.data_ptr<float>();
+    shares = sink_share->data_ptr<float>();
   }
   // head `hd`'s sink and where row `row` (flat over [b, h, r]) puts its share
   SinkRow at(int64_t hd, int64_t row) const {
@@ -323,10 +326,10 @@ static void check_summary(const at::Tensor& summary, int64_t reach, int64_t rows
 // mask:    float32 [b|1, h|1, r|1, >=c] additive (last dim stride 1), or None.
 // summary: float32 [3 + 2·reach + 1, b, h, r] (max weight, entropy in nats, mean |i - j|, then the weight on
 //          key i − o for o = −reach … reach), or an empty tensor.
-// sinks:   float32 [h] per-head sink logits, or an empty tensor (no sinks); sink_share: float32 [b, h, r]
-//          receives each row's sink weight, or an empty tensor.
+// sinks:   float32 [h] per-head sink logits, or None (no sinks); sink_share: float32 [b, h, r] receives each
+//          row's sink weight, or None.
 void softmax_rows_(at::Tensor scores, c10::optional<at::Tensor> mask_opt, double scaling, int64_t query_start,
-                   at::Tensor summary, int64_t reach, at::Tensor sinks, at::Tensor sink_share) {
+                   at::Tensor summary, int64_t reach, OptionalTensor sinks, OptionalTensor sink_share) {
   TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() == 4);
   const int64_t batch = scores.size(0), heads = scores.size(1), rows = scores.size(2), width = scores.size(3);
   float* data = scores.data_ptr<float>();
