@@ -116,7 +116,8 @@ def compute_statistics(
     observers = weighted_observers([accumulator], weighting, projections, renormalise=True)
     observers += [carriers] if carriers is not None else []
     # A corpus pass is where the fused kernel pays for its one-time build (see attnviz.core.kernel).
-    fused = prepare_kernel()
+    # On a GPU the pass runs the Triton tile kernel (attnviz.core.triton_rows) where Triton is installed.
+    fused = prepare_kernel() or loaded.device.type == "cuda"
     # progress steps are attention layers passed (a long text is one forward pass of minutes): batches × sites
     sites = len(loaded.layout()) if progress and parallel.is_main else 0
     start = time.perf_counter()
