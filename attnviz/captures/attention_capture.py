@@ -83,7 +83,8 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
                 raise TypeError(
                     f"{loaded.name} reads text: give a text or a list of texts, not a {type(text).__name__}"
                 )
-        captures = capture_batch(loaded, inputs, targets=targets, max_length=max_length, truncate=truncate, **recording)
+        batch = loaded.encode(inputs, targets=targets, max_length=max_length, truncate=truncate)
+        captures = capture_encoded(loaded, batch, **recording)
     return captures if several else captures[0]
 
 
@@ -101,23 +102,7 @@ def _targets(target: str | Sequence[str] | None, count: int, several: bool) -> l
 
 
 def capture_batch(
-    loaded: LoadedModel,
-    texts: Sequence[str],
-    *,
-    targets: Sequence[str] | None = None,
-    max_length: int | None = None,
-    truncate: bool = True,
-    layers: LayerSelection = None,
-    heads: HeadSelection = None,
-    stacks: Sequence[str] | None = None,
-    max_bytes: int | None = None,
-    weighting: Weighting = "weights",
+    loaded: LoadedModel, texts: Sequence[str], *, targets: Sequence[str] | None = None, **options: Any
 ) -> list[AttentionCapture]:
-    """Run ``texts`` through ``loaded`` and return one capture per text (padding trimmed).
-
-    ``layers``, ``heads``, ``stacks``, ``max_bytes`` and ``weighting``: as in :func:`capture_encoded`.
-    """
-    batch = loaded.encode(texts, targets=targets, max_length=max_length, truncate=truncate)
-    return capture_encoded(
-        loaded, batch, layers=layers, heads=heads, stacks=stacks, max_bytes=max_bytes, weighting=weighting
-    )
+    """:func:`capture` of a list of texts (and decoder ``targets``, one per text): one capture per text."""
+    return capture(loaded, list(texts), target=targets, **options)

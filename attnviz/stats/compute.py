@@ -88,7 +88,7 @@ def compute_statistics(
         warnings.warn("compute_statistics(texts=...) is now compute_statistics(model, data)", DeprecationWarning, 2)
         data = texts if data is None else data
     if loaded.modality == "image" and batches is None:
-        return _image_statistics(loaded, data, batch_size, progress, by_position, weighting)
+        return _image_statistics(loaded, data, batch_size, progress and parallel.is_main, by_position, weighting)
     texts = data
     if (texts is None) == (batches is None):
         raise InputError("give either texts or batches")

@@ -100,38 +100,20 @@ def measure_model(
         if texts is not None:
             raise InputError("give either images or texts to measure on, not both")
         vision_model_of(loaded)  # a text model is refused here, naming the models that read images
-        stats = compute_statistics(
-            loaded,
-            images,
-            batch_size=batching.get("batch_size"),
-            progress=progress and parallel.is_main,
-            by_position=by_position,
-            weighting=weighting,
-        )
-        return stats, detect_heads(stats, thresholds)
-    own = loaded.own_examples(toy_examples, seed) if texts is None else None
-    if own is not None:
-        stats = compute_statistics(
-            loaded,
-            batches=[own],
-            local_window=local_window,
-            parallel=parallel,
-            progress=progress,
-            by_position=by_position,
-            bucket_size=bucket_size,
-            weighting=weighting,
-        )
+    own = loaded.own_examples(toy_examples, seed) if texts is None and images is None else None
+    if own is not None:  # a toy's own task examples, ready encoded
+        data, batching = None, {"batches": [own]}
     else:
-        corpus = texts if texts is not None else load_texts()
-        stats = compute_statistics(
-            loaded,
-            corpus,
-            local_window=local_window,
-            parallel=parallel,
-            progress=progress,
-            by_position=by_position,
-            bucket_size=bucket_size,
-            weighting=weighting,
-            **batching,
-        )
+        data = images if images is not None else texts if texts is not None else load_texts()
+    stats = compute_statistics(
+        loaded,
+        data,
+        local_window=local_window,
+        parallel=parallel,
+        progress=progress,
+        by_position=by_position,
+        bucket_size=bucket_size,
+        weighting=weighting,
+        **batching,
+    )
     return stats, detect_heads(stats, thresholds)
