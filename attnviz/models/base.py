@@ -25,6 +25,7 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
+from attnviz.models.placement import input_device
 from attnviz.models.probing import ProbeBatch
 
 if TYPE_CHECKING:  # the objectives are built on top of this module
@@ -130,7 +131,9 @@ class LoadedModel(ABC):
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the device the model's first module runs on (accelerate's execution device for a
+        model dispatched with ``device_map``, whose offloaded weights sit on the meta device between calls)."""
+        return input_device(self.model)
 
     @abstractmethod
     def encode(

@@ -15,6 +15,7 @@ from torch import Tensor
 from attnviz.core import AttentionSite
 from attnviz.models.base import LoadedModel
 from attnviz.models.physical import find_attention_blocks
+from attnviz.models.placement import weights_loaded
 from attnviz.models.slicing import head_output_slices
 
 
@@ -24,9 +25,11 @@ def hf_head_output_projections(loaded: LoadedModel) -> dict[AttentionSite, Tenso
     BERT: ``attention.output.dense``; GPT-2: ``c_proj`` (a ``Conv1D``, weight ``[h·d, hidden]``); LLaMA family:
     ``o_proj``. Grouped-query heads each get their own slice (they share values, not output columns).
     """
-    return {
-        site: head_output_slices(block.output, block.head_dim) for site, block in find_attention_blocks(loaded).items()
-    }
+    slices = {}
+    for site, block in find_attention_blocks(loaded).items():
+        with weights_loaded(block.output):  # an offloaded projection's weights are on the meta device until read
+            slices[site] = head_output_slices(block.output, block.head_dim)
+    return slices
 
 
 def hf_rotary_frequencies(model: Any) -> Tensor | None:

@@ -35,6 +35,7 @@ from attnviz.models.hf_patching import (
 )
 from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
+from attnviz.models.placement import Placement
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
 from attnviz.models.readout import Readout
@@ -66,7 +67,7 @@ def load_hf_model(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
     gguf_file: str | None = None,
-    device_map: str | None = None,
+    device_map: Placement | None = None,
 ) -> HFModel:
     """Load a Hugging Face model (directory or hub id) onto attnviz's attention core.
 
@@ -85,7 +86,7 @@ def load_hf_model(
     extra: dict[str, Any] = {"trust_remote_code": False, "local_files_only": True}
     if gguf_file:
         extra["gguf_file"] = gguf_file
-    placement = {"device_map": device_map} if device_map else {}
+    placement = device_map.from_pretrained_arguments() if device_map else {}
     try:
         config = transformers.AutoConfig.from_pretrained(source, **extra)
         if not gguf_file and is_vision_type(getattr(config, "model_type", "")):  # images, not text

@@ -18,6 +18,7 @@ from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch
 from attnviz.models.objective import has_lm_head
 from attnviz.models.physical import find_attention_blocks
+from attnviz.models.placement import held_weight
 from attnviz.models.readout import FINAL_NORM_NAMES, Readout, readout_of
 
 if TYPE_CHECKING:
@@ -72,9 +73,10 @@ def hf_head_output_weights(loaded: HFModel) -> dict[AttentionSite, tuple[Tensor,
     weights = {}
     for site, block in find_attention_blocks(loaded).items():
         projection: Any = block.output
-        weight = projection.weight.detach()
+        weight = held_weight(projection, "weight")
+        assert weight is not None
         matrix = weight.t() if block.family == "gpt2" else weight  # [width, h·d]
-        bias = projection.bias.detach() if projection.bias is not None else None
+        bias = held_weight(projection, "bias")
         weights[site] = (matrix, bias)
     return weights
 

@@ -25,6 +25,7 @@ from attnviz.common.parallel import SINGLE_PROCESS
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
+from attnviz.models.placement import Placement
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.vision_families import (
     IMAGE_TASK_EXAMPLES,
@@ -48,7 +49,7 @@ def load_vision_model(
     name: str | None,
     device: torch.device | str,
     dtype: torch.dtype,
-    device_map: str | None = None,
+    device_map: Placement | None = None,
 ) -> VisionModel:
     """Load a vision transformer and its image processor onto the attention core (see the module docstring)."""
     import transformers

@@ -30,6 +30,7 @@ from attnviz.common.progress import quiet_third_party
 from attnviz.core import ATTENTION_NAME, AttentionContext, register_attention
 from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
+from attnviz.models.placement import offloaded
 
 
 class WrappedModel(HFModel):
@@ -69,6 +70,8 @@ class WrappedModel(HFModel):
 
     def check_loaded(self) -> None:
         """Refuse a model whose weights are on the meta device (laid out, never loaded): nothing can run it."""
+        if offloaded(self.model):
+            return  # accelerate's hooks load the offloaded weights for each forward
         if any(parameter.device.type == "meta" for parameter in self.model.parameters()):
             raise UnsupportedModelError(
                 f"the weights of {self.name} are on the meta device (a model laid out but not loaded): load them "
