@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnviz.captures.attention_capture import AttentionCapture
+from attnviz.captures.result import AttentionCapture
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.resources import require_memory
 from attnviz.common.tokens import token_strings, word_ids_from_markers
