@@ -17,12 +17,14 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import quiet_third_party, warn
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
+from attnviz.models.blocked import unblock_local_pattern
 from attnviz.models.caption import is_captioner_type, load_caption_model
 from attnviz.models.hf_checks import (
     check_config_against_weights,
     check_loading_info,
     first_line,
     refuse_custom_code,
+    refuse_unreadable_family,
 )
 from attnviz.models.hf_encoding import encode_texts
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
@@ -96,6 +98,7 @@ def load_hf_model(
             return load_caption_model(  # type: ignore[return-value]
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
+        refuse_unreadable_family(config, model_class_for(config), source)  # before its tokenizer is looked for
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
     except AttnvizError:
         raise
@@ -408,6 +411,11 @@ def _replay_attentions(outputs: Any, context: AttentionContext, encoder_decoder:
     )
     for stack, attribute in groups:
         for layer, pattern in enumerate(getattr(outputs, attribute, None) or ()):
+            if pattern.dim() == 5:  # LongT5's local attention: [b, blocks, h, block, 3·block]
+                states = getattr(outputs, "encoder_last_hidden_state", None)
+                if states is None:
+                    states = outputs.last_hidden_state
+                pattern = unblock_local_pattern(pattern, states.shape[1])  # [b, h, q, k]
             for observer in context.observers:
                 observer.observe(AttentionSite(stack, layer), pattern.float(), 0)
 
