@@ -17,12 +17,14 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import quiet_third_party, warn
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
+from attnviz.models.blocked import unblock_local_pattern
 from attnviz.models.caption import is_captioner_type, load_caption_model
 from attnviz.models.hf_checks import (
     check_config_against_weights,
     check_loading_info,
     first_line,
     refuse_custom_code,
+    refuse_unreadable_family,
 )
 from attnviz.models.hf_encoding import encode_texts
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
@@ -42,8 +44,8 @@ from attnviz.models.readout import Readout
 from attnviz.models.vision import load_vision_model
 from attnviz.models.vision_families import is_vision_type
 
-# Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
-_CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")
+# Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5, NLLB-MoE).
+_CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn", "cross_attention")
 
 
 def model_class_for(config):
@@ -97,6 +99,7 @@ def load_hf_model(
             return load_caption_model(  # type: ignore[return-value]
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
+        refuse_unreadable_family(config, model_class_for(config), source)  # before its tokenizer is looked for
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
     except AttnvizError:
         raise
@@ -186,6 +189,11 @@ class HFModel(LoadedModel):
         tokenizer.padding_side = "right"
         self._sites: dict[nn.Module, AttentionSite | None] = {}
         self._module_names = {module: name for name, module in model.named_modules()}
+        #: stacks whose attention modules run more than once per forward pass (ALBERT's shared layer, a looped
+        #: block): their sites are numbered by call order, as eager's ``output_attentions`` numbers them.
+        #: None until the first forward pass finds them.
+        self._repeated_stacks: frozenset[str] | None = None
+        self._calls: dict[str, int] = {}  # stack -> attention calls so far in the current forward pass
 
     # -- naming attention sites -------------------------------------------------------------
 
@@ -218,6 +226,11 @@ class HFModel(LoadedModel):
         return hf_rotary_frequencies(self.model)
 
     def check_head_removal(self) -> None:
+        if self.repeated_stacks():
+            raise UnsupportedModelError(
+                f"{self.name} applies the same attention weights at several layers ({self.model.config.model_type}: "
+                "shared or looped layers), so a head cannot be removed from one layer without removing it from all"
+            )
         find_attention_blocks(self)  # raises UnsupportedModelError for a family without slicing rules
 
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[LoadedModel, dict]:
@@ -300,9 +313,33 @@ class HFModel(LoadedModel):
         return [Path(source).resolve() for source in sources if source and Path(source).exists()]
 
     def site_of(self, module: nn.Module) -> AttentionSite | None:
+        """The module's site: its layer number from its name, or, in a stack whose modules run several times per
+        forward pass, the call's place in the pass (each application is a layer of its own)."""
         if module not in self._sites:
             self._sites[module] = self._site_from_name(self._module_names.get(module, ""), module)
-        return self._sites[module]
+        site = self._sites[module]
+        if site is None or not self._repeated_stacks or site.stack not in self._repeated_stacks:
+            return site
+        layer = self._calls.get(site.stack, 0)
+        self._calls[site.stack] = layer + 1
+        return AttentionSite(site.stack, layer)
+
+    def repeated_stacks(self) -> frozenset[str]:
+        """The stacks whose attention modules run more than once per forward pass (found by one probe pass)."""
+        if self._repeated_stacks is None:
+            self._repeated_stacks = frozenset()  # the probe below must not look for them again
+            if not self.fallback:
+                calls: dict[nn.Module, int] = {}
+
+                def counting(module: nn.Module) -> AttentionSite | None:
+                    calls[module] = calls.get(module, 0) + 1
+                    return self.site_of(module)
+
+                with torch.no_grad():
+                    self.forward(self.probe_batch(), AttentionContext(site_of=counting))
+                sites = {module: self.site_of(module) for module, count in calls.items() if count > 1}
+                self._repeated_stacks = frozenset(site.stack for site in sites.values() if site is not None)
+        return self._repeated_stacks
 
     def _site_from_name(self, qualified_name: str, module: nn.Module) -> AttentionSite | None:
         """``model.layers.12.self_attn`` -> self.12; ``decoder.block.3.layer.1.EncDecAttention`` -> cross.3."""
@@ -337,6 +374,8 @@ class HFModel(LoadedModel):
 
     def forward(self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = False):
         """Run the model. Without ``logits`` the base model runs (no vocabulary projection)."""
+        self.repeated_stacks()  # found once, before the first pass that names sites
+        self._calls = {}  # a repeated module's applications are counted from the start of each pass
         module = self.model if logits else self.model.base_model
         if self.encoder_decoder and not hasattr(module, "decoder") and not hasattr(module, "get_decoder"):
             module = self.model
@@ -373,6 +412,11 @@ def _replay_attentions(outputs: Any, context: AttentionContext, encoder_decoder:
     )
     for stack, attribute in groups:
         for layer, pattern in enumerate(getattr(outputs, attribute, None) or ()):
+            if pattern.dim() == 5:  # LongT5's local attention: [b, blocks, h, block, 3·block]
+                states = getattr(outputs, "encoder_last_hidden_state", None)
+                if states is None:
+                    states = outputs.last_hidden_state
+                pattern = unblock_local_pattern(pattern, states.shape[1])  # [b, h, q, k]
             for observer in context.observers:
                 observer.observe(AttentionSite(stack, layer), pattern.float(), 0)
 
