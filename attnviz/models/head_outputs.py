@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -342,7 +343,7 @@ def reading_values(projections: dict[AttentionSite, OutputProjection], values: d
             grab = projection.module.register_forward_pre_hook(lambda _, inputs: seen.append(inputs[0].detach()))
             running.add(module)
             try:
-                with _IdentityPattern(projection.softmax_index) as identity:
+                with _IdentityPattern(projection.softmax_index) as identity, _forward_hooks_off(module):
                     module(*args, **kwargs)
             finally:
                 running.discard(module)
@@ -358,6 +359,20 @@ def reading_values(projections: dict[AttentionSite, OutputProjection], values: d
     finally:
         for hook in hooks:
             hook.remove()
+
+
+@contextlib.contextmanager
+def _forward_hooks_off(module: nn.Module) -> Iterator[None]:
+    """The forward hooks of ``module`` and its submodules left out for a while: transformers records attention
+    weights and hidden states with such hooks, and the second run must not add to what the model returns."""
+    saved = [(sub, sub._forward_hooks, sub._forward_hooks_with_kwargs) for sub in module.modules()]
+    for sub, _, _ in saved:
+        sub._forward_hooks, sub._forward_hooks_with_kwargs = OrderedDict(), OrderedDict()
+    try:
+        yield
+    finally:
+        for sub, hooks, with_kwargs in saved:
+            sub._forward_hooks, sub._forward_hooks_with_kwargs = hooks, with_kwargs
 
 
 def _checked_fallback(loaded, batch, projections, patterns, entering) -> dict[AttentionSite, OutputProjection]:

@@ -224,3 +224,46 @@ def test_norm_weighting_refuses_a_gated_model_by_name_and_pattern_patching_an_ea
     with pytest.raises(UnsupportedModelError, match="eager code.*cannot replace its patterns") as refused:
         attnviz.patch_heads(eager_only, clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, patched="pattern")
     assert "physically prune" not in str(refused.value)
+
+
+#: vision family -> (value projection, output projection) of layer {layer}; SigLIP runs on eager attention
+VISION = {
+    "vit": ("vit.layers.{layer}.attention.v_proj", "vit.layers.{layer}.attention.o_proj"),
+    "clip": ("encoder.layers.{layer}.self_attn.v_proj", "encoder.layers.{layer}.self_attn.out_proj"),
+    "siglip": ("encoder.layers.{layer}.self_attn.v_proj", "encoder.layers.{layer}.self_attn.out_proj"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(VISION))
+def test_norm_maps_of_a_vision_tower_equal_the_hand_computation(tmp_path, family):
+    import transformers
+    from tiny_vision import build_tiny_vision_model, sample_images
+
+    from attnviz.captures.attention_capture import capture_encoded
+
+    directory = build_tiny_vision_model(family, tmp_path / family)
+    loaded = attnviz_load(directory)
+    batch = loaded.encode_images(sample_images(1))
+    capture = capture_encoded(loaded, batch, weighting="norm")[0]
+    model = transformers.AutoModel.from_pretrained(str(directory), attn_implementation="eager").eval()
+    if family == "vit":
+        model = transformers.ViTForImageClassification.from_pretrained(str(directory), attn_implementation="eager")
+    hooked = {}
+    value_name, output_name = VISION[family]
+    hooks = [
+        model.get_submodule(value_name.format(layer=layer)).register_forward_hook(
+            lambda m, i, out, layer=layer: hooked.__setitem__(layer, out)  # [1, k, h·d]
+        )
+        for layer in range(2)
+    ]
+    with torch.no_grad():
+        attentions = model(pixel_values=batch.inputs["pixel_values"], output_attentions=True).attentions
+    for hook in hooks:
+        hook.remove()
+    for layer in range(2):
+        value = hooked[layer].view(1, -1, 4, 8)  # [1, k, h, d]
+        slices = model.get_submodule(output_name.format(layer=layer)).weight.detach().t().reshape(4, 8, -1)
+        norms = torch.einsum("bkhd,hdw->bhkw", value, slices).norm(dim=-1)[0]  # [h, k]
+        expected = attentions[layer][0] * norms[:, None, :]  # [h, q, k]
+        scale = float(expected.abs().max())
+        assert torch.allclose(capture.layer(layer), expected, rtol=1e-5, atol=1e-5 * scale), (family, layer)
