@@ -135,6 +135,12 @@ class CaptionModel(VisionModel):
         #: decoder positions (start token + caption tokens); None when the decoder has no limit
         self.max_length = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None
 
+    def check_patching(self) -> None:
+        raise UnsupportedModelError(
+            f"{self.name} is a captioner: patching runs two text prompts through the model, and a captioner reads "
+            "an image (its heads' outputs can still be weighed by norm)"
+        )
+
     @property
     def patch_size(self) -> tuple[int, int]:
         size = getattr(self.model.config.encoder, "patch_size", 0)

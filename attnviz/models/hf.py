@@ -17,8 +17,9 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import quiet_third_party, warn
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
-from attnviz.models.blocked import unblock_local_pattern
 from attnviz.models.caption import is_captioner_type, load_caption_model
+from attnviz.models.head_output_edits import replay_fallback, run_editing
+from attnviz.models.head_outputs import OutputProjection, find_output_projections
 from attnviz.models.hf_checks import (
     check_config_against_weights,
     check_loading_info,
@@ -188,6 +189,7 @@ class HFModel(LoadedModel):
             tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
         tokenizer.padding_side = "right"
         self._sites: dict[nn.Module, AttentionSite | None] = {}
+        self._output_projections: dict[AttentionSite, OutputProjection] | None = None
         self._module_names = {module: name for name, module in model.named_modules()}
         #: stacks whose attention modules run more than once per forward pass (ALBERT's shared layer, a looped
         #: block): their sites are numbered by call order, as eager's ``output_attentions`` numbers them.
@@ -382,43 +384,35 @@ class HFModel(LoadedModel):
         kwargs: dict[str, Any] = dict(batch.inputs)
         if "use_cache" in _forward_parameters(module):
             kwargs["use_cache"] = False
-        if not self.fallback:
-            if context is not None:
-                kwargs[CONTEXT_KWARG] = context
-            return module(**kwargs)
-        if context is not None and context.head_mask is not None:
+        if context is not None and context.head_mask is not None and self.fallback:
             raise UnsupportedModelError(
                 f"{self.model.config.model_type} models do not route through transformers' attention "
                 "interface, so attnviz cannot mask their heads"
             )
-        outputs = module(**kwargs, output_attentions=context is not None)
-        if context is not None:
-            _replay_attentions(outputs, context, self.encoder_decoder)
-        return outputs
+
+        def run(context: AttentionContext | None, values: dict[AttentionSite, Tensor]) -> Any:
+            if not self.fallback:
+                if context is not None:
+                    kwargs[CONTEXT_KWARG] = context
+                return module(**kwargs)
+            outputs = module(**kwargs, output_attentions=context is not None)
+            if context is not None:
+                replay_fallback(outputs, context, self.encoder_decoder, values)
+            return outputs
+
+        return run_editing(self.name, self.output_projections, context, fallback=self.fallback, run=run)
+
+    def output_projections(self) -> dict[AttentionSite, OutputProjection]:
+        """Every site's output projection and how its input holds the heads (found once, on a probe)."""
+        if self._output_projections is None:
+            self._output_projections = find_output_projections(self, fallback=self.fallback)
+        return self._output_projections
 
 
 def _forward_parameters(module: nn.Module) -> set[str]:
     import inspect
 
     return set(inspect.signature(module.forward).parameters)
-
-
-def _replay_attentions(outputs: Any, context: AttentionContext, encoder_decoder: bool) -> None:
-    """Hand the patterns that eager attention returned to the observers (fallback path)."""
-    groups = (
-        [("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"), ("cross", "cross_attentions")]
-        if encoder_decoder
-        else [("self", "attentions")]
-    )
-    for stack, attribute in groups:
-        for layer, pattern in enumerate(getattr(outputs, attribute, None) or ()):
-            if pattern.dim() == 5:  # LongT5's local attention: [b, blocks, h, block, 3·block]
-                states = getattr(outputs, "encoder_last_hidden_state", None)
-                if states is None:
-                    states = outputs.last_hidden_state
-                pattern = unblock_local_pattern(pattern, states.shape[1])  # [b, h, q, k]
-            for observer in context.observers:
-                observer.observe(AttentionSite(stack, layer), pattern.float(), 0)
 
 
 def _is_causal(model: nn.Module) -> bool:
