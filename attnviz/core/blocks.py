@@ -147,7 +147,7 @@ def attend_in_buffers(
         use_kernel and head_mask is None and not (dropout and training) and block_kernel_applies(query, value, mask)
     )
     # per-head sink logits [h] as the kernels read them (float32), or None: the model has no attention sinks
-    sinks = sink_logits(pattern_fn.sinks) if use_kernel else pattern_fn.sinks
+    sinks = sink_logits(pattern_fn.sinks)
     summary_only = all(getattr(observer, "accepts_summary_only", False) for observer in observers)
     if whole_block and summary_only:
         return _attend_in_tiles(query, key, value, mask, pattern_fn.scaling, sinks, observers, site, output)
@@ -157,12 +157,11 @@ def attend_in_buffers(
         and query.device.type == "cuda"
         and pattern_fn.bias is None
         and pattern_fn.softcap is None
-        and pattern_fn.sinks is None  # the Triton kernel has no sinks: their blocks run on torch's operations
         and head_mask is None
         and not (dropout and training)
         and triton_applies(query)
     ):  # the GPU's tile kernel (attnviz.core.triton_rows): the same pass in Triton
-        return _attend_in_tiles(query, key, value, mask, pattern_fn.scaling, None, observers, site, output)
+        return _attend_in_tiles(query, key, value, mask, pattern_fn.scaling, sinks, observers, site, output)
     if whole_block:
         # at long lengths the cache-sized block holds few rows (28 at 8,192 keys for 9 heads); a task's two
         # products repack all of its keys per call, so each head gets two tasks of ROWS_PER_TASK rows at least
@@ -364,6 +363,8 @@ def _attend_in_tiles(
             summary=summary,
             key_weights=key_weights,
             weighted=weighted,
+            sinks=sinks,
+            sink_share=sink_share,
         )
     for observer in observers:
         assert site is not None  # attend() passes observers only for a known site
