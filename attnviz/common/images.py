@@ -39,6 +39,10 @@ class ImageGrid:
     cols: int
     extra_kinds: tuple[str, ...]  # kinds of the tokens before the patches, in order ("cls", "register", …)
     patch_size: tuple[int, int] = (1, 1)  # pixels per patch (height, width) of the resized image
+    #: position of the first image token in the model's token sequence: 0 for a vision model, where the image is
+    #: the whole input; where the image sits inside a text (a vision-language model), the extra tokens and the
+    #: patches are the positions ``start … start + num_tokens - 1``
+    start: int = 0
 
     @property
     def num_extra(self) -> int:
@@ -76,13 +80,19 @@ class ImageGrid:
             )
         return self.num_extra + row * self.cols + col
 
+    @property
+    def positions(self) -> range:
+        """The sequence positions of the image's tokens (extra tokens, then the patches row-major)."""
+        return range(self.start, self.start + self.num_tokens)
+
     def to_dict(self) -> dict:
-        return {
+        values = {
             "rows": self.rows,
             "cols": self.cols,
             "extra_kinds": list(self.extra_kinds),
             "patch_size": list(self.patch_size),
         }
+        return values | ({"start": self.start} if self.start else {})
 
     @classmethod
     def from_dict(cls, values: object) -> ImageGrid:
@@ -97,7 +107,10 @@ class ImageGrid:
             raise ValueError(f"the image grid's extra_kinds are not a list of {', '.join(EXTRA_LABELS)}")
         if not (isinstance(patch, list) and len(patch) == 2 and all(isinstance(p, int) and p >= 1 for p in patch)):
             raise ValueError("the image grid's patch_size is not two positive integers")
-        return cls(rows, cols, tuple(kinds), (patch[0], patch[1]))
+        start = values.get("start", 0)
+        if not (isinstance(start, int) and start >= 0):
+            raise ValueError("the image grid's start is not a position")
+        return cls(rows, cols, tuple(kinds), (patch[0], patch[1]), start)
 
 
 def open_image(source: str | os.PathLike | bytes, *, name: str | None = None) -> Image:
