@@ -17,6 +17,8 @@ from torch import Tensor
 
 from attnviz.captures.recording import check_capture_size, plan_recording
 from attnviz.captures.result import AttentionCapture
+from attnviz.common.errors import ParameterError
+from attnviz.common.images import ImageSource
 from attnviz.common.selection import HeadSelection, LayerSelection
 from attnviz.core import AttentionSite
 from attnviz.core.choices import Weighting
@@ -148,13 +150,25 @@ def capture(
     stacks: Sequence[str] | None = None,
     max_bytes: int | None = None,
     weighting: Weighting = "weights",
+    image: ImageSource | None = None,
 ) -> AttentionCapture:
     """Capture the attention patterns of ``loaded`` on one text (and decoder ``target``): every one by default.
 
     ``layers``, ``heads``, ``stacks`` and ``max_bytes``: as in :func:`capture_encoded` (record only those;
     refuse a capture larger than ``max_bytes`` before the model runs); ``weighting="norm"``: norm-based
-    attention ``α_ij·‖f_h(x_j)‖`` instead of the weights.
+    attention ``α_ij·‖f_h(x_j)‖`` instead of the weights. ``image``: a picture in the text, for a
+    vision-language model (a path, bytes, a PIL image or an array; :mod:`attnviz.captures.vision_language`):
+    the prompt names it with the processor's image token, or it goes before the prompt.
     """
+    if image is not None:
+        from attnviz.captures.vision_language import vision_language_batch
+
+        if target is not None:
+            raise ParameterError("target", "{target} is a decoder text: a vision-language model takes one text")
+        batch = vision_language_batch(loaded, [text], [image])
+        return capture_encoded(
+            loaded, batch, layers=layers, heads=heads, stacks=stacks, max_bytes=max_bytes, weighting=weighting
+        )[0]
     return capture_batch(
         loaded,
         [text],

@@ -219,3 +219,16 @@ def wrap_vision_language_model(model: nn.Module, processor: Any, *, name: str) -
             f"got {type(processor).__name__}"
         )
     return VisionLanguageModel(model, copy.deepcopy(processor), family, name=name)
+
+
+def vision_language_model_of(loaded: Any) -> VisionLanguageModel:
+    """``loaded`` itself when it reads a text with a picture in it; a one-line error otherwise."""
+    if isinstance(loaded, VisionLanguageModel):
+        return loaded
+    from attnviz.models.vlm_families import SUPPORTED_VLM_NAMES
+
+    kind = "a vision model" if getattr(loaded, "modality", "text") == "image" else "a text model"
+    raise InputError(
+        f"{loaded.name} is {kind}: a text with a picture in it needs a vision-language model ({SUPPORTED_VLM_NAMES})"
+        + (", or give the image alone (no text)" if kind == "a vision model" else "")
+    )
