@@ -292,20 +292,21 @@ def heatmap(
             raise InputError("--cross and --stack disagree: give one of them")
         stack = "cross"
     if image is not None:
-        if text is not None or from_capture is not None:
-            raise InputError("--image draws an image: give no TEXT or --from-capture with it")
-        from attnviz.cli.images import parse_query
+        if from_capture is not None:
+            raise InputError("--image draws an image: give no --from-capture with it")
+        from attnviz.cli.images import capture_image_option, parse_query
 
         check_image_options(terminal, words, view.value, stack)
         parse_query(query)  # a bad --query fails before the model loads
-        if target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
+        if text is not None:  # a text with a picture in it: a vision-language model
+            generation = generation_settings(generate, sample, temperature, seed, target)
+            result = capture_image_option(image, model, device, dtype, text=text, generation=generation)
+        elif target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
             from attnviz.cli.images import capture_caption_option
 
             generation = generation_settings(generate, sample, temperature, seed, target)
             result = capture_caption_option(image, model, device, dtype, target, generation)
         else:
-            from attnviz.cli.images import capture_image_option
-
             result = capture_image_option(image, model, device, dtype)
     elif from_capture is not None:
         if text is not None:

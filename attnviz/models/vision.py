@@ -337,6 +337,11 @@ def vision_model_of(loaded: LoadedModel) -> VisionModel:
     """``loaded`` itself when it reads images; a one-line error naming the vision families otherwise."""
     if isinstance(loaded, VisionModel):
         return loaded
+    if loaded.reads_pictures_in_text:
+        raise InputError(
+            f"{loaded.name} is a vision-language model: it reads a picture inside a text, so give a text with the "
+            'image (attnviz heatmap --model MODEL "Describe the picture." --image FILE)'
+        )
     raise InputError(
         f"{loaded.name} is a text model: an image needs a vision model ({SUPPORTED_NAMES}, or toy-odd-patch) "
         "or an image captioner (a VisionEncoderDecoderModel, or toy-caption)"

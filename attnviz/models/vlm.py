@@ -87,6 +87,8 @@ def load_vision_language_model(
 class VisionLanguageModel(HFModel):
     """A transformers vision-language model: a text with a picture in it, read by the language model's attention."""
 
+    reads_pictures_in_text = True
+
     def __init__(self, model: nn.Module, processor: Any, family: VisionLanguageFamily, *, name: str):
         super().__init__(model, processor.tokenizer, name=name)
         self.processor = processor
