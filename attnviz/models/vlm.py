@@ -95,7 +95,7 @@ class VisionLanguageModel(HFModel):
         self.family = family
         if family.bidirectional_image:  # the image's tokens see each other both ways: not causal everywhere
             self.causal = False
-        self.image_token_id = int(model.config.image_token_id)
+        self.image_token_id = int(self.model.config.image_token_id)
 
     def with_model(self, model: nn.Module) -> VisionLanguageModel:
         return VisionLanguageModel(model, self.processor, self.family, name=self.name)
@@ -142,9 +142,13 @@ class VisionLanguageModel(HFModel):
         if any(prompt.count(token) != 1 for prompt in prompts):
             raise InputError(f"write the image placeholder {token} at most once per text: one picture per text")
         try:
+            import warnings
+
             from attnviz.models.hf_checks import quiet_image_processors
 
-            with quiet_image_processors():
+            # numpy warns inside some processors (PaliGemma's copies its tensors into training labels)
+            with quiet_image_processors(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
                 encoded = self.processor(text=prompts, images=images, padding=True, return_tensors="pt")
         except Exception as exc:  # a picture the image processor cannot resize, a text it cannot tokenise
             raise InputError(f"{self.name}'s processor cannot read this input: {reason(exc)}") from exc

@@ -1,0 +1,159 @@
+"""Vision-language models (LLaVA, PaliGemma): the language model's attention over a text with a picture in it,
+against transformers' own eager attention; the image tokens on the picture's patch grid; the captioning view, while
+writing too; the command line; refusals by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cli_helpers import assert_clean_error, run_cli
+from figure_helpers import read_svg
+from tiny_vision import sample_images
+from tiny_vlm import build_tiny_vlm
+
+import attnviz
+from attnviz.captures.result import AttentionCapture
+from attnviz.captures.vision_language import caption_view, vision_language_batch
+
+#: family -> a prompt (the picture where it names ``<image>``; PaliGemma puts it first, then its BOS and the text)
+PROMPTS = {"llava": "USER: <image>\na red cat", "llava-full": "a red <image> cat", "paligemma": "a red cat"}
+
+
+@pytest.fixture(scope="module")
+def vlm_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vlms")
+    return {
+        "llava": build_tiny_vlm("llava", root / "llava"),
+        "llava-full": build_tiny_vlm("llava", root / "llava-full", strategy="full"),
+        "paligemma": build_tiny_vlm("paligemma", root / "paligemma"),
+    }
+
+
+@pytest.fixture(scope="module")
+def picture():
+    return sample_images(1, seed=3, size=40)[0]
+
+
+def eager_outputs(directory, inputs: dict):
+    """transformers' own eager attention and logits of the model in ``directory`` on processed ``inputs``."""
+    import transformers
+
+    model = transformers.AutoModelForImageTextToText.from_pretrained(directory, attn_implementation="eager").eval()
+    with torch.no_grad():
+        return model(**inputs, output_attentions=True)
+
+
+@pytest.mark.parametrize("family", list(PROMPTS))
+def test_capture_equals_eager_and_maps_the_image_tokens(vlm_dirs, picture, family):
+    loaded = attnviz.load_model(str(vlm_dirs[family]), device="cpu")
+    prompt = PROMPTS[family]
+    before, _, _ = prompt.rpartition("<image>")  # the picture's tokens come right after the text before it
+    start = len(loaded.tokenizer(before, add_special_tokens=False)["input_ids"]) if before else 0
+    result = attnviz.capture(loaded, prompt, image=picture)
+    batch = vision_language_batch(loaded, [prompt], [picture])
+    outputs = eager_outputs(vlm_dirs[family], batch.inputs)
+    assert result.num_layers() == len(outputs.attentions) == 2
+    for layer, reference in enumerate(outputs.attentions):  # [1, h, q, k]
+        assert float((result.layer(layer) - reference[0]).abs().max()) <= 1e-5
+    with torch.no_grad():
+        logits = loaded.forward(batch, logits=True).logits
+    assert float((logits - outputs.logits).abs().max()) <= 1e-4
+    # the picture's tokens: where the processor put the image token, one per patch of the 4×4 grid of the 32-pixel
+    # picture in 8-pixel patches, row-major (LLaVA's "full" strategy keeps CLIP's class token before them)
+    grid = result.image_grid
+    extra = ("cls",) if family == "llava-full" else ()
+    assert (grid.rows, grid.cols, grid.patch_size, grid.extra_kinds, grid.start) == (4, 4, (8, 8), extra, start)
+    ids = batch.inputs["input_ids"][0].tolist()
+    image_id = loaded.model.config.image_token_id
+    assert [position for position, token in enumerate(ids) if token == image_id] == list(grid.positions)
+    labels = result.tokens[grid.start : grid.start + grid.num_tokens]
+    assert labels == ["[CLS]"] * len(extra) + [f"r{row}c{col}" for row in range(4) for col in range(4)]
+    assert result.extras["image"].shape == (32, 32, 3)
+
+
+def test_paligemma_picture_and_prefix_attend_both_ways(vlm_dirs, picture):
+    """PaliGemma's picture and prompt are a bidirectional prefix: a patch attends to later patches, which a causal
+    mask would hide; attnviz says the model is not causal everywhere."""
+    loaded = attnviz.load_model(str(vlm_dirs["paligemma"]), device="cpu")
+    result = attnviz.capture(loaded, "a red cat", image=picture)
+    assert not loaded.causal and not result.causal
+    assert float(result.layer(0)[:, 0, 1:16].sum()) > 0.1
+    llava = attnviz.capture(attnviz.load_model(str(vlm_dirs["llava"]), device="cpu"), "a red cat", image=picture)
+    assert llava.causal and float(torch.triu(llava.layer(0), diagonal=1).abs().max()) == 0.0
+
+
+def test_caption_view_is_each_written_tokens_row_over_the_image(vlm_dirs, picture):
+    loaded = attnviz.load_model(str(vlm_dirs["llava"]), device="cpu")
+    result = attnviz.capture(loaded, "USER: <image>\na red cat", image=picture)
+    view = caption_view(result)
+    grid = result.image_grid
+    after = grid.start + grid.num_tokens  # the first token after the picture, written by the last image token
+    assert view.target_tokens == result.tokens[after - 1 :]
+    assert view.tokens == result.tokens[grid.start : after] and view.image_grid.start == 0
+    for layer in range(2):
+        expected = result.layer(layer)[:, after - 1 : -1, grid.start : after]  # [head, written, image token]
+        assert torch.equal(view.layer(layer, "cross"), expected)
+    from attnviz.render.caption_overlay import peak_patches
+
+    peaks = peak_patches(result)
+    strongest = result.layer(-1)[:, after - 1 : -1, grid.start : after].amax(dim=0)  # [written, patch]
+    assert [divmod(int(row.argmax()), 4) for row in strongest] == [patch for _, patch in peaks]
+
+
+def test_generation_with_a_picture_equals_eager_on_the_written_text(vlm_dirs, picture):
+    from attnviz.captures.generation import generate_capture
+
+    loaded = attnviz.load_model(str(vlm_dirs["llava"]), device="cpu")
+    written = generate_capture(loaded, "a red cat", image=picture, max_new_tokens=3)
+    batch = vision_language_batch(loaded, ["a red cat"], [picture])
+    ids = torch.cat([batch.inputs["input_ids"], torch.tensor([written.token_ids])], dim=1)  # [1, prompt + written]
+    inputs = {**batch.inputs, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    outputs = eager_outputs(vlm_dirs["llava"], inputs)
+    length = ids.shape[1]
+    capture = written.capture
+    assert capture.generated_from == batch.inputs["input_ids"].shape[1] and capture.image_grid == batch.image_grid
+    for layer, reference in enumerate(outputs.attentions):
+        assert float((capture.layer(layer)[:, :length, :length] - reference[0]).abs().max()) <= 1e-5
+    assert len(caption_view(capture).target_tokens) == len(written.token_ids) + 1  # the written tokens only
+
+
+def test_command_line_draws_each_written_word_and_saves_the_capture(capsys, tmp_path, vlm_dirs, picture):
+    image = tmp_path / "cat.png"
+    picture.save(image)
+    figure = tmp_path / "words.svg"
+    model = vlm_dirs["llava"]
+    result = run_cli(capsys, "heatmap", "--model", model, "a red cat", "--image", image, "--out", figure)
+    assert result.exit_code == 0, result.stderr
+    assert "vision-language" in result.stderr and "4×4 patches" in result.stderr
+    texts = read_svg(figure).texts
+    assert "the image" in texts and "re" in texts and "at" in texts
+    saved = tmp_path / "cat.safetensors"
+    result = run_cli(capsys, "capture", "--model", model, "a red cat", "--image", image, "--out", saved)
+    assert result.exit_code == 0, result.stderr
+    loaded = AttentionCapture.load(saved)
+    reference = attnviz.capture(attnviz.load_model(str(model), device="cpu"), "a red cat", image=picture)
+    assert loaded.image_grid == reference.image_grid and loaded.tokens == reference.tokens
+    assert torch.allclose(loaded.layer(1), reference.layer(1))
+    page = tmp_path / "written.html"
+    result = run_cli(capsys, "heatmap", "--model", model, "a red", "--image", image, "--generate", "2", "--out", page)
+    assert result.exit_code == 0, result.stderr
+    assert "written:" in result.stderr and page.read_text().rstrip().endswith("</html>")
+
+
+def test_bad_input_and_refused_families(capsys, tmp_path, vlm_dirs, picture):
+    image = tmp_path / "cat.png"
+    picture.save(image)
+    model = vlm_dirs["llava"]
+    result = run_cli(capsys, "heatmap", "--model", model, "--image", image, "--out", tmp_path / "x.png")
+    assert_clean_error(result, "vision-language model", "give a text with the image")
+    result = run_cli(capsys, "heatmap", "--model", model, "<image> a <image>", "--image", image, "--out", "x.png")
+    assert_clean_error(result, "one picture per text")
+    result = run_cli(capsys, "heatmap", "--model", "minilm", "a cat", "--image", image, "--out", tmp_path / "x.png")
+    assert_clean_error(result, "minilm is a text model", "vision-language model")
+    import transformers
+
+    refused = tmp_path / "mllama"
+    transformers.MllamaConfig().save_pretrained(refused)
+    result = run_cli(capsys, "heatmap", "--model", refused, "a cat", "--image", image, "--out", tmp_path / "x.png")
+    assert_clean_error(result, "mllama", "cross-attention layers", "LLaVA, PaliGemma")
+    assert not (tmp_path / "x.png").exists()
