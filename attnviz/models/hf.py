@@ -40,7 +40,7 @@ from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoi
 from attnviz.models.readout import Readout
 from attnviz.models.vision import load_vision_model
 from attnviz.models.vision_families import is_vision_type
-from attnviz.models.vlm_families import is_vision_language_type
+from attnviz.models.vlm_families import is_vision_language_type, vision_language_family
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")
@@ -97,12 +97,10 @@ def load_hf_model(
             return load_caption_model(  # type: ignore[return-value]
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
-        if not gguf_file and is_vision_language_type(config):  # a text with a picture in it
-            from attnviz.models.vlm import load_vision_language_model
-
-            return load_vision_language_model(
-                source, config, name=name, device=device, dtype=dtype, device_map=device_map
-            )
+        if not gguf_file and is_vision_language_type(config):
+            # a text with a picture in it: the families attnviz reads have a loader of their own
+            # (attnviz.models.vlm, found first by the registry); any other is refused here by name
+            vision_language_family(config, source)
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
     except AttnvizError:
         raise

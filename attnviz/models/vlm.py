@@ -16,6 +16,7 @@ tokenizer and the image processor).
 from __future__ import annotations
 
 import copy
+import os
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from torch import nn
 
 from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError, reason
 from attnviz.common.images import ImageGrid
+from attnviz.common.progress import quiet_third_party
 from attnviz.common.tokens import token_strings, word_ids_from_markers
 from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch
@@ -41,22 +43,31 @@ _LANGUAGE_MODEL = "language_model"
 _NOT_INPUTS = ("labels",)
 
 
+@quiet_third_party()  # transformers' loading bars off for this call only
 def load_vision_language_model(
-    source: str,
-    config: Any,
+    source: str | os.PathLike,
     *,
-    name: str | None,
-    device: torch.device | str,
-    dtype: torch.dtype,
+    name: str | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
     device_map: str | None = None,
 ) -> VisionLanguageModel:
-    """Load a vision-language model and its processor onto the attention core (see the module docstring)."""
+    """Load a vision-language model directory and its processor onto the attention core (see the module docstring).
+
+    The loader of :mod:`attnviz.models.specs` for a ``config.json`` of a family of
+    :data:`~attnviz.models.vlm_families.VLM_FAMILIES`."""
     import transformers
 
     from attnviz.models.hf import model_class_for
-    from attnviz.models.hf_checks import check_loading_info, first_line, quiet_image_processors
+    from attnviz.models.hf_checks import check_loading_info, first_line, quiet_image_processors, refuse_custom_code
     from attnviz.models.vision_families import load_weights_on_core
 
+    source = str(source)
+    refuse_custom_code(source)
+    try:
+        config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False, local_files_only=True)
+    except Exception as exc:
+        raise ModelSpecError(f"cannot load model {source!r}: {first_line(exc)}") from exc
     family = vision_language_family(config, source)
     try:
         with quiet_image_processors():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from attnviz.common.errors import UnsupportedModelError
@@ -101,6 +102,18 @@ def is_vision_language_type(config: Any) -> bool:
     return has_towers and any(
         getattr(config, field, None) is not None for field in ("image_token_id", "image_token_index")
     )
+
+
+def is_vision_language_folder(path: Path) -> bool:
+    """Whether the model directory ``path`` holds a vision-language family attnviz reads (from its
+    ``config.json`` alone: nothing is imported or loaded)."""
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("model_type") in VLM_FAMILIES
 
 
 def vision_language_family(config: Any, source: str) -> VisionLanguageFamily:
