@@ -157,3 +157,32 @@ def test_bad_input_and_refused_families(capsys, tmp_path, vlm_dirs, picture):
     result = run_cli(capsys, "heatmap", "--model", refused, "a cat", "--image", image, "--out", tmp_path / "x.png")
     assert_clean_error(result, "mllama", "cross-attention layers", "LLaVA, PaliGemma")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_statistics_over_texts_with_pictures_equal_the_captures(vlm_dirs):
+    """``compute_statistics(model, texts, images=…)``: every head's image share (the attention of each text query
+    after the picture on the picture's tokens, averaged) equals the captures'; the text statistics count every
+    token of every sequence."""
+    from attnviz.stats.export import stats_record
+
+    loaded = attnviz.load_model(str(vlm_dirs["llava"]), device="cpu")
+    texts = ["a red cat", "USER: <image>\nthe blue car by the sea"]
+    pictures = sample_images(2, seed=8, size=40)
+    stats = attnviz.compute_statistics(loaded, texts, images=pictures, progress=False)
+    captures = [attnviz.capture(loaded, text, image=image) for text, image in zip(texts, pictures)]
+    assert stats.num_examples == 2 and stats.num_tokens == sum(len(c.tokens) for c in captures)
+    for layer in range(2):
+        shares = []
+        for result in captures:
+            grid = result.image_grid
+            after = grid.start + grid.num_tokens
+            shares.append(result.layer(layer)[:, after:, grid.start : after].sum(dim=-1))  # [head, text query]
+        expected = torch.cat(shares, dim=1).double()  # [head, every text query after a picture]
+        site = attnviz.AttentionSite("self", layer)
+        assert torch.allclose(stats.picture.image_share[site], expected.mean(dim=1), atol=1e-6)
+        assert torch.allclose(stats.picture.image_share_std[site], expected.std(dim=1, unbiased=False), atol=1e-6)
+    assert stats.picture.queries == expected.shape[1]
+    record = stats_record(stats, attnviz.detect_heads(stats))
+    assert len(record["picture"]["heads"]) == 8 and 0 < record["picture"]["heads"][0]["image_share"] < 1
+    with pytest.raises(attnviz.AttnvizError, match="one text per picture"):
+        attnviz.compute_statistics(loaded, texts, images=pictures[:1], progress=False)
