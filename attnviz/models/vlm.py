@@ -15,7 +15,6 @@ tokenizer and the image processor).
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 from collections.abc import Sequence
@@ -224,18 +223,6 @@ class VisionLanguageModel(HFModel):
     def answer_position(self, batch: EncodedBatch, index: int) -> int:
         """The last token: the language model's next-token prediction is read there."""
         return batch.lengths[index] - 1
-
-
-def wrap_vision_language_model(model: nn.Module, processor: Any, *, name: str) -> VisionLanguageModel:
-    """``model`` (a vision-language model the user holds) and a copy of its ``processor`` as a loaded model; the
-    caller switches the model onto the core only while attnviz runs it (:mod:`attnviz.models.wrapped`)."""
-    family = vision_language_family(model.config, name)
-    if getattr(processor, "image_processor", None) is None or getattr(processor, "tokenizer", None) is None:
-        raise InputError(
-            f"attnviz.wrap needs the processor of vision-language model {name} (its tokenizer and image processor), "
-            f"got {type(processor).__name__}"
-        )
-    return VisionLanguageModel(model, copy.deepcopy(processor), family, name=name)
 
 
 def vision_language_model_of(loaded: Any) -> VisionLanguageModel:

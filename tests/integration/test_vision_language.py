@@ -186,3 +186,23 @@ def test_statistics_over_texts_with_pictures_equal_the_captures(vlm_dirs):
     assert len(record["picture"]["heads"]) == 8 and 0 < record["picture"]["heads"][0]["image_share"] < 1
     with pytest.raises(attnviz.AttnvizError, match="one text per picture"):
         attnviz.compute_statistics(loaded, texts, images=pictures[:1], progress=False)
+
+
+def test_wrap_takes_the_model_and_its_processor(vlm_dirs, picture):
+    """``attnviz.wrap(model, processor)`` on a vision-language model the user holds: the same numbers as the loaded
+    directory, and the user's model unchanged afterwards; a bare tokenizer is refused with one line."""
+    import transformers
+
+    directory = vlm_dirs["paligemma"]
+    model = transformers.AutoModelForImageTextToText.from_pretrained(directory, attn_implementation="eager").eval()
+    processor = transformers.AutoProcessor.from_pretrained(directory)
+    loaded = attnviz.wrap(model, processor)
+    wrapped = attnviz.capture(loaded, "a red cat", image=picture)
+    reference = attnviz.capture(attnviz.load_model(str(directory), device="cpu"), "a red cat", image=picture)
+    assert wrapped.tokens == reference.tokens and wrapped.image_grid == reference.image_grid
+    for layer in range(2):
+        assert float((wrapped.layer(layer) - reference.layer(layer)).abs().max()) <= 1e-6
+    assert model.config._attn_implementation == "eager"
+    assert model.config.text_config._attn_implementation == "eager"
+    with pytest.raises(attnviz.AttnvizError, match="needs its processor"):
+        attnviz.wrap(model, processor.tokenizer)
