@@ -79,9 +79,10 @@ def hf_head_output_weights(loaded: HFModel) -> dict[AttentionSite, tuple[Tensor,
     return weights
 
 
-def hf_readout(loaded: HFModel) -> Readout | None:
-    """The final norm and unembedding when the logits are exactly ``W_U · norm(residual)`` (checked on a probe)."""
-    base = loaded.model.base_model
+def hf_readout(loaded: HFModel, base: Any = None) -> Readout | None:
+    """The final norm and unembedding when the logits are exactly ``W_U · norm(residual)`` (checked on a probe);
+    ``base``: the module holding the final norm (default the base model; a vision-language model's language model)."""
+    base = loaded.model.base_model if base is None else base
     unembedding = loaded.model.get_output_embeddings()
     for name in FINAL_NORM_NAMES:
         readout = readout_of(getattr(base, name, None), unembedding)

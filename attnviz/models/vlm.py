@@ -220,6 +220,12 @@ class VisionLanguageModel(HFModel):
         if not has_lm_head(self):
             raise UnsupportedModelError(f"{self.name} has no language-model head: it cannot write text")
 
+    def readout(self):
+        """The language model's final norm and the unembedding (checked on a probe, as for any causal LM)."""
+        from attnviz.models.hf_patching import hf_readout
+
+        return hf_readout(self, base=getattr(self.model.base_model, _LANGUAGE_MODEL, None))
+
     def answer_position(self, batch: EncodedBatch, index: int) -> int:
         """The last token: the language model's next-token prediction is read there."""
         return batch.lengths[index] - 1

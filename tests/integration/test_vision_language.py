@@ -206,3 +206,78 @@ def test_wrap_takes_the_model_and_its_processor(vlm_dirs, picture):
     assert model.config.text_config._attn_implementation == "eager"
     with pytest.raises(attnviz.AttnvizError, match="needs its processor"):
         attnviz.wrap(model, processor.tokenizer)
+
+
+def _language_layers(directory):
+    """The eager model of ``directory`` and its language model's decoder layers."""
+    import transformers
+
+    model = transformers.AutoModelForImageTextToText.from_pretrained(directory, attn_implementation="eager").eval()
+    return model, model.model.language_model.layers
+
+
+def test_patching_with_a_picture_equals_a_plain_hook_on_the_output_projection(vlm_dirs, picture):
+    """``patch_heads(..., image=)`` patches the language model's heads: each patched logit difference equals a
+    corrupt run whose ``o_proj`` input gets the clean run's columns of that head (a forward pre-hook)."""
+    loaded = attnviz.load_model(str(vlm_dirs["llava"]), device="cpu")
+    clean, corrupt, answer, wrong = "a red cat", "a red mat", "a", "s"
+    result = attnviz.patch_heads(loaded, clean=clean, corrupt=corrupt, answer=answer, wrong=wrong, image=picture)
+    pair = vision_language_batch(loaded, [clean, corrupt], [picture, picture])
+    model, layers = _language_layers(vlm_dirs["llava"])
+    ids = [loaded.tokenizer.convert_tokens_to_ids(token) for token in (answer, wrong)]
+    inputs = {name: value for name, value in pair.inputs.items()}
+    clean_inputs = {name: value[:1] for name, value in inputs.items()}
+    corrupt_inputs = {name: value[1:] for name, value in inputs.items()}
+    heard: dict[int, torch.Tensor] = {}
+    hooks = [
+        layer.self_attn.o_proj.register_forward_pre_hook(lambda _, args, i=i: heard.__setitem__(i, args[0].clone()))
+        for i, layer in enumerate(layers)
+    ]
+    with torch.no_grad():
+        model(**clean_inputs)
+    for hook in hooks:
+        hook.remove()
+    width = heard[0].shape[-1] // 4  # [1, q, 4 heads × d]
+    for effect in result.heads:
+        columns = slice(effect.head * width, (effect.head + 1) * width)
+
+        def patch(_, args, clean_input=heard[effect.layer], columns=columns):
+            patched = args[0].clone()
+            patched[..., columns] = clean_input[..., columns]
+            return (patched,)
+
+        hook = layers[effect.layer].self_attn.o_proj.register_forward_pre_hook(patch)
+        with torch.no_grad():
+            logits = model(**corrupt_inputs).logits[0, -1]
+        hook.remove()
+        assert abs(float(logits[ids[0]] - logits[ids[1]]) - effect.patched_logit_diff) <= 1e-4
+    assert result.tokens[:16] == [f"r{row}c{col}" for row in range(4) for col in range(4)]
+    assert all(effect.direct_logit_attribution is not None for effect in result.heads)
+
+
+def test_norm_weighting_with_a_picture_is_weight_times_the_moved_vector(vlm_dirs, picture):
+    """``capture(..., image=, weighting="norm")`` is ``α_ij·‖W_O^h v_j^h‖`` of the language model's heads, with the
+    value vectors read by a plain hook on ``v_proj`` (grouped-query heads share them)."""
+    loaded = attnviz.load_model(str(vlm_dirs["llava"]), device="cpu")
+    normed = attnviz.capture(loaded, "a red cat", image=picture, weighting="norm")
+    batch = vision_language_batch(loaded, ["a red cat"], [picture])
+    model, layers = _language_layers(vlm_dirs["llava"])
+    values: dict[int, torch.Tensor] = {}
+    hooks = [
+        layer.self_attn.v_proj.register_forward_hook(lambda _, __, out, i=i: values.__setitem__(i, out[0]))
+        for i, layer in enumerate(layers)
+    ]
+    with torch.no_grad():
+        outputs = model(**batch.inputs, output_attentions=True)
+    for hook in hooks:
+        hook.remove()
+    for index, layer in enumerate(layers):
+        heads, kv_heads = 4, 2
+        value = values[index].view(-1, kv_heads, 12)  # [k, kv heads, d]
+        weight = layer.self_attn.o_proj.weight.detach()  # [width, heads × d]
+        norms = torch.stack(
+            [(value[:, head // (heads // kv_heads)] @ weight[:, head * 12 : (head + 1) * 12].T).norm(dim=-1)
+             for head in range(heads)]
+        )  # fmt: skip  # [h, k]
+        expected = outputs.attentions[index][0] * norms[:, None, :]  # [h, q, k]
+        assert float((normed.layer(index) - expected).abs().max()) <= 1e-4
