@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tiny_vision import tiny_caption_tokenizer
 
-VLM_FAMILIES = ("llava", "paligemma")
+VLM_FAMILIES = ("llava", "paligemma", "gemma3")
 IMAGE_SIZE = 32
 PATCH = 8
 
@@ -103,6 +103,30 @@ def tiny_vlm(family: str, *, strategy: str = "default"):
         )  # fmt: skip
         processor = transformers.Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
         model_class = transformers.Qwen2VLForConditionalGeneration
+    elif family == "gemma3":
+        base = tiny_caption_tokenizer()
+        tokenizer = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=base._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<pad>",
+            extra_special_tokens={
+                "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"
+            },
+        )  # fmt: skip
+        image_processor = transformers.Gemma3ImageProcessor(size=size)
+        # the tower's 4×4 patches are pooled onto 2×2 image tokens
+        processor = transformers.Gemma3Processor(
+            image_processor=image_processor, tokenizer=tokenizer, image_seq_length=4
+        )
+        text = transformers.Gemma3TextConfig(
+            hidden_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=12,
+            intermediate_size=64, vocab_size=len(tokenizer), initializer_range=0.2, max_position_embeddings=128,
+            sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+        )  # fmt: skip
+        config = transformers.Gemma3Config(
+            text_config=text, vision_config=_vision("siglip"), mm_tokens_per_image=4,
+            image_token_id=tokenizer.image_token_id, boi_token_id=tokenizer.boi_token_id,
+            eoi_token_id=tokenizer.convert_tokens_to_ids("<end_of_image>"),
+        )  # fmt: skip
+        model_class = transformers.Gemma3ForConditionalGeneration
     else:
         raise ValueError(f"unknown vision-language family {family!r}")
     torch.manual_seed(0)

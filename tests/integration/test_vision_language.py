@@ -16,7 +16,12 @@ from attnviz.captures.result import AttentionCapture
 from attnviz.captures.vision_language import caption_view, vision_language_batch
 
 #: family -> a prompt (the picture where it names ``<image>``; PaliGemma puts it first, then its BOS and the text)
-PROMPTS = {"llava": "USER: <image>\na red cat", "llava-full": "a red <image> cat", "paligemma": "a red cat"}
+PROMPTS = {
+    "llava": "USER: <image>\na red cat",
+    "llava-full": "a red <image> cat",
+    "paligemma": "a red cat",
+    "gemma3": "look: <start_of_image> a red cat",  # the processor wraps the picture in line breaks and its markers
+}
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +31,7 @@ def vlm_dirs(tmp_path_factory):
         "llava": build_tiny_vlm("llava", root / "llava"),
         "llava-full": build_tiny_vlm("llava", root / "llava-full", strategy="full"),
         "paligemma": build_tiny_vlm("paligemma", root / "paligemma"),
+        "gemma3": build_tiny_vlm("gemma3", root / "gemma3"),
     }
 
 
@@ -47,7 +53,10 @@ def eager_outputs(directory, inputs: dict):
 def test_capture_equals_eager_and_maps_the_image_tokens(vlm_dirs, picture, family):
     loaded = attnviz.load_model(str(vlm_dirs[family]), device="cpu")
     prompt = PROMPTS[family]
-    before, _, _ = prompt.rpartition("<image>")  # the picture's tokens come right after the text before it
+    marker = "<start_of_image>" if family == "gemma3" else "<image>"
+    before, _, _ = prompt.rpartition(marker)  # the picture's tokens come right after the text before it
+    if family == "gemma3":  # … and after the line breaks and the begin-of-image token the processor adds
+        before += "\n\n<start_of_image>"
     start = len(loaded.tokenizer(before, add_special_tokens=False)["input_ids"]) if before else 0
     result = attnviz.capture(loaded, prompt, image=picture)
     batch = vision_language_batch(loaded, [prompt], [picture])
@@ -62,12 +71,14 @@ def test_capture_equals_eager_and_maps_the_image_tokens(vlm_dirs, picture, famil
     # picture in 8-pixel patches, row-major (LLaVA's "full" strategy keeps CLIP's class token before them)
     grid = result.image_grid
     extra = ("cls",) if family == "llava-full" else ()
-    assert (grid.rows, grid.cols, grid.patch_size, grid.extra_kinds, grid.start) == (4, 4, (8, 8), extra, start)
+    side, patch = (2, 16) if family == "gemma3" else (4, 8)  # Gemma 3 pools the 4×4 patches onto 2×2 tokens
+    shape = (grid.rows, grid.cols, grid.patch_size, grid.extra_kinds, grid.start)
+    assert shape == (side, side, (patch, patch), extra, start)
     ids = batch.inputs["input_ids"][0].tolist()
     image_id = loaded.model.config.image_token_id
     assert [position for position, token in enumerate(ids) if token == image_id] == list(grid.positions)
     labels = result.tokens[grid.start : grid.start + grid.num_tokens]
-    assert labels == ["[CLS]"] * len(extra) + [f"r{row}c{col}" for row in range(4) for col in range(4)]
+    assert labels == ["[CLS]"] * len(extra) + [f"r{row}c{col}" for row in range(side) for col in range(side)]
     assert result.extras["image"].shape == (32, 32, 3)
 
 
