@@ -30,6 +30,7 @@ from attnviz.common.tokens import token_strings, word_ids_from_markers
 from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
+from attnviz.models.placement import Placement
 from attnviz.models.vision import displayed_pixels
 from attnviz.models.vlm_families import VisionLanguageFamily, image_placeholder, vision_language_family
 
@@ -49,7 +50,7 @@ def load_vision_language_model(
     name: str | None = None,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
-    device_map: str | None = None,
+    device_map: Placement | None = None,
 ) -> VisionLanguageModel:
     """Load a vision-language model directory and its processor onto the attention core (see the module docstring).
 

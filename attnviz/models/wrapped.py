@@ -30,6 +30,8 @@ from attnviz.common.progress import quiet_third_party
 from attnviz.core import ATTENTION_NAME, AttentionContext, register_attention
 from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
+from attnviz.models.hf_checks import refuse_unreadable_family
+from attnviz.models.placement import offloaded
 from attnviz.models.vlm import VisionLanguageModel
 from attnviz.models.vlm_families import is_vision_language_type, vision_language_family
 
@@ -72,6 +74,8 @@ class _OnCoreWhileRunning:
 
     def check_loaded(self) -> None:
         """Refuse a model whose weights are on the meta device (laid out, never loaded): nothing can run it."""
+        if offloaded(self.model):
+            return  # accelerate's hooks load the offloaded weights for each forward
         if any(parameter.device.type == "meta" for parameter in self.model.parameters()):
             raise UnsupportedModelError(
                 f"the weights of {self.name} are on the meta device (a model laid out but not loaded): load them "
@@ -129,6 +133,9 @@ def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) ->
     register_attention()
     family = getattr(model.config, "model_type", type(model).__name__)
     name = name or _default_name(model)
+    if is_vision_language_type(model.config):
+        vision_language_family(model.config, name)  # refuses, by name, a family attnviz cannot map
+    refuse_unreadable_family(model.config, type(model), name)
     configs = _attention_configs(model)
     loaded: WrappedModel | WrappedVisionLanguageModel
     if is_vision_language_type(model.config):  # a text with a picture in it: the processor reads both

@@ -14,6 +14,7 @@ from tiny_vlm import build_tiny_vlm
 import attnviz
 from attnviz.captures.result import AttentionCapture
 from attnviz.captures.vision_language import caption_view, vision_language_batch
+from attnviz.core import AttentionSite
 
 #: family -> a prompt (the picture where it names ``<image>``; PaliGemma puts it first, then its BOS and the text)
 PROMPTS = {
@@ -189,7 +190,7 @@ def test_statistics_over_texts_with_pictures_equal_the_captures(vlm_dirs):
             after = grid.start + grid.num_tokens
             shares.append(result.layer(layer)[:, after:, grid.start : after].sum(dim=-1))  # [head, text query]
         expected = torch.cat(shares, dim=1).double()  # [head, every text query after a picture]
-        site = attnviz.AttentionSite("self", layer)
+        site = AttentionSite("self", layer)
         assert torch.allclose(stats.picture.image_share[site], expected.mean(dim=1), atol=1e-6)
         assert torch.allclose(stats.picture.image_share_std[site], expected.std(dim=1, unbiased=False), atol=1e-6)
     assert stats.picture.queries == expected.shape[1]
