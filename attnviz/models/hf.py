@@ -37,6 +37,7 @@ from attnviz.models.objective import LanguageModelObjective, Objective, Represen
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
+from attnviz.models.readers import ResidualReaders
 from attnviz.models.readout import Readout
 from attnviz.models.vision import load_vision_model
 from attnviz.models.vision_families import is_vision_type
@@ -250,6 +251,11 @@ class HFModel(LoadedModel):
 
     def readout(self) -> Readout | None:
         return hf_readout(self)
+
+    def residual_readers(self) -> ResidualReaders:
+        from attnviz.models.hf_readers import hf_residual_readers
+
+        return hf_residual_readers(self)
 
     def check_objective(self) -> None:
         if self.encoder_decoder:

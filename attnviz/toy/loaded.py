@@ -31,6 +31,7 @@ from attnviz.core import AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruning_records import identity_from_history
+from attnviz.models.readers import LayerReaders, Projection, ResidualReaders, check_residual_sum
 from attnviz.models.readout import Readout, readout_of
 from attnviz.models.slicing import head_output_slices
 from attnviz.outputs import files
@@ -126,6 +127,22 @@ class ToyModel(LoadedModel):
 
     def readout(self) -> Readout | None:
         return readout_of(self.model.final_norm, self.model.lm_head)
+
+    def residual_readers(self) -> ResidualReaders:
+        """The blocks of a decoder or encoder toy (pre-LayerNorm sums): separate query, key and value ``nn.Linear``."""
+        self.check_patching()
+        blocks = self.model.decoder if self.model.decoder is not None else self.model.encoder
+        assert blocks is not None  # a decoder or an encoder toy (check_patching refuses encoder-decoder toys)
+        layers = []
+        for block in blocks:
+            attention = block.attention
+            projections = tuple(
+                Projection(linear, linear.weight.detach(), linear.bias.detach(), attention.head_dim,
+                           tuple((kind, head) for head in range(attention.heads)))
+                for kind, linear in (("q", attention.query), ("k", attention.key), ("v", attention.value))
+            )  # fmt: skip
+            layers.append(LayerReaders(attention.site, block, block.attention_norm, projections, block.mlp_norm, block.mlp))
+        return check_residual_sum(self, ResidualReaders(tuple(layers), self.model.final_norm))
 
     def save_pruned(
         self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False
