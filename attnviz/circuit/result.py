@@ -134,7 +134,6 @@ class CircuitResult(NotebookDisplay):
         listed = self.edges if edges is None else self.edges[:edges]
         record: dict = {
             "method": self.method,
-            "metric": self.metric,
             "clean_logit_diff": self.clean_logit_diff,
             "corrupt_logit_diff": self.corrupt_logit_diff,
             "nodes": [node.record() for node in self.nodes],
