@@ -12,6 +12,7 @@ The main entry points, in the order data flows through them::
     matrix = attnviz.rollout(result)                           # attention rollout [query, key]
     rows = attnviz.capture_query_rows(model, long_text, "last")  # one query's row per head, any length
     effects = attnviz.patch_heads(model, clean=…, corrupt=…, answer=…, wrong=…)  # which heads make this answer
+    circuit = attnviz.find_circuit(model, clean=…, corrupt=…, answer=…, wrong=…)  # which heads feed which
     outcome = attnviz.prune_model(model, attnviz.PruneConfig(ratio=0.3), texts=texts)
 
 Names are imported lazily, so ``import attnviz`` does not import torch or transformers
@@ -72,6 +73,8 @@ _EXPORTS = {
     "head_functions": "attnviz.heads",
     "patch_heads": "attnviz.patching",
     "PatchResult": "attnviz.patching",
+    "find_circuit": "attnviz.circuit",
+    "CircuitResult": "attnviz.circuit",
     "head_similarity": "attnviz.heads",
     "rollout": "attnviz.heads",
     "HeadFunctions": "attnviz.heads",
@@ -88,6 +91,7 @@ __all__ = [
     "AttentionContext",
     "AttentionSite",
     "AttnvizError",
+    "CircuitResult",
     "FunctionThresholds",
     "HeadFunctions",
     "HeadMask",
@@ -115,6 +119,7 @@ __all__ = [
     "compute_statistics",
     "detect_heads",
     "explain_logit",
+    "find_circuit",
     "head_atlas",
     "head_functions",
     "head_similarity",
@@ -145,6 +150,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.captures.images import capture_image
     from attnviz.captures.query_rows import QueryRows, capture_query_rows, query_rows_of_capture
     from attnviz.captures.result import AttentionCapture
+    from attnviz.circuit import CircuitResult, find_circuit
     from attnviz.common.errors import AttnvizError
     from attnviz.compare import compare_inputs, compare_models
     from attnviz.core import AttentionContext, AttentionSite, HeadMask, attend

@@ -66,7 +66,9 @@ class Scores:
     edges: Tensor | None
 
 
-def metric_of(logits: Tensor, group: PairGroup, metric: Metric, clean_logprobs: Tensor | None, times: int = 1) -> Tensor:
+def metric_of(
+    logits: Tensor, group: PairGroup, metric: Metric, clean_logprobs: Tensor | None, times: int = 1
+) -> Tensor:
     """``[times·b]`` the metric of each row of ``logits`` ``[times·b, q, vocab]`` (rows tiled like :func:`tile`)."""
     rows = torch.arange(logits.shape[0], device=logits.device)
     positions = group.positions.to(logits.device).repeat(times)
@@ -84,23 +86,23 @@ def logit_diff(logits: Tensor, group: PairGroup) -> Tensor:
 
 
 def reference_runs(setting: Setting, group: PairGroup) -> Reference:
-    """One clean and one corrupt forward pass of ``group`` (no gradients)."""
-    clean = setting.trace()
-    clean_logits = clean.run(group.clean)
-    rows = torch.arange(len(group))
-    clean_logprobs = clean_logits[rows, group.positions.to(clean_logits.device)].float().log_softmax(-1)
-    corrupt = setting.trace()
-    corrupt_logits = corrupt.run(group.corrupt)
-    assert clean.acts is not None and corrupt.acts is not None
+    """The clean and corrupt prompts of ``group`` as one forward pass of ``2b`` rows (no gradients)."""
+    size = len(group)
+    trace = setting.trace()
+    logits = trace.run(group.both)  # [2b, q, vocab]: the clean rows, then the corrupt rows
+    clean_logits, corrupt_logits = logits[:size], logits[size:]
+    rows = torch.arange(size)
+    clean_logprobs = clean_logits[rows, group.positions.to(logits.device)].float().log_softmax(-1)
+    assert trace.acts is not None
     return Reference(
         clean_metric=metric_of(clean_logits, group, setting.metric, clean_logprobs).double().cpu(),
         corrupt_metric=metric_of(corrupt_logits, group, setting.metric, clean_logprobs).double().cpu(),
         clean_logit_diff=logit_diff(clean_logits, group).double().cpu(),
         corrupt_logit_diff=logit_diff(corrupt_logits, group).double().cpu(),
-        clean_acts=clean.acts,
-        corrupt_acts=corrupt.acts,
-        clean_heads={index: z.detach() for index, z in clean.head_outputs.items()},
-        corrupt_heads={index: z.detach() for index, z in corrupt.head_outputs.items()},
+        clean_acts=trace.acts[:, :size],
+        corrupt_acts=trace.acts[:, size:],
+        clean_heads={index: z.detach()[:size] for index, z in trace.head_outputs.items()},
+        corrupt_heads={index: z.detach()[size:] for index, z in trace.head_outputs.items()},
         clean_logprobs=clean_logprobs,
     )
 

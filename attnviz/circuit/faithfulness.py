@@ -108,7 +108,9 @@ def smallest_reaching(
     runs = 0
     while high - low > 1:
         middle = (low + high) // 2
-        value = normalized(patched_metrics(setting, groups, keep_top(ranking, edges, [middle]), source="clean"), clean, corrupt)[0]
+        value = normalized(
+            patched_metrics(setting, groups, keep_top(ranking, edges, [middle]), source="clean"), clean, corrupt
+        )[0]
         runs += 1
         if value >= target:
             high, best = middle, value

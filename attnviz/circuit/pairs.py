@@ -39,6 +39,7 @@ class PairGroup:
     pairs: list[PromptPair]
     clean: EncodedBatch
     corrupt: EncodedBatch
+    both: EncodedBatch  # the clean rows, then the corrupt rows (the reference runs' one batch)
     positions: Tensor  # [b] long: where each row's answer is read
     answers: Tensor  # [b] long
     wrongs: Tensor  # [b] long
@@ -79,9 +80,7 @@ def pair_of(record: object, where: str) -> PromptPair:
     return PromptPair(*(str(record[name]) for name in PAIR_FIELDS))
 
 
-def group_pairs(
-    loaded: LoadedModel, pairs: Sequence[PromptPair], *, max_length: int | None = None
-) -> list[PairGroup]:
+def group_pairs(loaded: LoadedModel, pairs: Sequence[PromptPair], *, max_length: int | None = None) -> list[PairGroup]:
     """The pairs checked (one-token answers, equal token counts, one answer position) and grouped by length."""
     by_length: dict[int, list[tuple[PromptPair, int, int, int]]] = {}
     for number, pair in enumerate(pairs, start=1):
@@ -105,10 +104,12 @@ def group_pairs(
     groups = []
     for _, members in sorted(by_length.items()):
         chosen = [pair for pair, *_ in members]
-        clean = loaded.encode([p.clean for p in chosen], max_length=max_length, truncate=False)
-        corrupt = loaded.encode([p.corrupt for p in chosen], max_length=max_length, truncate=False)
+        texts = [p.clean for p in chosen] + [p.corrupt for p in chosen]
+        both = loaded.encode(texts, max_length=max_length, truncate=False)
+        clean = loaded.encode(texts[: len(chosen)], max_length=max_length, truncate=False)
+        corrupt = loaded.encode(texts[len(chosen) :], max_length=max_length, truncate=False)
         numbers = torch.as_tensor([rest for _, *rest in members], dtype=torch.long)  # [b, 3]
-        groups.append(PairGroup(chosen, clean, corrupt, numbers[:, 0], numbers[:, 1], numbers[:, 2]))
+        groups.append(PairGroup(chosen, clean, corrupt, both, numbers[:, 0], numbers[:, 1], numbers[:, 2]))
     return groups
 
 

@@ -122,9 +122,7 @@ class CircuitResult(NotebookDisplay):
         same_sign = sum(1 for a, b in zip(estimated, exact, strict=True) if (a >= 0) == (b >= 0)) / len(exact)
         items = self.edges if self.kept == "edges" else self.nodes
         return {
-            "items": [
-                {**items[index].record(), "exact": value} for index, _, value in self.verified  # type: ignore[union-attr]
-            ],
+            "items": [{**items[index].record(), "exact": value} for index, _, value in self.verified],
             "pearson": _pearson(estimated, exact),
             "sign_agreement": same_sign,
         }

@@ -97,7 +97,7 @@ def find_circuit(
                 if scores.edges is not None:
                     edges_sum = scores.edges if edges_sum is None else edges_sum + scores.edges
                 runs = steps if method == "eap-ig" else 1
-                passes["forward"] += 2 + runs
+                passes["forward"] += 1 + runs  # the reference pass holds both prompts
                 passes["backward"] += runs
                 bar.update(task, advance=1)
         count = len(chosen)
@@ -174,7 +174,7 @@ def _pairs(clean, corrupt, answer, wrong, pairs) -> list[PromptPair]:
     missing = [name for name, value in zip(("clean", "corrupt", "answer", "wrong"), single, strict=True) if not value]
     if missing:
         raise ParameterError(missing[0], f"give {{{missing[0]}}}: a circuit needs clean, corrupt, answer and wrong")
-    return [PromptPair(clean, corrupt, answer, wrong)]  # type: ignore[arg-type]
+    return [PromptPair(clean, corrupt, answer, wrong)]
 
 
 def _check(method, metric, steps, verify, target, curve_points, batch_size) -> None:

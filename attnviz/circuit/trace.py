@@ -58,6 +58,7 @@ class Trace:
         self.output_weights = output_weights  # site -> [width, h, d]
         self.gradient_mode, self.split, self.embed, self.patch = gradients, split or patch is not None, embed, patch
         self.acts: Tensor | None = None  # [S, b, q, width]
+        self.delta: Tensor | None = None  # with a patch: [b, S, q·width], acts − target, batch first for bmm
         self.head_outputs: dict[int, Tensor] = {}  # layer index -> z [b, q, h, d] (in the graph)
         self.mlp_outputs: dict[int, Tensor] = {}  # layer index -> [b, q, width] (in the graph)
         self.embedding: Tensor | None = None  # [b, q, width] leaf
@@ -82,8 +83,8 @@ class Trace:
         assert self.embedding is not None
         inputs = [self.embedding, *self.head_outputs.values(), *self.mlp_outputs.values()]
         inputs += [copy for _, copy in self.copies]
-        found = torch.autograd.grad(metric, inputs, allow_unused=True)
-        found = [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, found, strict=True)]
+        raw = torch.autograd.grad(metric, inputs, allow_unused=True)
+        found = [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, raw, strict=True)]
         heads = len(self.head_outputs)
         result: dict[str, Any] = {
             "embed": found[0],
@@ -116,10 +117,17 @@ class Trace:
         self.head_outputs[index] = output
         weight = self.output_weights[site]  # [w, h, d]
         written = torch.einsum("bqhd,whd->hbqw", output.detach().to(weight.dtype), weight)
-        assert self.acts is not None
         span = self.graph.head_senders[index]
-        self.acts[span.start : span.stop] = written.to(self.acts.dtype)
+        self._record(span.start, span.stop, written)
         return output
+
+    def _record(self, start: int, stop: int, values: Tensor) -> None:
+        """Senders ``start … stop−1`` wrote ``values`` ``[n, b, q, w]``."""
+        assert self.acts is not None
+        self.acts[start:stop] = values.to(self.acts.dtype)
+        if self.patch is not None and self.delta is not None:
+            change = self.acts[start:stop] - self.patch.target[start:stop]  # [n, b, q, w]
+            self.delta[:, start:stop] = change.flatten(2).transpose(0, 1)
 
     # -- the hooks --------------------------------------------------------------------------------------
 
@@ -155,7 +163,10 @@ class Trace:
                     stream = stream.detach().requires_grad_()
                 self.embedding = stream
                 self.acts = stream.new_zeros(len(self.graph.senders), *stream.shape)
-                self.acts[0] = stream.detach()
+                if self.patch is not None:
+                    batch, length, width = stream.shape
+                    self.delta = stream.new_zeros(batch, len(self.graph.senders), length * width)
+                self._record(0, 1, stream.detach()[None])
             self._streams[index] = stream
             self._normed.pop(index, None)
             if index == 0:
@@ -166,15 +177,18 @@ class Trace:
 
     def _extra(self, receivers: range | int, stage: int) -> Tensor | None:
         """``[n, b, q, w]`` (or ``[b, q, w]`` for one receiver): what an edge patch adds to these receivers' copies."""
-        if self.patch is None or self.acts is None:
+        if self.patch is None or self.delta is None:
             return None
         upstream = self.graph.upstream(stage)
         columns = receivers if isinstance(receivers, range) else [receivers]
-        drop = self.patch.drop[:, :upstream, columns.start : columns.stop] if isinstance(columns, range) else (
-            self.patch.drop[:, :upstream, columns]
+        drop = (
+            self.patch.drop[:, :upstream, columns.start : columns.stop]
+            if isinstance(columns, range)
+            else (self.patch.drop[:, :upstream, columns])
         )  # [b, s, n]
-        change = self.acts[:upstream] - self.patch.target[:upstream]  # [s, b, q, w]
-        extra = -torch.einsum("bsn,sbqw->nbqw", drop.to(change.dtype), change)
+        _, batch, length, width = self.patch.target.shape  # [S, b, q, w]
+        moved = torch.bmm(drop.transpose(1, 2).to(self.delta.dtype), self.delta[:, :upstream])  # [b, n, q·w]
+        extra = -moved.view(batch, -1, length, width).transpose(0, 1)  # [n, b, q, w]
         return extra if isinstance(receivers, range) else extra[0]
 
     def _project(self, index: int, projection: Projection):
@@ -231,7 +245,7 @@ class Trace:
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
             value = output[0] if isinstance(output, tuple) else output
             self.mlp_outputs[index] = value
-            assert self.acts is not None and sender is not None
-            self.acts[sender] = value.detach().to(self.acts.dtype)
+            assert sender is not None
+            self._record(sender, sender + 1, value.detach()[None])
 
         return hook

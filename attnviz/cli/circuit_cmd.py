@@ -102,9 +102,7 @@ def circuit(
     ] = 0,
     target: Annotated[
         float,
-        _circuit_option(
-            "--target", "The faithfulness the smallest circuit must reach (0 to 1). Example: --target 0.9"
-        ),
+        _circuit_option("--target", "The faithfulness the smallest circuit must reach (0 to 1). Example: --target 0.9"),
     ] = 0.8,
     edges: Annotated[
         str,

@@ -54,6 +54,7 @@ def hf_residual_readers(loaded: HFModel) -> ResidualReaders:
                 f"{mlp_name}, so attnviz cannot find what reads its residual stream"
             )
         norm, mlp_norm, mlp = parts
+        assert norm is not None  # every part is a module (checked above)
         layers.append(LayerReaders(site, layer, norm, _projections(block), mlp_norm, mlp))
     return check_residual_sum(loaded, ResidualReaders(tuple(layers), readout.norm))
 

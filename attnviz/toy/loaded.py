@@ -31,7 +31,7 @@ from attnviz.core import AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruning_records import identity_from_history
-from attnviz.models.readers import LayerReaders, Projection, ResidualReaders, check_residual_sum
+from attnviz.models.readers import HeadInput, LayerReaders, Projection, ResidualReaders, check_residual_sum
 from attnviz.models.readout import Readout, readout_of
 from attnviz.models.slicing import head_output_slices
 from attnviz.outputs import files
@@ -39,7 +39,7 @@ from attnviz.toy.config import ToyConfig
 from attnviz.toy.encoding import IGNORE, batch_toy_examples, encode_toy_texts, greedy_answers
 from attnviz.toy.files import write_checkpoint_files
 from attnviz.toy.inputs import random_symbols_batch, symbol_probe_batches
-from attnviz.toy.model import ToyOutput, ToyTransformer
+from attnviz.toy.model import Block, ToyOutput, ToyTransformer
 from attnviz.toy.pruning import prune_toy_heads
 from attnviz.toy.task_objective import TaskObjective
 from attnviz.toy.tasks import Task, TaskSettings, ToyExample, get_task
@@ -135,13 +135,19 @@ class ToyModel(LoadedModel):
         assert blocks is not None  # a decoder or an encoder toy (check_patching refuses encoder-decoder toys)
         layers = []
         for block in blocks:
+            assert isinstance(block, Block)
             attention = block.attention
+            linears: tuple[tuple[HeadInput, nn.Linear], ...] = (
+                ("q", attention.query), ("k", attention.key), ("v", attention.value)
+            )  # fmt: skip
             projections = tuple(
                 Projection(linear, linear.weight.detach(), linear.bias.detach(), attention.head_dim,
                            tuple((kind, head) for head in range(attention.heads)))
-                for kind, linear in (("q", attention.query), ("k", attention.key), ("v", attention.value))
+                for kind, linear in linears
             )  # fmt: skip
-            layers.append(LayerReaders(attention.site, block, block.attention_norm, projections, block.mlp_norm, block.mlp))
+            layers.append(
+                LayerReaders(attention.site, block, block.attention_norm, projections, block.mlp_norm, block.mlp)
+            )
         return check_residual_sum(self, ResidualReaders(tuple(layers), self.model.final_norm))
 
     def save_pruned(

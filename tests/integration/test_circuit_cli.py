@@ -15,12 +15,16 @@ TOP_KEYS = {"method", "clean_logit_diff", "corrupt_logit_diff", "nodes", "edges"
 
 def test_json_follows_the_schema_and_pairs_average(capsys, tmp_path, tiny_dirs):
     json_path, figure = tmp_path / "circuit.json", tmp_path / "circuit.svg"
-    result = run_cli(capsys, "circuit", tiny_dirs["gpt2"], *PAIR, "--edges", "all", "--json", json_path, "--out", figure)
+    result = run_cli(
+        capsys, "circuit", tiny_dirs["gpt2"], *PAIR, "--edges", "all", "--json", json_path, "--out", figure
+    )
     assert result.exit_code == 0, result.stderr
     record = json.loads(json_path.read_text())
     assert set(record) == TOP_KEYS and record["method"] == "eap"
     assert [(n["kind"], n["layer"], n["head"]) for n in record["nodes"]][:6] == [
-        ("embed", None, None), *[("head", 0, h) for h in range(4)], ("mlp", 0, None)
+        ("embed", None, None),
+        *[("head", 0, h) for h in range(4)],
+        ("mlp", 0, None),
     ]
     senders = 1 + 2 * 5  # embeddings, then per layer 4 heads and an MLP
     receivers = 2 * (3 * 4 + 1) + 1  # per layer q, k, v of 4 heads and an MLP, then the logits

@@ -42,7 +42,9 @@ def hooked_run(model, family, ids, tokens, *, grad=False, change=None):
     for index, layer in enumerate(layers_of(model)):
         projection = getattr(getattr(layer, attention), output)
         handles.append(projection.register_forward_pre_hook(lambda m, a, i=index: seen["z"].__setitem__(i, a[0])))
-        handles.append(getattr(layer, mlp).register_forward_hook(lambda m, a, o, i=index: seen["mlp"].__setitem__(i, o)))
+        handles.append(
+            getattr(layer, mlp).register_forward_hook(lambda m, a, o, i=index: seen["mlp"].__setitem__(i, o))
+        )
         handles.append(
             layer.register_forward_pre_hook(lambda m, a, k, i=index: seen["in"].__setitem__(i, a[0] if a else k["hidden_states"]), with_kwargs=True)
         )  # fmt: skip
@@ -79,7 +81,9 @@ def test_node_attributions_equal_autograd_through_hooks_and_edges_add_up_to_them
         per_column = (clean["z"][layer] - corrupt["z"][layer]) * grads["z"][layer][0]  # [q, h·d]
         for head, value in enumerate(per_column.view(per_column.shape[0], heads, -1).sum((0, 2)).tolist()):
             expected[("head", layer, head)] = value
-        expected[("mlp", layer, None)] = float(((clean["mlp"][layer] - corrupt["mlp"][layer]) * grads["mlp"][layer][0]).sum())
+        expected[("mlp", layer, None)] = float(
+            ((clean["mlp"][layer] - corrupt["mlp"][layer]) * grads["mlp"][layer][0]).sum()
+        )
     found = {(n.kind, n.layer, n.head): n.attribution for n in result.nodes if n.kind != "embed"}
     assert set(found) == set(expected)
     scale = max(abs(v) for v in expected.values())
@@ -164,7 +168,9 @@ def test_path_patching_of_one_edge_equals_a_hand_written_hook(tiny_dirs, tiny_mo
 
 
 def test_atp_verifies_nodes_by_patching_their_output(tiny_models):
-    result = find_circuit(tiny_models["llama"], clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, method="atp", verify=3)
+    result = find_circuit(
+        tiny_models["llama"], clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, method="atp", verify=3
+    )
     assert result.edges == [] and result.kept == "nodes"
     verification = result.verification()
     assert len(verification["items"]) == 3
