@@ -130,12 +130,12 @@ def attribute(
         if sender is not None:
             nodes[sender] = torch.einsum(f"bqw,bqw->{keep}", delta[sender], gradients["mlps"][index].double())
     if not edges_wanted:
-        return Scores(nodes, None)
+        return Scores(nodes.cpu(), None)
     receivers = gradients["receivers"].double()  # [R, b, q, w]
     edges = torch.einsum(f"sbqw,rbqw->sr{keep}", delta, receivers)
     mask = graph.edges().to(edges.device)
     edges = edges * (mask[:, :, None] if per_position else mask)
-    return Scores(nodes, edges)
+    return Scores(nodes.cpu(), edges.cpu())
 
 
 def _integrated_gradients(

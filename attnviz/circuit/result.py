@@ -10,6 +10,7 @@ from pathlib import Path
 
 from attnviz.circuit.choices import Method, Metric
 from attnviz.common.display import NotebookDisplay
+from attnviz.common.wording import plural
 from attnviz.outputs import files
 
 
@@ -152,13 +153,13 @@ class CircuitResult(NotebookDisplay):
     def summary_line(self) -> str:
         """What was measured, in one line."""
         what = {"atp": "attribution patching (nodes)", "eap": "edge attribution patching"}.get(
-            self.method, f"edge attribution patching with integrated gradients ({self.steps} steps)"
+            self.method, f"edge attribution patching with integrated gradients ({plural(self.steps, 'step')})"
         )
         metric = "logit difference" if self.metric == "logit-diff" else "KL divergence from the clean run"
         pairs = f"{self.pairs} prompt pairs" if self.pairs > 1 else "one prompt pair"
         return (
             f"{what} · metric: {metric} · {pairs} · smallest circuit reaching faithfulness {self.target:g}: "
-            f"{self.circuit_edges} {self.kept} (faithfulness {self.circuit_faithfulness:.3f})"
+            f"{plural(self.circuit_edges, self.kept[:-1])} (faithfulness {self.circuit_faithfulness:.3f})"
         )
 
 

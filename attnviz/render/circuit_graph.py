@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnviz.common.wording import plural
 from attnviz.render.figures import subplots
 
 #: edges drawn at most (the circuit may be larger: the strongest are drawn)
@@ -121,7 +122,7 @@ def circuit_figure(result, *, count: int | None = None):
         )
         draw_curve(axes[0][1], result)
     fig.suptitle(
-        f"{result.model} · {result.answer!r} over {result.wrong!r} · circuit of {result.circuit_edges} {result.kept}: "
+        f"{result.model} · {result.answer!r} over {result.wrong!r} · circuit of {plural(result.circuit_edges, result.kept[:-1])}: "
         f"faithfulness {result.circuit_faithfulness:.2f}",
         fontsize=10,
     )

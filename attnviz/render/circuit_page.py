@@ -81,8 +81,9 @@ _SCRIPT = """<script>
       element("title", {}, line).textContent = e.label + ": " + e.score.toFixed(4);
     }
     var point = faithfulness(k);
-    readout.textContent = k + " edges kept" + (point ? " · faithfulness " + point[1].toFixed(3) +
-      " at " + point[0] + " edges (the nearest measured circuit at or below)" : "");
+    readout.textContent = k + (k === 1 ? " edge" : " edges") + " kept" + (point ? " · faithfulness " +
+      point[1].toFixed(3) + " at " + point[0] + (point[0] === 1 ? " edge" : " edges") +
+      " (the nearest measured circuit at or below)" : "");
   }
   slider.addEventListener("input", draw);
   draw();
