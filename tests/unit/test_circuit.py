@@ -175,3 +175,20 @@ def test_atp_verifies_nodes_by_patching_their_output(tiny_models):
     verification = result.verification()
     assert len(verification["items"]) == 3
     assert verification["sign_agreement"] == 1.0
+
+
+def test_per_position_scores_add_up_and_kl_runs_from_corrupt_to_clean(tiny_models):
+    loaded = tiny_models["gpt2"]
+    result = find_circuit(
+        loaded, clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, per_position=True, metric="kl"
+    )
+    assert result.clean_metric == pytest.approx(0.0, abs=1e-6) and result.corrupt_metric > 0
+    for item in [*result.nodes, *result.edges]:
+        assert len(item.per_position) == 16
+        total = item.attribution if hasattr(item, "attribution") else item.score
+        assert sum(item.per_position) == pytest.approx(total, abs=1e-9)
+    (_, empty), (_, whole) = result.faithfulness_curve[0], result.faithfulness_curve[-1]
+    assert empty == pytest.approx(0.0, abs=1e-4) and whole == pytest.approx(1.0, abs=1e-4)  # float32 KL
+    # the logit-difference attributions of the same pair differ (another metric), the logit differences do not
+    plain = find_circuit(loaded, clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG)
+    assert plain.clean_logit_diff == pytest.approx(result.clean_logit_diff)
