@@ -23,6 +23,7 @@ from attnviz.circuit.choices import Method, Metric
 from attnviz.circuit.graph import Graph
 from attnviz.circuit.pairs import PairGroup, tile
 from attnviz.circuit.trace import Trace
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.readers import ResidualReaders
@@ -38,6 +39,7 @@ class Setting:
     output_weights: dict[AttentionSite, Tensor]  # [width, h, d] per site
     metric: Metric
     batch_size: int
+    parallel: DataParallel = SINGLE_PROCESS  # this process's share of a data-parallel run (pairs are shared out)
 
     def trace(self, **options) -> Trace:
         return Trace(self.loaded, self.readers, self.graph, self.output_weights, **options)

@@ -33,9 +33,10 @@ def patched_metrics(
     advance=lambda done: None,
 ) -> Tensor:
     """``[n]`` float64: the metric averaged over every pair, for each of ``n`` patchings ``drops`` ``[n, S, R]``
-    (True where the edge carries the other run's activation); the ``source`` prompt runs."""
+    (True where the edge carries the other run's activation); the ``source`` prompt runs. Each process of a
+    data-parallel run measures its own pairs; the sums are shared."""
     total = torch.zeros(drops.shape[0], dtype=torch.float64)
-    pairs = sum(len(group) for group, _ in groups)
+    local = sum(len(group) for group, _ in groups)
     for group, reference in groups:
         size = len(group)
         per_chunk = max(1, setting.batch_size // size)
@@ -53,6 +54,8 @@ def patched_metrics(
             values = metric_of(logits, group, setting.metric, reference.clean_logprobs, times)
             total[start : start + times] += values.double().cpu().view(times, size).sum(1)
             advance(times)
+    (total,) = setting.parallel.sum([total])
+    (pairs,) = setting.parallel.sum_numbers([local])
     return total / pairs
 
 

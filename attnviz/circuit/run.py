@@ -24,9 +24,10 @@ from attnviz.circuit.faithfulness import (
     smallest_reaching,
 )
 from attnviz.circuit.graph import Graph, Node, build_graph
-from attnviz.circuit.pairs import PairGroup, PromptPair, group_pairs, pair_of
+from attnviz.circuit.pairs import PromptPair, group_pairs, pair_of
 from attnviz.circuit.result import CircuitResult, EdgeScore, NodeScore
 from attnviz.common.errors import InputError, ParameterError
+from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import progress_bar
 from attnviz.models.base import LoadedModel
 from attnviz.models.identity import model_identity
@@ -54,6 +55,7 @@ def find_circuit(
     curve_points: int = DEFAULT_CURVE_POINTS,
     batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
+    parallel: DataParallel = SINGLE_PROCESS,
 ) -> CircuitResult:
     """The circuit that makes ``answer`` (rather than ``wrong``) follow ``clean`` and not ``corrupt``.
 
@@ -63,7 +65,9 @@ def find_circuit(
     (edges, ``steps`` integrated-gradient steps); ``metric``: ``"logit-diff"`` or ``"kl"``; ``per_position``:
     also keep the positions apart (pairs of one token length only); ``verify``: measure the top ``verify`` edges
     (nodes for ``atp``) exactly by path patching; ``target``: the faithfulness the smallest circuit must reach;
-    ``curve_points``: circuits on the faithfulness curve; ``batch_size``: rows per patched forward pass.
+    ``curve_points``: circuits on the faithfulness curve; ``batch_size``: rows per patched forward pass;
+    ``parallel``: this process's share of a data-parallel run (each process takes its share of the pairs, the
+    sums are shared, every process returns the same result).
     """
     chosen = _pairs(clean, corrupt, answer, wrong, pairs)
     _check(method, metric, steps, verify, target, curve_points, batch_size)
@@ -76,16 +80,23 @@ def find_circuit(
     for site, (weight, _) in loaded.head_output_weights().items():
         if site in layout:
             output_weights[site] = weight.view(weight.shape[0], layout[site], -1)  # [w, h, d]
-    setting = Setting(loaded, readers, graph, output_weights, metric, batch_size)
+    setting = Setting(loaded, readers, graph, output_weights, metric, batch_size, parallel)
     passes = {"forward": 0, "backward": 0, "patched": 0}
     with loaded.running():
-        groups = group_pairs(loaded, chosen, max_length=max_length)
-        if per_position and len(groups) > 1:
+        every = group_pairs(loaded, chosen, max_length=max_length)  # every pair checked, on every process
+        if per_position and len(every) > 1:
             raise ParameterError(
                 "per_position", "{per_position} needs pairs of one token length (positions are kept apart)"
             )
+        groups = every
+        if parallel.distributed:  # this process's share of the pairs
+            mine = [chosen[index] for index in parallel.shard([1.0] * len(chosen))]
+            groups = group_pairs(loaded, mine, max_length=max_length) if mine else []
+        kept = (every[0].clean.lengths[0],) if per_position else ()
+        nodes_sum = torch.zeros(len(graph.senders), *kept, dtype=torch.float64)
+        edges_sum = None if method == "atp" else torch.zeros(len(graph.senders), len(graph.receivers), *kept).double()
+        metrics = torch.zeros(4, dtype=torch.float64)  # clean, corrupt metric; clean, corrupt logit difference
         references = []
-        nodes_sum, edges_sum = None, None
         with progress_bar() as bar:
             task = bar.add_task(f"attribution · {loaded.name}", total=len(groups), status="")
             for group in groups:
@@ -93,19 +104,19 @@ def find_circuit(
                     reference = reference_runs(setting, group)
                 references.append((group, reference))
                 scores = attribute(setting, group, reference, method, steps=steps, per_position=per_position)
-                nodes_sum = scores.nodes if nodes_sum is None else nodes_sum + scores.nodes
-                if scores.edges is not None:
-                    edges_sum = scores.edges if edges_sum is None else edges_sum + scores.edges
+                nodes_sum += scores.nodes
+                if edges_sum is not None and scores.edges is not None:
+                    edges_sum += scores.edges
+                metrics += torch.stack([value.sum() for value in _metric_columns(reference)])
                 runs = steps if method == "eap-ig" else 1
                 passes["forward"] += 1 + runs  # the reference pass holds both prompts
                 passes["backward"] += runs
                 bar.update(task, advance=1)
         count = len(chosen)
-        assert nodes_sum is not None
-        node_scores = nodes_sum / count
-        edge_scores = None if edges_sum is None else edges_sum / count
-        clean_metric = _mean(references, lambda r: r.clean_metric)
-        corrupt_metric = _mean(references, lambda r: r.corrupt_metric)
+        summed = parallel.sum([nodes_sum, metrics] + ([edges_sum] if edges_sum is not None else []))
+        node_scores, metrics = summed[0] / count, summed[1] / count
+        edge_scores = summed[2] / count if edges_sum is not None else None
+        clean_metric, corrupt_metric, clean_diff, corrupt_diff = metrics.tolist()
         if abs(clean_metric - corrupt_metric) < 1e-6 * max(1.0, abs(clean_metric)):
             raise InputError(
                 f"the clean and corrupt prompts give the same metric ({clean_metric:.4g}): there is nothing for a "
@@ -121,7 +132,7 @@ def find_circuit(
             items = len(totals)
         counts = curve_counts(items, curve_points)
         with progress_bar() as bar:
-            task = bar.add_task(f"faithfulness · {loaded.name}", total=len(counts) * len(groups), status="")
+            task = bar.add_task(f"faithfulness · {loaded.name}", total=len(counts) * len(references), status="")
             values = patched_metrics(
                 setting, references, keep_top(ranking, edges, counts), source="clean",
                 advance=lambda done: bar.update(task, advance=done),
@@ -143,9 +154,9 @@ def find_circuit(
         answer=first.answer,
         wrong=first.wrong,
         pairs=count,
-        tokens=groups[0].clean.tokens[0] if len(groups) == 1 else loaded.encode([first.clean]).tokens[0],
-        clean_logit_diff=_mean(references, lambda r: r.clean_logit_diff),
-        corrupt_logit_diff=_mean(references, lambda r: r.corrupt_logit_diff),
+        tokens=every[0].clean.tokens[0] if len(every) == 1 else loaded.encode([first.clean]).tokens[0],
+        clean_logit_diff=clean_diff,
+        corrupt_logit_diff=corrupt_diff,
         clean_metric=clean_metric,
         corrupt_metric=corrupt_metric,
         faithfulness_curve=curve,
@@ -191,9 +202,8 @@ def _check(method, metric, steps, verify, target, curve_points, batch_size) -> N
         raise ParameterError("target", f"{{target}} is a faithfulness between 0 and 1, got {target}", target)
 
 
-def _mean(references: list[tuple[PairGroup, Reference]], pick) -> float:
-    values = torch.cat([pick(reference) for _, reference in references])
-    return float(values.mean())
+def _metric_columns(reference: Reference) -> list[torch.Tensor]:
+    return [reference.clean_metric, reference.corrupt_metric, reference.clean_logit_diff, reference.corrupt_logit_diff]
 
 
 def _verify(setting, references, graph: Graph, ranking, edges, edge_scores, totals, verify, corrupt_metric):

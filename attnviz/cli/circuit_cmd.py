@@ -144,9 +144,12 @@ def circuit(
       attnviz circuit smollm2 --clean "When Mary and John went to the store, John gave a drink to" --corrupt "When Mary and John went to the store, Mary gave a drink to" --answer " Mary" --wrong " John" --out circuit.html
 
       attnviz circuit smollm2 --pairs ioi.jsonl --method eap-ig --steps 10 --verify 20 --json circuit.json
+
+      torchrun --nproc-per-node 2 -m attnviz circuit smollm2 --pairs ioi.jsonl --json circuit.json
     """
     from attnviz.circuit import find_circuit, read_pairs
     from attnviz.cli.console import console
+    from attnviz.cli.distributed import cli_session
     from attnviz.common.errors import InputError
     from attnviz.common.progress import status
     from attnviz.models.specs import load_model
@@ -173,33 +176,37 @@ def circuit(
     if out is not None:
         check_output_path(out, FIGURE_SUFFIXES + HTML_SUFFIXES)
 
-    with status(f"loading {checkpoint}"):
-        loaded = load_model(checkpoint, device=device, dtype=dtype)
-    one = {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong} if chosen is None else {}
-    result = find_circuit(
-        loaded,
-        **one,
-        pairs=chosen,
-        method=method.value,
-        metric=metric.value,
-        steps=steps,
-        per_position=per_position,
-        verify=verify,
-        target=target,
-        batch_size=batch_size,
-        max_length=max_length,
-    )
-    written = []
-    if json_path is not None:
-        written.append(result.save_json(json_path, edges=listed))
-    if out is not None:
-        written.append(_write_view(loaded, result, out))
-    for path in written:
-        print(path)
-    if terminal or not written:
-        from attnviz.render.circuit_graph import top_table
+    with cli_session(device) as parallel:  # under torchrun each process takes its share of the pairs
+        with status(f"loading {checkpoint}"):
+            loaded = load_model(checkpoint, device=parallel.device_for(device), dtype=dtype)
+        one = {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong} if chosen is None else {}
+        result = find_circuit(
+            loaded,
+            **one,
+            pairs=chosen,
+            method=method.value,
+            metric=metric.value,
+            steps=steps,
+            per_position=per_position,
+            verify=verify,
+            target=target,
+            batch_size=batch_size,
+            max_length=max_length,
+            parallel=parallel,
+        )
+        if not parallel.is_main:  # only rank 0 prints and writes
+            return
+        written = []
+        if json_path is not None:
+            written.append(result.save_json(json_path, edges=listed))
+        if out is not None:
+            written.append(_write_view(loaded, result, out))
+        for path in written:
+            print(path)
+        if terminal or not written:
+            from attnviz.render.circuit_graph import top_table
 
-        console.print(top_table(result, top=top))
+            console.print(top_table(result, top=top))
 
 
 def _edges(value: str) -> int | None:

@@ -116,3 +116,36 @@ def test_the_result_displays_inline_in_a_notebook(tiny_models):
     shown = result._repr_html_()
     assert shown.startswith("<iframe") and 'sandbox="allow-scripts"' in shown
     assert "circuit-slider" in shown and "circuit-data" in shown and "data:image/png;base64," in shown
+
+
+@pytest.mark.slow  # three launches of the command line in subprocesses, two of them under torchrun
+def test_torchrun_pairs_equal_one_process(tmp_path, tiny_dirs):
+    """Two processes share the pairs (two token lengths) and their sums: the same scores and curve as one process."""
+    pairs = tmp_path / "pairs.jsonl"
+    lines = [
+        (CLEAN, CORRUPT),
+        (CLEAN.replace("store", "park"), CORRUPT.replace("store", "park")),
+        ("when mary and john went home, john gave a book to", "when mary and john went home, mary gave a book to"),
+    ]
+    pairs.write_text(
+        "".join(json.dumps({"clean": c, "corrupt": k, "answer": " mary", "wrong": " john"}) + "\n" for c, k in lines)
+    )
+    records = {}
+    for processes in (1, 2):
+        out = tmp_path / f"circuit-{processes}.json"
+        args = ["circuit", str(tiny_dirs["gpt2"]), "--pairs", str(pairs), "--edges", "all", "--json", str(out)]
+        result = run_cli(None, *args, subprocess=True, processes=processes, cwd=tmp_path)
+        assert result.exit_code == 0, result.stderr[-3000:]
+        records[processes] = json.loads(out.read_text())
+    one, two = records[1], records[2]
+    assert one["clean_logit_diff"] == pytest.approx(two["clean_logit_diff"], rel=1e-5)
+    assert [n["attribution"] for n in one["nodes"]] == pytest.approx(
+        [n["attribution"] for n in two["nodes"]], rel=1e-4, abs=1e-6
+    )
+    scores = {json.dumps([e["sender"], e["receiver"]]): e["score"] for e in two["edges"]}
+    assert [e["score"] for e in one["edges"]] == pytest.approx(
+        [scores[json.dumps([e["sender"], e["receiver"]])] for e in one["edges"]], rel=1e-4, abs=1e-6
+    )
+    assert [value for _, value in one["faithfulness_curve"]] == pytest.approx(
+        [value for _, value in two["faithfulness_curve"]], abs=1e-4
+    )
