@@ -18,6 +18,7 @@ from attnviz.common.errors import UnsupportedModelError
 from attnviz.models.hf_patching import check_hf_patching
 from attnviz.models.physical import AttentionBlock, find_attention_blocks
 from attnviz.models.readers import LayerReaders, Projection, ResidualReaders, check_residual_sum
+from attnviz.models.readout import FINAL_NORM_NAMES
 
 if TYPE_CHECKING:
     from attnviz.models.hf import HFModel
@@ -29,15 +30,27 @@ _LAYER_NAMES = {"llama": ("input_layernorm", "post_attention_layernorm", "mlp"),
 def hf_residual_readers(loaded: HFModel) -> ResidualReaders:
     """Every layer's readers of a pre-norm decoder (see the module docstring)."""
     check_hf_patching(loaded)
-    readout = loaded.readout()
-    if readout is None:
+    base = loaded.model.base_model
+    final_norm = next(
+        (getattr(base, name) for name in FINAL_NORM_NAMES if isinstance(getattr(base, name, None), nn.Module)), None
+    )
+    if final_norm is None:
         raise UnsupportedModelError(
-            f"{loaded.name}'s logits are not a linear readout of a final LayerNorm or RMSNorm, so attnviz cannot "
-            "split its residual stream into edges; use a pre-norm decoder such as SmolLM2, LLaMA, Qwen2 or GPT-2"
+            f"{loaded.name} has no final norm attnviz knows ({', '.join(FINAL_NORM_NAMES)}) between its last layer and "
+            "its logits, so attnviz cannot split its residual stream into edges; use a pre-norm decoder such as "
+            "SmolLM2, LLaMA, Qwen2 or GPT-2"
         )
     names = {module: name for name, module in loaded.model.named_modules()}
+    try:
+        blocks = find_attention_blocks(loaded)
+    except UnsupportedModelError as error:
+        raise UnsupportedModelError(
+            f"{loaded.name}: attnviz cannot find each head's query, key and value projections in this model's "
+            "attention, so it cannot find circuits in it; supported layouts are LLaMA-style (q_proj/k_proj/v_proj/"
+            "o_proj) and GPT-2-style (c_attn/c_proj) pre-norm decoders"
+        ) from error
     layers = []
-    for site, block in find_attention_blocks(loaded).items():
+    for site, block in blocks.items():
         if block.family not in _LAYER_NAMES:
             raise UnsupportedModelError(
                 f"{loaded.name} has post-norm layers ({type(block.module).__name__}): its residual stream is "
@@ -56,7 +69,7 @@ def hf_residual_readers(loaded: HFModel) -> ResidualReaders:
         norm, mlp_norm, mlp = parts
         assert norm is not None  # every part is a module (checked above)
         layers.append(LayerReaders(site, layer, norm, _projections(block), mlp_norm, mlp))
-    return check_residual_sum(loaded, ResidualReaders(tuple(layers), readout.norm))
+    return check_residual_sum(loaded, ResidualReaders(tuple(layers), final_norm))
 
 
 def _projections(block: AttentionBlock) -> tuple[Projection, ...]:
