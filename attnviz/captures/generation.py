@@ -31,12 +31,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnviz.captures.attention_capture import AttentionCapture
+from attnviz.captures.recording import plan_recording
+from attnviz.captures.result import AttentionCapture
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.resources import require_memory
 from attnviz.common.tokens import token_strings, word_ids_from_markers
 from attnviz.core import CONTEXT_KWARG, AttentionSite
 from attnviz.models.base import LoadedModel
+from attnviz.models.identity import HeadIdentity
 
 # Markers of a token that starts a new word (byte-level BPE, SentencePiece) or continues one (WordPiece).
 
@@ -74,7 +76,13 @@ class _StepRecorder:
             for start, block in pieces:  # block: [h, blk, c], c ≤ k (keys seen so far)
                 full[:, start : start + block.shape[1], : block.shape[2]] = block
             by_stack[site.stack][site.layer] = full
-        return {stack: [layers[i] for i in sorted(layers)] for stack, layers in by_stack.items()}
+        # the model's layer numbers: a hybrid stack's layers without attention hold no heads ([0, q, k])
+        return {
+            stack: [
+                layers.get(i, torch.zeros(0, *next(iter(layers.values())).shape[1:])) for i in range(max(layers) + 1)
+            ]
+            for stack, layers in by_stack.items()
+        }
 
 
 def generate_capture(
@@ -264,7 +272,10 @@ def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], pro
     last_word = max((w for w in known_words if w is not None), default=None)
     new_words = word_ids_from_markers(new_tokens, new_special, last_word)
     if loaded.encoder_decoder:
-        return written_target_capture(loaded.name, batch, recorder, prompt_len, (new_tokens, new_special, new_words))
+        target = (new_tokens, new_special, new_words)
+        return written_target_capture(
+            loaded.name, batch, recorder, prompt_len, target, identity=hybrid_identity(loaded)
+        )
     patterns = recorder.assemble(len(sequence), {"self": len(sequence)})
     return AttentionCapture(
         model=loaded.name,
@@ -274,7 +285,16 @@ def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], pro
         special=known_special + new_special,
         word_ids=known_words + new_words,
         generated_from=prompt_len,
+        identity=hybrid_identity(loaded),
     )
+
+
+def hybrid_identity(loaded: LoadedModel) -> HeadIdentity | None:
+    """The identity that names the attention layers of a hybrid stack (its other layers hold no heads); None for a
+    model whose every layer has attention."""
+    if all(loaded.present_layers(stack) is None for stack in loaded.stacks()):
+        return None
+    return plan_recording(loaded).identity
 
 
 def written_target_capture(

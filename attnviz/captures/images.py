@@ -6,9 +6,11 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-from attnviz.captures.attention_capture import AttentionCapture, capture_encoded
+from attnviz.captures.recording import capture_encoded
+from attnviz.captures.result import AttentionCapture
 from attnviz.common.images import MIN_SIDE, open_image
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.caption import captioner_of
 from attnviz.models.vision import VisionModel, vision_model_of
 
 if TYPE_CHECKING:
@@ -79,16 +81,24 @@ def image_batches(vision: VisionModel, images: Sequence[ImageSource], batch_size
         yield vision.encode_images(pictures)
 
 
-def capture_images(loaded: LoadedModel, images: Sequence[ImageSource]) -> list[AttentionCapture]:
-    """Capture every attention pattern of a vision model on ``images`` (one capture each).
+def capture_images(
+    loaded: LoadedModel, images: Sequence[ImageSource], *, targets: Sequence[str] | None = None, **recording: Any
+) -> list[AttentionCapture]:
+    """Capture every attention pattern of a vision model on ``images`` (one capture each); with ``targets``, a
+    captioner's on each image with its caption (teacher-forced). ``recording``: ``layers``, ``heads``, ``stacks``,
+    ``max_bytes``, ``weighting``, as :func:`~attnviz.captures.recording.capture_encoded` takes them.
 
     Each capture's tokens are the model's extra tokens (``[CLS]``, ``[DIST]``, ``[REG0]``…) then the
     patches ``r{row}c{col}`` row-major; ``capture.image_grid`` says how, and ``capture.extras["image"]``
-    holds the resized picture (``[H, W, 3]`` float32 in 0–1).
+    holds the resized picture (``[H, W, 3]`` float32 in 0–1). A captioner's caption is on the target side.
     """
-    vision = vision_model_of(loaded)
-    pictures = [as_pil_image(source) for source in images]
-    return capture_encoded(vision, vision.encode_images(pictures))
+    if targets is None:
+        vision = vision_model_of(loaded)
+        batch = vision.encode_images([as_pil_image(source) for source in images])
+        return capture_encoded(vision, batch, **recording)
+    captioner = captioner_of(loaded)  # refused before any image is read, as a model that is not one
+    batch = captioner.encode_images([as_pil_image(source) for source in images], targets=targets)
+    return capture_encoded(captioner, batch, **recording)
 
 
 def capture_image(loaded: LoadedModel, image: ImageSource) -> AttentionCapture:

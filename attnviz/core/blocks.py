@@ -29,6 +29,7 @@ from attnviz.core.kernel_calls import (
     fused_softmax_,
     kernel_applies,
 )
+from attnviz.core.triton_rows import attend_rows_triton, triton_applies
 
 if TYPE_CHECKING:
     from attnviz.core.attention import AttentionObserver, AttentionSite, SoftmaxPattern
@@ -144,7 +145,19 @@ def attend_in_buffers(
     whole_block = (
         use_kernel and head_mask is None and not (dropout and training) and block_kernel_applies(query, value, mask)
     )
-    if whole_block and all(getattr(observer, "accepts_summary_only", False) for observer in observers):
+    summary_only = all(getattr(observer, "accepts_summary_only", False) for observer in observers)
+    if whole_block and summary_only:
+        return _attend_in_tiles(query, key, value, mask, pattern_fn, observers, site, output)
+    if (
+        fused
+        and summary_only
+        and query.device.type == "cuda"
+        and pattern_fn.bias is None
+        and pattern_fn.softcap is None
+        and head_mask is None
+        and not (dropout and training)
+        and triton_applies(query)
+    ):  # the GPU's tile kernel (attnviz.core.triton_rows): the same pass in Triton
         return _attend_in_tiles(query, key, value, mask, pattern_fn, observers, site, output)
     if whole_block:
         # at long lengths the cache-sized block holds few rows (28 at 8,192 keys for 9 heads); a task's two
@@ -158,7 +171,9 @@ def attend_in_buffers(
     ]
     # the band of weights around the diagonal the summary carries: as wide as the widest request
     band_reach = max((getattr(observer, "summary_band_reach", 1) for observer in summarised), default=0)
-    weigher, key_weights = _weigher(prefix_observers, site, batch, heads, key_len) if whole_block else (None, None)
+    weigher, key_weights = (
+        _weigher(prefix_observers, site, batch, heads, key_len, query.device) if whole_block else (None, None)
+    )
     for start, stop_width in zip(range(0, query_len, block), stops):
         stop = min(start + block, query_len)
         rows = stop - start
@@ -277,22 +292,35 @@ def _attend_in_tiles(
         columns = tuple(sorted(column for column in wanted if 0 <= column < key_len))
         shape = RowSummary.buffer_shape(batch, heads, query_len, reach, len(columns))  # [4 + 2r + G, b, h, q]
         summary = RowSummary(_workspace.get("summary", shape, torch.float32, query.device), columns)
-    weigher, key_weights = _weigher(observers, site, batch, heads, key_len)
+    weigher, key_weights = _weigher(observers, site, batch, heads, key_len, query.device)
     weighted = None
     if weigher is not None:
         weighted = _workspace.get("weighted", (batch, heads, query_len), torch.float32, query.device)
-    attend_rows_(
-        query,
-        key,
-        value,
-        mask,  # [b|1, h|1, q|1, k]: the kernel reads a broadcast dimension with stride 0
-        pattern_fn.scaling,
-        torch.tensor(stops, dtype=torch.int64),
-        summary,
-        output,
-        key_weights,
-        weighted,
-    )
+    if query.device.type == "cpu":
+        attend_rows_(
+            query,
+            key,
+            value,
+            mask,  # [b|1, h|1, q|1, k]: the kernel reads a broadcast dimension with stride 0
+            pattern_fn.scaling,
+            torch.tensor(stops, dtype=torch.int64),
+            summary,
+            output,
+            key_weights,
+            weighted,
+        )
+    else:
+        attend_rows_triton(
+            query,
+            key,
+            value,
+            pattern_fn.scaling,
+            output,
+            mask=mask,
+            summary=summary,
+            key_weights=key_weights,
+            weighted=weighted,
+        )
     for observer in observers:
         assert site is not None  # attend() passes observers only for a known site
         extras: dict[str, Any] = {}
@@ -315,7 +343,12 @@ def _rounded_width(stop: int, key_len: int) -> int:
 
 
 def _weigher(
-    observers: Sequence[AttentionObserver], site: AttentionSite | None, batch: int, heads: int, key_len: int
+    observers: Sequence[AttentionObserver],
+    site: AttentionSite | None,
+    batch: int,
+    heads: int,
+    key_len: int,
+    device: torch.device,
 ) -> tuple[AttentionObserver | None, Tensor | None]:
     """The observer (at most one) whose per-key weights ``[b, h, ≥k]`` the kernel sums against each row while the
     row is in the cache (the value norms of the carriers), saving it a pass over the pattern; and those weights."""
@@ -324,12 +357,12 @@ def _weigher(
     for observer in observers:
         if getattr(observer, "accepts_weighted_sum", False):
             key_weights = getattr(observer, "key_weights")(site)  # noqa: B009 (an optional method)
-            if key_weights is not None and _fits(key_weights, batch, heads, key_len):
+            if key_weights is not None and _fits(key_weights, batch, heads, key_len, device):
                 return observer, key_weights
     return None, None
 
 
-def _fits(key_weights: Tensor, batch: int, heads: int, key_len: int) -> bool:
+def _fits(key_weights: Tensor, batch: int, heads: int, key_len: int, query_device: torch.device) -> bool:
     """Whether ``key_weights`` is what :func:`attnviz.core.kernel_calls.attend_block_` reads: float32 ``[b, h, ≥k]``."""
     return (
         key_weights.dtype == torch.float32
@@ -337,5 +370,5 @@ def _fits(key_weights: Tensor, batch: int, heads: int, key_len: int) -> bool:
         and key_weights.dim() == 3
         and tuple(key_weights.shape[:2]) == (batch, heads)
         and key_weights.shape[2] >= key_len
-        and key_weights.device.type == "cpu"
+        and key_weights.device == query_device
     )

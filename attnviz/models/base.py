@@ -25,6 +25,7 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
+from attnviz.models.placement import input_device
 from attnviz.models.probing import ProbeBatch
 
 if TYPE_CHECKING:  # the objectives are built on top of this module
@@ -131,7 +132,9 @@ class LoadedModel(ABC):
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the device the model's first module runs on (accelerate's execution device for a
+        model dispatched with ``device_map``, whose offloaded weights sit on the meta device between calls)."""
+        return input_device(self.model)
 
     @abstractmethod
     def encode(
@@ -185,8 +188,21 @@ class LoadedModel(ABC):
         return self.encode(["attention probe"], targets=["probe"] if self.encoder_decoder else None)
 
     def num_layers(self, stack: str | None = None) -> int:
+        """Layers of ``stack`` as the model numbers them: one past its last attention layer (a hybrid stack numbers
+        its layers without attention too, :meth:`attention_layers`)."""
+        return max(self.attention_layers(stack), default=-1) + 1
+
+    def attention_layers(self, stack: str | None = None) -> list[int]:
+        """The layers of ``stack`` that have attention, in the model's numbering (every layer but in a hybrid
+        stack, where recurrent or convolution layers sit between them, e.g. Qwen3-Next, Jamba, Nemotron-H)."""
         stack = stack or self.stacks()[0]
-        return sum(1 for site in self.layout() if site.stack == stack)
+        return sorted(site.layer for site in self.layout() if site.stack == stack)
+
+    def present_layers(self, stack: str | None = None) -> list[int] | None:
+        """:meth:`attention_layers` where some layers of ``stack`` lack attention, else None (every layer has it):
+        the ``present`` argument of :func:`attnviz.common.selection.resolve_layers`."""
+        layers = self.attention_layers(stack)
+        return None if layers == list(range(len(layers))) else layers
 
     def num_heads(self, stack: str | None = None) -> int:
         """Heads per layer of ``stack`` (the largest, if pruning made them differ)."""

@@ -25,6 +25,7 @@ from torch import nn
 from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch
+from attnviz.models.placement import Placement
 from attnviz.models.vision import VisionModel
 from attnviz.models.vision_families import (
     VISION_FAMILIES,
@@ -63,7 +64,13 @@ def is_captioner_type(model_type: str) -> bool:
 
 
 def load_caption_model(
-    source: str, config: Any, *, name: str | None, device: torch.device | str, dtype: torch.dtype, device_map=None
+    source: str,
+    config: Any,
+    *,
+    name: str | None,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    device_map: Placement | None = None,
 ) -> CaptionModel:
     """Load a ``VisionEncoderDecoderModel`` with its image processor and tokenizer (see the module docstring)."""
     import transformers
@@ -127,6 +134,12 @@ class CaptionModel(VisionModel):
         )
         #: decoder positions (start token + caption tokens); None when the decoder has no limit
         self.max_length = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None
+
+    def check_patching(self) -> None:
+        raise UnsupportedModelError(
+            f"{self.name} is a captioner: patching runs two text prompts through the model, and a captioner reads "
+            "an image (its heads' outputs can still be weighed by norm)"
+        )
 
     @property
     def patch_size(self) -> tuple[int, int]:

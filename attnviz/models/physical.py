@@ -264,6 +264,10 @@ def zero_head_outputs(block: AttentionBlock, heads: list[int]) -> None:
     """
     if not heads:
         return
+    if block.output.weight.device.type == "meta":  # offloaded by accelerate: zero a loaded copy, kept in place
+        whole = list(range(block.output.weight.shape[0 if block.family == "gpt2" else 1]))
+        copy_of = slice_conv1d if block.family == "gpt2" else slice_linear
+        setattr(block.parent, block.output_name, copy_of(block.output, whole, 0 if block.family == "gpt2" else 1))
     index = torch.tensor(_head_rows(heads, block.head_dim), dtype=torch.long)
     weight = block.output.weight
     with torch.no_grad():

@@ -24,7 +24,10 @@ from attnviz.common.images import ImageGrid
 from attnviz.common.parallel import SINGLE_PROCESS
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
+from attnviz.models.head_output_edits import replay_fallback, run_editing
+from attnviz.models.head_outputs import OutputProjection, find_output_projections
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
+from attnviz.models.placement import Placement
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.vision_families import (
     IMAGE_TASK_EXAMPLES,
@@ -48,7 +51,7 @@ def load_vision_model(
     name: str | None,
     device: torch.device | str,
     dtype: torch.dtype,
-    device_map: str | None = None,
+    device_map: Placement | None = None,
 ) -> VisionModel:
     """Load a vision transformer and its image processor onto the attention core (see the module docstring)."""
     import transformers
@@ -98,6 +101,7 @@ class VisionModel(LoadedModel):
         self.extra_kinds = tuple(extra_kinds)
         self._module_names = {module: module_name for module_name, module in model.named_modules()}
         self._sites: dict[nn.Module, AttentionSite | None] = {}
+        self._output_projections: dict[AttentionSite, OutputProjection] | None = None
         #: eager attention read back through ``output_attentions`` (families whose attention calls the
         #: interface without the forward's keyword arguments, e.g. SigLIP)
         self.fallback = False
@@ -187,18 +191,38 @@ class VisionModel(LoadedModel):
             raise InputError(f"{self.name} is a vision model: give it an image (--image PATH), not text")
         module = self.model if logits else self.model.base_model
         kwargs: dict[str, Any] = {"pixel_values": batch.inputs["pixel_values"]}
-        if not self.fallback:
-            if context is not None:
-                kwargs[CONTEXT_KWARG] = context
-            return module(**kwargs)
-        if context is not None and context.head_mask is not None:
+        if context is not None and context.head_mask is not None and self.fallback:
             raise UnsupportedModelError(f"{self.name}: attnviz cannot mask the heads of this model")
-        outputs = module(**kwargs, output_attentions=context is not None)
-        if context is not None:
-            for layer, pattern in enumerate(outputs.attentions):  # each [b, h, q, k]
-                for observer in context.observers:
-                    observer.observe(AttentionSite("self", layer), pattern.float(), 0)
-        return outputs
+
+        def run(context: AttentionContext | None, values: dict[AttentionSite, Tensor]) -> Any:
+            if not self.fallback:
+                if context is not None:
+                    kwargs[CONTEXT_KWARG] = context
+                return module(**kwargs)
+            outputs = module(**kwargs, output_attentions=context is not None)
+            if context is not None:
+                replay_fallback(outputs, context, False, values)  # each [b, h, q, k]
+            return outputs
+
+        return run_editing(self.name, self.output_projections, context, fallback=self.fallback, run=run)
+
+    def output_projections(self) -> dict[AttentionSite, OutputProjection]:
+        """Every site's output projection (:mod:`attnviz.models.head_outputs`), found once on a grey image."""
+        if self._output_projections is None:
+            self.layout()  # settles whether the model runs on the core or on eager attention
+            self._output_projections = find_output_projections(self, fallback=self.fallback)
+        return self._output_projections
+
+    def head_output_projections(self) -> dict[AttentionSite, Tensor]:
+        from attnviz.models.head_weights import hf_head_output_projections
+
+        return hf_head_output_projections(self)
+
+    def check_patching(self) -> None:
+        raise UnsupportedModelError(
+            f"{self.name} is a vision model: patching compares the logits of two answer tokens, and it has no "
+            "vocabulary (its heads' outputs can still be weighed by norm)"
+        )
 
     def layout(self) -> dict[AttentionSite, int]:
         """Heads per site, from a probe forward pass on a grey image; checks the grid against the patterns."""

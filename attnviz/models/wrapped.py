@@ -30,6 +30,8 @@ from attnviz.common.progress import quiet_third_party
 from attnviz.core import ATTENTION_NAME, AttentionContext, register_attention
 from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
+from attnviz.models.hf_checks import refuse_unreadable_family
+from attnviz.models.placement import offloaded
 
 
 class WrappedModel(HFModel):
@@ -69,6 +71,8 @@ class WrappedModel(HFModel):
 
     def check_loaded(self) -> None:
         """Refuse a model whose weights are on the meta device (laid out, never loaded): nothing can run it."""
+        if offloaded(self.model):
+            return  # accelerate's hooks load the offloaded weights for each forward
         if any(parameter.device.type == "meta" for parameter in self.model.parameters()):
             raise UnsupportedModelError(
                 f"the weights of {self.name} are on the meta device (a model laid out but not loaded): load them "
@@ -104,6 +108,7 @@ def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) ->
         )
     register_attention()
     family = getattr(model.config, "model_type", type(model).__name__)
+    refuse_unreadable_family(model.config, type(model), name or _default_name(model))
     tokenizer = _own_tokenizer(model, tokenizer)
     name = name or _default_name(model)
     configs = _attention_configs(model)

@@ -28,6 +28,7 @@ from attnviz.common.wording import plural
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.patching import HeadOutputRecorder, HeadPatch, HeadReplacement, positions_tensor
 from attnviz.core.recorder import PatternRecorder
+from attnviz.core.stacks import STACKS
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import model_identity
 from attnviz.patching.choices import ABLATIONS, DIRECTIONS, PATCHED, Ablation, Direction, Patched
@@ -110,8 +111,10 @@ def patch_heads(
             residual = record.residual[0, position]  # [width]
             scale = readout.scale(residual)  # [1]
             toward = readout.direction(answer_id, wrong_id)  # [width]
+            # an encoder-decoder's logits read the decoder's residual stream: its encoder heads write elsewhere
+            read_side = [site for site in layout if not _source_side(site)] or list(layout)
             for site, (weight, _) in loaded.head_output_weights().items():
-                if site not in layout:
+                if site not in read_side:
                     continue
                 heads_here = outputs.outputs[site][0, position]  # [h, d]
                 count, dim = heads_here.shape
@@ -122,13 +125,18 @@ def patch_heads(
         heads = [(site, head) for site, count in layout.items() for head in range(count)]
         base, source = (1, 0) if direction == "denoising" else (0, 1)
         sources = {site: outputs.outputs[site][source] for site in layout}  # [q, h, d]
+        # an encoder-decoder's decoder and cross-attention heads have decoder queries: every one is patched
+        where = {
+            site: patched_positions if _source_side(site) else list(range(sources[site].shape[0])) for site in layout
+        }
+        everywhere = {site: list(range(sources[site].shape[0])) for site in layout}
         if patterns is not None:
             sources = {site: patterns.patterns[site][source].to(loaded.device) for site in layout}  # [h, q, k]
         runs = len(heads) * (2 if ablate else 1)
         with progress_bar() as bar:
             task = bar.add_task(f"patching · {loaded.name}", total=runs, status="")
             patched_diffs = _patched_runs(
-                loaded, pair, base, heads, sources, patched, patched_positions, position, (answer_id, wrong_id),
+                loaded, pair, base, heads, sources, patched, where, position, (answer_id, wrong_id),
                 batch_size, lambda done: bar.update(task, advance=done),
             )  # fmt: skip
             ablated_diffs: list[float] | None = None
@@ -136,7 +144,7 @@ def patch_heads(
             if ablate is not None:
                 replacements, source_text = _ablation_values(loaded, ablate, texts, layout, batch_size, max_length)
                 ablated_diffs = _patched_runs(
-                    loaded, pair, 0, heads, replacements, "output", list(range(clean_count)), position,
+                    loaded, pair, 0, heads, replacements, "output", everywhere, position,
                     (answer_id, wrong_id), batch_size, lambda done: bar.update(task, advance=done),
                 )  # fmt: skip
 
@@ -153,6 +161,7 @@ def patch_heads(
                 normalized_effect=(patched_diffs[index] - reference) / (clean_diff - corrupt_diff),
                 direct_logit_attribution=attribution[site][head] if site in attribution else None,
                 ablation_effect=None if ablated_diffs is None else ablated_diffs[index] - clean_diff,
+                stack=site.stack,
             )
         )
     return PatchResult(
@@ -242,7 +251,7 @@ def _patched_runs(
     heads: list[tuple[AttentionSite, int]],
     sources: dict[AttentionSite, Tensor],
     patched: Patched,
-    positions: list[int],
+    positions: dict[AttentionSite, list[int]],
     position: int,
     tokens: tuple[int, int],
     batch_size: int,
@@ -251,10 +260,9 @@ def _patched_runs(
     """Logit differences of one run per head: example ``base`` of ``pair`` with that head given ``sources``.
 
     ``sources[site]``: output patching ``[q, h, d]`` (or ``[1, h, d]``: one vector for every position);
-    pattern patching ``[h, q, k]``.
+    pattern patching ``[h, q, k]``; ``positions[site]``: the query positions patched there.
     """
     answer_id, wrong_id = tokens
-    where = positions_tensor(positions)
     diffs: list[float] = []
     for start in range(0, len(heads), batch_size):
         chunk = heads[start : start + batch_size]
@@ -264,6 +272,7 @@ def _patched_runs(
             numbers = [chunk[row][1] for row in rows]
             index = torch.as_tensor(numbers, dtype=torch.long)
             values = sources[site]
+            where = positions_tensor(positions[site])
             if patched == "pattern":
                 change = values[index][:, where]  # [n, p, k]
                 patch.replace_pattern(site, HeadReplacement(positions_tensor(rows), index, where, change))
@@ -290,19 +299,34 @@ def _ablation_values(
     if ablate == "zero" or not texts:
         zeros = {}
         for site, (weight, _) in loaded.head_output_weights().items():
+            if site not in layout:
+                continue
             zeros[site] = weight.new_zeros(1, layout[site], weight.shape[1] // layout[site])
         return zeros, "zero ablation (each head's output set to 0)"
     sums: dict[AttentionSite, Tensor] = {}
-    count = 0
+    counts: dict[AttentionSite, int] = {}
     for start in range(0, len(texts), batch_size):
         batch = loaded.encode(list(texts[start : start + batch_size]), max_length=max_length)
         recorder = HeadOutputRecorder()
         loaded.forward(batch, AttentionContext(site_of=loaded.site_of, head_editor=recorder))
-        lengths = torch.as_tensor(batch.lengths, device=loaded.device)
         for site, output in recorder.outputs.items():  # [b, q, h, d]
+            lengths = _query_lengths(batch, site).to(output.device)  # [b]
             real = torch.arange(output.shape[1], device=output.device)[None, :] < lengths[:, None]  # [b, q]
             total = (output.double() * real[:, :, None, None]).sum((0, 1))  # [h, d]
             sums[site] = sums[site] + total if site in sums else total
-        count += int(lengths.sum())
-    means = {site: (total / count)[None].to(loaded.device) for site, total in sums.items()}  # [1, h, d]
+            counts[site] = counts.get(site, 0) + int(real.sum())
+    means = {site: (total / counts[site])[None].to(loaded.device) for site, total in sums.items()}  # [1, h, d]
+    count = max(counts.values(), default=0)
     return means, f"mean ablation (each head's mean output over {count} positions of {plural(len(texts), 'text')})"
+
+
+def _source_side(site: AttentionSite) -> bool:
+    """Whether the site's queries are the prompt's tokens (not an encoder-decoder's decoder positions)."""
+    return STACKS[site.stack].query_side == "source"
+
+
+def _query_lengths(batch: EncodedBatch, site: AttentionSite) -> Tensor:
+    """``[b]`` real query positions of each example at ``site`` (the decoder's for decoder-side queries)."""
+    if _source_side(site) or "decoder_attention_mask" not in batch.inputs:
+        return torch.as_tensor(batch.lengths)
+    return batch.inputs["decoder_attention_mask"].sum(dim=1).cpu()

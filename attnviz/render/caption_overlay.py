@@ -19,7 +19,7 @@ from torch import Tensor
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 from attnviz.common.tokens import display_token, word_groups, word_label
-from attnviz.render.capture_view import model_title
+from attnviz.render.figures import model_title
 from attnviz.render.heatmap import FigureStyle
 from attnviz.render.image_overlay import ImagePanel, draw_overlay, image_grid_of, overlay_scale, split_keys
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers

@@ -263,8 +263,9 @@ def flag_matrices(stats, detection, stack: str = "self") -> dict[str, Tensor]:
     """``{flag: [layer, head] bool}`` from a :class:`~attnviz.stats.Detection`."""
     layers = stats.layers(stack)
     width = stats.original_matrix(stats.names[0], stack).shape[1]  # original head numbers of a pruned model
-    out = {flag: torch.zeros(len(layers), width, dtype=torch.bool) for flag in FLAG_MARKERS}
-    for row, site in enumerate(layers):
+    out = {flag: torch.zeros(stats.num_layers(stack), width, dtype=torch.bool) for flag in FLAG_MARKERS}
+    for site in layers:
+        row = site.layer
         ids = stats.original_ids(site)
         for head, head_flags in enumerate(detection.flags[site]):
             for flag in head_flags:

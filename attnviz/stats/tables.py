@@ -189,7 +189,8 @@ def overview(stats: HeadStatistics, detection: Detection, statistic: str, *, sta
     top = float(finite.max()) if name in ("entropy", "mean_distance") and finite.numel() else 1.0
     text = Text(f"{name} by layer (rows) and head (columns); × collapsed, ○ unfocused\n", style="bold")
     text.append("      " + "".join(f"{head:>5}" for head in range(matrix.shape[1])) + "\n", style="dim")
-    for row, site in enumerate(stats.layers(stack)):
+    for site in stats.layers(stack):
+        row = site.layer
         text.append(f"{site.layer:>5} ", style="dim")
         position = {original: head for head, original in enumerate(stats.original_ids(site))}
         for column in range(matrix.shape[1]):
