@@ -31,6 +31,7 @@ from attnviz.models.probing import ProbeBatch
 if TYPE_CHECKING:  # the objectives are built on top of this module
     from attnviz.models.identity import HeadIdentity
     from attnviz.models.objective import Objective
+    from attnviz.models.readers import ResidualReaders
     from attnviz.models.readout import Readout
 
 
@@ -344,6 +345,12 @@ class LoadedModel(ABC):
         """The final normalisation and unembedding (:mod:`attnviz.models.readout`), or None where the logits are not
         ``W_U · norm(residual)`` (then direct logit attribution is not defined)."""
         return None
+
+    def residual_readers(self) -> ResidualReaders:
+        """Every layer's readers and writers of the residual stream (:mod:`attnviz.models.readers`): what attribution
+        over edges and circuits need. Raises :class:`~attnviz.common.errors.UnsupportedModelError` where the layers
+        are not a pre-norm sum of attention and MLP outputs."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot find circuits in this kind of model")
 
     # -- pruning: how heads are judged, and the pruned model on disk -------------------------------
 

@@ -41,6 +41,7 @@ from attnviz.models.physical import find_attention_blocks, prune_heads_physicall
 from attnviz.models.placement import Placement
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
+from attnviz.models.readers import ResidualReaders
 from attnviz.models.readout import Readout
 from attnviz.models.vision import load_vision_model
 from attnviz.models.vision_families import is_vision_type
@@ -271,6 +272,11 @@ class HFModel(LoadedModel):
 
     def readout(self) -> Readout | None:
         return hf_readout(self)
+
+    def residual_readers(self) -> ResidualReaders:
+        from attnviz.models.hf_readers import hf_residual_readers
+
+        return hf_residual_readers(self)
 
     def check_objective(self) -> None:
         if self.encoder_decoder:

@@ -69,8 +69,8 @@ def patch_heads(
     """
     _check_choices(positions, direction, patched, ablate, texts, batch_size)
     loaded.check_patching()
-    answer_id, answer_token = _one_token(loaded, answer, "answer")
-    wrong_id, wrong_token = _one_token(loaded, wrong, "wrong")
+    answer_id, answer_token = one_token(loaded, answer, "answer")
+    wrong_id, wrong_token = one_token(loaded, wrong, "wrong")
     if answer_id == wrong_id:
         raise InputError(f"the answer and the wrong answer are the same token ({answer_token!r}): give two tokens")
     started = time.perf_counter()
@@ -210,7 +210,7 @@ def _check_choices(positions, direction, patched, ablate, texts, batch_size) -> 
         raise ParameterError("batch_size", f"{{batch_size}} must be at least 1, got {batch_size}", batch_size)
 
 
-def _one_token(loaded: LoadedModel, text: str, parameter: str) -> tuple[int, str]:
+def one_token(loaded: LoadedModel, text: str, parameter: str) -> tuple[int, str]:
     ids, tokens = loaded.vocabulary_tokens(text)
     if len(ids) != 1:
         split = " + ".join(repr(token) for token in tokens) or "nothing"
