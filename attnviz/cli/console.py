@@ -66,6 +66,12 @@ def view_console() -> Console:
     return Console()
 
 
+def in_colour(view: Console) -> bool:
+    """Whether ``view`` shows colour (a colour terminal, no ``NO_COLOR``): a view without it must carry its
+    numbers in characters (shades, digits), since its background colours are dropped."""
+    return view.color_system is not None and not view.no_color
+
+
 #: warnings of the running command, printed when it ends: after its output when it succeeds, folded
 #: into its one ``error:`` line when it fails (a warning that led to the failure explains it there)
 _pending_warnings: list[str] = []

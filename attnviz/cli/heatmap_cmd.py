@@ -375,13 +375,20 @@ def heatmap(
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
     if terminal:
-        from attnviz.cli.console import view_console
+        from attnviz.cli.console import in_colour, view_console
         from attnviz.render.terminal import terminal_heatmap
 
         view = view_console()  # the view is the product: stdout
         view.print(
             terminal_heatmap(
-                result, layer=one_layer, head=one_head, stack=stack, words=words, width=view.width, style=style
+                result,
+                layer=one_layer,
+                head=one_head,
+                stack=stack,
+                words=words,
+                width=view.width,
+                style=style,
+                colour=in_colour(view),
             )
         )
         print_summary(result, stack)
