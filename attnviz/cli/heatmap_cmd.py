@@ -378,17 +378,17 @@ def heatmap(
         from attnviz.cli.console import in_colour, view_console
         from attnviz.render.terminal import terminal_heatmap
 
-        view = view_console()  # the view is the product: stdout
-        view.print(
+        screen = view_console()  # the view is the product: stdout
+        screen.print(
             terminal_heatmap(
                 result,
                 layer=one_layer,
                 head=one_head,
                 stack=stack,
                 words=words,
-                width=view.width,
+                width=screen.width,
                 style=style,
-                colour=in_colour(view),
+                colour=in_colour(screen),
             )
         )
         print_summary(result, stack)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["characters", "display_width", "fit", "pad_left", "pad_right"]
+__all__ = ["characters", "display_width", "fit", "pad_left", "pad_right", "wrap_spans"]
 
 _ZERO_WIDTH_JOINER = "\u200d"
 _EMOJI_PRESENTATION = "\ufe0f"
@@ -76,3 +76,45 @@ def pad_left(text: str, width: int) -> str:
 def pad_right(text: str, width: int) -> str:
     """``text`` left-aligned in ``width`` columns (``str.ljust`` by display width)."""
     return text + " " * max(0, width - display_width(text))
+
+
+#: characters of a formula: a space next to one of them is no place to break a line (``logit('c') − logit('x')``)
+_OPERATORS = frozenset("−-+×÷/=≈<>≤≥→")
+
+
+def _break_points(line: str) -> list[int]:
+    """Offsets of the spaces of ``line`` where it may break: not inside a quoted token (``' bière'``), not
+    beside an operator of a formula, not at the line's start."""
+    import re
+
+    quoted = [match.span() for match in re.finditer(r"(?<!\w)'[^']*'(?!\w)", line)]
+    points = []
+    for offset, character in enumerate(line):
+        if character != " " or offset == 0 or any(start < offset < end for start, end in quoted):
+            continue
+        before, after = line[:offset].rstrip(" ")[-1:], line[offset + 1 :].lstrip(" ")[:1]
+        if before in _OPERATORS or after in _OPERATORS:
+            continue
+        points.append(offset)
+    return points
+
+
+def wrap_spans(line: str, width: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of each line of ``line`` wrapped at ``width`` display columns, breaking only at
+    :func:`_break_points` (a quoted token or a formula stays whole; one longer than ``width`` gets a line
+    of its own). The spaces at a break belong to no line."""
+    atoms: list[tuple[int, int]] = []  # the pieces between break points, without their spaces
+    start = 0
+    for point in [*_break_points(line), len(line)]:
+        if line[start:point].strip(" "):
+            atoms.append((start, len(line[:point].rstrip(" "))))
+        start = point
+        while start < len(line) and line[start] == " ":
+            start += 1
+    spans: list[tuple[int, int]] = []
+    for atom_start, atom_end in atoms:
+        if spans and display_width(line[spans[-1][0] : atom_end]) <= width:
+            spans[-1] = (spans[-1][0], atom_end)
+        else:
+            spans.append((atom_start, atom_end))
+    return spans or [(0, 0)]

@@ -7,10 +7,12 @@ import unicodedata
 
 import torch
 from rich.console import Console
+from rich.table import Table
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.captures.query_rows import QueryRows
-from attnviz.common.cells import characters, display_width, fit, pad_left
+from attnviz.cli.console import StderrConsole
+from attnviz.common.cells import characters, display_width, fit, pad_left, wrap_spans
 from attnviz.render.strip_terminal import terminal_strip
 from attnviz.render.terminal import SHADES, terminal_heatmap
 
@@ -100,3 +102,41 @@ def test_redirected_strip_carries_each_weight():
     assert cells == "   " + SHADES[2] * 6 + SHADES[4] * 3
     assert lines[lines.index(strip) + 1] == "      top: 3:end 0.50  2:é 0.25  1:京 0.25  0:東 0.00"
     assert "  blank <0.062 ░ <0.19 ▒ <0.31 ▓ <0.44 █ ≤0.5 (linear scale)" in lines
+
+
+FOOTER = (
+    "logit difference: clean 16.966, corrupt -16.756 · denoising output patching at every position; "
+    "logit(' Mary') − logit(' John') at position 15 ('␣to')"
+)
+
+
+def test_wrapping_keeps_quoted_tokens_and_formulas_whole():
+    for width in (20, 30, 45, 60, 80):
+        lines = [FOOTER[start:end] for start, end in wrap_spans(FOOTER, width)]
+        assert " ".join(lines) == FOOTER
+        assert any("logit(' Mary') − logit(' John')" in line for line in lines)  # the formula on one line
+        assert all(display_width(line) <= width for line in lines if "logit(" not in line)
+    assert [FOOTER[a:b] for a, b in wrap_spans(FOOTER, 80)] == [
+        "logit difference: clean 16.966, corrupt -16.756 · denoising output patching at",
+        "every position; logit(' Mary') − logit(' John') at position 15 ('␣to')",
+    ]
+
+
+def test_table_captions_wrap_at_the_terminal_and_stay_one_line_in_a_log():
+    table = Table(title="the heads that make ' Mary' over ' John'", caption=FOOTER)
+    table.add_column("head")
+    table.add_row("L1 H1")
+    terminal = StderrConsole(file=io.StringIO(), force_terminal=True, width=60, color_system=None)
+    terminal.print(table)
+    lines = terminal.file.getvalue().splitlines()
+    assert lines[0] == "the heads that make ' Mary' over ' John'"  # not folded at the table's 9 columns
+    assert lines[-3:] == [
+        "logit difference: clean 16.966, corrupt -16.756 · denoising",
+        "output patching at every position;",
+        "logit(' Mary') − logit(' John') at position 15 ('␣to')",
+    ]
+    log = StderrConsole(file=io.StringIO(), force_terminal=False, width=80)
+    log.print(table)
+    lines = log.file.getvalue().splitlines()
+    assert lines[-1] == FOOTER and lines[0] == "the heads that make ' Mary' over ' John'"
+    assert all(line == line.rstrip() for line in lines)  # no padding in a log
