@@ -269,6 +269,8 @@ def heatmap(
         ):  # fmt: skip
             return
     html = False
+    if image is not None:  # the reason an image refuses an option comes before any advice on that option
+        check_image_options(terminal, words, view.value, stack_value(stack))
     if view != HeatmapView.heads and words:
         raise InputError(f"--words applies to --view heads only: --view {view.value} draws sub-word tokens")
     if view != HeatmapView.heads and terminal:
