@@ -92,9 +92,11 @@ REDUCTIONS: dict[tuple[str, str], Reduction] = {
         holds=(
             (
                 "refusal.txt",
-                "error: this capture would hold 72.5 GB of attention weights (270 heads at 8,192 tokens, float32), "
-                "more than --max-bytes 4.0 GB: record fewer layers or heads (--layer, --head), give a shorter input "
-                "(--max-length), or raise --max-bytes (after: 1 text longer than 8192 tokens was truncated to 8192)",
+                (
+                    "error: this capture would hold 72.5 GB of attention weights (270 heads at 8,192 tokens, float32), "
+                    "more than --max-bytes 4.0 GB: record fewer layers or heads (--layer, --head), give a shorter input "
+                    "(--max-length), or raise --max-bytes (after: 1 text longer than 8192 tokens was truncated to 8192)"
+                ),
             ),
         ),
         absent=("all.safetensors",),
