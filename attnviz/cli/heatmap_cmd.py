@@ -229,6 +229,8 @@ def heatmap(
         ):  # fmt: skip
             return
     html = False
+    if image is not None:  # the reason an image refuses an option comes before any advice on that option
+        check_image_options(terminal, words, view.value, stack_value(stack))
     if view != HeatmapView.heads and words:
         raise InputError(f"--words applies to --view heads only: --view {view.value} draws sub-word tokens")
     if view != HeatmapView.heads and terminal:
@@ -336,13 +338,20 @@ def heatmap(
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
     if terminal:
-        from attnviz.cli.console import view_console
+        from attnviz.cli.console import in_colour, view_console
         from attnviz.render.terminal import terminal_heatmap
 
-        view = view_console()  # the view is the product: stdout
-        view.print(
+        screen = view_console()  # the view is the product: stdout
+        screen.print(
             terminal_heatmap(
-                result, layer=one_layer, head=one_head, stack=stack, words=words, width=view.width, style=style
+                result,
+                layer=one_layer,
+                head=one_head,
+                stack=stack,
+                words=words,
+                width=screen.width,
+                style=style,
+                colour=in_colour(screen),
             )
         )
         print_summary(result, stack)

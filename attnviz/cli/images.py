@@ -203,5 +203,18 @@ def check_image_options(terminal: bool, words: bool, view: str, stack: str | Non
     """An image is drawn as overlays (a captioner's as cross-attention): refuse the text-only drawing options."""
     from attnviz.common.errors import InputError
 
-    if terminal or words or view == "flow" or stack not in (None, "cross"):
-        raise InputError("an image is drawn as overlays: --terminal, --words, --view flow and --stack do not apply")
+    given = [
+        name
+        for name, used in (
+            ("--terminal", terminal),
+            ("--words", words),
+            ("--view flow", view == "flow"),
+            (f"--stack {stack}", stack not in (None, "cross")),
+        )
+        if used
+    ]
+    if given:
+        raise InputError(
+            f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to an image: an image is drawn as "
+            "overlays on the picture (--out FILE.png, or .html for every head)"
+        )

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.common.tokens import token_strings
 from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch
 from attnviz.models.objective import has_lm_head
@@ -36,7 +37,7 @@ def check_hf_patching(loaded: HFModel) -> None:
 
 def hf_vocabulary_tokens(loaded: HFModel, text: str) -> tuple[list[int], list[str]]:
     ids = list(loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
-    return ids, list(loaded.tokenizer.convert_ids_to_tokens(ids))
+    return ids, token_strings(loaded.tokenizer, ids)  # byte-level pieces decoded, as in every capture
 
 
 def hf_answer_position(loaded: HFModel, batch: EncodedBatch, index: int) -> int:

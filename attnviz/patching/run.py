@@ -25,6 +25,7 @@ from torch import Tensor
 from attnviz.common.errors import InputError, ParameterError
 from attnviz.common.images import ImageSource
 from attnviz.common.progress import progress_bar
+from attnviz.common.tokens import display_token
 from attnviz.common.wording import plural
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.patching import HeadOutputRecorder, HeadPatch, HeadReplacement, positions_tensor
@@ -213,7 +214,7 @@ def _check_choices(positions, direction, patched, ablate, texts, batch_size) -> 
 def one_token(loaded: LoadedModel, text: str, parameter: str) -> tuple[int, str]:
     ids, tokens = loaded.vocabulary_tokens(text)
     if len(ids) != 1:
-        split = " + ".join(repr(token) for token in tokens) or "nothing"
+        split = " + ".join(f"'{display_token(token)}'" for token in tokens) or "nothing"
         raise ParameterError(
             parameter,
             f"{{{parameter}}} must be one token; {text!r} is {len(ids)} tokens: {split} (a leading space is often "
