@@ -25,11 +25,13 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
+from attnviz.models.placement import input_device
 from attnviz.models.probing import ProbeBatch
 
 if TYPE_CHECKING:  # the objectives are built on top of this module
     from attnviz.models.identity import HeadIdentity
     from attnviz.models.objective import Objective
+    from attnviz.models.readers import ResidualReaders
     from attnviz.models.readout import Readout
 
 
@@ -122,6 +124,8 @@ class LoadedModel(ABC):
     max_length: int | None = None
     #: what the model reads: text (token sequences) or images (a vision transformer, see attnviz.models.vision)
     modality: Literal["text", "image"] = "text"
+    #: reads a picture inside a text (a vision-language model, :mod:`attnviz.models.vlm`) as well as text alone
+    reads_pictures_in_text: bool = False
     #: a pruned model: the original number of each head its weights hold, from its checked pruning record
     #: (:mod:`attnviz.models.pruning_records`); None when the model was not pruned
     head_identity: HeadIdentity | None = None
@@ -130,7 +134,9 @@ class LoadedModel(ABC):
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the device the model's first module runs on (accelerate's execution device for a
+        model dispatched with ``device_map``, whose offloaded weights sit on the meta device between calls)."""
+        return input_device(self.model)
 
     @abstractmethod
     def encode(
@@ -339,6 +345,12 @@ class LoadedModel(ABC):
         """The final normalisation and unembedding (:mod:`attnviz.models.readout`), or None where the logits are not
         ``W_U · norm(residual)`` (then direct logit attribution is not defined)."""
         return None
+
+    def residual_readers(self) -> ResidualReaders:
+        """Every layer's readers and writers of the residual stream (:mod:`attnviz.models.readers`): what attribution
+        over edges and circuits need. Raises :class:`~attnviz.common.errors.UnsupportedModelError` where the layers
+        are not a pre-norm sum of attention and MLP outputs."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot find circuits in this kind of model")
 
     # -- pruning: how heads are judged, and the pruned model on disk -------------------------------
 

@@ -17,8 +17,9 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import quiet_third_party, warn
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
-from attnviz.models.blocked import unblock_local_pattern
 from attnviz.models.caption import is_captioner_type, load_caption_model
+from attnviz.models.head_output_edits import replay_fallback, run_editing
+from attnviz.models.head_outputs import OutputProjection, find_output_projections
 from attnviz.models.hf_checks import (
     check_config_against_weights,
     check_loading_info,
@@ -37,11 +38,14 @@ from attnviz.models.hf_patching import (
 )
 from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
+from attnviz.models.placement import Placement
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
+from attnviz.models.readers import ResidualReaders
 from attnviz.models.readout import Readout
 from attnviz.models.vision import load_vision_model
 from attnviz.models.vision_families import is_vision_type
+from attnviz.models.vlm_families import is_vision_language_type, vision_language_family
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5, NLLB-MoE).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn", "cross_attention")
@@ -68,7 +72,7 @@ def load_hf_model(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
     gguf_file: str | None = None,
-    device_map: str | None = None,
+    device_map: Placement | None = None,
 ) -> HFModel:
     """Load a Hugging Face model (directory or hub id) onto attnviz's attention core.
 
@@ -87,7 +91,7 @@ def load_hf_model(
     extra: dict[str, Any] = {"trust_remote_code": False, "local_files_only": True}
     if gguf_file:
         extra["gguf_file"] = gguf_file
-    placement = {"device_map": device_map} if device_map else {}
+    placement = device_map.from_pretrained_arguments() if device_map else {}
     try:
         config = transformers.AutoConfig.from_pretrained(source, **extra)
         if not gguf_file and is_vision_type(getattr(config, "model_type", "")):  # images, not text
@@ -98,6 +102,10 @@ def load_hf_model(
             return load_caption_model(  # type: ignore[return-value]
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
+        if not gguf_file and is_vision_language_type(config):
+            # a text with a picture in it: the families attnviz reads have a loader of their own
+            # (attnviz.models.vlm, found first by the registry); any other is refused here by name
+            vision_language_family(config, source)
         refuse_unreadable_family(config, model_class_for(config), source)  # before its tokenizer is looked for
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
     except AttnvizError:
@@ -195,6 +203,7 @@ class HFModel(LoadedModel):
             tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
         tokenizer.padding_side = "right"
         self._sites: dict[nn.Module, AttentionSite | None] = {}
+        self._output_projections: dict[AttentionSite, OutputProjection] | None = None
         self._module_names = {module: name for name, module in model.named_modules()}
         #: stacks whose attention modules run more than once per forward pass (ALBERT's shared layer, a looped
         #: block): their sites are numbered by call order, as eager's ``output_attentions`` numbers them.
@@ -271,6 +280,11 @@ class HFModel(LoadedModel):
 
     def readout(self) -> Readout | None:
         return hf_readout(self)
+
+    def residual_readers(self) -> ResidualReaders:
+        from attnviz.models.hf_readers import hf_residual_readers
+
+        return hf_residual_readers(self)
 
     def check_objective(self) -> None:
         if self.encoder_decoder:
@@ -389,19 +403,29 @@ class HFModel(LoadedModel):
         kwargs: dict[str, Any] = dict(batch.inputs)
         if "use_cache" in _forward_parameters(module):
             kwargs["use_cache"] = False
-        if not self.fallback:
-            if context is not None:
-                kwargs[CONTEXT_KWARG] = context
-            return module(**kwargs)
-        if context is not None and context.head_mask is not None:
+        if context is not None and context.head_mask is not None and self.fallback:
             raise UnsupportedModelError(
                 f"{self.model.config.model_type} models do not route through transformers' attention "
                 "interface, so attnviz cannot mask their heads"
             )
-        outputs = module(**kwargs, output_attentions=context is not None)
-        if context is not None:
-            _replay_attentions(outputs, context, self.encoder_decoder)
-        return outputs
+
+        def run(context: AttentionContext | None, values: dict[AttentionSite, Tensor]) -> Any:
+            if not self.fallback:
+                if context is not None:
+                    kwargs[CONTEXT_KWARG] = context
+                return module(**kwargs)
+            outputs = module(**kwargs, output_attentions=context is not None)
+            if context is not None:
+                replay_fallback(outputs, context, self.encoder_decoder, values)
+            return outputs
+
+        return run_editing(self.name, self.output_projections, context, fallback=self.fallback, run=run)
+
+    def output_projections(self) -> dict[AttentionSite, OutputProjection]:
+        """Every site's output projection and how its input holds the heads (found once, on a probe)."""
+        if self._output_projections is None:
+            self._output_projections = find_output_projections(self, fallback=self.fallback)
+        return self._output_projections
 
 
 def _misses_stacks(loaded: HFModel) -> bool:
@@ -414,24 +438,6 @@ def _forward_parameters(module: nn.Module) -> set[str]:
     import inspect
 
     return set(inspect.signature(module.forward).parameters)
-
-
-def _replay_attentions(outputs: Any, context: AttentionContext, encoder_decoder: bool) -> None:
-    """Hand the patterns that eager attention returned to the observers (fallback path)."""
-    groups = (
-        [("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"), ("cross", "cross_attentions")]
-        if encoder_decoder
-        else [("self", "attentions")]
-    )
-    for stack, attribute in groups:
-        for layer, pattern in enumerate(getattr(outputs, attribute, None) or ()):
-            if pattern.dim() == 5:  # LongT5's local attention: [b, blocks, h, block, 3·block]
-                states = getattr(outputs, "encoder_last_hidden_state", None)
-                if states is None:
-                    states = outputs.last_hidden_state
-                pattern = unblock_local_pattern(pattern, states.shape[1])  # [b, h, q, k]
-            for observer in context.observers:
-                observer.observe(AttentionSite(stack, layer), pattern.float(), 0)
 
 
 def _is_causal(model: nn.Module) -> bool:

@@ -15,6 +15,7 @@ import torch
 
 from attnviz.common.errors import ModelSpecError, UnsupportedModelError
 from attnviz.models.hf_checks import quiet_image_processors
+from attnviz.models.placement import Placement
 
 #: model_type -> the kinds of the extra tokens before the patches (read from the config)
 VISION_FAMILIES: dict[str, Callable[[Any], tuple[str, ...]]] = {
@@ -82,7 +83,7 @@ def load_image_processor(source: str):
 
 
 def load_weights_on_core(
-    cls: Any, source: str, *, dtype: torch.dtype, device_map: str | None = None, **extra: Any
+    cls: Any, source: str, *, dtype: torch.dtype, device_map: Placement | None = None, **extra: Any
 ) -> tuple[Any, dict]:
     """``(model, loading info)``: ``cls.from_pretrained`` with attnviz's attention, never running shipped code;
     ``extra``: more ``from_pretrained`` arguments. Any failure is one :class:`ModelSpecError` naming ``source``."""
@@ -92,7 +93,7 @@ def load_weights_on_core(
     from attnviz.models.hf_checks import first_line
 
     register_attention()
-    placement = {"device_map": device_map} if device_map else {}
+    placement = device_map.from_pretrained_arguments() if device_map else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
