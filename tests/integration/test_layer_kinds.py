@@ -36,14 +36,14 @@ def _build(family: str, path):
     import transformers as t
 
     torch.manual_seed(0)
-    if family == "qwen3_next":  # layers 0 and 2 linear attention (gated delta rule), 1 and 3 softmax attention
+    if family in ("qwen3_next", "qwen3_next_linear"):  # 0 and 2 linear attention (gated delta rule), 1 and 3 softmax
+        kinds = ["linear_attention", "full_attention"] * 2 if family == "qwen3_next" else ["linear_attention"] * 4
         config = t.Qwen3NextConfig(
             vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, head_dim=8, linear_num_value_heads=2, linear_num_key_heads=2,
             linear_key_head_dim=8, linear_value_head_dim=8, num_experts=4, num_experts_per_tok=2,
             moe_intermediate_size=16, shared_expert_intermediate_size=16, initializer_range=0.2,
-            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
-            bos_token_id=101, eos_token_id=102,
+            layer_types=kinds, bos_token_id=101, eos_token_id=102,
         )  # fmt: skip
         model = t.Qwen3NextForCausalLM._from_config(config, attn_implementation="eager")
     elif family == "albert":  # one attention module applied at 3 layers
@@ -80,13 +80,21 @@ def _build(family: str, path):
     return _save(model, path)
 
 
+class _Built(dict):
+    """``family -> directory``, each model built on first use and kept for the module."""
+
+    def __init__(self, root) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, family: str):
+        self[family] = _build(family, self.root / family)
+        return self[family]
+
+
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("layer_kinds")
-    return {
-        family: _build(family, root / family)
-        for family in ("qwen3_next", "albert", "nllb_moe", "longt5", "longt5_global", "whisper")
-    }
+    return _Built(tmp_path_factory.mktemp("layer_kinds"))
 
 
 def _eager(loaded, path, batch):
@@ -138,6 +146,8 @@ def test_hybrid_layer_without_attention_is_one_error_line(model_dirs, capsys, tm
         (line,) = result.error_lines()
         assert "--layer" in line and "has no attention" in line and "1, 3" in line
     assert not list(tmp_path.iterdir())
+    result = run_cli(capsys, "heatmap", TEXT, "--model", path, "--layer", "all", "--out", tmp_path / "h.svg")
+    assert result.exit_code == 0 and "4 layers, attention in 1, 3 × 4 heads" in result.stderr
     result = run_cli(capsys, "stats", path, "--text", TEXT, "--json", tmp_path / "s.json")
     assert result.exit_code == 0, result.stderr
     import json
@@ -215,6 +225,11 @@ def test_longt5_local_attention_laid_out_over_tokens(model_dirs):
     for layer in range(2):
         assert torch.allclose(first[layer], capture.layer(layer, "encoder")[:, :, 0].mean(-1).double(), atol=1e-5)
     assert not math.isnan(float(first.sum()))
+
+
+def test_model_without_attention_layers_is_refused(model_dirs):
+    with pytest.raises(attnviz.common.errors.UnsupportedModelError, match="no softmax attention in any layer"):
+        attnviz.load_model(str(model_dirs["qwen3_next_linear"]))
 
 
 @pytest.mark.parametrize(
