@@ -156,10 +156,18 @@ def load_hf_model(
     model.eval()
     loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
     loaded.check_weights()  # before the first forward pass (the layout below) reads them
-    if not fallback and (model.config._attn_implementation != ATTENTION_NAME or not loaded.layout()):
-        # The name was accepted but no attention call reached the core: the family does not use the interface.
+    if not fallback and (model.config._attn_implementation != ATTENTION_NAME or _misses_stacks(loaded)):
+        # The name was accepted but no attention call (or none of a whole stack: BigBird-Pegasus' encoder) reached
+        # the core: the family, or that stack, does not use the interface.
         model.set_attn_implementation("eager")
         loaded = HFModel(model, tokenizer, name=name or source, fallback=True)
+    if not loaded.layout():
+        kinds = sorted({str(kind) for kind in getattr(config, "layer_types", None) or ()})
+        raise UnsupportedModelError(
+            f"{name or source} has no softmax attention in any layer"
+            + (f" (its layers are {', '.join(kinds)})" if kinds else "")
+            + ": no attention pattern to show; attnviz shows models with at least one attention layer"
+        )
     if loaded.fallback:
         warn(
             f"{config.model_type} models do not route through transformers' attention interface: "
@@ -365,8 +373,8 @@ class HFModel(LoadedModel):
         lowered = qualified_name.lower()
         if getattr(module, "is_cross_attention", False) or any(part in lowered for part in _CROSS_NAMES):
             return AttentionSite("cross", layer)
-        parts = lowered.split(".")
-        return AttentionSite("decoder" if "decoder" in parts else "encoder", layer)
+        parts = lowered.split(".")  # "decoder", or a named one: SeamlessM4T's "text_decoder"
+        return AttentionSite("decoder" if any("decoder" in part for part in parts) else "encoder", layer)
 
     # -- encoding (attnviz.models.hf_encoding) ----------------------------------------------------
 
@@ -418,6 +426,12 @@ class HFModel(LoadedModel):
         if self._output_projections is None:
             self._output_projections = find_output_projections(self, fallback=self.fallback)
         return self._output_projections
+
+
+def _misses_stacks(loaded: HFModel) -> bool:
+    """Whether the probe pass found no attention site at all, or, in an encoder-decoder model, none of one stack."""
+    found = {site.stack for site in loaded.layout()}
+    return not found or (loaded.encoder_decoder and not {"encoder", "decoder", "cross"} <= found)
 
 
 def _forward_parameters(module: nn.Module) -> set[str]:
