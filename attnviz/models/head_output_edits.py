@@ -64,6 +64,8 @@ def at_output_projections(
                     "interface), so attnviz cannot replace its patterns; patch the heads' outputs instead"
                 )
             for projection in projections.values():
+                if projection.heads == 0:  # a layer whose heads were all pruned: nothing to edit
+                    continue
                 hooks.append(projection.module.register_forward_pre_hook(_editing(editor, projection)))
             stack.callback(lambda: [hook.remove() for hook in hooks])
             context = dataclasses.replace(context, head_editor=PatternEdits(editor))
