@@ -120,9 +120,16 @@ class _Discovery:
         self.timeline = timeline
         self.attended: dict[AttentionSite, tuple[int, int, Tensor, list[Tensor]]] = {}  # time, heads, value, blocks
         self.modules: dict[AttentionSite, nn.Module] = {}
-        self.linear_calls: list[tuple[int, nn.Module, Tensor]] = []
-        self.spans: dict[nn.Module, tuple[int, int, Any]] = {}  # first call: enter, exit, output
+        self.linear_calls: list[tuple[int, nn.Module, Tensor]] = []  # time, module, input
+        self.calls: dict[nn.Module, list[list]] = {}  # every call of a module: [enter, exit, output]
         self.other_calls: list[tuple[int, nn.Module]] = []
+
+    def call_around(self, module: nn.Module, moment: int) -> tuple[int, int, Any]:
+        """The call of ``module`` that was running at ``moment`` (enter, exit, output), or (-1, -1, None)."""
+        for enter, leave, output in self.calls.get(module, ()):
+            if enter < moment < leave:
+                return enter, leave, output
+        return -1, -1, None
 
     def observe_inputs(self, site, query, key, value, scaling) -> None:
         # value [b, kvh, k, dv]: its last dimension is the head output size, whatever the query's is
@@ -184,18 +191,18 @@ def _entering(found: _Discovery, timeline: _Timeline):
         now = next(timeline.clock)
         if is_linear(module) and args and isinstance(args[0], Tensor):
             found.linear_calls.append((now, module, args[0].detach()))
-        elif module not in found.spans:
+        else:
             found.other_calls.append((now, module))
-        found.spans.setdefault(module, (now, -1, None))
+        found.calls.setdefault(module, []).append([now, -1, None])
 
     return hook
 
 
 def _leaving(found: _Discovery, timeline: _Timeline):
     def hook(module: nn.Module, args: tuple, output: Any) -> None:
-        enter, leave, _ = found.spans[module]
-        if leave < 0:
-            found.spans[module] = (enter, next(timeline.clock), output)
+        running = [call for call in found.calls.get(module, ()) if call[1] < 0]
+        if running:
+            running[-1][1:] = [next(timeline.clock), output]
 
     return hook
 
@@ -220,7 +227,8 @@ def _fallback_sites(loaded: LoadedModel, found: _Discovery, outputs: Any):
     for site, pattern in fallback_attentions(outputs, _pairs(loaded)):
         holders = [
             (enter, leave, module)
-            for module, (enter, leave, output) in found.spans.items()
+            for module, calls in found.calls.items()
+            for enter, leave, output in calls
             if isinstance(output, tuple) and any(item is pattern for item in output)
         ]
         if not holders:
@@ -240,23 +248,34 @@ def _fallback_sites(loaded: LoadedModel, found: _Discovery, outputs: Any):
 
 
 def _projection_after(loaded, found, names, site, module, moment, heads, head_output):
-    """The first linear layer called after ``moment`` inside the parent of ``module`` (see the module docstring)."""
+    """The output projection of ``site``: a linear layer called after ``moment`` inside the parent of ``module``
+    that reads ``heads × dv`` features computed after the attention (see the module docstring)."""
     name = names.get(module, "")
     scope = name.rpartition(".")[0]
     prefix = scope + "." if scope else ""
-    following = [
-        (time, linear, given)
-        for time, linear, given in found.linear_calls
-        if time > moment and names.get(linear, "").startswith(prefix)
+    inside = [
+        (time, linear, given) for time, linear, given in found.linear_calls if names.get(linear, "").startswith(prefix)
     ]
+    # what the layer read before it attended (its hidden states, fed to the query projection): a linear layer
+    # reading that after the attention (Beam's gate projection) computes something else
+    earlier = {_storage(given) for time, _, given in inside if time < moment}
+    following = [
+        (time, linear, given) for time, linear, given in inside if time > moment and _storage(given) not in earlier
+    ]
+    if head_output is not None:
+        width = heads * head_output.shape[-1]
+        following = [call for call in following if in_features(call[1]) == width] or following
+    else:
+        following = [call for call in following if heads and in_features(call[1]) % heads == 0] or following
     if not following:
         raise UnsupportedModelError(
             f"{loaded.name}: no linear layer follows the attention of {site.name} ({name}), so attnviz finds no "
             "output projection that reads each head's output"
         )
     time, projection, given = following[0]
+    _check_reads_the_attention(loaded, found, site, module, name, moment, time, names.get(projection, ""), given)
     width = in_features(projection)
-    head_dim = head_output.shape[-1] if head_output is not None else width // heads
+    head_dim = head_output.shape[-1] if head_output is not None else width // max(heads, 1)
     if width != heads * head_dim or given.shape[-1] != width:
         raise UnsupportedModelError(
             f"{loaded.name}: the projection after the attention of {site.name} ({names.get(projection, '')}) reads "
@@ -280,11 +299,34 @@ def _projection_after(loaded, found, names, site, module, moment, heads, head_ou
         heads=heads,
         head_dim=head_dim,
         direct=direct,
-        between="" if direct else _between_words(between),
+        between="" if direct else _between_words(list(dict.fromkeys(between))),
         rerun=model_scope(loaded.model, scope) if head_output is None else None,
         softmax_index=_softmax_index(found, loaded.model, scope, moment) if head_output is None else -1,
     )
     return found_projection, given  # given: the projection's input on the probe, [b, q, h·dv]
+
+
+def _storage(tensor: Tensor) -> tuple[int, tuple[int, ...]]:
+    return tensor.data_ptr(), tuple(tensor.shape)
+
+
+def _check_reads_the_attention(loaded, found, site, module, name, moment, time, projection_name, given) -> None:
+    """A projection applied after the attention module returned (BERT's ``attention.output.dense``) must read what
+    it returned: otherwise the linear layer found is something else (an MLP of a layer without output projection)."""
+    _, leave, returned = found.call_around(module, moment)
+    if leave < 0 or time < leave:
+        return
+    first = returned[0] if isinstance(returned, tuple) and returned else returned
+    if not (
+        isinstance(first, Tensor)
+        and first.shape == given.shape
+        and torch.allclose(first.float(), given.float(), rtol=1e-5, atol=1e-6)
+    ):
+        raise UnsupportedModelError(
+            f"{loaded.name}: the first linear layer after the attention of {site.name} ({projection_name}) does not "
+            f"read what the attention module ({name}) returns, so attnviz finds no output projection that reads each "
+            "head's output"
+        )
 
 
 def model_scope(model: nn.Module, scope: str) -> nn.Module:
@@ -292,7 +334,7 @@ def model_scope(model: nn.Module, scope: str) -> nn.Module:
 
 
 def _softmax_index(found: _Discovery, model: nn.Module, scope: str, moment: int) -> int:
-    enter, _, _ = found.spans[model_scope(model, scope)]
+    enter, _, _ = found.call_around(model_scope(model, scope), moment)
     return sum(1 for time in found.timeline.softmaxes if enter < time < moment)
 
 
