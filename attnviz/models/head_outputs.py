@@ -322,10 +322,13 @@ def _check_reads_the_attention(loaded, found, site, module, name, moment, time, 
         and first.shape == given.shape
         and torch.allclose(first.float(), given.float(), rtol=1e-5, atol=1e-6)
     ):
+        names = {sub: sub_name for sub_name, sub in module.named_modules()}
+        after = [names[other] for when, other in found.other_calls if moment < when < leave and names.get(other)]
+        inside = f" (after the attention it runs {', '.join(dict.fromkeys(after))}, no linear layer)" if after else ""
         raise UnsupportedModelError(
-            f"{loaded.name}: the first linear layer after the attention of {site.name} ({projection_name}) does not "
-            f"read what the attention module ({name}) returns, so attnviz finds no output projection that reads each "
-            "head's output"
+            f"{loaded.name}: no linear output projection reads the heads' outputs of {site.name} ({name}{inside}; "
+            f"the next linear layer, {projection_name}, reads something else), so attnviz cannot split what each head "
+            "writes"
         )
 
 
