@@ -22,7 +22,8 @@ from torch import Tensor
 from attnviz.common.errors import UnsupportedModelError
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.patching import HeadEditor, PatternEdits
-from attnviz.models.head_outputs import OutputProjection, fallback_attentions, reading_values
+from attnviz.models.eager_values import reading_values
+from attnviz.models.head_outputs import OutputProjection, fallback_attentions
 
 
 def _editing(editor: HeadEditor, projection: OutputProjection):

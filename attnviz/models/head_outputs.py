@@ -20,10 +20,7 @@ norm that depends on the query makes a key's share of the output something other
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import itertools
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,11 +32,10 @@ from torch.overrides import TorchFunctionMode
 from attnviz.common.errors import UnsupportedModelError
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.attention import repeat_kv
+from attnviz.models.eager_values import QUERY_DEPENDENT, SOFTMAXES, checked_fallback
 
 if TYPE_CHECKING:
     from attnviz.models.base import LoadedModel
-
-_SOFTMAXES = {torch.softmax, torch.nn.functional.softmax, Tensor.softmax, torch.Tensor.softmax}
 
 
 @dataclass(frozen=True)
@@ -106,7 +102,7 @@ class _Timeline(TorchFunctionMode):
         self.softmaxes: list[int] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in _SOFTMAXES:
+        if func in SOFTMAXES:
             self.softmaxes.append(next(self.clock))
         return func(*args, **(kwargs or {}))
 
@@ -178,7 +174,7 @@ def find_output_projections(loaded: LoadedModel, *, fallback: bool) -> dict[Atte
         )
     if fallback:
         patterns = dict(fallback_attentions(outputs, _pairs(loaded)))
-        projections = _checked_fallback(loaded, batch, projections, patterns, entering)
+        projections = checked_fallback(loaded, batch, projections, patterns, entering)
     return projections
 
 
@@ -299,7 +295,7 @@ def _projection_after(loaded, found, names, site, module, moment, heads, head_ou
         heads=heads,
         head_dim=head_dim,
         direct=direct,
-        between="" if direct else _between_words(list(dict.fromkeys(between))),
+        between="" if direct else between_words(list(dict.fromkeys(between))),
         rerun=model_scope(loaded.model, scope) if head_output is None else None,
         softmax_index=_softmax_index(found, loaded.model, scope, moment) if head_output is None else -1,
     )
@@ -341,102 +337,7 @@ def _softmax_index(found: _Discovery, model: nn.Module, scope: str, moment: int)
     return sum(1 for time in found.timeline.softmaxes if enter < time < moment)
 
 
-def _between_words(modules: list[str]) -> str:
+def between_words(modules: list[str]) -> str:
     if modules:
         return "something that changes each head's output (" + ", ".join(modules) + ")"
-    return "a query-dependent change of each head's output (a gate or a normalisation)"
-
-
-# -- models on eager attention: the value vectors, read with identity patterns -----------------------------
-
-
-class _IdentityPattern(TorchFunctionMode):
-    """Replaces softmax call number ``index`` by the identity pattern: each query then outputs its own value."""
-
-    def __init__(self, index: int) -> None:
-        super().__init__()
-        self.index = index
-        self.calls = 0
-        self.applied = False
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        if func in _SOFTMAXES:
-            self.calls += 1
-            if self.calls - 1 == self.index and result.shape[-1] == result.shape[-2]:  # queries = keys
-                eye = torch.eye(result.shape[-1], dtype=result.dtype, device=result.device)
-                result = eye.expand(result.shape).contiguous()
-                self.applied = True
-        return result
-
-
-@contextlib.contextmanager
-def reading_values(projections: dict[AttentionSite, OutputProjection], values: dict[AttentionSite, Tensor]):
-    """While active, every fallback site's module runs a second time after its own call, with the identity pattern,
-    and ``values[site]`` gets each head's value vectors as its projection sees them, ``[b, k, h, dv]``.
-    The model's own outputs are unchanged."""
-    hooks = []
-    running: set[nn.Module] = set()
-    for site, projection in projections.items():
-        if projection.rerun is None:
-            continue
-
-        def after(module, args, kwargs, output, site=site, projection=projection):
-            if module in running:
-                return
-            seen: list[Tensor] = []
-            grab = projection.module.register_forward_pre_hook(lambda _, inputs: seen.append(inputs[0].detach()))
-            running.add(module)
-            try:
-                with _IdentityPattern(projection.softmax_index) as identity, _forward_hooks_off(module):
-                    module(*args, **kwargs)
-            finally:
-                running.discard(module)
-                grab.remove()
-            if seen and identity.applied:
-                head = seen[0]  # [b, k, h·dv]
-                values[site] = head.reshape(*head.shape[:-1], projection.heads, projection.head_dim)
-            return
-
-        hooks.append(projection.rerun.register_forward_hook(after, with_kwargs=True))
-    try:
-        yield
-    finally:
-        for hook in hooks:
-            hook.remove()
-
-
-@contextlib.contextmanager
-def _forward_hooks_off(module: nn.Module) -> Iterator[None]:
-    """The forward hooks of ``module`` and its submodules left out for a while: transformers records attention
-    weights and hidden states with such hooks, and the second run must not add to what the model returns."""
-    saved = [(sub, sub._forward_hooks, sub._forward_hooks_with_kwargs) for sub in module.modules()]
-    for sub, _, _ in saved:
-        sub._forward_hooks, sub._forward_hooks_with_kwargs = OrderedDict(), OrderedDict()
-    try:
-        yield
-    finally:
-        for sub, hooks, with_kwargs in saved:
-            sub._forward_hooks, sub._forward_hooks_with_kwargs = hooks, with_kwargs
-
-
-def _checked_fallback(loaded, batch, projections, patterns, entering) -> dict[AttentionSite, OutputProjection]:
-    """Fallback sites are ``direct`` when the projection's input equals ``Σ_j α_ij v_j`` with the values read by
-    :func:`reading_values` (``patterns``: ``[b, h, q, k]``, ``entering``: the inputs ``[b, q, h·dv]`` of the probe)."""
-    values: dict[AttentionSite, Tensor] = {}
-    with torch.no_grad(), reading_values(projections, values):
-        loaded.forward(batch)
-    checked = {}
-    for site, projection in projections.items():
-        value = values.get(site)  # [b, k, h, dv]
-        direct = value is not None
-        if value is not None:
-            expected = torch.einsum("bhqk,bkhd->bqhd", patterns[site].float(), value.float())  # [b, q, h, dv]
-            given = entering[site].float().reshape(expected.shape)
-            scale = float(expected.abs().max()) or 1.0
-            direct = float((given - expected).abs().max()) <= 1e-4 * scale
-        between = "" if direct else _between_words([])
-        if value is None:
-            between = "attention computed in the model's own eager code, whose value vectors attnviz cannot read here"
-        checked[site] = dataclasses.replace(projection, direct=direct, between=between)
-    return checked
+    return QUERY_DEPENDENT
