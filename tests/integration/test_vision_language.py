@@ -293,3 +293,28 @@ def test_norm_weighting_with_a_picture_is_weight_times_the_moved_vector(vlm_dirs
         )  # fmt: skip  # [h, k]
         expected = outputs.attentions[index][0] * norms[:, None, :]  # [h, q, k]
         assert float((normed.layer(index) - expected).abs().max()) <= 1e-4
+
+
+def test_stats_command_reads_each_picture_inside_its_text(capsys, tmp_path, vlm_dirs):
+    import json
+
+    pictures = sample_images(2, seed=8, size=40)
+    paths = []
+    for index, picture in enumerate(pictures):
+        paths += ["--image", tmp_path / f"{index}.png"]
+        picture.save(tmp_path / f"{index}.png")
+    texts = ["a red cat", "USER: <image>\nthe blue car by the sea"]
+    out = tmp_path / "stats.json"
+    model = vlm_dirs["llava"]
+    result = run_cli(capsys, "stats", model, "--text", texts[0], "--text", texts[1], *paths, "--json", out)
+    assert result.exit_code == 0, result.stderr
+    assert "image share" in result.stderr
+    record = json.loads(out.read_text())
+    loaded = attnviz.load_model(str(model), device="cpu")
+    stats = attnviz.compute_statistics(loaded, texts, images=pictures, progress=False)
+    shares = {(head["layer"], head["head"]): head["image_share"] for head in record["picture"]["heads"]}
+    for site, values in stats.picture.image_share.items():
+        for head, value in enumerate(values.tolist()):
+            assert abs(shares[(site.layer, head)] - value) <= 1e-6
+    result = run_cli(capsys, "stats", model, *paths, "--json", tmp_path / "none.json")
+    assert_clean_error(result, "vision-language model", "one text per image")
