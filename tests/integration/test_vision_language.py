@@ -318,3 +318,21 @@ def test_stats_command_reads_each_picture_inside_its_text(capsys, tmp_path, vlm_
             assert abs(shares[(site.layer, head)] - value) <= 1e-6
     result = run_cli(capsys, "stats", model, *paths, "--json", tmp_path / "none.json")
     assert_clean_error(result, "vision-language model", "one text per image")
+
+
+def test_patch_command_puts_the_picture_in_both_prompts(capsys, tmp_path, vlm_dirs, picture):
+    import json
+
+    image = tmp_path / "cat.png"
+    picture.save(image)
+    out = tmp_path / "patch.json"
+    model = vlm_dirs["llava"]
+    arguments = ("--clean", "a red cat", "--corrupt", "a red mat", "--answer", "a", "--wrong", "s")
+    result = run_cli(capsys, "patch", model, *arguments, "--image", image, "--json", out)
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(out.read_text())
+    loaded = attnviz.load_model(str(model), device="cpu")
+    expected = attnviz.patch_heads(loaded, clean="a red cat", corrupt="a red mat", answer="a", wrong="s", image=picture)
+    assert abs(record["clean_logit_diff"] - expected.clean_logit_diff) <= 1e-5
+    written = [head["patched_logit_diff"] for head in record["heads"]]
+    assert written == pytest.approx([effect.patched_logit_diff for effect in expected.heads], abs=1e-5)
