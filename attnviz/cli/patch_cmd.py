@@ -120,7 +120,7 @@ def patch(
         str | None,
         typer.Option(
             "--image",
-            help="A vision-language model (LLaVA, PaliGemma, Gemma 3): the picture inside both prompts (where they name "
+            help="A vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM): the picture inside both prompts (where they name "
             "the image token, else before them); its language model's heads are patched. Example: --image cat.png",
             show_default=False,
             rich_help_panel=INPUT_PANEL,

@@ -22,7 +22,10 @@ PROMPTS = {
     "llava-full": "a red <image> cat",
     "paligemma": "a red cat",
     "gemma3": "look: <start_of_image> a red cat",  # the processor wraps the picture in line breaks and its markers
+    "idefics3": "look: <image> a red cat",  # … and Idefics3 in its own markers
 }
+#: what the processor writes before the picture's first token, after the text before the placeholder
+OPENING = {"gemma3": "\n\n<start_of_image>", "idefics3": "<fake_token_around_image><global-img>"}
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +36,7 @@ def vlm_dirs(tmp_path_factory):
         "llava-full": build_tiny_vlm("llava", root / "llava-full", strategy="full"),
         "paligemma": build_tiny_vlm("paligemma", root / "paligemma"),
         "gemma3": build_tiny_vlm("gemma3", root / "gemma3"),
+        "idefics3": build_tiny_vlm("idefics3", root / "idefics3"),
     }
 
 
@@ -56,8 +60,7 @@ def test_capture_equals_eager_and_maps_the_image_tokens(vlm_dirs, picture, famil
     prompt = PROMPTS[family]
     marker = "<start_of_image>" if family == "gemma3" else "<image>"
     before, _, _ = prompt.rpartition(marker)  # the picture's tokens come right after the text before it
-    if family == "gemma3":  # … and after the line breaks and the begin-of-image token the processor adds
-        before += "\n\n<start_of_image>"
+    before += OPENING.get(family, "")  # … and what the processor writes before them
     start = len(loaded.tokenizer(before, add_special_tokens=False)["input_ids"]) if before else 0
     result = attnviz.capture(loaded, prompt, image=picture)
     batch = vision_language_batch(loaded, [prompt], [picture])
@@ -72,7 +75,8 @@ def test_capture_equals_eager_and_maps_the_image_tokens(vlm_dirs, picture, famil
     # picture in 8-pixel patches, row-major (LLaVA's "full" strategy keeps CLIP's class token before them)
     grid = result.image_grid
     extra = ("cls",) if family == "llava-full" else ()
-    side, patch = (2, 16) if family == "gemma3" else (4, 8)  # Gemma 3 pools the 4×4 patches onto 2×2 tokens
+    # Gemma 3 pools the 4×4 patches onto 2×2 tokens, Idefics3 merges each 2×2 block (pixel shuffle)
+    side, patch = (2, 16) if family in ("gemma3", "idefics3") else (4, 8)
     shape = (grid.rows, grid.cols, grid.patch_size, grid.extra_kinds, grid.start)
     assert shape == (side, side, (patch, patch), extra, start)
     ids = batch.inputs["input_ids"][0].tolist()
@@ -336,3 +340,12 @@ def test_patch_command_puts_the_picture_in_both_prompts(capsys, tmp_path, vlm_di
     assert abs(record["clean_logit_diff"] - expected.clean_logit_diff) <= 1e-5
     written = [head["patched_logit_diff"] for head in record["heads"]]
     assert written == pytest.approx([effect.patched_logit_diff for effect in expected.heads], abs=1e-5)
+
+
+def test_a_picture_cut_into_tiles_is_refused_with_one_line(vlm_dirs, picture):
+    """Idefics3 keeps a picture within its ``max_image_size`` whole; one its processor cuts into tiles plus a
+    thumbnail (several runs of image tokens) is refused, saying how to keep it whole."""
+    loaded = attnviz.load_model(str(vlm_dirs["idefics3"]), device="cpu")
+    loaded.processor.image_processor.size = {"longest_edge": 64}  # resized to 64 pixels: 2×2 tiles of 32
+    with pytest.raises(attnviz.AttnvizError, match="5 runs of image tokens.*do_image_splitting=False"):
+        attnviz.capture(loaded, "a red cat", image=picture)
