@@ -247,8 +247,17 @@ def vision_language_model_of(loaded: Any) -> VisionLanguageModel:
     """``loaded`` itself when it reads a text with a picture in it; a one-line error otherwise."""
     if isinstance(loaded, VisionLanguageModel):
         return loaded
-    from attnviz.models.vlm_families import SUPPORTED_VLM_NAMES
+    from attnviz.models.vlm_families import SUPPORTED_VLM_NAMES, VLM_FAMILIES, is_vision_language_type
 
+    config = getattr(loaded.model, "config", None)
+    if config is not None and is_vision_language_type(config):  # read as its language model: text only
+        if config.model_type in VLM_FAMILIES:
+            raise InputError(
+                f"{loaded.name} was loaded without its image processor, so it reads text only: save the model's "
+                "processor into its directory (processor.save_pretrained(directory)), or give "
+                "attnviz.wrap(model, processor)"
+            )
+        vision_language_family(config, loaded.name)  # refuses the family by name, with the reason
     kind = "a vision model" if getattr(loaded, "modality", "text") == "image" else "a text model"
     raise InputError(
         f"{loaded.name} is {kind}: a text with a picture in it needs a vision-language model ({SUPPORTED_VLM_NAMES})"

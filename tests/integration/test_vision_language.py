@@ -166,13 +166,33 @@ def test_bad_input_and_refused_families(capsys, tmp_path, vlm_dirs, picture):
     assert_clean_error(result, "one picture per text")
     result = run_cli(capsys, "heatmap", "--model", "minilm", "a cat", "--image", image, "--out", tmp_path / "x.png")
     assert_clean_error(result, "minilm is a text model", "vision-language model")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_families_attnviz_cannot_map_read_text_and_refuse_a_picture_by_name(tmp_path, vlm_dirs, picture):
+    """A family whose image tokens attnviz cannot map (Mllama's cross-attention layers, Qwen2-VL's merged patches)
+    still reads text as its language model; a picture is refused with one line naming the family and the reason.
+    A readable family saved without its image processor reads text only, and says so."""
+    from types import SimpleNamespace
+
     import transformers
 
-    refused = tmp_path / "mllama"
-    transformers.MllamaConfig().save_pretrained(refused)
-    result = run_cli(capsys, "heatmap", "--model", refused, "a cat", "--image", image, "--out", tmp_path / "x.png")
-    assert_clean_error(result, "mllama", "cross-attention layers", "LLaVA, PaliGemma")
-    assert not (tmp_path / "x.png").exists()
+    from attnviz.models.vlm import vision_language_model_of
+
+    for config, reason in ((transformers.MllamaConfig(), "cross-attention layers"),
+                           (transformers.Qwen2VLConfig(), "merges patches")):  # fmt: skip
+        held = SimpleNamespace(name="held", model=SimpleNamespace(config=config), modality="text")
+        with pytest.raises(attnviz.AttnvizError, match=f"{config.model_type} vision-language model.*{reason}"):
+            vision_language_model_of(held)
+    import shutil
+
+    bare = tmp_path / "llava-without-processor"
+    shutil.copytree(vlm_dirs["llava"], bare)
+    (bare / "processor_config.json").unlink()
+    loaded = attnviz.load_model(str(bare), device="cpu")
+    assert attnviz.capture(loaded, "a red cat").num_layers() == 2
+    with pytest.raises(attnviz.AttnvizError, match="without its image processor"):
+        attnviz.capture(loaded, "a red cat", image=picture)
 
 
 def test_statistics_over_texts_with_pictures_equal_the_captures(vlm_dirs):
@@ -220,8 +240,10 @@ def test_wrap_takes_the_model_and_its_processor(vlm_dirs, picture):
         assert float((wrapped.layer(layer) - reference.layer(layer)).abs().max()) <= 1e-6
     assert model.config._attn_implementation == "eager"
     assert model.config.text_config._attn_implementation == "eager"
-    with pytest.raises(attnviz.AttnvizError, match="needs its processor"):
-        attnviz.wrap(model, processor.tokenizer)
+    text_only = attnviz.wrap(model, processor.tokenizer)  # a tokenizer alone: the language model, text only
+    assert attnviz.capture(text_only, "a red cat").tokens == loaded.encode(["a red cat"]).tokens[0]
+    with pytest.raises(attnviz.AttnvizError, match="without its image processor"):
+        attnviz.capture(text_only, "a red cat", image=picture)
 
 
 def _language_layers(directory):
