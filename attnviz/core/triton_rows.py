@@ -67,7 +67,7 @@ def _kernel() -> Any:
 
     @triton.jit
     def attend_rows_kernel(
-        Q, K, V, Mask, Out, Summary, Columns, KeyWeights, Weighted, KeyStart, KeyStop,
+        Q, K, V, Mask, Out, Summary, Columns, KeyWeights, Weighted, KeyStart, KeyStop, Sinks, SinkShare,
         sqb, sqh, sqm, sqd,
         skb, skh, skn, skd,
         svb, svh, svn, svd,
@@ -76,12 +76,13 @@ def _kernel() -> Any:
         ssf, ssb, ssh, ssm,
         swb, swh, swn,
         sxb, sxh, sxm,
+        szb, szh, szm,
         heads, n_rep, q_len, k_len, head_dim, value_dim, scaling, window,
         HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr, PADDED: tl.constexpr,
         SUMMARY: tl.constexpr, REACH: tl.constexpr, BAND_P2: tl.constexpr,
         COLUMNS: tl.constexpr, COLUMNS_P2: tl.constexpr, WEIGHTS: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-        UPCAST: tl.constexpr,
+        UPCAST: tl.constexpr, SINKS: tl.constexpr, SHARE: tl.constexpr,
     ):  # fmt: skip
         block_m = tl.program_id(0)
         batch_head = tl.program_id(1)
@@ -112,6 +113,11 @@ def _kernel() -> Any:
         first = tl.maximum(first, 0) // BLOCK_N * BLOCK_N
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
+        key_max = tl.full([BLOCK_M], float("-inf"), tl.float32)  # the largest logit of a key (the sink's may be larger)
+        if SINKS:  # the head's sink is each row's first term: the running max at its logit, Σ exp = 1
+            sink = tl.load(Sinks + h).to(tl.float32)
+            m_i = tl.zeros([BLOCK_M], tl.float32) + sink
+            l_i = tl.zeros([BLOCK_M], tl.float32) + 1.0
         t_i = tl.zeros([BLOCK_M], tl.float32)
         d_i = tl.zeros([BLOCK_M], tl.float32)
         w_i = tl.zeros([BLOCK_M], tl.float32)
@@ -146,6 +152,7 @@ def _kernel() -> Any:
                 visible &= keys[None, :] > rows[:, None] + offset - window
             visible &= s != float("-inf")  # a key the mask hides with -inf (or a lowest value that overflowed)
             s = tl.where(visible, s, float("-inf"))
+            key_max = tl.maximum(key_max, tl.max(s, 1))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no visible key yet
             alpha = tl.where(m_i == float("-inf"), 0.0, tl.exp(m_i - m_safe))
@@ -191,7 +198,10 @@ def _kernel() -> Any:
         m_final = tl.where(m_i == float("-inf"), 0.0, m_i)
         if SUMMARY:
             base = Summary + b * ssb + h * ssh + rows * ssm
-            tl.store(base, inverse, mask=row_ok)  # max weight
+            if SINKS:
+                tl.store(base, tl.exp(key_max - m_final) * inverse, mask=row_ok)  # max weight of a key
+            else:
+                tl.store(base, inverse, mask=row_ok)  # max weight
             tl.store(base + ssf, tl.where(seen, tl.log(tl.where(seen, l_i, 1.0)) - t_i * inverse, 0.0), mask=row_ok)
             tl.store(base + 2 * ssf, d_i * inverse, mask=row_ok)
             weights = tl.exp(band - m_final[:, None]) * inverse[:, None]  # [M, BAND_P2]
@@ -204,6 +214,8 @@ def _kernel() -> Any:
                 tl.store(base + (4 + 2 * REACH + slot) * ssf, value, mask=row_ok)
         if WEIGHTS:
             tl.store(Weighted + b * sxb + h * sxh + rows * sxm, w_i * inverse, mask=row_ok)
+        if SHARE:
+            tl.store(SinkShare + b * szb + h * szh + rows * szm, tl.exp(sink - m_final) * inverse, mask=row_ok)
 
     return attend_rows_kernel
 
@@ -227,6 +239,8 @@ def attend_rows_triton(
     summary: RowSummary | None = None,
     key_weights: Tensor | None = None,
     weighted: Tensor | None = None,
+    sinks: Tensor | None = None,
+    sink_share: Tensor | None = None,
     block_m: int = 64,
     block_n: int = 64,
 ) -> None:
@@ -239,7 +253,9 @@ def attend_rows_triton(
     sequence's keys ``[start, stop)``, its padding outside). ``summary`` receives the rows'
     :class:`~attnviz.core.kernel_calls.RowSummary` (float32 ``[4 + 2r + G, b, h, q]``), ``weighted`` (float32
     ``[b, h, q]``) each row's ``Σ_j pattern_ij · key_weights_j`` (``key_weights`` ``[b, h, ≥k]``).
-    A row that may weigh no key gets zeros.
+    ``sinks`` (``[h]`` logits, or None): each head's attention sink, one more softmax term without a value (its
+    running max and sum start from it; the summary's entropy counts it); ``sink_share`` (float32 ``[b, h, q]``)
+    then receives each row's weight on it. A row that may weigh no key gets zeros (with a sink: all on the sink).
     """
     import triton
 
@@ -268,8 +284,11 @@ def attend_rows_triton(
         weighted if weighted is not None else dummy,
         key_start if key_start is not None else column_tensor,
         key_stop if key_stop is not None else column_tensor,
+        sinks if sinks is not None else dummy,
+        sink_share if sink_share is not None else dummy,
         *query.stride(), *key.stride(), *value.stride(), *strides_of(mask, 4), *output.stride(),
         *strides_of(summary_values, 4), *strides_of(key_weights, 3), *strides_of(weighted, 3),
+        *strides_of(sink_share, 3),
         heads, heads // kv_heads, query_len, key_len, head_dim, value_dim, float(scaling), int(window or 0),
         HAS_MASK=mask is not None, CAUSAL=causal, WINDOWED=bool(window), PADDED=key_start is not None,
         SUMMARY=summary is not None, REACH=reach, BAND_P2=_power_of_two(2 * reach + 1),
@@ -278,4 +297,5 @@ def attend_rows_triton(
         BLOCK_D=_power_of_two(head_dim, 16), BLOCK_DV=_power_of_two(value_dim, 16),
         # Triton's interpreter multiplies half-precision tiles wrongly (it reads their bits as integers)
         UPCAST=interpreting() and query.dtype != torch.float32,
+        SINKS=sinks is not None, SHARE=sinks is not None and sink_share is not None,
     )  # fmt: skip

@@ -124,6 +124,8 @@ class LoadedModel(ABC):
     max_length: int | None = None
     #: what the model reads: text (token sequences) or images (a vision transformer, see attnviz.models.vision)
     modality: Literal["text", "image"] = "text"
+    #: reads a picture inside a text (a vision-language model, :mod:`attnviz.models.vlm`) as well as text alone
+    reads_pictures_in_text: bool = False
     #: a pruned model: the original number of each head its weights hold, from its checked pruning record
     #: (:mod:`attnviz.models.pruning_records`); None when the model was not pruned
     head_identity: HeadIdentity | None = None

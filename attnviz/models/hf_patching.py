@@ -8,12 +8,13 @@ checked on a probe input (:mod:`attnviz.models.readout`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from attnviz.common.errors import InputError, UnsupportedModelError
+from attnviz.common.tokens import token_strings
 from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch
 from attnviz.models.objective import has_lm_head
@@ -36,7 +37,7 @@ def check_hf_patching(loaded: HFModel) -> None:
 
 def hf_vocabulary_tokens(loaded: HFModel, text: str) -> tuple[list[int], list[str]]:
     ids = list(loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
-    return ids, list(loaded.tokenizer.convert_ids_to_tokens(ids))
+    return ids, token_strings(loaded.tokenizer, ids)  # byte-level pieces decoded, as in every capture
 
 
 def hf_answer_position(loaded: HFModel, batch: EncodedBatch, index: int) -> int:
@@ -66,9 +67,10 @@ def hf_head_output_weights(loaded: HFModel) -> dict[AttentionSite, tuple[Tensor,
     return {site: (found.matrix(), found.bias()) for site, found in loaded.output_projections().items()}
 
 
-def hf_readout(loaded: HFModel) -> Readout | None:
-    """The final norm and unembedding when the logits are exactly ``W_U · norm(residual)`` (checked on a probe)."""
-    base = loaded.model.base_model
+def hf_readout(loaded: HFModel, base: Any = None) -> Readout | None:
+    """The final norm and unembedding when the logits are exactly ``W_U · norm(residual)`` (checked on a probe);
+    ``base``: the module holding the final norm (default the base model; a vision-language model's language model)."""
+    base = loaded.model.base_model if base is None else base
     unembedding = loaded.model.get_output_embeddings()
     for name in FINAL_NORM_NAMES:
         readout = readout_of(getattr(base, name, None), unembedding)

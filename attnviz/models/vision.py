@@ -159,15 +159,7 @@ class VisionModel(LoadedModel):
 
     def displayed(self, pixels: Tensor) -> Tensor:
         """``[b, H, W, 3]`` float32 in 0–1: the processed images as the model saw them (normalisation undone)."""
-        processor = self.processor
-        values = pixels.float()  # [b, 3, H, W]
-        if getattr(processor, "do_normalize", False):
-            mean = torch.tensor(_per_channel(processor.image_mean)).view(1, 3, 1, 1)  # [1, 3, 1, 1]
-            std = torch.tensor(_per_channel(processor.image_std)).view(1, 3, 1, 1)  # [1, 3, 1, 1]
-            values = values * std + mean
-        if getattr(processor, "do_rescale", False):
-            values = values / (float(processor.rescale_factor) * 255.0)
-        return values.clamp(0.0, 1.0).permute(0, 2, 3, 1).contiguous()  # [b, H, W, 3]
+        return displayed_pixels(self.processor, pixels)
 
     def encode(
         self,
@@ -345,6 +337,19 @@ class VisionModel(LoadedModel):
         return save_pruned_vision_model(self, directory, pruned, source=source, transformers_copy=transformers_copy)
 
 
+def displayed_pixels(image_processor: Any, pixels: Tensor) -> Tensor:
+    """``[b, H, W, 3]`` float32 in 0–1: processed ``pixels`` (``[b, 3, H, W]``) as the model saw them, the image
+    processor's normalisation and rescaling undone."""
+    values = pixels.float().cpu()  # [b, 3, H, W]
+    if getattr(image_processor, "do_normalize", False):
+        mean = torch.tensor(_per_channel(image_processor.image_mean)).view(1, 3, 1, 1)  # [1, 3, 1, 1]
+        std = torch.tensor(_per_channel(image_processor.image_std)).view(1, 3, 1, 1)  # [1, 3, 1, 1]
+        values = values * std + mean
+    if getattr(image_processor, "do_rescale", False):
+        values = values / (float(image_processor.rescale_factor) * 255.0)
+    return values.clamp(0.0, 1.0).permute(0, 2, 3, 1).contiguous()  # [b, H, W, 3]
+
+
 def _per_channel(values: Any) -> list[float]:
     """An image mean or std as three floats (processors store a float or a list)."""
     if isinstance(values, (int, float)):
@@ -356,6 +361,11 @@ def vision_model_of(loaded: LoadedModel) -> VisionModel:
     """``loaded`` itself when it reads images; a one-line error naming the vision families otherwise."""
     if isinstance(loaded, VisionModel):
         return loaded
+    if loaded.reads_pictures_in_text:
+        raise InputError(
+            f"{loaded.name} is a vision-language model: it reads a picture inside a text, so give a text with the "
+            'image (attnviz heatmap --model MODEL "Describe the picture." --image FILE)'
+        )
     raise InputError(
         f"{loaded.name} is a text model: an image needs a vision model ({SUPPORTED_NAMES}, or toy-odd-patch) "
         "or an image captioner (a VisionEncoderDecoderModel, or toy-caption)"

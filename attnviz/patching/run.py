@@ -23,7 +23,9 @@ import torch
 from torch import Tensor
 
 from attnviz.common.errors import InputError, ParameterError
+from attnviz.common.images import ImageSource
 from attnviz.common.progress import progress_bar
+from attnviz.common.tokens import display_token
 from attnviz.common.wording import plural
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.patching import HeadOutputRecorder, HeadPatch, HeadReplacement, positions_tensor
@@ -53,6 +55,7 @@ def patch_heads(
     batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
     layers: Sequence[int] | None = None,
+    image: ImageSource | None = None,
 ) -> PatchResult:
     """Which heads make ``answer`` (rather than ``wrong``) the model's next token after ``clean``.
 
@@ -61,7 +64,8 @@ def patch_heads(
     (0-based token index); ``direction``: ``"denoising"`` (corrupt run, clean head output) or ``"noising"``;
     ``patched``: ``"output"`` (the head's output vector) or ``"pattern"`` (its attention pattern);
     ``ablate``: also replace each head's output in the clean run by zero or by its mean over ``texts``
-    (``max_length`` caps those); ``layers``: patch the heads of these layers only (default: every layer).
+    (``max_length`` caps those); ``layers``: patch the heads of these layers only (default: every layer);
+    ``image``: a picture in both prompts, for a vision-language model (its language model's heads are patched).
     Returns a :class:`PatchResult` (every head patched, in model order).
     """
     _check_choices(positions, direction, patched, ablate, texts, batch_size)
@@ -72,7 +76,12 @@ def patch_heads(
         raise InputError(f"the answer and the wrong answer are the same token ({answer_token!r}): give two tokens")
     started = time.perf_counter()
     with loaded.running(), torch.no_grad():
-        pair = loaded.encode([clean, corrupt], max_length=max_length, truncate=False)
+        if image is None:
+            pair = loaded.encode([clean, corrupt], max_length=max_length, truncate=False)
+        else:  # the same picture in both prompts
+            from attnviz.captures.vision_language import vision_language_batch
+
+            pair = vision_language_batch(loaded, [clean, corrupt], [image, image])
         clean_count, corrupt_count = pair.lengths
         if clean_count != corrupt_count:
             raise InputError(
@@ -205,7 +214,7 @@ def _check_choices(positions, direction, patched, ablate, texts, batch_size) -> 
 def one_token(loaded: LoadedModel, text: str, parameter: str) -> tuple[int, str]:
     ids, tokens = loaded.vocabulary_tokens(text)
     if len(ids) != 1:
-        split = " + ".join(repr(token) for token in tokens) or "nothing"
+        split = " + ".join(f"'{display_token(token)}'" for token in tokens) or "nothing"
         raise ParameterError(
             parameter,
             f"{{{parameter}}} must be one token; {text!r} is {len(ids)} tokens: {split} (a leading space is often "

@@ -97,6 +97,7 @@ def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None
         "thresholds": thresholds,
         "heads": heads,
         **({"image": stats.image.to_dict()} if stats.image is not None else {}),
+        **({"picture": stats.picture.to_dict()} if stats.picture is not None else {}),
         **({"by_position": position_record(stats)} if stats.by_position is not None else {}),
     }
 

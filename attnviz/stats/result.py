@@ -55,6 +55,9 @@ class HeadStatistics(NotebookDisplay):
     weighting: str = "weights"
     #: what each token carries (an ``attnviz.stats.carriers.CarrierStatistics``), where the model allows it
     carriers: Any = None
+    #: texts with pictures in them (a vision-language model): each head's image share
+    #: (an ``attnviz.stats.vision_language.PictureStatistics``)
+    picture: Any = None
 
     names = STATISTIC_NAMES
 

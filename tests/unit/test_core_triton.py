@@ -166,3 +166,42 @@ def test_equals_the_cpu_tile_kernel(inputs):
     assert (computed["max_weight"] - summary.max_weight).abs().max() <= 2e-6
     assert (computed["entropy"] - summary.entropy).abs().max() <= 1e-5
     assert (computed["weighted"] - weighted).abs().max() <= 2e-6
+
+
+def test_attention_sinks_equal_the_cpu_tile_kernel(inputs):
+    """Each head's learned sink (gpt-oss) as one more softmax term without a value, values narrower than queries:
+    the Triton pass against the CPU kernel's (tested against float64 in test_core_tiles), sink share included."""
+    from attnviz.core import kernel
+    from attnviz.core.kernel_calls import attend_rows_
+
+    if not kernel.prepare_kernel():
+        pytest.skip(f"the CPU kernel is not available here: {kernel.kernel_status()}")
+    query, key, value, key_weights = inputs
+    sinks = torch.tensor([-2.0, 0.0, 3.0, 40.0])  # 40: the sink outweighs every key of the last head
+    mask = torch.zeros(BATCH, 1, QUERIES, KEYS)
+    mask[1, :, :, :5] = LOWEST  # padding: the second sequence's first rows see no key, their weight all on the sink
+    mask = mask + torch.where(torch.ones(QUERIES, KEYS, dtype=torch.bool).triu(1), LOWEST, 0.0)
+    shape = RowSummary.buffer_shape(BATCH, HEADS, QUERIES, REACH, len(COLUMNS))
+    results = []
+    for triton in (False, True):
+        output, summary = torch.empty(BATCH, QUERIES, HEADS, V_DIM), RowSummary(torch.zeros(shape), COLUMNS)
+        weighted, share = torch.zeros(BATCH, HEADS, QUERIES), torch.full((BATCH, HEADS, QUERIES), float("nan"))
+        if triton:
+            attend_rows_triton(
+                query, key, value, QK_DIM**-0.5, output, mask=mask, summary=summary, key_weights=key_weights,
+                weighted=weighted, sinks=sinks, sink_share=share, block_m=16, block_n=16,
+            )  # fmt: skip
+        else:
+            stops = torch.tensor([KEYS] * -(-QUERIES // 128), dtype=torch.int64)
+            attend_rows_(
+                query, key, value, mask, QK_DIM**-0.5, stops, summary, output, key_weights, weighted, sinks, share
+            )
+        results.append((output.double(), summary.values.double(), weighted.double(), share.double()))
+    (output, fields, weighted, share), (triton_output, triton_fields, triton_weighted, triton_share) = results
+    assert (triton_output - output).abs().max() <= 2e-6 and (triton_weighted - weighted).abs().max() <= 2e-6
+    assert (triton_fields[2] - fields[2]).abs().max() <= 1e-4  # mean distance, sums of |i − j| up to 36
+    assert (
+        triton_fields[[0, 1, *range(3, fields.shape[0])]] - fields[[0, 1, *range(3, fields.shape[0])]]
+    ).abs().max() <= 1e-5
+    assert (triton_share - share).abs().max() <= 2e-6
+    assert share[:, 3].min() > 0.99 and share[1, :, :5].min() > 0.999 and share[0, 0].max() < 0.5
