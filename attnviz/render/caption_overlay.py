@@ -10,6 +10,7 @@ and head). One line of the figure says what is averaged.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
@@ -146,7 +147,11 @@ def caption_heatmap(
             draw_overlay(axes[r][c + 1], image, panel, grid, norm, cmap)
     figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="attention weight", shrink=0.8)
     caption = caption_text(capture)
-    figure.suptitle(f"{model_title(capture)} · caption: {caption}\n{averaging_line(capture, rows)}", fontsize=9)
+    # wrapped to the figure's width (about 13 characters an inch at 9 points): a caption of one or two words makes
+    # a figure narrower than the line saying what is averaged, which would be cut off at both edges
+    characters = max(20, int(figure.get_figwidth() * 13))
+    lines = [f"{model_title(capture)} · caption: {caption}", averaging_line(capture, rows)]
+    figure.suptitle("\n".join(textwrap.fill(line, characters) for line in lines), fontsize=9)
     return figure
 
 
