@@ -241,7 +241,8 @@ def train_captioner(
     def batch_loss(step: int) -> tuple[Tensor, Callable[[], str]]:
         examples = draw_examples(settings.batch_size, random.Random(f"train:{settings.seed}:{step}"))
         pixels, inputs, labels = example_tensors(examples)
-        logits = model(pixel_values=pixels, decoder_input_ids=inputs).logits  # [b, 5, vocab]
+        mask = (inputs != model.config.pad_token_id).long()  # [b, 5]: the padding after each caption (no loss there)
+        logits = model(pixel_values=pixels, decoder_input_ids=inputs, decoder_attention_mask=mask).logits  # [b, 5, v]
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         return loss, lambda: f"loss {loss.item():.4f}"
 
@@ -262,11 +263,19 @@ def measure_captioner(model, examples: list[CaptionExample]) -> tuple[float, flo
     pixels, _, _ = example_tensors(examples)
     right = hits = total_words = 0
     with eager_attention(model), torch.no_grad():
+        # the image encoded once, without its patterns (only the decoder's cross-attention is read)
+        encoded = model.encoder(pixel_values=pixels)
         sequence = torch.full((len(examples), 1), ids[START], dtype=torch.long)  # [b, t]
         for _ in range(MAX_POSITIONS - 1):  # greedy, full recompute (five positions at most)
-            logits = model(pixel_values=pixels, decoder_input_ids=sequence).logits  # [b, t, vocab]
-            sequence = torch.cat([sequence, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-        outputs = model(pixel_values=pixels, decoder_input_ids=sequence[:, :-1], output_attentions=True)
+            mask = torch.ones_like(sequence)  # [b, t]: every written token counts, a written pad too
+            logits = model(encoder_outputs=encoded, decoder_input_ids=sequence, decoder_attention_mask=mask).logits
+            sequence = torch.cat([sequence, logits[:, -1].argmax(-1, keepdim=True)], dim=1)  # logits [b, t, vocab]
+        outputs = model(
+            encoder_outputs=encoded,
+            decoder_input_ids=sequence[:, :-1],
+            decoder_attention_mask=torch.ones_like(sequence[:, :-1]),
+            output_attentions=True,
+        )
     cross = outputs.cross_attentions[-1]  # [b, h, t, 1 + patches]
     peaks = cross[:, :, :, 1:].amax(dim=1).argmax(dim=-1)  # [b, t]: the patch each step looks at most
     for row, example in enumerate(examples):
