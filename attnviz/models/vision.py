@@ -166,14 +166,7 @@ class VisionModel(LoadedModel):
             values = values / (float(processor.rescale_factor) * 255.0)
         return values.clamp(0.0, 1.0).permute(0, 2, 3, 1).contiguous()  # [b, H, W, 3]
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        *,
-        targets: Sequence[str] | None = None,
-        max_length: int | None = None,
-        truncate: bool = True,
-    ) -> EncodedBatch:
+    def encode(self, texts: Sequence[str], **options: Any) -> EncodedBatch:
         raise InputError(f"{self.name} is a vision model: give it an image (--image PATH), not text")
 
     def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:

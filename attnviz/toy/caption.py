@@ -34,6 +34,7 @@ from attnviz.toy.odd_patch import (
     normalised_pixels,
     save_image_task,
     toy_image_processor,
+    toy_vit_config,
     train_image_model,
 )
 from attnviz.toy.training import TrainingSettings
@@ -154,16 +155,7 @@ def build_caption_model(settings: CaptionModelSettings, seed: int = 0):
     import transformers
 
     settings.validate()
-    encoder_config = transformers.ViTConfig(
-        hidden_size=settings.width,
-        num_hidden_layers=settings.encoder_layers,
-        num_attention_heads=settings.num_heads,
-        intermediate_size=settings.mlp_width,
-        image_size=IMAGE_SIZE,
-        patch_size=PATCH_SIZE,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    encoder_config = toy_vit_config(settings, settings.encoder_layers)
     ids = {word: index for index, word in enumerate(VOCABULARY)}
     decoder_config = transformers.GPT2Config(  # type: ignore[call-arg]  # is_decoder goes to PretrainedConfig
         vocab_size=len(VOCABULARY),

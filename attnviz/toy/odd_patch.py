@@ -116,24 +116,36 @@ def task_images(count: int, seed: int) -> list[Image]:
     return odd_patch_images(count, seed)[0]
 
 
+def toy_vit_config(settings: Any, num_layers: int, **extra: Any):
+    """The ``ViTConfig`` of a toy image model (odd-patch's classifier, the captioner's encoder): ``settings``' width,
+    heads and MLP width, ``num_layers`` layers, 32×32 images in 8×8 patches, no dropout; ``extra``: more fields."""
+    import transformers
+
+    return transformers.ViTConfig(
+        hidden_size=settings.width,
+        num_hidden_layers=num_layers,
+        num_attention_heads=settings.num_heads,
+        intermediate_size=settings.mlp_width,
+        image_size=IMAGE_SIZE,
+        patch_size=PATCH_SIZE,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        **extra,
+    )
+
+
 @quiet_third_party()
 def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
     """An untrained tiny ``ViTForImageClassification`` (16 classes) and its image processor."""
     import transformers
 
     settings.validate()
-    config = transformers.ViTConfig(  # type: ignore[call-arg]  # num_labels goes to PretrainedConfig
-        hidden_size=settings.width,
-        num_hidden_layers=settings.num_layers,
-        num_attention_heads=settings.num_heads,
-        intermediate_size=settings.mlp_width,
-        image_size=IMAGE_SIZE,
-        patch_size=PATCH_SIZE,
+    config = toy_vit_config(
+        settings,
+        settings.num_layers,
         num_labels=GRID * GRID,
         id2label={index: f"r{index // GRID}c{index % GRID}" for index in range(GRID * GRID)},
         label2id={f"r{index // GRID}c{index % GRID}": index for index in range(GRID * GRID)},
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
     )
     processor = toy_image_processor(IMAGE_SIZE)
     with torch.random.fork_rng(devices=[]):
