@@ -16,6 +16,7 @@ image, or an image with its caption)::
     breakdown = attnviz.explain_logit(model, text, layer=2, head=7, query=3, key=0)  # why one weight
     mapping = attnviz.query_key_map(model, texts, layer=2, head=7)  # a head's queries and keys together
     effects = attnviz.patch_heads(model, clean=…, corrupt=…, answer=…, wrong=…)  # which heads make this answer
+    circuit = attnviz.find_circuit(model, clean=…, corrupt=…, answer=…, wrong=…)  # which heads feed which
     diff = attnviz.compare_models(model, other, texts)          # or attnviz.compare_inputs(model, text_a, text_b)
     figure = attnviz.heatmap(result)                            # any of the above that is drawn: text, image,
     attnviz.save_figure(figure, "cat.png")                      #   caption, strips, query-key
@@ -26,7 +27,7 @@ image, or an image with its caption)::
     # every error attnviz raises on purpose is an attnviz.AttnvizError
 
 Rarer names live in their packages: toy models in ``attnviz.toy``, the attention core in ``attnviz.core``, and
-``attnviz.stats``, ``attnviz.heads``, ``attnviz.prune``, ``attnviz.patching``, ``attnviz.captures``,
+``attnviz.stats``, ``attnviz.heads``, ``attnviz.prune``, ``attnviz.patching``, ``attnviz.circuit``, ``attnviz.captures``,
 ``attnviz.render``. Names are imported lazily, so ``import attnviz`` does not import torch or transformers until
 one of them is used.
 """
@@ -54,6 +55,7 @@ _EXPORTS = {
     "explain_logit": "attnviz.heads.query_key",
     "query_key_map": "attnviz.heads.query_key",
     "patch_heads": "attnviz.patching",
+    "find_circuit": "attnviz.circuit",
     "compare_models": "attnviz.compare",
     "compare_inputs": "attnviz.compare",
     "heatmap": "attnviz.render.capture_view",
@@ -129,6 +131,7 @@ __all__ = [
     "compute_statistics",
     "detect_heads",
     "explain_logit",
+    "find_circuit",
     "head_atlas",
     "head_functions",
     "head_similarity",
@@ -152,6 +155,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.captures.attention_capture import capture
     from attnviz.captures.query_rows import query_rows
     from attnviz.captures.result import AttentionCapture
+    from attnviz.circuit import find_circuit
     from attnviz.common.errors import AttnvizError
     from attnviz.compare import compare_inputs, compare_models
     from attnviz.heads import head_functions, head_similarity, rollout

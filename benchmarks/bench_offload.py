@@ -12,6 +12,7 @@ fastest of ``--rounds``, and prints the ratio with the statistics' largest diffe
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 import time
@@ -38,9 +39,7 @@ def main() -> None:
     texts = load_texts()[: args.texts]
     with tempfile.TemporaryDirectory() as folder:
         in_memory = attnviz.load_model(args.model, device="cpu")
-        offloaded = attnviz.load_model(
-            args.model, device="cpu", max_memory={"cpu": args.memory}, offload_folder=folder
-        )
+        offloaded = attnviz.load_model(args.model, device="cpu", max_memory={"cpu": args.memory}, offload_folder=folder)
         places = sorted(set(offloaded.model.hf_device_map.values()))
         best = {"memory": float("inf"), "offloaded": float("inf")}
         results = {}
@@ -53,7 +52,7 @@ def main() -> None:
         abs(value - dict(other)[name])
         for (_, _, values), (_, _, other) in zip(results["memory"].heads(), results["offloaded"].heads())
         for name, value in values.items()
-        if value == value
+        if not math.isnan(value)
     )
     print(f"{args.model}: {args.texts} texts, {torch.get_num_threads()} threads, offloaded to {', '.join(places)}")
     print(f"  in memory  {best['memory']:.3f} s")

@@ -49,6 +49,7 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
     stacks: Sequence[str] | None = None,
     max_bytes: int | None = None,
     weighting: Weighting = "weights",
+    image: Any = None,
 ) -> AttentionCapture | list[AttentionCapture]:
     """Capture the attention patterns of ``loaded`` on ``x``: every one by default.
 
@@ -63,6 +64,10 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
     models, ``stacks``: record only those (None: all); ``max_bytes``: refuse, before the model runs, a capture
     larger than that; ``weighting="norm"``: norm-based attention ``α_ij·‖f_h(x_j)‖`` instead of the weights
     (:func:`~attnviz.captures.recording.capture_encoded`). ``max_length``/``truncate``: how texts are cut.
+
+    ``image``: for a vision-language model, the picture inside the text ``x`` (one per text for a list of texts): the
+    text names it with the processor's image token, or it goes before the text
+    (:mod:`attnviz.captures.vision_language`); the capture's ``image_grid.start`` says where its tokens sit.
     """
     several = isinstance(x, (list, tuple))
     inputs = list(x) if several else [x]
@@ -70,7 +75,19 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
     recording: dict[str, Any] = {
         "layers": layers, "heads": heads, "stacks": stacks, "max_bytes": max_bytes, "weighting": weighting
     }  # fmt: skip
-    if loaded.modality == "image":
+    if image is not None:  # a text with a picture in it: a vision-language model
+        from attnviz.captures.vision_language import vision_language_batch
+
+        pictures = list(image) if several else [image]
+        if target is not None:
+            raise ParameterError("target", "{target} is a decoder text: a vision-language model takes one text")
+        if len(pictures) != len(inputs):
+            raise ParameterError("image", f"a list of {len(inputs)} texts takes a list of {len(inputs)} {{image}}s")
+        captures = [
+            capture_encoded(loaded, vision_language_batch(loaded, [text], [picture]), **recording)[0]
+            for text, picture in zip(inputs, pictures)
+        ]  # one batch per text: the pictures may sit at different places in their texts
+    elif loaded.modality == "image":
         from attnviz.captures.images import capture_images
 
         words = [item for item in inputs if isinstance(item, str) and not Path(item).suffix and not Path(item).exists()]

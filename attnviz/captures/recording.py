@@ -11,7 +11,6 @@ Layer and head numbers are always the model's own: the capture of layer 3 head 2
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -88,25 +87,25 @@ def plan_recording(
                 )
     chosen_stacks = [stack for stack in available if stacks is None or stack in stacks]
     every_head = heads is None or isinstance(heads, MeanOfHeads)
-    by_stack: dict[str, list[AttentionSite]] = defaultdict(list)
-    for site in layout:
-        by_stack[site.stack].append(site)
     sites: dict[AttentionSite, list[int] | None] = {}
     identity = HeadIdentity(
         heads=dict(base.heads) if base else {}, masked=dict(base.masked) if base else {}
     )  # copies of the tables it changes
-    layer_counts = {stack: len(by_stack[stack]) for stack in available}
+    # layers as the model numbers them: a hybrid stack's layers without attention hold no heads
+    layer_counts = {stack: loaded.num_layers(stack) for stack in available}
     for stack in chosen_stacks:
         count = layer_counts[stack]
-        chosen_layers = resolve_layers(layers, count)
-        if layers is not None:
+        present = loaded.present_layers(stack)
+        chosen_layers = resolve_layers(layers, count, present)
+        if layers is not None or present is not None:
             identity.recorded_layers[stack] = sorted(set(chosen_layers))
         ids_per_layer: list[list[int]] = []
         counts_per_layer: list[int] = []
         for layer in range(count):
             site = AttentionSite(stack, layer)
-            ids = base.ids(stack, layer, layout[site]) if base else list(range(layout[site]))
-            numbered = max(ids, default=-1) + 1 if base else layout[site]
+            heads_here = layout.get(site, 0)
+            ids = base.ids(stack, layer, heads_here) if base else list(range(heads_here))
+            numbered = max(ids, default=-1) + 1 if base else heads_here
             counts_per_layer.append(numbered)
             if layer not in chosen_layers:
                 ids_per_layer.append([])
@@ -116,10 +115,10 @@ def plan_recording(
             sites[site] = None if positions is None else sorted(set(positions))
             kept = list(range(len(ids))) if positions is None else sorted(set(positions))
             ids_per_layer.append([ids[p] for p in kept])
-        if not every_head or layers is not None:
+        if not every_head or layers is not None or present is not None:
             identity.heads[stack] = ids_per_layer
             identity.model_heads[stack] = counts_per_layer
-            identity.model_layout[stack] = [layout[AttentionSite(stack, layer)] for layer in range(count)]
+            identity.model_layout[stack] = [layout.get(AttentionSite(stack, layer), 0) for layer in range(count)]
     if stacks is not None:
         for stack in available:
             if stack not in chosen_stacks:

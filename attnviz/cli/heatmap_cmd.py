@@ -229,6 +229,8 @@ def heatmap(
         ):  # fmt: skip
             return
     html = False
+    if image is not None:  # the reason an image refuses an option comes before any advice on that option
+        check_image_options(terminal, words, view.value, stack_value(stack))
     if view != HeatmapView.heads and words:
         raise InputError(f"--words applies to --view heads only: --view {view.value} draws sub-word tokens")
     if view != HeatmapView.heads and terminal:
@@ -252,20 +254,21 @@ def heatmap(
             raise InputError("--cross and --stack disagree: give one of them")
         stack = "cross"
     if image is not None:
-        if text is not None or from_capture is not None:
-            raise InputError("--image draws an image: give no TEXT or --from-capture with it")
-        from attnviz.cli.images import parse_query
+        if from_capture is not None:
+            raise InputError("--image draws an image: give no --from-capture with it")
+        from attnviz.cli.images import capture_image_option, parse_query
 
         check_image_options(terminal, words, view.value, stack)
         parse_query(query)  # a bad --query fails before the model loads
-        if target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
+        if text is not None:  # a text with a picture in it: a vision-language model
+            generation = generation_settings(generate, sample, temperature, seed, target)
+            result = capture_image_option(image, model, device, dtype, text=text, generation=generation)
+        elif target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
             from attnviz.cli.images import capture_caption_option
 
             generation = generation_settings(generate, sample, temperature, seed, target)
             result = capture_caption_option(image, model, device, dtype, target, generation)
         else:
-            from attnviz.cli.images import capture_image_option
-
             result = capture_image_option(image, model, device, dtype)
     elif from_capture is not None:
         if text is not None:
@@ -335,13 +338,20 @@ def heatmap(
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
     if terminal:
-        from attnviz.cli.console import view_console
+        from attnviz.cli.console import in_colour, view_console
         from attnviz.render.terminal import terminal_heatmap
 
-        view = view_console()  # the view is the product: stdout
-        view.print(
+        screen = view_console()  # the view is the product: stdout
+        screen.print(
             terminal_heatmap(
-                result, layer=one_layer, head=one_head, stack=stack, words=words, width=view.width, style=style
+                result,
+                layer=one_layer,
+                head=one_head,
+                stack=stack,
+                words=words,
+                width=screen.width,
+                style=style,
+                colour=in_colour(screen),
             )
         )
         print_summary(result, stack)

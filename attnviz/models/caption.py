@@ -9,7 +9,7 @@ self-attention, ``cross`` each caption token's attention over the image tokens.
 The directory holds the model, its image processor (``preprocessor_config.json``) and the decoder's
 tokenizer. A caption given as text is fed after the decoder start token (teacher forcing): its token
 ``t`` is the query whose output predicts token ``t + 1``, so the word at position ``t`` was *written* by
-the query at ``t - 1``. Other image-to-text families (BLIP, GIT, LLaVA, …) are refused by name before
+the query at ``t - 1``. Other image-to-text families (BLIP, GIT, …) are refused by name before
 anything is loaded.
 """
 
@@ -48,9 +48,7 @@ REFUSED_CAPTIONERS = {
     "git": "GIT concatenates image and text tokens in one self-attention, with no cross-attention to show",
     "pix2struct": "Pix2Struct reads variable-resolution patch sequences that attnviz cannot map onto a grid",
     "kosmos-2": "Kosmos-2 feeds resampled image embeddings to a language model, not a patch grid",
-    "llava": "LLaVA feeds projected image features into a language model's self-attention, not cross-attention",
     "idefics": "IDEFICS resamples the image (Perceiver) before its language model reads it",
-    "paligemma": "PaliGemma feeds image tokens into a language model's self-attention, not cross-attention",
     "florence2": "Florence-2's DaViT encoder attends within windows, not over the whole image",
     "vision-text-dual-encoder": "a dual encoder writes no text: load its vision tower on its own",
 }
@@ -134,6 +132,12 @@ class CaptionModel(VisionModel):
         )
         #: decoder positions (start token + caption tokens); None when the decoder has no limit
         self.max_length = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None
+
+    def check_patching(self) -> None:
+        raise UnsupportedModelError(
+            f"{self.name} is a captioner: patching runs two text prompts through the model, and a captioner reads "
+            "an image (its heads' outputs can still be weighed by norm)"
+        )
 
     @property
     def patch_size(self) -> tuple[int, int]:

@@ -65,6 +65,8 @@ def slice_conv1d(layer: Any, index: Tensor | Sequence[int], dim: int) -> nn.Modu
 def head_output_slices(layer: Any, head_dim: int) -> Tensor:
     """Each head's slice of an attention output projection: ``[h, d, hidden]`` float32, detached.
 
+    ``head_dim``: the size of each head's output, the value head size (it may differ from the query/key size).
+
     ``layer``: the ``nn.Linear`` (weight ``[hidden, h·d]``) or GPT-2 ``Conv1D`` (weight ``[h·d, hidden]``) that
     maps the concatenated head outputs to the hidden size; head ``h`` owns input features ``h·d … h·d+d−1``,
     so ``concat(heads) @ W = Σ_h head_h @ slice[h]``. The bias is not part of any head.

@@ -32,6 +32,7 @@ from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
 from attnviz.models.lookup import SHIPPED_TOYS, cached_snapshot, check_model_spec, hub_cache_dir, looks_like_hub_id
 from attnviz.models.placement import Placement
+from attnviz.models.vlm_families import is_vision_language_folder
 from attnviz.outputs.files import protect_inputs
 
 DEFAULT_MODEL = "minilm"
@@ -155,6 +156,14 @@ register_loader(
 )
 register_loader(ModelLoader("toy", _has(TOY_MARKER), "attnviz.toy.checkpoint:load_toy_model"))
 register_loader(ModelLoader("pruned", _has(PRUNED_MARKER), "attnviz.models.pruned:load_pruned_model"))
+register_loader(
+    ModelLoader(
+        "vision-language",
+        lambda path: path.is_dir() and is_vision_language_folder(path),
+        "attnviz.models.vlm:load_vision_language_model",
+        places=True,
+    )
+)
 register_loader(ModelLoader("huggingface", _has("config.json"), "attnviz.models.hf:load_hf_model", places=True))
 NAMED_MODELS["minilm"] = minilm_path
 NAMED_MODELS["smollm2"] = smollm2_path

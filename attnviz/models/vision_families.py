@@ -22,6 +22,8 @@ VISION_FAMILIES: dict[str, Callable[[Any], tuple[str, ...]]] = {
     "vit": lambda config: ("cls",),
     "deit": lambda config: ("cls", "distillation"),
     "dinov2": lambda config: ("cls",),
+    "vit_msn": lambda config: ("cls",),  # ViT weights trained by masked siamese networks
+    "ijepa": lambda config: (),  # I-JEPA's ViT has no class token
     "dinov2_with_registers": lambda config: ("cls",) + ("register",) * int(config.num_register_tokens),
     "clip_vision_model": lambda config: ("cls",),
     "siglip_vision_model": lambda config: (),
@@ -43,7 +45,7 @@ REFUSED_VISION = {
     "beit": "BEiT adds a relative position bias that attnviz's core does not receive",
     "data2vec-vision": "Data2Vec-Vision adds a relative position bias that attnviz's core does not receive",
 }
-SUPPORTED_NAMES = "ViT, DeiT, DINOv2 (with or without registers), CLIP and SigLIP vision towers"
+SUPPORTED_NAMES = "ViT (also ViT-MSN, I-JEPA), DeiT, DINOv2 (with or without registers), CLIP and SigLIP vision towers"
 
 
 def is_vision_type(model_type: str) -> bool:

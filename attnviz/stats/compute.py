@@ -16,6 +16,7 @@ import torch
 from rich.progress import Progress
 
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
+from attnviz.common.images import ImageSource
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import progress_bar
 from attnviz.common.wording import plural
@@ -30,6 +31,7 @@ from attnviz.stats.accumulator import StatisticsAccumulator
 from attnviz.stats.by_position import PositionSums, check_bucket_size
 from attnviz.stats.carriers import TokenCarriers
 from attnviz.stats.result import HeadStatistics
+from attnviz.stats.vision_language import ImageTokenShare
 
 
 def compute_statistics(
@@ -48,6 +50,7 @@ def compute_statistics(
     by_position: bool = False,
     bucket_size: int | None = None,
     weighting: Weighting = "weights",
+    images: Sequence[ImageSource] | None = None,
 ) -> HeadStatistics:
     """Per-head statistics of ``loaded`` over ``data``: texts, or for a vision model or captioner images (or over
     ready-made ``batches``).
@@ -78,6 +81,10 @@ def compute_statistics(
             each weight times the norm of the transformed value vector it moves (``α_ij·‖f_h(x_j)‖``,
             :mod:`attnviz.core.weighting`), with every row renormalised to sum 1 so that entropy,
             max weight and the masses keep their meaning.
+        images: one picture per text, for a vision-language model (paths, bytes, PIL images or arrays): each text
+            is read with its picture in it (:mod:`attnviz.captures.vision_language`), one example per batch, and
+            the result's ``picture`` says how much each head's text queries read the picture
+            (:mod:`attnviz.stats.vision_language`).
 
     Where the model's output projections can be cut by head (BERT-, GPT-2- and LLaMA-style models, toy
     models), the result also says what each token carries (``carriers``, :mod:`attnviz.stats.carriers`).
@@ -103,6 +110,9 @@ def compute_statistics(
     check_bucket_size(bucket_size)
     check_weighting(weighting)
     longest: int | None = None  # tokens of the longest input, when known before the pass
+    pictures = None
+    if images is not None:
+        texts, batches, pictures = None, _picture_batches(loaded, texts, images), ImageTokenShare()
     if texts is not None:
         texts = list(texts)
         if not texts:
@@ -130,8 +140,10 @@ def compute_statistics(
     carriers = TokenCarriers(projections) if projections is not None else None
     observers = weighted_observers([accumulator], weighting, projections, renormalise=True)
     observers += [carriers] if carriers is not None else []
+    observers += [pictures] if pictures is not None else []
     # A corpus pass is where the fused kernel pays for its one-time build (see attnviz.core.kernel).
-    fused = prepare_kernel()
+    # On a GPU the pass runs the Triton tile kernel (attnviz.core.triton_rows) where Triton is installed.
+    fused = prepare_kernel() or loaded.device.type == "cuda"
     # progress steps are attention layers passed (a long text is one forward pass of minutes): batches × sites
     sites = len(loaded.layout()) if progress and parallel.is_main else 0
     start = time.perf_counter()
@@ -145,6 +157,8 @@ def compute_statistics(
             accumulator.begin_batch(batch)
             if carriers is not None:
                 carriers.begin_batch(batch)
+            if pictures is not None:
+                pictures.begin_batch(batch)
             with torch.no_grad():
                 loaded.forward(batch, context)
             bar.update(
@@ -163,7 +177,22 @@ def compute_statistics(
     stats.identity = model_identity(loaded)
     stats.weighting = weighting
     stats.carriers = carriers.result() if carriers is not None else None
+    stats.picture = pictures.result() if pictures is not None else None
     return stats
+
+
+def _picture_batches(loaded: LoadedModel, texts: Sequence[str] | None, images: Sequence[ImageSource]):
+    """One batch per text with its picture in it (each read when its batch comes); one picture per text."""
+    from attnviz.captures.vision_language import vision_language_batch
+
+    texts, images = list(texts or []), list(images)
+    if not texts or len(texts) != len(images):
+        raise InputError(
+            f"give one text per picture ({len(texts)} texts, {len(images)} pictures): a vision-language model reads "
+            "each picture inside its text"
+        )
+    vision_language_batch(loaded, texts[:1], images[:1])  # a model that reads no pictures in text is refused now
+    return (vision_language_batch(loaded, [text], [image]) for text, image in zip(texts, images))
 
 
 def _output_projections(loaded: LoadedModel, *, required: bool) -> dict | None:

@@ -97,6 +97,10 @@ def test_terminal_cli_on_minilm(minilm, capsys, monkeypatch):
     assert result.exit_code == 0, result.stderr
     # the view is the product (stdout: `> file` keeps it); the summary line stays on stderr
     assert "all-MiniLM-L6-v2 (minilm) · layer 0, head 3" in result.stdout
+    # redirected, the colours are gone: every row of cells carries its weights as shades, a legend says which
+    rows = [line for line in result.stdout.splitlines() if line.startswith(("[CLS] ", "  the ", "[SEP] "))]
+    assert len(rows) == 4 and all(set(line[6:]) - {" "} <= set("░▒▓█") and line[6:].strip() for line in rows)
+    assert "(linear scale)" in result.stdout and "█ ≤" in result.stdout
     assert "layer 0, head 3" not in result.stderr and "minilm (bidirectional)" in " ".join(result.stderr.split())
     assert_clean_error(run_cli(capsys, "heatmap", "Hi.", "--terminal", "--layer", "all"), "one layer at a time")
     assert_clean_error(run_cli(capsys, "heatmap", "Hi.", "--terminal", "--head", "0,1"), "one head at a time")
