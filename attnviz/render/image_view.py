@@ -65,11 +65,15 @@ def image_view_payload(capture: AttentionCapture, *, layers: LayerSelection = No
 
 def image_view_html(capture: AttentionCapture, *, layers: LayerSelection = None) -> str:
     """The self-contained page of an image capture as a string (every layer unless ``layers`` picks some)."""
-    payload = image_view_payload(capture, layers=layers)
+    return picture_page(image_view_payload(capture, layers=layers), "image")
+
+
+def picture_page(payload: dict, kind: str) -> str:
+    """The self-contained page of a picture's attention: ``kind`` (``image`` or ``caption``) names its script."""
     return build_page(
-        f"attnviz · {payload['title']} · image",
+        f"attnviz · {payload['title']} · {kind}",
         payload,
-        scripts=["common.js", "image_view.js"],
+        scripts=["common.js", f"{kind}_view.js"],
         styles=["image_view.css"],
     )
 
@@ -84,6 +88,7 @@ __all__: Sequence[str] = [
     "image_view_html",
     "image_view_payload",
     "picture_data_url",
+    "picture_page",
     "picture_payload",
     "write_image_view",
 ]

@@ -22,14 +22,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from attnviz.common.progress import quiet_third_party
 from attnviz.toy.odd_patch import (
-    check_model_sizes,
+    ToyImageModelSettings,
     eager_attention,
     normalised_pixels,
     save_image_task,
@@ -122,18 +122,14 @@ def task_images(count: int, seed: int) -> list[Image]:
 
 
 @dataclass(frozen=True)
-class CaptionModelSettings:
+class CaptionModelSettings(ToyImageModelSettings):
     """The toy captioner's size (stored in the checkpoint)."""
 
-    width: int = 64
-    num_heads: int = 4
+    MODEL: ClassVar[str] = "the caption model"
+
     encoder_layers: int = 2
     decoder_layers: int = 1
     mlp_width: int = 128
-
-    def validate(self) -> CaptionModelSettings:
-        check_model_sizes(self, "the caption model")
-        return self
 
 
 def build_tokenizer():

@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
+
+if sys.version_info >= (3, 11):
+    from typing import Self
+else:  # pragma: no cover
+    from typing_extensions import Self
 
 from attnviz.common.errors import InputError
 from attnviz.common.progress import progress_bar, quiet_third_party
@@ -48,17 +54,28 @@ MIN_COLOUR_DISTANCE = 0.3
 
 
 @dataclass(frozen=True)
-class OddPatchModelSettings:
-    """The toy ViT's size (stored in the checkpoint)."""
+class ToyImageModelSettings:
+    """What every toy image model's size starts with (stored in the checkpoint, these fields first)."""
+
+    #: the model, as messages name it
+    MODEL: ClassVar[str] = "the toy image model"
 
     width: int = 64
     num_heads: int = 4
+
+    def validate(self) -> Self:
+        check_model_sizes(self, self.MODEL)
+        return self
+
+
+@dataclass(frozen=True)
+class OddPatchModelSettings(ToyImageModelSettings):
+    """The toy ViT's size (stored in the checkpoint)."""
+
+    MODEL: ClassVar[str] = "the odd-patch ViT"
+
     num_layers: int = 2
     mlp_width: int = 128
-
-    def validate(self) -> OddPatchModelSettings:
-        check_model_sizes(self, "the odd-patch ViT")
-        return self
 
 
 def check_model_sizes(settings: Any, model: str) -> None:
