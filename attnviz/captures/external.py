@@ -125,11 +125,20 @@ def _is_array(value: Any) -> bool:
 
 def _as_tensor(value: Any, what: str) -> Tensor:
     if isinstance(value, Tensor):
+        if value.layout != torch.strided:  # sparse (COO, CSR …): attention patterns are dense
+            raise InputError(
+                f"{what} is a {str(value.layout).removeprefix('torch.')} tensor: give dense weights (convert it with to_dense)"
+            )
         return value
     try:
         import numpy as np
 
         if isinstance(value, np.ndarray):
+            if value.dtype.kind not in "fiub":  # object, string … arrays: no weights torch can read
+                raise InputError(
+                    f"{what} is a numpy array of {value.dtype} values, not attention weights: give a float array "
+                    "(np.stack of the per-layer arrays, .astype(np.float32))"
+                )
             return torch.from_numpy(np.ascontiguousarray(value))
     except ImportError:  # pragma: no cover - numpy comes with torch
         pass
@@ -169,6 +178,10 @@ def checked_layers(layers: list[Tensor], queries: int, keys: int, what: str) -> 
     checked = []
     for index, layer in enumerate(layers):
         name = f"{what} layer {index}"
+        if layer.dim() != 3 or layer.shape[0] == 0:
+            raise InputError(
+                f"{name} has shape {list(layer.shape)}: give [head, query, key] weights with at least one head"
+            )
         if layer.shape[-2:] != (queries, keys):
             raise InputError(
                 f"{name} is [head, {layer.shape[-2]}, {layer.shape[-1]}] but the tokens give [head, {queries}, {keys}]: "
@@ -232,7 +245,9 @@ def check_tokens(tokens: Any, what: str) -> list[str]:
         raise InputError(
             f"{what} must be a non-empty list of token strings (e.g. tokenizer.convert_ids_to_tokens(ids))"
         )
-    return [str(token) for token in tokens]
+    from attnviz.common.tokens import decoded_if_byte_level
+
+    return decoded_if_byte_level([str(token) for token in tokens])  # raw byte-level strings read as text
 
 
 def stacks_of_output(output: Any) -> dict[str, Any] | None:

@@ -24,8 +24,8 @@ def choice_parser(choices: type[Enum], what: str, aliases: dict[str, str] | None
     (``{former name: member value}``) are accepted but not listed.
     """
     members = {_choice_key(member.value): member for member in choices}
-    for alias, value in (aliases or {}).items():
-        members[_choice_key(alias)] = choices(value)
+    former = {_choice_key(alias): choices(value) for alias, value in (aliases or {}).items()}
+    members.update(former)
 
     def parse(value: Any) -> Enum:
         if isinstance(value, choices):
@@ -33,6 +33,10 @@ def choice_parser(choices: type[Enum], what: str, aliases: dict[str, str] | None
         member = members.get(_choice_key(str(value)))
         if member is None:
             raise typer.BadParameter(f"unknown {what} {value!r}: use one of {', '.join(m.value for m in choices)}")
+        if _choice_key(str(value)) in former and _choice_key(str(value)) not in map(_choice_key, choices.__members__):
+            from attnviz.cli.console import warn
+
+            warn(f"{what} {str(value)!r} is the former name of {member.value!r}: give {member.value}")
         return member
 
     return parse

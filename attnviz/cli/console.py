@@ -12,15 +12,20 @@ module; the library reports through :mod:`attnviz.common.progress`, and the CLI 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import time
+from collections.abc import Iterable
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
-from rich.console import Console, ConsoleDimensions
+from rich.console import Console, ConsoleDimensions, Group, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.segment import Segment
+from rich.table import Table
 from rich.text import Text
 
+from attnviz.common.cells import wrap_spans
 from attnviz.common.progress import Reporter
 from attnviz.common.wording import plural
 
@@ -36,7 +41,42 @@ class StderrConsole(Console):
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if kwargs.get("soft_wrap") is None and not self.is_terminal and all(isinstance(o, str | Text) for o in objects):
             kwargs["soft_wrap"] = True  # text: one line as it was written
-        super().print(*objects, **kwargs)
+        super().print(*(self._with_own_captions(o) if isinstance(o, Table) else o for o in objects), **kwargs)
+
+    def _with_own_captions(self, table: Table) -> RenderableType:
+        """``table`` with its title above and caption below, wrapped at the console's width rather than the
+        table's, never inside a quoted token or a formula (on a terminal; in a log each stays one line)."""
+        if not table.title and not table.caption:
+            return table
+        parts: list[RenderableType] = []
+        bare = copy.copy(table)
+        bare.title = bare.caption = None
+        if table.title:
+            parts.append(self.wrapped(table.title, table.title_style or "table.title"))
+        parts.append(bare)
+        if table.caption:
+            parts.append(self.wrapped(table.caption, table.caption_style or "table.caption"))
+        return Group(*parts)
+
+    def wrapped(self, text: str | Text, style: Any = "") -> Text:
+        """``text`` broken into lines of at most the terminal's width at spaces outside quoted tokens and formulas
+        (:func:`attnviz.common.cells.wrap_spans`); off a terminal, its own lines only."""
+        text = self.render_str(text, style=style) if isinstance(text, str) else text
+        if not self.is_terminal:
+            text.no_wrap = True
+            return text
+        lines: list[Text] = []
+        for line in text.split("\n"):
+            lines.extend(line[start:end] for start, end in wrap_spans(line.plain, self.width))
+        joined = Text("\n", no_wrap=True).join(lines)
+        joined.no_wrap = True
+        return joined
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        rendered = super()._render_buffer(buffer)
+        if self.is_terminal:
+            return rendered
+        return "\n".join(line.rstrip(" ") for line in rendered.split("\n"))  # a log keeps no padding
 
     @property
     def size(self) -> ConsoleDimensions:
@@ -64,6 +104,12 @@ def view_console() -> Console:
     """A console on stdout for a view the user asked to see in the terminal (``--terminal``): the view is the
     command's product, so ``> file`` keeps it; at the terminal's width (80 columns in a file, or ``COLUMNS``)."""
     return Console()
+
+
+def in_colour(view: Console) -> bool:
+    """Whether ``view`` shows colour (a colour terminal, no ``NO_COLOR``): a view without it must carry its
+    numbers in characters (shades, digits), since its background colours are dropped."""
+    return view.color_system is not None and not view.no_color
 
 
 #: warnings of the running command, printed when it ends: after its output when it succeeds, folded

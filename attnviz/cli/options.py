@@ -237,6 +237,16 @@ DataOption = Annotated[
     ),
 ]
 
+TextFileOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--text-file",
+        help="A file read whole as one text, every line of it (a long context; --data reads one example per "
+        "line); repeatable; '-' reads standard input. Example: --text-file book.txt",
+        rich_help_panel=INPUT_PANEL,
+    ),
+]
+
 TextOption = Annotated[
     list[str] | None,
     typer.Option(

@@ -23,6 +23,7 @@ from attnviz.cli.options import (
     NoTableOption,
     NoTruncateOption,
     StackOption,
+    TextFileOption,
     TextOption,
     ToyExamplesOption,
     WeightingOption,
@@ -64,6 +65,7 @@ def stats(
     ] = None,
     data: DataOption = None,
     text: TextOption = None,
+    text_files: TextFileOption = None,
     images_dir: Annotated[
         Path | None,
         typer.Option(
@@ -192,12 +194,12 @@ def stats(
     for path, suffixes in outputs:
         if path is not None and path != STDOUT:
             check_output_path(path, suffixes)
-    texts = corpus_from_options(data, text)
+    texts = corpus_from_options(data, text, text_files)
     from attnviz.cli.images import images_from_options
 
     images = images_from_options(images_dir, image)
     if images is not None and texts is not None:
-        raise InputError("give either images (--images, --image) or text (--data, --text), not both")
+        raise InputError("give either images (--images, --image) or text (--data, --text, --text-file), not both")
     if images is not None and by_position:
         raise InputError("--by-position is for text: images have no reading order")
 

@@ -86,25 +86,25 @@ def _threshold(option: str, help_text: str):
 
 CollapsedMaxWeight = _threshold(
     "--collapsed-max-weight",
-    "collapsed if mean max weight ≥ this (normalized 0.9; seed: off). Example: --collapsed-max-weight 0.85",
+    "collapsed if mean max weight ≥ this (normalized 0.9; absolute: off). Example: --collapsed-max-weight 0.85",
 )
 CollapsedNormalizedEntropy = _threshold(
     "--collapsed-normalized-entropy",
-    "collapsed if mean normalized entropy < this (normalized 0.1; seed: off). "
+    "collapsed if mean normalized entropy < this (normalized 0.1; absolute: off). "
     "Example: --collapsed-normalized-entropy 0.15",
 )
 CollapsedEntropy = _threshold(
     "--collapsed-entropy",
-    "collapsed if mean entropy < this many nats (seed 1.0; normalized: off). Example: --collapsed-entropy 0.5",
+    "collapsed if mean entropy < this many nats (absolute 1.0; normalized: off). Example: --collapsed-entropy 0.5",
 )
 UnfocusedNormalizedEntropy = _threshold(
     "--unfocused-normalized-entropy",
-    "unfocused needs mean normalized entropy ≥ this (normalized 0.9; seed: off). "
+    "unfocused needs mean normalized entropy ≥ this (normalized 0.9; absolute: off). "
     "Example: --unfocused-normalized-entropy 0.95",
 )
 UnfocusedMaxWeight = _threshold(
     "--unfocused-max-weight",
-    "unfocused needs mean max weight < this (normalized 0.5; seed 0.3). Example: --unfocused-max-weight 0.4",
+    "unfocused needs mean max weight < this (normalized 0.5; absolute 0.3). Example: --unfocused-max-weight 0.4",
 )
 DiagonalMin = _threshold(
     "--diagonal-min", "diagonal if mean weight on the own position ≥ this (0.5). Example: --diagonal-min 0.6"

@@ -36,12 +36,23 @@ def text_or_stdin(text: str | None, what: str = "text") -> str | None:
     return read_stdin(what).rstrip("\n")
 
 
-def corpus_from_options(data, text: list[str] | None) -> list[str] | None:
-    """The examples of ``--data`` and ``--text`` together (``--data -`` reads standard input); None without either."""
+def corpus_from_options(data, text: list[str] | None, text_files: list | None = None) -> list[str] | None:
+    """The examples of ``--data``, ``--text`` and ``--text-file`` together (``-`` reads standard input: one example
+    per line for ``--data``, one text for ``--text-file``); None without any."""
+    from attnviz.common.encoding import read_text
+    from attnviz.common.errors import InputError
     from attnviz.common.texts import examples_from_text, load_texts
 
+    if [str(path) for path in (data, *(text_files or ())) if path is not None].count(STDIN) > 1:
+        raise InputError("standard input ('-') can be read once: give '-' to one of --data and --text-file")
+    whole = []
+    for path in text_files or ():
+        content = read_stdin("text") if str(path) == STDIN else read_text(path.expanduser(), "text file")
+        if not content.strip():
+            raise InputError(f"text file {path} is empty: give a file with some text")
+        whole.append(content.rstrip("\n"))
     if data is not None and str(data) == STDIN:
-        return examples_from_text(read_stdin("data")) + (load_texts(None, text) if text else [])
+        return examples_from_text(read_stdin("data")) + (load_texts(None, text) if text else []) + whole
     if data is None and not text:
-        return None
-    return load_texts(data, text)
+        return whole or None
+    return load_texts(data, text) + whole

@@ -153,11 +153,11 @@ def _draw(rows, out: Path, terminal: bool, style, dpi: int) -> None:
 
     path = None
     if terminal:
-        from attnviz.cli.console import view_console
+        from attnviz.cli.console import in_colour, view_console
         from attnviz.render.strip_terminal import terminal_strip
 
         view = view_console()  # the view is the product: stdout
-        view.print(terminal_strip(rows, width=view.width, style=style))
+        view.print(terminal_strip(rows, width=view.width, style=style, colour=in_colour(view)))
     else:
         from attnviz.render.heatmap import save_figure
         from attnviz.render.query_strip import query_strip

@@ -118,6 +118,28 @@ def readable_tokens(tokens: Sequence[str]) -> list[str]:
     ]
 
 
+def decoded_if_byte_level(tokens: Sequence[str]) -> list[str]:
+    """``tokens`` handed over by a user (``tokenizer.convert_ids_to_tokens``), decoded by :func:`readable_tokens`
+    when they are byte-level BPE stand-ins (``Ġbi``, ``Ã¨re`` -> ``Ġbi``, ``ère``), else as they are.
+
+    They are byte-level when the tokens made only of stand-in characters hold a stand-in beyond Latin-1 (``Ġ``,
+    ``Ċ``) or a byte beyond ASCII, and their bytes, in order, are valid UTF-8: ``café`` from a WordPiece
+    tokenizer is one byte ``é`` that no UTF-8 text holds alone, so it stays as written."""
+    data = bytearray()
+    marked = False
+    for token in tokens:
+        if token and all(character in CHARACTER_BYTES for character in token):
+            data.extend(CHARACTER_BYTES[character] for character in token)
+            marked = marked or any(ord(character) > 0xFF for character in token)
+    if not (marked or any(byte > 0x7F for byte in data)):
+        return list(tokens)
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return list(tokens)
+    return readable_tokens(tokens)
+
+
 def _utf8_length(lead: int) -> int:
     """Bytes of the UTF-8 character that begins with byte ``lead`` (1 for a byte no character begins with)."""
     if lead >= 0xF0:

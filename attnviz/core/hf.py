@@ -43,17 +43,20 @@ def hf_attention_forward(
 ) -> tuple[Tensor, None]:
     """transformers' attention-function signature, computed by :func:`attend`.
 
-    ``query``: ``[b, h, q, d]``; ``key``/``value``: ``[b, kvh, k, d]``; ``attention_mask``:
-    additive ``[b, 1, q, k]`` (from ``eager_mask``) or ``None``. Returns the output as
-    ``[b, q, h, d]`` and no weights (patterns go to the context's observers instead).
+    ``query``: ``[b, h, q, d]``; ``key``/``value``: ``[b, kvh, k, d]`` and ``[b, kvh, k, dv]``; ``attention_mask``:
+    additive ``[b, 1, q, k]`` (from ``eager_mask``) or ``None``; ``s_aux`` (keyword): per-head attention sink logits
+    ``[h]`` (gpt-oss and the families that share its attention). Returns the output as ``[b, q, h, dv]`` and no
+    weights (patterns go to the context's observers instead).
     """
     context: AttentionContext | None = kwargs.get(CONTEXT_KWARG)
     if context is None:
         context = getattr(module, CONTEXT_ATTRIBUTE, None)
     head_dim = query.shape[-1]
     scale = head_dim**-0.5 if scaling is None else scaling
-    # T5 adds a relative-position bias to the scores; Gemma 2 soft-caps them.
-    pattern_fn = softmax_pattern(scale, bias=kwargs.get("position_bias"), softcap=kwargs.get("softcap"))
+    # T5 adds a relative-position bias to the scores; Gemma 2 soft-caps them; gpt-oss adds a sink to each row.
+    pattern_fn = softmax_pattern(
+        scale, bias=kwargs.get("position_bias"), softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux")
+    )
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         # Some families hand over a boolean mask (True = may attend); make it additive.
         attention_mask = (~attention_mask).to(query.dtype) * torch.finfo(query.dtype).min

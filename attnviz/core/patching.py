@@ -113,3 +113,20 @@ class HeadOutputRecorder:
 def positions_tensor(positions: list[int] | range) -> Tensor:
     """Query positions as the ``[p]`` long tensor a :class:`HeadReplacement` takes."""
     return torch.as_tensor(list(positions), dtype=torch.long)
+
+
+class PatternEdits:
+    """The pattern half of ``editor`` (its output edits left out): what the core applies when the model applies the
+    output edits itself, at the input of each output projection (:mod:`attnviz.models.head_output_edits`)."""
+
+    def __init__(self, editor: HeadEditor) -> None:
+        self.editor = editor
+
+    def edits_patterns(self, site: AttentionSite) -> bool:
+        return self.editor.edits_patterns(site)
+
+    def edit_pattern(self, site: AttentionSite, pattern: Tensor, query_start: int) -> Tensor:
+        return self.editor.edit_pattern(site, pattern, query_start)
+
+    def edit_output(self, site: AttentionSite, output: Tensor) -> Tensor:
+        return output

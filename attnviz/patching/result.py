@@ -32,13 +32,16 @@ class HeadEffect:
     normalized_effect: float
     direct_logit_attribution: float | None
     ablation_effect: float | None = None
+    #: the attention stack: ``"self"``, or an encoder-decoder's ``"encoder"``, ``"decoder"`` or ``"cross"``
+    stack: str = "self"
 
     @property
     def label(self) -> str:
-        return f"L{self.layer} H{self.head}"
+        return f"L{self.layer} H{self.head}" if self.stack == "self" else f"{self.stack} L{self.layer} H{self.head}"
 
     def record(self) -> dict:
         return {
+            **({} if self.stack == "self" else {"stack": self.stack}),
             "layer": self.layer,
             "head": self.head,
             "patched_logit_diff": self.patched_logit_diff,
@@ -84,8 +87,19 @@ class PatchResult(NotebookDisplay):
         return ranked[:count]
 
     @property
+    def rows(self) -> list[tuple[str, int]]:
+        """The grid's rows: ``(stack, layer)`` in model order (one stack, the layers 0 … n−1, for most models)."""
+        if all(h.stack == "self" for h in self.heads):
+            return [("self", layer) for layer in range(1 + max((h.layer for h in self.heads), default=-1))]
+        return list(dict.fromkeys((h.stack, h.layer) for h in self.heads))
+
+    def row(self, effect: HeadEffect) -> int:
+        """The grid row of ``effect``'s layer."""
+        return self.rows.index((effect.stack, effect.layer))
+
+    @property
     def layers(self) -> int:
-        return 1 + max((h.layer for h in self.heads), default=-1)
+        return len(self.rows)
 
     @property
     def width(self) -> int:
@@ -95,9 +109,10 @@ class PatchResult(NotebookDisplay):
     def grid(self, by: str) -> list[list[float]]:
         """``[layer][head]`` of ``by`` (NaN where a layer has no such head, or the number is None)."""
         rows = [[math.nan] * self.width for _ in range(self.layers)]
+        index = {row: number for number, row in enumerate(self.rows)}
         for effect in self.heads:
             value = getattr(effect, by)
-            rows[effect.layer][effect.head] = math.nan if value is None else float(value)
+            rows[index[effect.stack, effect.layer]][effect.head] = math.nan if value is None else float(value)
         return rows
 
     @property

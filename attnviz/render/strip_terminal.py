@@ -11,10 +11,11 @@ from rich.console import Group
 from rich.text import Text
 
 from attnviz.captures.query_rows import QueryRows
+from attnviz.common.cells import display_width, fit, pad_left
 from attnviz.common.tokens import display_token
 from attnviz.render.heatmap import MASKED_LABEL, FigureStyle
 from attnviz.render.query_strip import TOP_KEYS, pool_max
-from attnviz.render.terminal import _MASKED, _colour
+from attnviz.render.terminal import _MASKED, MASKED_GLYPH, SHADES, _colour, shade_legend
 
 __all__ = ["terminal_strip"]
 
@@ -27,13 +28,21 @@ def _unchanged(value: float) -> float:
 
 
 def _token(label: str) -> str:
-    return label if len(label) <= _TOKEN_CHARS else label[: _TOKEN_CHARS - 1] + "…"
+    return fit(label, _TOKEN_CHARS)
 
 
 def terminal_strip(
-    rows: QueryRows, *, width: int = 100, style: FigureStyle | None = None, top_k: int = TOP_KEYS
+    rows: QueryRows,
+    *,
+    width: int = 100,
+    style: FigureStyle | None = None,
+    top_k: int = TOP_KEYS,
+    colour: bool = True,
 ) -> Group:
-    """A rich renderable of ``rows``' strips that fits ``width`` columns, each strip followed by its top keys."""
+    """A rich renderable of ``rows``' strips that fits ``width`` columns, each strip followed by its top keys.
+
+    ``colour=False``: cells are shade characters (:data:`~attnviz.render.terminal.SHADES`), for a view read
+    without colour (a file, a pager)."""
     import numpy as np
 
     style = style or FigureStyle()
@@ -41,7 +50,7 @@ def terminal_strip(
     matrix = rows.matrix()  # [strip, key]
     strips, keys = matrix.shape
     labels = rows.labels()
-    label_width = max(len(label) for label in labels) + 1
+    label_width = max(display_width(label) for label in labels) + 1
     room = max(1, width - label_width - 1)
     cell = max(1, min(_MAX_CELL, room // keys))  # characters per cell: short texts get wider cells
     pooled, covered, block = pool_max(matrix, rows.visible, room // cell)  # [strip, column], [column]
@@ -63,14 +72,18 @@ def terminal_strip(
     shown = np.maximum(shown, norm.vmin) if style.scale == "log" else shown  # zeros sit at the bottom of a log scale
     levels = np.clip((np.asarray(norm(shown)) * cmap.N).astype(int), 0, cmap.N - 1)  # [strip, column]
     for index in range(strips):
-        line = Text(labels[index].rjust(label_width - 1) + " ")
-        colours = [palette[level] if seen else _MASKED for level, seen in zip(levels[index], covered.tolist())]
-        run = 0
-        for column, colour in enumerate(colours):  # one segment per run of cells of the same colour
-            run += 1
-            if column + 1 == len(colours) or colours[column + 1] != colour:
-                line.append(" " * (cell * run), style=f"on {colour}")
-                run = 0
+        line = Text(pad_left(labels[index], label_width - 1) + " ")
+        if not colour:
+            glyphs = (SHADES[round(level / (cmap.N - 1) * (len(SHADES) - 1))] for level in levels[index])
+            line.append("".join(g * cell if seen else MASKED_GLYPH * cell for g, seen in zip(glyphs, covered.tolist())))
+        else:
+            colours = [palette[level] if seen else _MASKED for level, seen in zip(levels[index], covered.tolist())]
+            run = 0
+            for column, shown_colour in enumerate(colours):  # one segment per run of cells of the same colour
+                run += 1
+                if column + 1 == len(colours) or colours[column + 1] != shown_colour:
+                    line.append(" " * (cell * run), style=f"on {shown_colour}")
+                    run = 0
         lines.append(line)
         listed = "  ".join(f"{key}:{_token(tokens[key])} {float(matrix[index, key]):.2f}" for key in top[index])
         lines.append(Text(" " * label_width + "top: " + listed, style="dim", no_wrap=True, overflow="ellipsis"))
@@ -81,14 +94,19 @@ def terminal_strip(
     lines.append(Text(" " * label_width + "".join(axis)))
     lines.append(Text(" " * label_width + "0" + f"{keys - 1}".rjust(max(1, span - 1)), style="dim"))
 
-    legend = Text("  0 " if style.scale != "log" else f"  {vmax / 1000:.4f} ")
-    for step in np.linspace(0, 1, 24):
-        legend.append(" ", style=f"on {_colour(norm.inverse(step), norm, cmap)}")
-    legend.append(f" {vmax:.3f} ({style.scale} scale) · ▲ the query's position")
+    if colour:
+        legend = Text("  0 " if style.scale != "log" else f"  {vmax / 1000:.4f} ")
+        for step in np.linspace(0, 1, 24):
+            legend.append(" ", style=f"on {_colour(norm.inverse(step), norm, cmap)}")
+        legend.append(f" {vmax:.3f} ({style.scale} scale) · ▲ the query's position")
+    else:
+        legend = shade_legend(norm, vmax, style.scale)
     lines.append(legend)
+    if not colour:
+        lines.append(Text("  ▲ the query's position"))
     if rows.visible is not None and not bool(rows.visible.all()):
         masked_line = Text("  ")
-        masked_line.append("  ", style=f"on {_MASKED}")
+        masked_line.append("  " if colour else MASKED_GLYPH * 2, style=f"on {_MASKED}" if colour else "")
         masked_line.append(f" {MASKED_LABEL}")
         lines.append(masked_line)
     if block > 1:

@@ -114,11 +114,30 @@ def test_file_format_and_views(gpt2_run, tmp_path):
         ("patterns", ["a"], "one attention tensor per layer"),
         ([torch.full((1, 1, 1), 1.0)], "a", "list of token strings"),
         (np.full((3, 3), 1 / 3), ["a", "b", "c"], r"\[layer, head, query, key\]"),
+        ([torch.zeros(0, 3, 3)], ["a", "b", "c"], r"has shape \[0, 3, 3\]: .* at least one head"),
+        (torch.zeros(1, 0, 3, 3), ["a", "b", "c"], "at least one head"),
+        (np.array([np.full((1, 3, 3), 1 / 3)], dtype=object), ["a", "b", "c"], "numpy array of object values"),
+        ([np.full((1, 3, 3), "a")], ["a", "b", "c"], "array of <U1 values, not attention weights"),
+        ([torch.full((1, 3, 3), 1 / 3).to_sparse()], ["a", "b", "c"], "is a sparse_coo tensor: give dense weights"),
+        (torch.full((1, 1, 3, 3), 1 / 3).to_sparse(), ["a", "b", "c"], "sparse_coo tensor"),
     ],
 )
 def test_bad_attentions_get_one_clear_error(attentions, tokens, message):
     with pytest.raises(InputError, match=message):
         AttentionCapture.from_attentions(attentions, tokens)
+
+
+def test_raw_byte_level_tokens_read_as_text():
+    # tokenizer.convert_ids_to_tokens of a byte-level BPE: "␣café" and "␣bière" split as GPT-2 splits them
+    raw = ["The", "ĠcafÃ©", "Ġbi", "Ã¨re", "Ġ", "ðŁĺ", "Ģ"]
+    uniform = [torch.full((1, 7, 7), 1 / 7)]
+    capture = AttentionCapture.from_attentions(uniform, raw)
+    assert capture.tokens == ["The", "Ġcafé", "Ġbi", "ère", "Ġ", "😀", "◌"]
+    assert capture.word_ids == [0, 1, 2, 2, 3, 3, 3]
+    page = attnviz.head_view(uniform, raw).html
+    assert "café" in page and "Ã" not in page
+    # tokens that are not byte-level stand-ins stay as written (a WordPiece "café" is no UTF-8 byte string)
+    assert AttentionCapture.from_attentions([torch.full((1, 2, 2), 0.5)], ["café", "##s"]).tokens == ["café", "##s"]
 
 
 def test_cross_attention_needs_target_tokens_and_causal_must_fit(gpt2_run):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cli_helpers import assert_clean_error, run_cli
 
 from attnviz.models.specs import load_model
 from attnviz.patching import patch_heads
@@ -81,3 +82,10 @@ def test_indirect_object_heads_match_forward_hooks_on_o_proj():
     finally:
         torch.set_grad_enabled(True)
         model.set_attn_implementation(own)
+
+
+def test_an_answer_of_two_byte_level_tokens_is_named_in_text(capsys):
+    # SmolLM2 splits " bière" into byte-level pieces "Ġbi" + "Ã¨re": the error shows them as text
+    result = run_cli(capsys, "patch", "smollm2", "--clean", "Il boit une", "--corrupt", "Il mange une",
+                     "--answer", " bière", "--wrong", " eau")  # fmt: skip
+    assert_clean_error(result, "--answer must be one token; ' bière' is 2 tokens: '␣bi' + 'ère'")

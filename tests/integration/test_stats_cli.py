@@ -103,6 +103,10 @@ def test_absolute_preset_by_its_former_name_and_threshold_override_reach_the_jso
     thresholds = json.loads(out_json.read_text())["thresholds"]
     assert thresholds["preset"] == "absolute" and thresholds["collapsed_entropy"] == 1.0
     assert thresholds["unfocused_max_weight"] == 0.25 and thresholds["collapsed_max_weight"] is None
+    # the former name works, but not silently; the help names only the presets --preset offers
+    assert "warning: threshold preset 'seed' is the former name of 'absolute': give absolute" in result.stderr
+    help_text = run_cli(capsys, "stats", "--help").stdout
+    assert "seed:" not in help_text and "(seed " not in help_text and "absolute: off" in " ".join(help_text.split())
     # every head of the absolute rule: collapsed iff entropy < 1.0 nats
     for head in json.loads(out_json.read_text())["heads"]:
         assert ("collapsed" in head["flags"]) == (head["entropy"] < 1.0)

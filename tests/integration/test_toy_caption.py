@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import assert_clean_error, run_cli
 from figure_helpers import read_svg
 
 COLOURS = {"red": (230, 25, 25), "green": (25, 200, 25), "blue": (25, 25, 230), "yellow": (230, 230, 25)}
@@ -65,3 +65,16 @@ def test_toy_caption_through_the_command_line(capsys, tmp_path):
     assert f"'{caption}'" in result.stderr
     texts = read_svg(tmp_path / "caption.svg").texts
     assert [text for text in texts if text in COLOURS] == caption.split()
+
+
+def test_terminal_on_an_image_says_the_real_reason_first(capsys, tmp_path):
+    image, _, _ = independent_images(1, seed=5)[0]
+    path = tmp_path / "shapes.png"
+    image.save(path)
+    base = ("heatmap", "--image", path, "--model", "toy-caption", "--generate", "5", "--terminal")
+    for extra in ((), ("--head", "mean"), ("--layer", "0,1")):  # no advice to pick a head or a layer first
+        result = run_cli(capsys, *base, *extra)
+        assert_clean_error(result, "--terminal does not apply to an image: an image is drawn as overlays")
+        assert len(result.error_lines()) == 1
+    assert_clean_error(run_cli(capsys, *base, "--words"), "--terminal and --words do not apply to an image")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shapes.png"]
