@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from attnviz.circuit.choices import METHODS, METRICS
+from attnviz.cli.option_groups import PROMPT_PAIR, PromptPair, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
@@ -27,14 +28,11 @@ Method = choice_enum("Method", METHODS)
 Metric = choice_enum("Metric", METRICS)
 
 
-def _text(option: str, help_text: str):
-    return Annotated[str, typer.Option(option, help=help_text, rich_help_panel=INPUT_PANEL, show_default=False)]
-
-
 def _circuit_option(option: str, help_text: str, **extra):
     return typer.Option(option, help=help_text, rich_help_panel=CIRCUIT_PANEL, **extra)
 
 
+@expand_option_groups
 def circuit(
     checkpoint: Annotated[
         str,
@@ -43,18 +41,7 @@ def circuit(
             "the local cache, or an attnviz toy checkpoint. Example: smollm2"
         ),
     ] = "smollm2",
-    clean: _text(
-        "--clean",
-        'The prompt the model answers correctly. Example: --clean "When Mary and John went to the store, John '
-        'gave a drink to"',
-    ) = "",
-    corrupt: _text(
-        "--corrupt",
-        "The same prompt changed where it matters, with as many tokens. Example: --corrupt "
-        '"When Mary and John went to the store, Mary gave a drink to"',
-    ) = "",
-    answer: _text("--answer", 'The right next token (one token). Example: --answer " Mary"') = "",
-    wrong: _text("--wrong", 'The wrong next token it competes with (one token). Example: --wrong " John"') = "",
+    prompts: PromptPair = PROMPT_PAIR,
     pairs: Annotated[
         Path | None,
         typer.Option(
@@ -157,18 +144,17 @@ def circuit(
     from attnviz.render.html_page import HTML_SUFFIXES
     from attnviz.render.patch_plots import FIGURE_SUFFIXES
 
-    single = (("--clean", clean), ("--corrupt", corrupt), ("--answer", answer), ("--wrong", wrong))
     if pairs is not None:
-        given = [flag for flag, value in single if value]
+        given = [flag for flag, value in prompts.flags() if value]
         if given:
             raise InputError(f"give --pairs or {given[0]} and the rest of one pair, not both")
         chosen = read_pairs(pairs)
     else:
-        for flag, value in single:
-            if not value.strip():
-                raise InputError(
-                    f"give {flag}: attnviz circuit needs --clean, --corrupt, --answer and --wrong (or --pairs)"
-                )
+        missing = prompts.missing()
+        if missing is not None:
+            raise InputError(
+                f"give {missing}: attnviz circuit needs --clean, --corrupt, --answer and --wrong (or --pairs)"
+            )
         chosen = None
     listed = _edges(edges)
     if json_path is not None:
@@ -179,7 +165,7 @@ def circuit(
     with cli_session(device) as parallel:  # under torchrun each process takes its share of the pairs
         with status(f"loading {checkpoint}"):
             loaded = load_model(checkpoint, device=parallel.device_for(device), dtype=dtype)
-        one = {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong} if chosen is None else {}
+        one = prompts.arguments() if chosen is None else {}
         result = find_circuit(
             loaded,
             **one,

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.option_groups import PROMPT_PAIR, PromptPair, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
@@ -28,10 +29,7 @@ Patched = choice_enum("Patched", PATCHED)
 Ablation = choice_enum("Ablation", ABLATIONS)
 
 
-def _text(option: str, help_text: str):
-    return Annotated[str, typer.Option(option, help=help_text, rich_help_panel=INPUT_PANEL, show_default=False)]
-
-
+@expand_option_groups
 def patch(
     checkpoint: Annotated[
         str,
@@ -40,18 +38,7 @@ def patch(
             "local cache, or an attnviz toy or pruned checkpoint. Example: smollm2"
         ),
     ] = "smollm2",
-    clean: _text(
-        "--clean",
-        'The prompt the model answers correctly. Example: --clean "When Mary and John went to the '
-        'store, John gave a drink to"',
-    ) = "",
-    corrupt: _text(
-        "--corrupt",
-        "The same prompt changed where it matters, with as many tokens. Example: --corrupt "
-        '"When Mary and John went to the store, Mary gave a drink to"',
-    ) = "",
-    answer: _text("--answer", 'The right next token (one token). Example: --answer " Mary"') = "",
-    wrong: _text("--wrong", 'The wrong next token it competes with (one token). Example: --wrong " John"') = "",
+    prompts: PromptPair = PROMPT_PAIR,
     positions: Annotated[
         str,
         typer.Option(
@@ -159,9 +146,9 @@ def patch(
     from attnviz.render.html_page import HTML_SUFFIXES
     from attnviz.render.patch_plots import FIGURE_SUFFIXES
 
-    for flag, value in (("--clean", clean), ("--corrupt", corrupt), ("--answer", answer), ("--wrong", wrong)):
-        if not value.strip():
-            raise InputError(f"give {flag}: attnviz patch needs --clean, --corrupt, --answer and --wrong")
+    missing = prompts.missing()
+    if missing is not None:
+        raise InputError(f"give {missing}: attnviz patch needs --clean, --corrupt, --answer and --wrong")
     where = _positions(positions)
     if json_path is not None:
         check_output_path(json_path, (".json",))
@@ -181,10 +168,7 @@ def patch(
         loaded = load_model(checkpoint, device=device, dtype=dtype)
     result = patch_heads(
         loaded,
-        clean=clean,
-        corrupt=corrupt,
-        answer=answer,
-        wrong=wrong,
+        **prompts.arguments(),
         positions=where,
         direction=direction.value,
         patched=what.value,
