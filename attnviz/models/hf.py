@@ -45,7 +45,6 @@ from attnviz.models.readers import ResidualReaders
 from attnviz.models.readout import Readout
 from attnviz.models.vision import load_vision_model
 from attnviz.models.vision_families import is_vision_type
-from attnviz.models.vlm_families import is_vision_language_type, vision_language_family
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5, NLLB-MoE).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn", "cross_attention")
@@ -102,10 +101,6 @@ def load_hf_model(
             return load_caption_model(  # type: ignore[return-value]
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
-        if not gguf_file and is_vision_language_type(config):
-            # a text with a picture in it: the families attnviz reads have a loader of their own
-            # (attnviz.models.vlm, found first by the registry); any other is refused here by name
-            vision_language_family(config, source)
         refuse_unreadable_family(config, model_class_for(config), source)  # before its tokenizer is looked for
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
     except AttnvizError:
@@ -381,15 +376,7 @@ class HFModel(LoadedModel):
     def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        *,
-        targets: Sequence[str] | None = None,
-        max_length: int | None = None,
-        truncate: bool = True,
-    ) -> EncodedBatch:
-        return encode_texts(self, texts, targets=targets, max_length=max_length, truncate=truncate)
+    encode = encode_texts  # (texts, *, targets, max_length, truncate): attnviz.models.hf_encoding
 
     # -- running --------------------------------------------------------------------------------
 
