@@ -16,7 +16,8 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor, nn
 
-from attnviz.core.attention import AttentionContext, attend, softmax_pattern
+from attnviz.core.attention import AttentionContext, AttentionSite, attend, softmax_pattern
+from attnviz.core.stacks import stack_of
 
 #: The name under which attnviz's core is registered. It must not contain
 #: "sdpa", "flash" or "flex_attention": transformers pattern-matches those.
@@ -68,7 +69,7 @@ def hf_attention_forward(
         key,
         value,
         mask=attention_mask,
-        causal=_causal_without_mask(module, query, key, attention_mask, kwargs.get("is_causal")),
+        causal=_causal_without_mask(module, query, key, attention_mask, kwargs.get("is_causal"), site),
         pattern_fn=pattern_fn,
         dropout=dropout,
         training=module.training,
@@ -79,12 +80,21 @@ def hf_attention_forward(
 
 
 def _causal_without_mask(
-    module: nn.Module, query: Tensor, key: Tensor, attention_mask: Tensor | None, is_causal: bool | None
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    attention_mask: Tensor | None,
+    is_causal: bool | None,
+    site: AttentionSite | None = None,
 ) -> bool:
     """Whether a call without a mask is causal: transformers' own rule for sdpa (``is_causal`` given, else the
-    module's, else True; more than one query; no mask), for the calls :func:`core_mask` left without one."""
+    module's, else True; more than one query; no mask), for the calls :func:`core_mask` left without one. A
+    decoder's self-attention always is, whatever its module says (NLLB-MoE's decoder modules say ``is_causal =
+    False``, and only eager's explicit mask kept them causal)."""
     if attention_mask is not None or query.shape[2] <= 1 or query.shape[2] != key.shape[2]:
         return False
+    if site is not None and stack_of(site.stack).always_causal:
+        return True
     return bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
 
 

@@ -398,8 +398,8 @@ class HFModel(LoadedModel):
 
         def run(context: AttentionContext | None, values: dict[AttentionSite, Tensor]) -> Any:
             if not self.fallback:
-                if context is not None:
-                    kwargs[CONTEXT_KWARG] = context
+                # always a context: the core names each call's site, which tells a decoder's causal self-attention
+                kwargs[CONTEXT_KWARG] = context if context is not None else self.context()
                 return module(**kwargs)
             outputs = module(**kwargs, output_attentions=context is not None)
             if context is not None:
