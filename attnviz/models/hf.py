@@ -26,6 +26,7 @@ from attnviz.models.hf_checks import (
     first_line,
     refuse_custom_code,
     refuse_unreadable_family,
+    running_on_text,
 )
 from attnviz.models.hf_encoding import encode_texts
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
@@ -151,11 +152,13 @@ def load_hf_model(
     model.eval()
     loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
     loaded.check_weights()  # before the first forward pass (the layout below) reads them
-    if not fallback and (model.config._attn_implementation != ATTENTION_NAME or _misses_stacks(loaded)):
-        # The name was accepted but no attention call (or none of a whole stack: BigBird-Pegasus' encoder) reached
-        # the core: the family, or that stack, does not use the interface.
-        model.set_attn_implementation("eager")
-        loaded = HFModel(model, tokenizer, name=name or source, fallback=True)
+    with running_on_text(config.model_type, source):  # the probe passes below: a model that needs more than text
+        if not fallback and (model.config._attn_implementation != ATTENTION_NAME or _misses_stacks(loaded)):
+            # The name was accepted but no attention call (or none of a whole stack: BigBird-Pegasus' encoder)
+            # reached the core: the family, or that stack, does not use the interface.
+            model.set_attn_implementation("eager")
+            loaded = HFModel(model, tokenizer, name=name or source, fallback=True)
+        loaded.layout()
     if not loaded.layout():
         kinds = sorted({str(kind) for kind in getattr(config, "layer_types", None) or ()})
         raise UnsupportedModelError(
