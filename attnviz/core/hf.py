@@ -149,7 +149,7 @@ def _family_supports_sdpa(config_class: Hashable) -> bool:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
     try:
-        found: Any = MODEL_MAPPING[config_class]
+        found: Any = MODEL_MAPPING[cast(Any, config_class)]
     except (KeyError, ValueError, ImportError, AttributeError):  # a config transformers' auto classes do not map
         return False
     model_class = found[0] if isinstance(found, (tuple, list)) else found
