@@ -87,7 +87,9 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
             capture_encoded(loaded, vision_language_batch(loaded, [text], [picture]), **recording)[0]
             for text, picture in zip(inputs, pictures)
         ]  # one batch per text: the pictures may sit at different places in their texts
-    elif loaded.modality == "image":
+    elif loaded.modality == "image" or (
+        loaded.reads_pictures_in_text and not any(isinstance(item, str) for item in inputs)
+    ):  # a vision model's images, or pictures alone for a vision-language model: its vision tower's attention
         from attnviz.captures.images import capture_images
 
         words = [item for item in inputs if isinstance(item, str) and not Path(item).suffix and not Path(item).exists()]
