@@ -44,6 +44,7 @@ from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
 from attnviz.models.readers import ResidualReaders
 from attnviz.models.readout import Readout
+from attnviz.models.repeats import find_repeated_stacks
 from attnviz.models.vision import load_vision_model
 from attnviz.models.vision_families import is_vision_type
 
@@ -344,32 +345,11 @@ class HFModel(LoadedModel):
         return AttentionSite(site.stack, layer)
 
     def repeated_stacks(self) -> frozenset[str]:
-        """The stacks whose attention modules run more than once per forward pass (found by one probe pass).
-
-        A module counts by its own forward calls, not by its calls of the core: DiffLlama's attention calls the core
-        twice in one application (its two softmaxes), which is one layer, as eager reports it."""
+        """The stacks whose attention modules run more than once per forward pass (:mod:`attnviz.models.repeats`)."""
         if self._repeated_stacks is None:
-            self._repeated_stacks = frozenset()  # the probe below must not look for them again
+            self._repeated_stacks = frozenset()  # the probe pass below must not look for them again
             if not self.fallback:
-                attending: set[nn.Module] = set()
-                runs: dict[nn.Module, int] = {}
-
-                def noting(module: nn.Module) -> AttentionSite | None:
-                    attending.add(module)
-                    return self.site_of(module)
-
-                def counting(module: nn.Module, args: Any) -> None:
-                    runs[module] = runs.get(module, 0) + 1
-
-                hooks = [module.register_forward_pre_hook(counting) for module in self.model.modules()]
-                try:
-                    with torch.no_grad():
-                        self.forward(self.probe_batch(), AttentionContext(site_of=noting))
-                finally:
-                    for hook in hooks:
-                        hook.remove()
-                sites = [self.site_of(module) for module in attending if runs.get(module, 0) > 1]
-                self._repeated_stacks = frozenset(site.stack for site in sites if site is not None)
+                self._repeated_stacks = find_repeated_stacks(self)
         return self._repeated_stacks
 
     def _site_from_name(self, qualified_name: str, module: nn.Module) -> AttentionSite | None:
