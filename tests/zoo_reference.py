@@ -155,7 +155,7 @@ def norm_maps(model, inputs: dict) -> dict[str, list[torch.Tensor]]:
             raise LookupError(f"{heads} heads of {size} values do not make the {weight.shape[1]} projection inputs")
         value = value[0].float().repeat_interleave(heads // value.shape[1], dim=0)  # [h, k, d_v]
         blocks = weight.reshape(weight.shape[0], heads, size).permute(1, 0, 2)  # [h, hidden, d_v]
-        norms = torch.einsum("hod,hkd->hko", blocks.float(), value).norm(dim=-1)  # [h, k]
+        norms = torch.einsum("hod,hkd->hko", blocks.detach().float(), value).norm(dim=-1)  # [h, k]
         stack = stack_of(names[owner], model.config.is_encoder_decoder, owner)
         maps.setdefault(stack, []).append(weights[0].float() * norms[:, None, :])
     return maps
