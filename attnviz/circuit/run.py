@@ -168,7 +168,7 @@ def find_circuit(
         steps=steps if method == "eap-ig" else 1,
         passes=passes,
     )
-    _fill_scores(result, loaded, graph, node_scores, edge_scores, ranking if edge_scores is not None else None)
+    _fill_scores(result, loaded, readers, graph, node_scores, edge_scores, ranking if edge_scores is not None else None)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -234,9 +234,9 @@ def _node_drops(edges, order):
     return drops
 
 
-def _fill_scores(result, loaded, graph: Graph, node_scores, edge_scores, ranking) -> None:
+def _fill_scores(result, loaded, readers, graph: Graph, node_scores, edge_scores, ranking) -> None:
     identity = model_identity(loaded)
-    sites = {layer.site.layer: layer.site for layer in loaded.residual_readers().layers}
+    sites = {layer.site.layer: layer.site for layer in readers.layers}
     layout = {number: loaded.layout()[site] for number, site in sites.items()}
 
     def number(node: Node) -> int | None:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
-from torch.utils.weak import WeakTensorKeyDictionary
 
 from attnviz.core import kernel_calls
 from attnviz.core.kernel_calls import (
@@ -30,6 +29,7 @@ from attnviz.core.kernel_calls import (
     kernel_applies,
     sink_logits,
 )
+from attnviz.core.key_range import causal_mask, causal_stops, key_stops
 from attnviz.core.triton_rows import attend_rows_triton, triton_applies
 
 if TYPE_CHECKING:
@@ -38,53 +38,6 @@ if TYPE_CHECKING:
 #: Key widths of a block are rounded up to a multiple of this (within the key length): matrix
 #: products with a width of 16·n keep their fast paths, where e.g. 2034 keys cost 40% more than 2032.
 WIDTH_MULTIPLE = 16
-
-
-def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> list[int]:
-    """For each block of ``block`` queries: how many leading keys can receive any weight.
-
-    A key receives exactly zero weight where the additive mask holds its dtype's lowest
-    value (or ``-inf``): ``exp`` of it underflows to 0. So a block of queries ``[s, e)``
-    under a causal mask needs only keys ``< e``, about half the work of the full square.
-    A block holding a query that may see no key at all keeps every key, because softmax
-    makes such a row uniform over all of them.
-
-    Transformers builds one mask per forward pass and hands it to every layer, so the
-    result is cached per mask tensor (and dropped with it).
-    """
-    num_blocks = -(-query_len // block)
-    if mask is None or not mask.is_floating_point() or mask.shape[-1] != key_len:
-        return [key_len] * num_blocks
-    try:
-        version = mask._version
-    except RuntimeError:  # an inference-mode tensor tracks no version: do not cache
-        version = None
-    signature = (block, query_len, key_len, version)
-    cached = _key_stop_cache.get(mask) if version is not None else None
-    if cached is not None and cached[0] == signature:
-        return cached[1]
-    positions = torch.arange(1, key_len + 1, dtype=torch.int32, device=mask.device)  # [k]
-    lowest = torch.finfo(mask.dtype).min
-    # in runs of rows: a [rows, k] temporary at a time, not one of the mask's size (268 MB at 8,192 tokens)
-    runs = []
-    for first in range(0, mask.shape[2], _STOP_ROWS):
-        visible = mask[:, :, first : first + _STOP_ROWS] > lowest  # [b|1, 1|h, run|1, k]
-        last = torch.where(visible, positions, 0).amax(-1)  # [b|1, 1|h, run|1]: 1 + last visible key; 0: none
-        runs.append(torch.where(last == 0, key_len, last).amax(dim=(0, 1)))  # [run|1]
-    last = torch.cat(runs)  # [q|1]
-    last = last.expand(query_len)  # [q]
-    padded = torch.nn.functional.pad(last, (0, num_blocks * block - query_len))  # [blocks·block]
-    stops = padded.view(num_blocks, block).amax(-1).tolist()  # [blocks]
-    if version is not None:
-        _key_stop_cache[mask] = (signature, stops)
-    return stops
-
-
-#: rows of the mask :func:`key_stops` reads at a time
-_STOP_ROWS = 256
-
-#: mask tensor -> (signature, key stops); see :func:`key_stops`
-_key_stop_cache = WeakTensorKeyDictionary()
 
 
 class _Workspace(threading.local):
@@ -123,8 +76,13 @@ def attend_in_buffers(
     dropout: float,
     training: bool,
     fused: bool = False,
+    causal: bool = False,
 ) -> Tensor:
-    """The softmax path of :func:`attend` without gradients: in place, in reused buffers."""
+    """The softmax path of :func:`attend` without gradients: in place, in reused buffers.
+
+    ``causal`` (without ``mask``): the causal triangle, applied by the tile kernels themselves or through a mask of
+    one block's rows at a time, never a ``[q, k]`` tensor."""
+    causal = causal and mask is None
     batch, heads, query_len, head_dim = query.shape
     kv_heads, key_len, value_dim = key.shape[1], key.shape[2], value.shape[3]
     n_rep = heads // kv_heads
@@ -150,7 +108,7 @@ def attend_in_buffers(
     sinks = sink_logits(pattern_fn.sinks)
     summary_only = all(getattr(observer, "accepts_summary_only", False) for observer in observers)
     if whole_block and summary_only:
-        return _attend_in_tiles(query, key, value, mask, pattern_fn.scaling, sinks, observers, site, output)
+        return _attend_in_tiles(query, key, value, mask, causal, pattern_fn.scaling, sinks, observers, site, output)
     if (
         fused
         and summary_only
@@ -161,12 +119,12 @@ def attend_in_buffers(
         and not (dropout and training)
         and triton_applies(query)
     ):  # the GPU's tile kernel (attnviz.core.triton_rows): the same pass in Triton
-        return _attend_in_tiles(query, key, value, mask, pattern_fn.scaling, sinks, observers, site, output)
+        return _attend_in_tiles(query, key, value, mask, causal, pattern_fn.scaling, sinks, observers, site, output)
     if whole_block:
         # at long lengths the cache-sized block holds few rows (28 at 8,192 keys for 9 heads); a task's two
         # products repack all of its keys per call, so each head gets two tasks of ROWS_PER_TASK rows at least
         block = min(query_len, max(block, 2 * ROWS_PER_TASK))
-    stops = key_stops(mask, block, query_len, key_len)
+    stops = causal_stops(block, query_len, key_len) if causal else key_stops(mask, block, query_len, key_len)
     prefix_observers = [observer for observer in observers if getattr(observer, "accepts_key_prefix", False)]
     # scores stand for the pattern's logarithm only without a sink (whose weight they lack)
     keep_scores = (
@@ -190,6 +148,8 @@ def attend_in_buffers(
         # key/value head become extra rows of one matmul against it (head h = g·n_rep + r).
         scores = _workspace.get("scores", (batch, kv_heads, n_rep * rows, width), query.dtype, query.device)
         mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
+        if causal:  # [1, 1, blk, c]: the triangle's rows of this block only
+            mask_block = causal_mask(rows, width, query.dtype, query.device, query_start=start)
         if not whole_block:
             query_block = query[:, :, start:stop].reshape(
                 batch, kv_heads, n_rep * rows, head_dim
@@ -303,6 +263,7 @@ def _attend_in_tiles(
     key: Tensor,
     value: Tensor,
     mask: Tensor | None,
+    causal: bool,
     scaling: float,
     sinks: Tensor | None,
     observers: Sequence[AttentionObserver],
@@ -319,7 +280,11 @@ def _attend_in_tiles(
     batch, heads, query_len, _ = query.shape
     key_len = key.shape[2]
     # the keys each run of TILE_ROWS queries can weigh (TILE_ROWS read at the call, as attend_rows_ reads it)
-    stops = [_rounded_width(stop, key_len) for stop in key_stops(mask, kernel_calls.TILE_ROWS, query_len, key_len)]
+    rows_per_tile = kernel_calls.TILE_ROWS
+    if causal:
+        stops = [_rounded_width(stop, key_len) for stop in causal_stops(rows_per_tile, query_len, key_len)]
+    else:
+        stops = [_rounded_width(stop, key_len) for stop in key_stops(mask, rows_per_tile, query_len, key_len)]
     summarised = [observer for observer in observers if getattr(observer, "accepts_summary", False)]
     summary = None
     if summarised and site is not None:
@@ -351,6 +316,7 @@ def _attend_in_tiles(
             weighted,
             sinks,
             sink_share,
+            causal,
         )
     else:
         attend_rows_triton(
@@ -365,6 +331,7 @@ def _attend_in_tiles(
             weighted=weighted,
             sinks=sinks,
             sink_share=sink_share,
+            causal=causal,
         )
     for observer in observers:
         assert site is not None  # attend() passes observers only for a known site

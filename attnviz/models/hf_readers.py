@@ -30,6 +30,11 @@ _LAYER_NAMES = {"llama": ("input_layernorm", "post_attention_layernorm", "mlp"),
 def hf_residual_readers(loaded: HFModel) -> ResidualReaders:
     """Every layer's readers of a pre-norm decoder (see the module docstring)."""
     check_hf_patching(loaded)
+    if loaded.encoder_decoder:
+        raise UnsupportedModelError(
+            f"{loaded.name} is an encoder-decoder model ({loaded.model.config.model_type}): attnviz finds circuits in "
+            "one residual stream, that of a pre-norm decoder such as SmolLM2, LLaMA, Qwen2 or GPT-2"
+        )
     base = loaded.model.base_model
     final_norm = next(
         (getattr(base, name) for name in FINAL_NORM_NAMES if isinstance(getattr(base, name, None), nn.Module)), None
