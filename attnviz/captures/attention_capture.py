@@ -1,169 +1,125 @@
-"""Capturing full attention patterns: run a model on texts or an encoded batch (images too) and cut the batched
-patterns into one :class:`~attnviz.captures.result.AttentionCapture` per example, padding trimmed.
+"""Capturing attention patterns: :func:`capture` runs a model on a text, texts, an image or images (a captioner's
+with its caption) and returns one :class:`~attnviz.captures.result.AttentionCapture` per input, padding trimmed.
 
-``capture`` (one text), ``capture_batch`` (several) and ``capture_encoded`` (a batch already encoded) record only
-the layers, heads and stacks asked for, refuse a capture over ``max_bytes`` before the model runs, and record the
-softmax weights or norm-based attention. :class:`AttentionCapture` and its file format live in
-:mod:`attnviz.captures.result` (importable from here too).
+``capture`` decides by the model and the input: a text model reads texts (:func:`capture_batch`), a vision model
+or captioner reads images (:func:`attnviz.captures.images.capture_images`). Each records only the layers, heads
+and stacks asked for, refuses a capture over ``max_bytes`` before the model runs, and records the softmax weights
+or norm-based attention (:func:`~attnviz.captures.recording.capture_encoded`, which runs a batch already encoded).
+:class:`AttentionCapture` and its file format live in :mod:`attnviz.captures.result` (importable from here too).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, overload
 
-import torch
-from torch import Tensor
-
-from attnviz.captures.recording import check_capture_size, plan_recording
+from attnviz.captures.recording import capture_encoded, captures_from_patterns
 from attnviz.captures.result import AttentionCapture
+from attnviz.common.errors import ParameterError
 from attnviz.common.selection import HeadSelection, LayerSelection
-from attnviz.core import AttentionSite
 from attnviz.core.choices import Weighting
 from attnviz.core.recorder import PatternRecorder
-from attnviz.core.weighting import check_weighting, weighted_observers
-from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.base import LoadedModel
+from attnviz.models.vision import vision_model_of
+
+__all__ = [
+    "AttentionCapture",
+    "PatternRecorder",
+    "capture",
+    "capture_batch",
+    "capture_encoded",
+    "captures_from_patterns",
+]
 
 
-def captures_from_patterns(
-    patterns: dict[AttentionSite, Tensor] | PatternRecorder,
-    batch: EncodedBatch,
-    model_name: str,
-    causal: bool,
-    layer_counts: dict[str, int] | None = None,
-) -> list[AttentionCapture]:
-    """Split batched ``[b, h, q, k]`` patterns into one trimmed :class:`AttentionCapture` per example.
+@overload
+def capture(loaded: LoadedModel, x: list[Any] | tuple[Any, ...], **options: Any) -> list[AttentionCapture]: ...
+@overload
+def capture(loaded: LoadedModel, x: Any, **options: Any) -> AttentionCapture: ...
+def capture(  # type: ignore[misc]  # the overloads take the options below as **options
+    loaded: LoadedModel,
+    x: Any,
+    *,
+    target: str | Sequence[str] | None = None,
+    max_length: int | None = None,
+    truncate: bool = True,
+    layers: LayerSelection = None,
+    heads: HeadSelection = None,
+    stacks: Sequence[str] | None = None,
+    max_bytes: int | None = None,
+    weighting: Weighting = "weights",
+    image: Any = None,
+) -> AttentionCapture | list[AttentionCapture]:
+    """Capture the attention patterns of ``loaded`` on ``x``: every one by default.
 
-    Given the recorder itself, each site's tensor is let go of as soon as it is split, so the peak is
-    one copy of the patterns (one example: its tensors are kept as they are, without a copy).
-    ``layer_counts``: stack -> the model's layer count, for a capture of some layers (the others hold
-    ``[0, query, key]``, no heads).
+    ``x``: for a text model, a text (one :class:`AttentionCapture`) or a list of texts (a list of them); for a
+    vision model or an image captioner, an image (a file path, the file's bytes, a PIL image or an ``[H, W, 3]``
+    array) or a list of images. ``target``: the decoder text of an encoder-decoder model, or the caption of a
+    captioner's image (teacher-forced), one per input for a list. An image's capture holds the extra tokens and the
+    patches ``r{row}c{col}`` (``capture.image_grid``) and the resized picture (``capture.extras["image"]``); a
+    captioned image's holds the caption on the target side.
+
+    ``layers`` (indices, negative from the end), ``heads`` (the model's head numbers) and, for encoder-decoder
+    models, ``stacks``: record only those (None: all); ``max_bytes``: refuse, before the model runs, a capture
+    larger than that; ``weighting="norm"``: norm-based attention ``α_ij·‖f_h(x_j)‖`` instead of the weights
+    (:func:`~attnviz.captures.recording.capture_encoded`). ``max_length``/``truncate``: how texts are cut.
+
+    ``image``: for a vision-language model, the picture inside the text ``x`` (one per text for a list of texts): the
+    text names it with the processor's image token, or it goes before the text
+    (:mod:`attnviz.captures.vision_language`); the capture's ``image_grid.start`` says where its tokens sit.
     """
-    recorder = patterns if isinstance(patterns, PatternRecorder) else None
-    sites = recorder.sites() if recorder is not None else sorted(cast("dict", patterns))
-    stacks = sorted({site.stack for site in sites}, key=_STACK_ORDER.index)
-    per_example: list[dict[str, list[Tensor]]] = [{} for _ in range(len(batch))]
-    for stack in stacks:
-        query_lengths, key_lengths = batch.query_key_lengths(stack)
-        count = (layer_counts or {}).get(stack, 1 + max(site.layer for site in sites if site.stack == stack))
-        for i in range(len(batch)):
-            per_example[i][stack] = [torch.empty(0, query_lengths[i], key_lengths[i]) for _ in range(count)]
-        for site in (site for site in sites if site.stack == stack):
-            tensor = recorder.pop(site) if recorder is not None else cast("dict", patterns)[site]  # [b, h, q, k]
-            for i in range(len(batch)):
-                q, k = query_lengths[i], key_lengths[i]
-                whole = len(batch) == 1 and tensor.shape[2] == q and tensor.shape[3] == k
-                per_example[i][stack][site.layer] = tensor[i] if whole else tensor[i, :, :q, :k].clone()
-            del tensor  # the batch's tensor goes as soon as its examples are cut out
-    captures = []
-    for i in range(len(batch)):
-        captures.append(
-            AttentionCapture(
-                model=model_name,
-                tokens=batch.tokens[i],
-                causal=causal,
-                patterns=per_example[i],
-                special=batch.special[i],
-                word_ids=batch.word_ids[i],
-                target_tokens=batch.target_tokens[i] if batch.target_tokens else None,
-                target_special=batch.target_special[i] if batch.target_special else None,
-                target_word_ids=batch.target_word_ids[i] if batch.target_word_ids else None,
-                image_grid=batch.image_grid,
-                extras={} if batch.images is None else {"image": batch.images[i].detach().to("cpu", torch.float32)},
-            )
-        )
-    return captures
+    several = isinstance(x, (list, tuple))
+    inputs = list(x) if several else [x]
+    targets = _targets(target, len(inputs), several)
+    recording: dict[str, Any] = {
+        "layers": layers, "heads": heads, "stacks": stacks, "max_bytes": max_bytes, "weighting": weighting
+    }  # fmt: skip
+    if image is not None:  # a text with a picture in it: a vision-language model
+        from attnviz.captures.vision_language import vision_language_batch
+
+        pictures = list(image) if several else [image]
+        if target is not None:
+            raise ParameterError("target", "{target} is a decoder text: a vision-language model takes one text")
+        if len(pictures) != len(inputs):
+            raise ParameterError("image", f"a list of {len(inputs)} texts takes a list of {len(inputs)} {{image}}s")
+        captures = [
+            capture_encoded(loaded, vision_language_batch(loaded, [text], [picture]), **recording)[0]
+            for text, picture in zip(inputs, pictures)
+        ]  # one batch per text: the pictures may sit at different places in their texts
+    elif loaded.modality == "image":
+        from attnviz.captures.images import capture_images
+
+        if max_length is not None:
+            raise ParameterError("max_length", f"{loaded.name} reads images: {{max_length}} applies to texts")
+        captures = capture_images(loaded, inputs, targets=targets, **recording)
+    else:
+        for text in inputs:
+            if not isinstance(text, str):
+                if not isinstance(text, (int, float)):  # an image, say: refused naming the models that read them
+                    vision_model_of(loaded)
+                raise TypeError(
+                    f"{loaded.name} reads text: give a text or a list of texts, not a {type(text).__name__}"
+                )
+        batch = loaded.encode(inputs, targets=targets, max_length=max_length, truncate=truncate)
+        captures = capture_encoded(loaded, batch, **recording)
+    return captures if several else captures[0]
 
 
-_STACK_ORDER = ["self", "encoder", "decoder", "cross"]
+def _targets(target: str | Sequence[str] | None, count: int, several: bool) -> list[str] | None:
+    """One target per input (None: no target): ``target`` itself for one input, its items for a list of them."""
+    if target is None:
+        return None
+    if not several:
+        if not isinstance(target, str):
+            raise TypeError(f"one input takes one target text, not a {type(target).__name__}")
+        return [target]
+    if isinstance(target, str) or len(target) != count:
+        raise ParameterError("target", f"a list of {count} inputs takes a list of {count} target texts as {{target}}")
+    return list(target)
 
 
 def capture_batch(
-    loaded: LoadedModel,
-    texts: Sequence[str],
-    *,
-    targets: Sequence[str] | None = None,
-    max_length: int | None = None,
-    truncate: bool = True,
-    layers: LayerSelection = None,
-    heads: HeadSelection = None,
-    stacks: Sequence[str] | None = None,
-    max_bytes: int | None = None,
-    weighting: Weighting = "weights",
+    loaded: LoadedModel, texts: Sequence[str], *, targets: Sequence[str] | None = None, **options: Any
 ) -> list[AttentionCapture]:
-    """Run ``texts`` through ``loaded`` and return one capture per text (padding trimmed).
-
-    ``layers``, ``heads``, ``stacks``, ``max_bytes`` and ``weighting``: as in :func:`capture_encoded`.
-    """
-    batch = loaded.encode(texts, targets=targets, max_length=max_length, truncate=truncate)
-    return capture_encoded(
-        loaded, batch, layers=layers, heads=heads, stacks=stacks, max_bytes=max_bytes, weighting=weighting
-    )
-
-
-def capture_encoded(
-    loaded: LoadedModel,
-    batch: EncodedBatch,
-    *,
-    layers: LayerSelection = None,
-    heads: HeadSelection = None,
-    stacks: Sequence[str] | None = None,
-    max_bytes: int | None = None,
-    weighting: Weighting = "weights",
-) -> list[AttentionCapture]:
-    """Run an encoded ``batch`` (texts or images) through ``loaded``: one capture per example (padding trimmed).
-
-    Only what is chosen is recorded: ``layers`` (indices, negative from the end; None: all), ``heads``
-    (the model's head numbers; None: all) and, for encoder-decoder models, ``stacks`` (``encoder``,
-    ``decoder``, ``cross``; None: all). The capture keeps the model's numbers (its identity says which
-    layers and heads it holds; the other layers hold no heads). ``max_bytes``: refuse, before the model
-    runs, a capture whose float32 patterns would take more (:class:`~attnviz.common.errors.ParameterError`
-    naming the size it needs); None: no limit. ``weighting``: ``"weights"`` records the softmax weights,
-    ``"norm"`` each weight times the norm of the transformed value vector it moves, ``α_ij·‖f_h(x_j)‖``
-    (:mod:`attnviz.core.weighting`), computed in the same pass.
-    """
-    check_weighting(weighting)
-    recording = plan_recording(loaded, layers=layers, heads=heads, stacks=stacks)
-    check_capture_size(recording, batch, loaded.layout(), max_bytes)
-    projections = loaded.head_output_projections() if weighting == "norm" else None
-    recorder = PatternRecorder(recording.sites, recording.lengths(batch))
-    with torch.no_grad():
-        loaded.forward(batch, loaded.context(weighted_observers([recorder], weighting, projections)))
-    captures = captures_from_patterns(recorder, batch, loaded.name, loaded.causal, recording.layer_counts)
-    for result in captures:
-        result.identity = recording.identity
-        result.weighting = weighting
-    return captures
-
-
-def capture(
-    loaded: LoadedModel,
-    text: str,
-    *,
-    target: str | None = None,
-    max_length: int | None = None,
-    truncate: bool = True,
-    layers: LayerSelection = None,
-    heads: HeadSelection = None,
-    stacks: Sequence[str] | None = None,
-    max_bytes: int | None = None,
-    weighting: Weighting = "weights",
-) -> AttentionCapture:
-    """Capture the attention patterns of ``loaded`` on one text (and decoder ``target``): every one by default.
-
-    ``layers``, ``heads``, ``stacks`` and ``max_bytes``: as in :func:`capture_encoded` (record only those;
-    refuse a capture larger than ``max_bytes`` before the model runs); ``weighting="norm"``: norm-based
-    attention ``α_ij·‖f_h(x_j)‖`` instead of the weights.
-    """
-    return capture_batch(
-        loaded,
-        [text],
-        targets=None if target is None else [target],
-        max_length=max_length,
-        truncate=truncate,
-        layers=layers,
-        heads=heads,
-        stacks=stacks,
-        max_bytes=max_bytes,
-        weighting=weighting,
-    )[0]
+    """:func:`capture` of a list of texts (and decoder ``targets``, one per text): one capture per text."""
+    return capture(loaded, list(texts), target=targets, **options)

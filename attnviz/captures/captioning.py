@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import torch
 
-from attnviz.captures.attention_capture import AttentionCapture, capture_encoded
 from attnviz.captures.generation import (
     Generation,
     _eos_ids,
@@ -30,7 +29,8 @@ from attnviz.captures.generation import (
     write_tokens,
     written_target_capture,
 )
-from attnviz.captures.images import ImageSource, as_pil_image
+from attnviz.captures.images import ImageSource, as_pil_image, capture_images
+from attnviz.captures.result import AttentionCapture
 from attnviz.common.selection import HeadSelection, LayerSelection
 from attnviz.core import CONTEXT_KWARG
 from attnviz.models.base import EncodedBatch, LoadedModel
@@ -62,10 +62,9 @@ def caption_capture(
     captioner = captioner_of(loaded)
     if (target is None) == (max_new_tokens is None):
         raise InputError("give a captioner either a caption (target) or a number of tokens to write (max_new_tokens)")
-    picture = as_pil_image(image)
     if target is not None:
-        batch = captioner.encode_images([picture], targets=[target])
-        return capture_encoded(captioner, batch, layers=layers, heads=heads, stacks=stacks)[0]
+        return capture_images(captioner, [image], targets=[target], layers=layers, heads=heads, stacks=stacks)[0]
+    picture = as_pil_image(image)
     assert max_new_tokens is not None
     generation = write_caption(
         captioner, picture, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, seed=seed

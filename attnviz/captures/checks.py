@@ -185,7 +185,10 @@ def capture_fields(
             image_grid = ImageGrid.from_dict(field("image_grid"))
         except ValueError as exc:
             raise damaged(str(exc)) from exc
-        if image_grid.num_tokens != len(tokens):  # (a captioner's capture has its caption as target tokens)
+        # the image's tokens are all the tokens (a captioner's capture has its caption as target tokens), or a run of
+        # them inside a text (a vision-language model's)
+        inside_text = image_grid.start > 0 or len(tokens) > image_grid.num_tokens
+        if (image_grid.num_tokens != len(tokens) and not inside_text) or image_grid.positions.stop > len(tokens):
             raise damaged(f"its image grid makes {image_grid.num_tokens} tokens but it has {len(tokens)}")
         if "image" not in extras:
             raise damaged("it has an image grid but no image tensor")

@@ -31,12 +31,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnviz.captures.attention_capture import AttentionCapture
+from attnviz.captures.recording import plan_recording
+from attnviz.captures.result import AttentionCapture
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
+from attnviz.common.images import ImageSource
 from attnviz.common.resources import require_memory
 from attnviz.common.tokens import token_strings, word_ids_from_markers
 from attnviz.core import CONTEXT_KWARG, AttentionSite
 from attnviz.models.base import LoadedModel
+from attnviz.models.identity import HeadIdentity
 
 # Markers of a token that starts a new word (byte-level BPE, SentencePiece) or continues one (WordPiece).
 
@@ -74,7 +77,13 @@ class _StepRecorder:
             for start, block in pieces:  # block: [h, blk, c], c ≤ k (keys seen so far)
                 full[:, start : start + block.shape[1], : block.shape[2]] = block
             by_stack[site.stack][site.layer] = full
-        return {stack: [layers[i] for i in sorted(layers)] for stack, layers in by_stack.items()}
+        # the model's layer numbers: a hybrid stack's layers without attention hold no heads ([0, q, k])
+        return {
+            stack: [
+                layers.get(i, torch.zeros(0, *next(iter(layers.values())).shape[1:])) for i in range(max(layers) + 1)
+            ]
+            for stack, layers in by_stack.items()
+        }
 
 
 def generate_capture(
@@ -87,11 +96,22 @@ def generate_capture(
     seed: int | None = None,
     max_length: int | None = None,
     truncate: bool = True,
+    image: ImageSource | None = None,
 ) -> Generation:
-    """Continue ``prompt`` by up to ``max_new_tokens`` tokens and capture all attention (see the module docstring)."""
+    """Continue ``prompt`` by up to ``max_new_tokens`` tokens and capture all attention (see the module docstring).
+
+    ``image``: a picture in the prompt, for a vision-language model (as in
+    :func:`~attnviz.captures.attention_capture.capture`); the picture is read once, with the prompt."""
     check_generation_settings(max_new_tokens, sample, temperature)
     model = _generative_model(loaded)
-    batch = loaded.encode([prompt], max_length=max_length, truncate=truncate)
+    if image is not None:
+        from attnviz.captures.vision_language import vision_language_batch
+
+        batch = vision_language_batch(loaded, [prompt], [image])
+    else:
+        batch = loaded.encode([prompt], max_length=max_length, truncate=truncate)
+    # what else the first step reads (a picture's pixels, PaliGemma's token types): the later steps read the cache
+    first_inputs = {key: value for key, value in batch.inputs.items() if key not in ("input_ids", "attention_mask")}
     limit = loaded.max_length
     prompt_len = len(batch.tokens[0])
     # decoder positions: the prompt (causal LMs) or the decoder start token, then the new tokens
@@ -126,7 +146,8 @@ def generate_capture(
             if loaded.encoder_decoder:
                 return model(decoder_input_ids=step_input, **{cache: past}, **kwargs)
             mask = torch.ones(1, len(sequence), dtype=torch.long, device=loaded.device)  # [1, keys so far]
-            return model(input_ids=step_input, attention_mask=mask, **{cache: past}, **kwargs)
+            extra = first_inputs if past is None else {}
+            return model(input_ids=step_input, attention_mask=mask, **{cache: past}, **kwargs, **extra)
 
         generated = write_tokens(
             forward,
@@ -264,7 +285,10 @@ def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], pro
     last_word = max((w for w in known_words if w is not None), default=None)
     new_words = word_ids_from_markers(new_tokens, new_special, last_word)
     if loaded.encoder_decoder:
-        return written_target_capture(loaded.name, batch, recorder, prompt_len, (new_tokens, new_special, new_words))
+        target = (new_tokens, new_special, new_words)
+        return written_target_capture(
+            loaded.name, batch, recorder, prompt_len, target, identity=hybrid_identity(loaded)
+        )
     patterns = recorder.assemble(len(sequence), {"self": len(sequence)})
     return AttentionCapture(
         model=loaded.name,
@@ -274,7 +298,18 @@ def _capture_of(loaded, batch, recorder: _StepRecorder, sequence: list[int], pro
         special=known_special + new_special,
         word_ids=known_words + new_words,
         generated_from=prompt_len,
+        image_grid=batch.image_grid,
+        extras={} if batch.images is None else {"image": batch.images[0].detach().to("cpu", torch.float32)},
+        identity=hybrid_identity(loaded),
     )
+
+
+def hybrid_identity(loaded: LoadedModel) -> HeadIdentity | None:
+    """The identity that names the attention layers of a hybrid stack (its other layers hold no heads); None for a
+    model whose every layer has attention."""
+    if all(loaded.present_layers(stack) is None for stack in loaded.stacks()):
+        return None
+    return plan_recording(loaded).identity
 
 
 def written_target_capture(

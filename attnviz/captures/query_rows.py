@@ -6,7 +6,8 @@ that query's row, and tells the core so (``AttentionContext.observed_queries``):
 model's own fast path (torch's fused attention) for its output and computes the pattern of that one row
 apart (:mod:`attnviz.core.sdpa_rows`). What is kept is ``layers · heads · n`` floats (4.4 MB there), and the
 pass costs about one plain sdpa forward. :func:`query_rows_of_capture` takes
-the same rows from a capture already made (or loaded from a file).
+the same rows from a capture already made (or loaded from a file); :func:`query_rows` does either, as it is given
+a model and a text or a capture.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from attnviz.captures.attention_capture import AttentionCapture
+from attnviz.captures.result import AttentionCapture
 from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.progress import progress_bar
@@ -30,7 +31,15 @@ from attnviz.core.stacks import is_causal_stack, stack_of
 from attnviz.models.base import LoadedModel
 from attnviz.models.identity import model_identity
 
-__all__ = ["LAST", "QueryPosition", "QueryRows", "capture_query_rows", "query_rows_of_capture", "resolve_query"]
+__all__ = [
+    "LAST",
+    "QueryPosition",
+    "QueryRows",
+    "capture_query_rows",
+    "query_rows",
+    "query_rows_of_capture",
+    "resolve_query",
+]
 
 #: the last query of the text that is not whitespace (``query="last"``): a trailing newline or space is skipped
 #: (``-1`` is the very last token)
@@ -180,6 +189,39 @@ class _QueryRowObserver:
         self.rows[site.layer] = row
 
 
+def query_rows(
+    source: LoadedModel | AttentionCapture,
+    text: str | int | None = None,
+    query: QueryPosition = "last",
+    *,
+    layers: LayerSelection = None,
+    heads: HeadSelection = None,
+    stack: str | None = None,
+    target: str | None = None,
+    max_length: int | None = None,
+    truncate: bool = True,
+) -> QueryRows:
+    """One query's attention over every key, per layer and head: ``query_rows(model, text, query)`` runs the model
+    keeping only that row (any length: :func:`capture_query_rows`); ``query_rows(capture, query)`` takes it from a
+    capture (:func:`query_rows_of_capture`; a capture holds its text, so its second argument is the query).
+
+    ``query``: a token position (negative counts from the end) or ``"last"`` (default); ``layers``: indices
+    (negative from the end), None for all; ``heads``: head numbers, None for all, or
+    :data:`~attnviz.common.selection.MEAN_OF_HEADS`; ``stack``, ``target``, ``max_length``, ``truncate``: as
+    :func:`capture_query_rows` takes them.
+    """
+    if isinstance(source, AttentionCapture):
+        if target is not None or max_length is not None:
+            raise ParameterError("target", "a capture already holds its texts: {target} and {max_length} run a model")
+        chosen: Any = query if text is None else text  # the query, checked by resolve_query
+        return query_rows_of_capture(source, chosen, layers, heads, stack=stack)
+    if not isinstance(text, str):
+        raise ParameterError("text", f"give the text whose query to keep: query_rows(model, text, query), not {text!r}")
+    return capture_query_rows(
+        source, text, query, layers, heads, stack=stack, target=target, max_length=max_length, truncate=truncate
+    )
+
+
 def capture_query_rows(
     loaded: LoadedModel,
     text: str,
@@ -202,9 +244,7 @@ def capture_query_rows(
     floats, plus one block of the core; never a whole ``[query, key]`` pattern.
     """
     if loaded.modality != "text":
-        raise InputError(
-            f"{loaded.name} reads images: pick its query patch with attnviz.image_heatmap(capture, query=...)"
-        )
+        raise InputError(f"{loaded.name} reads images: pick its query patch with attnviz.heatmap(capture, query=...)")
     stack = stack or loaded.stacks()[0]
     if stack not in loaded.stacks():
         raise InputError(f"{loaded.name} has no {stack} attention; it has {', '.join(loaded.stacks())}")
@@ -219,7 +259,7 @@ def capture_query_rows(
     query_tokens, key_tokens = (tokens[0] for tokens in batch.query_key_tokens(stack))
     index = resolve_query(query, len(query_tokens), query_tokens)  # refused before the model runs
     counts = {site.layer: count for site, count in loaded.layout().items() if site.stack == stack}
-    layer_ids = resolve_layers(layers, len(counts))
+    layer_ids = resolve_layers(layers, loaded.num_layers(stack), loaded.present_layers(stack))
     identity = model_identity(loaded)
     chosen = {}
     for layer in layer_ids:
@@ -259,9 +299,7 @@ def query_rows_of_capture(
 ) -> QueryRows:
     """The rows :func:`capture_query_rows` keeps, taken from a capture (selections as there)."""
     if capture.image_grid is not None:
-        raise InputError(
-            "this capture is of an image: pick its query patch with attnviz.image_heatmap(capture, query=...)"
-        )
+        raise InputError("this capture is of an image: pick its query patch with attnviz.heatmap(capture, query=...)")
     stack = stack or capture.stacks[0]
     layer_ids = resolve_layers(layers, capture.num_layers(stack))  # refuses a stack the capture lacks
     tokens = capture.axis_tokens(stack)

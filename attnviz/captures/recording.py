@@ -11,15 +11,22 @@ Layer and head numbers are always the model's own: the capture of layer 3 head 2
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
+import torch
+from torch import Tensor
+
+from attnviz.captures.result import AttentionCapture
 from attnviz.common.errors import ParameterError
 from attnviz.common.resources import format_bytes
 from attnviz.common.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
 from attnviz.common.wording import plural
 from attnviz.core.attention import AttentionSite
+from attnviz.core.choices import Weighting
+from attnviz.core.recorder import PatternRecorder
+from attnviz.core.weighting import check_weighting, weighted_observers
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import HeadIdentity, model_identity
 
@@ -80,25 +87,25 @@ def plan_recording(
                 )
     chosen_stacks = [stack for stack in available if stacks is None or stack in stacks]
     every_head = heads is None or isinstance(heads, MeanOfHeads)
-    by_stack: dict[str, list[AttentionSite]] = defaultdict(list)
-    for site in layout:
-        by_stack[site.stack].append(site)
     sites: dict[AttentionSite, list[int] | None] = {}
     identity = HeadIdentity(
         heads=dict(base.heads) if base else {}, masked=dict(base.masked) if base else {}
     )  # copies of the tables it changes
-    layer_counts = {stack: len(by_stack[stack]) for stack in available}
+    # layers as the model numbers them: a hybrid stack's layers without attention hold no heads
+    layer_counts = {stack: loaded.num_layers(stack) for stack in available}
     for stack in chosen_stacks:
         count = layer_counts[stack]
-        chosen_layers = resolve_layers(layers, count)
-        if layers is not None:
+        present = loaded.present_layers(stack)
+        chosen_layers = resolve_layers(layers, count, present)
+        if layers is not None or present is not None:
             identity.recorded_layers[stack] = sorted(set(chosen_layers))
         ids_per_layer: list[list[int]] = []
         counts_per_layer: list[int] = []
         for layer in range(count):
             site = AttentionSite(stack, layer)
-            ids = base.ids(stack, layer, layout[site]) if base else list(range(layout[site]))
-            numbered = max(ids, default=-1) + 1 if base else layout[site]
+            heads_here = layout.get(site, 0)
+            ids = base.ids(stack, layer, heads_here) if base else list(range(heads_here))
+            numbered = max(ids, default=-1) + 1 if base else heads_here
             counts_per_layer.append(numbered)
             if layer not in chosen_layers:
                 ids_per_layer.append([])
@@ -108,10 +115,10 @@ def plan_recording(
             sites[site] = None if positions is None else sorted(set(positions))
             kept = list(range(len(ids))) if positions is None else sorted(set(positions))
             ids_per_layer.append([ids[p] for p in kept])
-        if not every_head or layers is not None:
+        if not every_head or layers is not None or present is not None:
             identity.heads[stack] = ids_per_layer
             identity.model_heads[stack] = counts_per_layer
-            identity.model_layout[stack] = [layout[AttentionSite(stack, layer)] for layer in range(count)]
+            identity.model_layout[stack] = [layout.get(AttentionSite(stack, layer), 0) for layer in range(count)]
     if stacks is not None:
         for stack in available:
             if stack not in chosen_stacks:
@@ -146,3 +153,91 @@ def check_max_bytes(max_bytes: int) -> int:
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
         raise ParameterError("max_bytes", f"{{max_bytes}} must be a positive number of bytes, got {max_bytes!r}")
     return max_bytes
+
+
+def captures_from_patterns(
+    patterns: dict[AttentionSite, Tensor] | PatternRecorder,
+    batch: EncodedBatch,
+    model_name: str,
+    causal: bool,
+    layer_counts: dict[str, int] | None = None,
+) -> list[AttentionCapture]:
+    """Split batched ``[b, h, q, k]`` patterns into one trimmed :class:`AttentionCapture` per example.
+
+    Given the recorder itself, each site's tensor is let go of as soon as it is split, so the peak is
+    one copy of the patterns (one example: its tensors are kept as they are, without a copy).
+    ``layer_counts``: stack -> the model's layer count, for a capture of some layers (the others hold
+    ``[0, query, key]``, no heads).
+    """
+    recorder = patterns if isinstance(patterns, PatternRecorder) else None
+    sites = recorder.sites() if recorder is not None else sorted(cast("dict", patterns))
+    stacks = sorted({site.stack for site in sites}, key=_STACK_ORDER.index)
+    per_example: list[dict[str, list[Tensor]]] = [{} for _ in range(len(batch))]
+    for stack in stacks:
+        query_lengths, key_lengths = batch.query_key_lengths(stack)
+        count = (layer_counts or {}).get(stack, 1 + max(site.layer for site in sites if site.stack == stack))
+        for i in range(len(batch)):
+            per_example[i][stack] = [torch.empty(0, query_lengths[i], key_lengths[i]) for _ in range(count)]
+        for site in (site for site in sites if site.stack == stack):
+            tensor = recorder.pop(site) if recorder is not None else cast("dict", patterns)[site]  # [b, h, q, k]
+            for i in range(len(batch)):
+                q, k = query_lengths[i], key_lengths[i]
+                whole = len(batch) == 1 and tensor.shape[2] == q and tensor.shape[3] == k
+                per_example[i][stack][site.layer] = tensor[i] if whole else tensor[i, :, :q, :k].clone()
+            del tensor  # the batch's tensor goes as soon as its examples are cut out
+    captures = []
+    for i in range(len(batch)):
+        captures.append(
+            AttentionCapture(
+                model=model_name,
+                tokens=batch.tokens[i],
+                causal=causal,
+                patterns=per_example[i],
+                special=batch.special[i],
+                word_ids=batch.word_ids[i],
+                target_tokens=batch.target_tokens[i] if batch.target_tokens else None,
+                target_special=batch.target_special[i] if batch.target_special else None,
+                target_word_ids=batch.target_word_ids[i] if batch.target_word_ids else None,
+                image_grid=batch.image_grid,
+                extras={} if batch.images is None else {"image": batch.images[i].detach().to("cpu", torch.float32)},
+            )
+        )
+    return captures
+
+
+_STACK_ORDER = ["self", "encoder", "decoder", "cross"]
+
+
+def capture_encoded(
+    loaded: LoadedModel,
+    batch: EncodedBatch,
+    *,
+    layers: LayerSelection = None,
+    heads: HeadSelection = None,
+    stacks: Sequence[str] | None = None,
+    max_bytes: int | None = None,
+    weighting: Weighting = "weights",
+) -> list[AttentionCapture]:
+    """Run an encoded ``batch`` (texts or images) through ``loaded``: one capture per example (padding trimmed).
+
+    Only what is chosen is recorded: ``layers`` (indices, negative from the end; None: all), ``heads``
+    (the model's head numbers; None: all) and, for encoder-decoder models, ``stacks`` (``encoder``,
+    ``decoder``, ``cross``; None: all). The capture keeps the model's numbers (its identity says which
+    layers and heads it holds; the other layers hold no heads). ``max_bytes``: refuse, before the model
+    runs, a capture whose float32 patterns would take more (:class:`~attnviz.common.errors.ParameterError`
+    naming the size it needs); None: no limit. ``weighting``: ``"weights"`` records the softmax weights,
+    ``"norm"`` each weight times the norm of the transformed value vector it moves, ``α_ij·‖f_h(x_j)‖``
+    (:mod:`attnviz.core.weighting`), computed in the same pass.
+    """
+    check_weighting(weighting)
+    recording = plan_recording(loaded, layers=layers, heads=heads, stacks=stacks)
+    check_capture_size(recording, batch, loaded.layout(), max_bytes)
+    projections = loaded.head_output_projections() if weighting == "norm" else None
+    recorder = PatternRecorder(recording.sites, recording.lengths(batch))
+    with torch.no_grad():
+        loaded.forward(batch, loaded.context(weighted_observers([recorder], weighting, projections)))
+    captures = captures_from_patterns(recorder, batch, loaded.name, loaded.causal, recording.layer_counts)
+    for result in captures:
+        result.identity = recording.identity
+        result.weighting = weighting
+    return captures

@@ -63,6 +63,7 @@ def _register_commands() -> None:
     from attnviz.cli import (
         align_cmd,
         capture_cmd,
+        circuit_cmd,
         diff_cmd,
         env_cmd,
         explain_cmd,
@@ -84,6 +85,7 @@ def _register_commands() -> None:
         diff_cmd,
         heads_cmd,
         patch_cmd,
+        circuit_cmd,
         prune_cmd,
         train_cmd,
         report_cmd,

@@ -155,9 +155,11 @@ def capture(
     if image is not None:
         from attnviz.cli.images import capture_image_option, print_image_summary
 
-        if text is not None:
-            raise InputError("--image captures an image: give no TEXT with it (a caption goes in --target)")
-        if target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
+        if text is not None:  # a text with a picture in it: a vision-language model
+            generation = generation_settings(generate, sample, temperature, seed, target)
+            chosen = {"layers": layers, "heads": heads} if generation is None else {}
+            result = capture_image_option(image, model, device, dtype, text=text, generation=generation, **chosen)
+        elif target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
             from attnviz.cli.images import capture_caption_option
 
             generation = generation_settings(generate, sample, temperature, seed, target)

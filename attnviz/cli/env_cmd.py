@@ -41,6 +41,8 @@ def env(
     print(f"fused kernel: {kernel['state']}" + (f" ({kernel['why']})" if kernel["why"] else ""))
     if kernel["build_directory"]:
         print(f"kernel build directory: {kernel['build_directory']}")
+    for device_kind, used in environment.kernels.items():
+        print(f"statistics on {device_kind}: {used}")
     for what, path in environment.caches.items():
         print(f"cache, {what}: {path}")
     for name, value in environment.variables.items():

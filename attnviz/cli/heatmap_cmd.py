@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.figure_options import CmapOption, ColourScale, DpiOption, ScaleOption, VmaxOption
 from attnviz.cli.images import ImageOption, QueryOption, check_image_options
 from attnviz.cli.options import (
     DEFAULT_MAX_BYTES,
@@ -26,17 +27,11 @@ from attnviz.cli.options import (
     TargetOption,
     TemperatureOption,
     WeightingOption,
-    choice_enum,
     choice_parser,
     stack_value,
 )
-from attnviz.render.choices import SCALES
 
 VIEW_PANEL = "What to show"
-FIGURE_PANEL = "Figure"
-
-
-ColourScale = choice_enum("ColourScale", SCALES)
 
 
 class HeatmapView(str, Enum):
@@ -166,45 +161,10 @@ def heatmap(
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = False,
-    scale: Annotated[
-        ColourScale,
-        typer.Option(
-            "--scale",
-            parser=choice_parser(ColourScale, "colour scale"),
-            help="Colour scale: linear, sqrt (square root) or log (three decades below the top). "
-            "Small weights stay visible on sqrt and log. Example: --scale sqrt",
-            rich_help_panel=FIGURE_PANEL,
-        ),
-    ] = ColourScale.linear,
-    vmax: Annotated[
-        float | None,
-        typer.Option(
-            "--vmax",
-            min=0.0,
-            help="Weight at the top of the colour scale (default: the largest weight shown); larger weights "
-            "saturate, so a sink column no longer darkens everything else. Example: --vmax 0.3",
-            show_default=False,
-            rich_help_panel=FIGURE_PANEL,
-        ),
-    ] = None,
-    cmap: Annotated[
-        str,
-        typer.Option(
-            "--cmap",
-            help="Matplotlib colour map of figures. Example: --cmap magma",
-            rich_help_panel=FIGURE_PANEL,
-        ),
-    ] = "viridis",
-    dpi: Annotated[
-        int,
-        typer.Option(
-            "--dpi",
-            min=30,
-            max=1200,
-            help="Resolution of .png figures in dots per inch. Example: --dpi 300",
-            rich_help_panel=FIGURE_PANEL,
-        ),
-    ] = 150,
+    scale: ScaleOption = ColourScale.linear,
+    vmax: VmaxOption = None,
+    cmap: CmapOption = "viridis",
+    dpi: DpiOption = 150,
 ) -> None:
     """Draw attention weights: a heatmap figure, an interactive page, or a view in the terminal.
 
@@ -294,20 +254,21 @@ def heatmap(
             raise InputError("--cross and --stack disagree: give one of them")
         stack = "cross"
     if image is not None:
-        if text is not None or from_capture is not None:
-            raise InputError("--image draws an image: give no TEXT or --from-capture with it")
-        from attnviz.cli.images import parse_query
+        if from_capture is not None:
+            raise InputError("--image draws an image: give no --from-capture with it")
+        from attnviz.cli.images import capture_image_option, parse_query
 
         check_image_options(terminal, words, view.value, stack)
         parse_query(query)  # a bad --query fails before the model loads
-        if target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
+        if text is not None:  # a text with a picture in it: a vision-language model
+            generation = generation_settings(generate, sample, temperature, seed, target)
+            result = capture_image_option(image, model, device, dtype, text=text, generation=generation)
+        elif target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
             from attnviz.cli.images import capture_caption_option
 
             generation = generation_settings(generate, sample, temperature, seed, target)
             result = capture_caption_option(image, model, device, dtype, target, generation)
         else:
-            from attnviz.cli.images import capture_image_option
-
             result = capture_image_option(image, model, device, dtype)
     elif from_capture is not None:
         if text is not None:

@@ -14,9 +14,11 @@ ImageOption = Annotated[
     str | None,
     typer.Option(
         "--image",
-        help="A PNG or JPEG image for a vision model (ViT, DeiT, DINOv2, CLIP/SigLIP vision tower, toy-odd-patch) or "
-        "an image captioner (VisionEncoderDecoderModel, toy-caption: with --target or --generate); "
-        "'-' reads it from standard input. Example: --image cat.png --model toy-odd-patch",
+        help="A PNG or JPEG image for a vision model (ViT, DeiT, DINOv2, CLIP/SigLIP vision tower, toy-odd-patch), "
+        "an image captioner (VisionEncoderDecoderModel, toy-caption: with --target or --generate) or, with a TEXT, "
+        "a vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM: the picture inside the text; --generate N "
+        "lets it "
+        "write); '-' reads it from standard input. Example: --image cat.png --model toy-odd-patch",
         show_default=False,
         rich_help_panel=INPUT_PANEL,
     ),
@@ -79,18 +81,38 @@ def image_source(image: str) -> str | bytes:
     return data
 
 
-def capture_image_option(image: str, model: str, device: str, dtype: str):
-    """Read ``--image`` (before loading anything), load ``model`` and capture the image."""
-    from attnviz.captures.images import capture_image
+def capture_image_option(
+    image: str, model: str, device: str, dtype: str, *, text: str | None = None, generation=None, **recording
+):
+    """Read ``--image`` (before loading anything), load ``model`` and capture the image; with ``text``, the text
+    with the picture in it (a vision-language model), while the model continues it with ``generation`` (the
+    settings of :func:`attnviz.cli.capturing.generation_settings`); ``recording``: ``layers``, ``heads``."""
     from attnviz.cli.console import console
+    from attnviz.common.errors import InputError
     from attnviz.common.images import open_image
     from attnviz.models.specs import load_model
 
     source = image_source(image)
     picture = open_image(source)  # a bad image fails before the model loads
+    if text is not None and not text.strip():
+        raise InputError("the text is empty: give at least one word")
     with console.status(f"loading {model}"):
         loaded = load_model(model, device=device, dtype=dtype)
-    return capture_image(loaded, picture)
+    if text is None:
+        from attnviz.captures.images import capture_image
+
+        return capture_image(loaded, picture)
+    if generation is None:
+        from attnviz.captures.attention_capture import capture
+
+        return capture(loaded, text, image=picture, **recording)
+    from attnviz.captures.generation import generate_capture
+    from attnviz.common.progress import status
+
+    with status(f"writing up to {generation['max_new_tokens']} tokens"):
+        written = generate_capture(loaded, text, image=picture, **generation)
+    console.print(f"[bold]written:[/bold] {written.text!r} ({len(written.token_ids)} tokens)", highlight=False)
+    return written.capture
 
 
 def capture_caption_option(image: str, model: str, device: str, dtype: str, target, generation, **recording):
@@ -126,7 +148,7 @@ def draw_image(
     if is_caption_capture(result):
         if query is not None or view != "heads":
             raise InputError("a captioned image is drawn word by word: --query and --view do not apply")
-        if len(result.target_tokens) < 2:  # the start token alone: nothing was written
+        if result.target_tokens is not None and len(result.target_tokens) < 2:  # the start token alone: nothing written
             raise InputError(
                 f"{result.model} is an image captioner: give its caption with --target TEXT, or let it write with "
                 "--generate N"
@@ -163,6 +185,14 @@ def print_image_summary(result) -> None:
         return
     grid = result.image_grid
     extras = ", ".join(grid.token_labels()[: grid.num_extra]) or "no extra tokens"
+    if len(result.tokens) > grid.num_tokens:  # a text with a picture in it
+        console.print(
+            f"[bold]{result.model}[/bold] (vision-language) · {len(result.tokens)} tokens, the picture at positions "
+            f"{grid.start}–{grid.start + grid.num_tokens - 1}: {grid.rows}×{grid.cols} patches + {extras} · "
+            f"{stack_size(result, 'self')}",
+            highlight=False,
+        )
+        return
     console.print(
         f"[bold]{result.model}[/bold] (vision) · {grid.rows}×{grid.cols} patches + {extras} · "
         f"{stack_size(result, 'self')}",

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from attnviz.common.errors import InputError, reason
 
@@ -39,6 +39,10 @@ class ImageGrid:
     cols: int
     extra_kinds: tuple[str, ...]  # kinds of the tokens before the patches, in order ("cls", "register", …)
     patch_size: tuple[int, int] = (1, 1)  # pixels per patch (height, width) of the resized image
+    #: position of the first image token in the model's token sequence: 0 for a vision model, where the image is
+    #: the whole input; where the image sits inside a text (a vision-language model), the extra tokens and the
+    #: patches are the positions ``start … start + num_tokens - 1``
+    start: int = 0
 
     @property
     def num_extra(self) -> int:
@@ -76,13 +80,19 @@ class ImageGrid:
             )
         return self.num_extra + row * self.cols + col
 
+    @property
+    def positions(self) -> range:
+        """The sequence positions of the image's tokens (extra tokens, then the patches row-major)."""
+        return range(self.start, self.start + self.num_tokens)
+
     def to_dict(self) -> dict:
-        return {
+        values = {
             "rows": self.rows,
             "cols": self.cols,
             "extra_kinds": list(self.extra_kinds),
             "patch_size": list(self.patch_size),
         }
+        return values | ({"start": self.start} if self.start else {})
 
     @classmethod
     def from_dict(cls, values: object) -> ImageGrid:
@@ -97,7 +107,10 @@ class ImageGrid:
             raise ValueError(f"the image grid's extra_kinds are not a list of {', '.join(EXTRA_LABELS)}")
         if not (isinstance(patch, list) and len(patch) == 2 and all(isinstance(p, int) and p >= 1 for p in patch)):
             raise ValueError("the image grid's patch_size is not two positive integers")
-        return cls(rows, cols, tuple(kinds), (patch[0], patch[1]))
+        start = values.get("start", 0)
+        if not (isinstance(start, int) and start >= 0):
+            raise ValueError("the image grid's start is not a position")
+        return cls(rows, cols, tuple(kinds), (patch[0], patch[1]), start)
 
 
 def open_image(source: str | os.PathLike | bytes, *, name: str | None = None) -> Image:
@@ -173,3 +186,60 @@ def image_files(folder: str | os.PathLike) -> list[Path]:
 def image_names(sources: Sequence[str | os.PathLike | bytes]) -> list[str]:
     """A short name per image source, for titles ("standard input" for bytes)."""
     return ["standard input" if isinstance(source, bytes) else Path(source).name for source in sources]
+
+
+#: an image as attnviz accepts it: a file path, the file's bytes, a PIL image, or an [H, W, 3] array
+ImageSource = Union[str, "os.PathLike[str]", bytes, "Image", Any]
+
+
+def as_pil_image(source: ImageSource) -> Image:
+    """A PIL image from a path, bytes, a PIL image or an array (RGB; damaged or 1×1 images refused with one clear
+    error). An array is ``[H, W, 3]`` (or ``[3, H, W]``, ``[H, W]`` grey, 4 channels with alpha): uint8, or floats
+    in 0–1, as numpy or torch."""
+    from PIL import Image as PILImageModule
+    from PIL.Image import Image as PILImage
+
+    if isinstance(source, PILImage):
+        return source.convert("RGB")
+    if isinstance(source, (str, bytes, os.PathLike)):
+        return open_image(source)
+    if hasattr(source, "__array__"):
+        return PILImageModule.fromarray(_pixels(source)).convert("RGB")
+    raise TypeError(
+        f"got a {type(source).__name__} as an image: give a file path, the file's bytes, a PIL image or an "
+        "[H, W, 3] array"
+    )
+
+
+def _pixels(array: object):
+    """``[H, W, C]`` uint8 pixels of an image array (see :func:`as_pil_image`); ValueError on anything else."""
+    import numpy as np
+
+    if hasattr(array, "detach"):  # a torch tensor, maybe on a GPU or requiring grad
+        array = array.detach().cpu().numpy()
+    pixels = np.asarray(array)
+    if pixels.ndim == 3 and pixels.shape[0] in (1, 3, 4) and pixels.shape[-1] not in (1, 3, 4):
+        pixels = pixels.transpose(1, 2, 0)  # [C, H, W] -> [H, W, C]
+    if pixels.ndim == 3 and pixels.shape[-1] == 1:
+        pixels = pixels[..., 0]
+    if pixels.ndim not in (2, 3) or (pixels.ndim == 3 and pixels.shape[-1] not in (3, 4)):
+        raise ValueError(f"an image array has shape {list(pixels.shape)}: give [H, W, 3] (or [3, H, W], [H, W])")
+    if min(pixels.shape[:2]) < MIN_SIDE:
+        raise ValueError(f"the image array is {pixels.shape[1]}×{pixels.shape[0]} pixels: give at least {MIN_SIDE}")
+    if pixels.dtype == np.uint8:
+        return np.ascontiguousarray(pixels)
+    if pixels.dtype == np.bool_ or not np.issubdtype(pixels.dtype, np.number):
+        raise ValueError(f"an image array holds {pixels.dtype} values: give uint8 (0–255) or floats in 0–1")
+    values = pixels.astype(np.float64)
+    if not np.isfinite(values).all():
+        raise ValueError("the image array holds NaN or infinite values: give uint8 (0–255) or floats in 0–1")
+    if np.issubdtype(pixels.dtype, np.floating):
+        if values.min() < 0 or values.max() > 1:
+            raise ValueError(
+                f"the image array's floats run {values.min():.3g}–{values.max():.3g}: give floats in 0–1 "
+                "(divide by 255) or uint8"
+            )
+        values = values * 255
+    elif values.min() < 0 or values.max() > 255:
+        raise ValueError(f"the image array's values run {values.min():.0f}–{values.max():.0f}: give 0–255")
+    return np.ascontiguousarray(np.round(values).astype(np.uint8))

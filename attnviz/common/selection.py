@@ -31,13 +31,29 @@ LayerSelection = Sequence[int] | None
 HeadSelection = Sequence[int] | MeanOfHeads | None
 
 
-def resolve_layers(layers: LayerSelection, count: int) -> list[int]:
-    """The chosen layers as indices in ``0..count-1`` (None: all of them); refuses an empty or out-of-range choice."""
+def resolve_layers(
+    layers: LayerSelection, count: int, present: Sequence[int] | None = None, *, parameter: str = "layers"
+) -> list[int]:
+    """The chosen layers as indices in ``0..count-1`` (None: all of them); refuses an empty or out-of-range choice.
+
+    ``present``: the layers that have attention, where only some do (a hybrid stack whose other layers run a
+    recurrence or a convolution); None chooses those, and a layer outside them is refused, naming them.
+    ``parameter``: the caller's name of the parameter, for the messages.
+    """
     if layers is None:
-        return list(range(count))
+        return list(range(count)) if present is None else sorted(present)
     if len(layers) == 0:
-        raise ParameterError("layers", "no layer given in {layers}: give an index, a list of indices, or all")
-    return [_in_range(index, count, "layers", "layer") for index in layers]
+        raise ParameterError(parameter, f"no layer given in {{{parameter}}}: give an index, a list of indices, or all")
+    chosen = [_in_range(index, count, parameter, "layer") for index in layers]
+    for index, layer in zip(layers, chosen, strict=True):
+        if present is not None and layer not in present:
+            raise ParameterError(
+                parameter,
+                f"{{{parameter}}}: layer {layer} has no attention (this model mixes attention with other layers): "
+                f"its attention layers are {', '.join(map(str, sorted(present)))}",
+                index,
+            )
+    return chosen
 
 
 def resolve_heads(

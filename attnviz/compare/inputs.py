@@ -176,6 +176,7 @@ def _sites(result: AttentionCapture) -> dict[AttentionSite, Tensor]:
         AttentionSite(stack, layer): pattern.float()
         for stack, layers in result.patterns.items()
         for layer, pattern in enumerate(layers)
+        if result.is_recorded(layer, stack)  # a hybrid stack's layers without attention hold nothing
     }
 
 

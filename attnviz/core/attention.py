@@ -8,14 +8,19 @@ Vocabulary (TransformerLens'): ``scores`` are pre-softmax logits, ``pattern``
 is the softmaxed weights. Shapes use
 
     b  batch           h  query heads        kvh key/value heads (≤ h, GQA)
-    q  query positions k  key positions      d  head dimension
+    q  query positions k  key positions      d  query/key head size   dv value head size
 
 The computation per (batch, head)::
 
     scores  = Q Kᵀ · scale (+ bias) (+ additive mask)       [b, h, q, k]
     pattern = softmax(scores) in float32                     [b, h, q, k]
     pattern = dropout(pattern) · head_mask[h]
-    output  = pattern V                                      [b, h, q, d] -> [b, q, h, d]
+    output  = pattern V                                      [b, h, q, dv] -> [b, q, h, dv]
+
+With attention sinks (gpt-oss's learned ``sinks``, passed by transformers as ``s_aux``) each row's softmax
+also takes the head's sink logit, a column with no value: ``softmax([scores, sink])`` with the sink column
+dropped, so the pattern's rows sum to ``1 − sink share``. The value head size ``dv`` is the value tensor's own
+(it differs from ``d`` in multi-head latent attention, DeepSeek-V2/V3).
 
 Long inputs are processed in blocks of queries so that the full ``[b, h, q, k]``
 tensor never has to exist; without gradients the blocks are computed in reused
@@ -34,7 +39,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from attnviz.core.blocks import _workspace, attend_in_buffers, key_stops  # noqa: F401 (re-exported)
+from attnviz.core.blocks import _workspace, attend_in_buffers, causal_mask, key_stops  # noqa: F401 (re-exported)
 from attnviz.core.patching import HeadEditor
 from attnviz.core.sdpa_rows import attend_observing_rows
 
@@ -101,6 +106,10 @@ class AttentionObserver(Protocol):
     ``[b, h, k]`` per-key quantities for the call in progress (or None): where the kernel computes a whole block
     (:func:`attnviz.core.kernel_calls.attend_block_`) it then also receives ``weighted=``, ``Σ_j pattern_ij ·
     key_weights_j`` ``[b, h, block]``, summed while each row is in the cache (one such observer per call).
+
+    It may also set ``accepts_sink_share = True``: where the call has attention sinks it then also receives
+    ``sink_share=``, float32 ``[b, h, block]`` (``[b, h, q]`` with ``pattern=None``): the weight each row gives its
+    head's sink, which the pattern's rows lack (they sum to ``1 − sink_share``). Without sinks it is not passed.
 
     It may also set ``accepts_summary_only = True`` (with ``accepts_summary``) and define
     ``summary_columns(site)``, the key positions whose weights it reads: when every observer of a call
@@ -193,14 +202,31 @@ class SoftmaxPattern:
     reused buffers, skipping keys the mask hides from the whole block (see :func:`attend`).
     """
 
-    def __init__(self, scaling: float, bias: Tensor | None = None, softcap: float | None = None):
+    def __init__(
+        self, scaling: float, bias: Tensor | None = None, softcap: float | None = None, sinks: Tensor | None = None
+    ):
         self.scaling = scaling
         #: additive ``[1|b, h, q, k]`` scores bias (T5's relative position bias), or None
         self.bias = bias
         #: ``tanh`` soft-capping of the scores (Gemma 2), or None
         self.softcap = softcap
+        #: ``[h]`` per-head sink logits (transformers' ``s_aux``: gpt-oss), or None
+        self.sinks = sinks
 
     def __call__(self, query: Tensor, key: Tensor, mask: Tensor | None, query_start: int) -> Tensor:
+        return self.pattern_and_sink_share(query, key, mask, query_start)[0]
+
+    def pattern_and_sink_share(
+        self, query: Tensor, key: Tensor, mask: Tensor | None, query_start: int
+    ) -> tuple[Tensor, Tensor | None]:
+        """The pattern ``[b, h, blk, k]`` and, with sinks, each row's sink weight ``[b, h, blk]`` (else None)."""
+        scores = self.scores(query, key, mask, query_start)
+        if self.sinks is None:
+            return torch.softmax(scores, dim=-1, dtype=torch.float32), None
+        return softmax_with_sinks(scores, self.sinks)
+
+    def scores(self, query: Tensor, key: Tensor, mask: Tensor | None, query_start: int) -> Tensor:
+        """The softmax's input ``[b, h, blk, k]``: ``Q Kᵀ·scaling`` (soft-capped) (+ bias) (+ mask)."""
         block = query.shape[2]
         scores = torch.matmul(query, key.transpose(2, 3)) * self.scaling  # [b, h, blk, k]
         if self.softcap is not None:
@@ -209,7 +235,7 @@ class SoftmaxPattern:
             scores = scores + self.bias[:, :, query_start : query_start + block]
         if mask is not None:
             scores = scores + mask
-        return torch.softmax(scores, dim=-1, dtype=torch.float32)
+        return scores
 
     def adjust_scores_(self, scores: Tensor, mask: Tensor | None, query_start: int) -> Tensor:
         """The steps of :meth:`__call__` between ``Q Kᵀ`` and the softmax, in place on ``[b, h, blk, c]``.
@@ -229,13 +255,27 @@ class SoftmaxPattern:
         return scores
 
 
-def softmax_pattern(scaling: float, bias: Tensor | None = None, softcap: float | None = None) -> SoftmaxPattern:
+def softmax_with_sinks(scores: Tensor, sinks: Tensor) -> tuple[Tensor, Tensor]:
+    """``softmax([scores, sink])`` in float32 as transformers' eager attention computes it (gpt-oss), split into the
+    pattern ``[b, h, blk, k]`` (contiguous; rows sum to 1 − the sink's weight) and the sink's weight ``[b, h, blk]``.
+
+    ``scores``: ``[b, h, blk, k]``; ``sinks``: ``[h]`` per-head logits.
+    """
+    sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # [b, h, blk, 1]
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1, dtype=torch.float32)  # [b, h, blk, k + 1]
+    return weights[..., :-1].contiguous(), weights[..., -1]
+
+
+def softmax_pattern(
+    scaling: float, bias: Tensor | None = None, softcap: float | None = None, sinks: Tensor | None = None
+) -> SoftmaxPattern:
     """The standard pattern: ``softmax(Q Kᵀ·scaling (+ bias) (+ mask))`` in float32.
 
     ``bias``: additive ``[1|b, h, q, k]`` scores bias (T5's relative position bias).
     ``softcap``: ``tanh`` soft-capping of the scores (Gemma 2).
+    ``sinks``: ``[h]`` per-head sink logits (gpt-oss), one more softmax column with no value (None: no sinks).
     """
-    return SoftmaxPattern(scaling, bias, softcap)
+    return SoftmaxPattern(scaling, bias, softcap, sinks)
 
 
 def query_block_size(batch: int, heads: int, query_len: int, key_len: int, device: torch.device | None = None) -> int:
@@ -252,6 +292,7 @@ def attend(
     value: Tensor,
     *,
     mask: Tensor | None = None,
+    causal: bool = False,
     scaling: float | None = None,
     pattern_fn: PatternFunction | None = None,
     dropout: float = 0.0,
@@ -263,16 +304,19 @@ def attend(
 
     Args:
         query: ``[b, h, q, d]``.
-        key, value: ``[b, kvh, k, d]``, ``h`` a multiple of ``kvh`` (grouped-query attention).
+        key, value: ``[b, kvh, k, d]`` and ``[b, kvh, k, dv]``, ``h`` a multiple of ``kvh`` (grouped-query
+            attention); ``dv`` may differ from ``d`` (multi-head latent attention).
         mask: additive ``[b|1, 1|h, q, k]`` mask, 0 where a query may look and a large
             negative number where it may not (causal future, padding keys).
+        causal: without ``mask``, query ``i`` sees keys ``j ≤ i`` only (``q == k``): the causal triangle without a
+            ``[q, k]`` tensor. The no-gradient path applies it block by block; the others build the mask.
         scaling: score scale, ``d ** -0.5`` by default. Ignored when ``pattern_fn`` is given.
         pattern_fn: computes the pattern from a block of queries; default scaled dot-product.
         dropout, training: attention dropout probability, applied only when training.
         site, context: where this call is, and the observers / head mask of this pass.
 
     Returns:
-        ``[b, q, h, d]`` (contiguous): each head's output, ready to be merged into ``[b, q, h·d]``.
+        ``[b, q, h, dv]`` (contiguous): each head's output, ready to be merged into ``[b, q, h·dv]``.
 
     Two paths compute the same numbers. The standard softmax pattern, when no gradient is
     needed, runs in reused buffers, shares key/value heads without repeating them, and skips
@@ -298,23 +342,30 @@ def attend(
 
     block = query_block_size(batch, heads, query_len, key_len, query.device)
     bias = pattern_fn.bias if isinstance(pattern_fn, SoftmaxPattern) else None
+    sinks = pattern_fn.sinks if isinstance(pattern_fn, SoftmaxPattern) else None
     editor = context.head_editor if context is not None and site is not None else None
     edits_patterns = editor is not None and site is not None and editor.edits_patterns(site)
     if (
         isinstance(pattern_fn, SoftmaxPattern)
         and not edits_patterns
-        and not _needs_grad(query, key, value, mask, bias, head_mask)
+        and not _needs_grad(query, key, value, mask, bias, head_mask, sinks)
     ):
         rows = context.observed_queries if context is not None else None
-        if rows is not None and bias is None and pattern_fn.softcap is None and not (dropout and training):
+        # sdpa has no sinks: a call with them takes the block path below
+        plain = bias is None and pattern_fn.softcap is None and sinks is None
+        if rows is not None and plain and not (dropout and training):
+            if causal and mask is None:
+                mask = causal_mask(query_len, key_len, query.dtype, query.device)
             output = attend_observing_rows(query, key, value, mask, pattern_fn, rows, observers, site, head_mask)
             return output if editor is None or site is None else editor.edit_output(site, output)
         fused = context is not None and context.fused_softmax
         output = attend_in_buffers(
-            query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training, fused
+            query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training, fused, causal
         )
         return output if editor is None or site is None else editor.edit_output(site, output)
 
+    if causal and mask is None:  # the paths below read the mask as a tensor
+        mask = causal_mask(query_len, key_len, query.dtype, query.device)
     n_rep = heads // key.shape[1]
     key = repeat_kv(key, n_rep)  # [b, h, k, d]
     value = repeat_kv(value, n_rep)  # [b, h, k, d]
@@ -322,10 +373,17 @@ def attend(
     for start in range(0, query_len, block):
         stop = min(start + block, query_len)
         mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
-        pattern = pattern_fn(query[:, :, start:stop], key, mask_block, start)  # [b, h, blk, k] float32
+        sink_share = None  # [b, h, blk]: each row's weight on its head's sink, where there are sinks
+        if isinstance(pattern_fn, SoftmaxPattern):
+            pattern, sink_share = pattern_fn.pattern_and_sink_share(query[:, :, start:stop], key, mask_block, start)
+        else:
+            pattern = pattern_fn(query[:, :, start:stop], key, mask_block, start)  # [b, h, blk, k] float32
         for observer in observers:
             assert site is not None  # observers are kept only for a known site (above)
-            observer.observe(site, pattern, start)
+            if sink_share is not None and getattr(observer, "accepts_sink_share", False):
+                observer.observe(site, pattern, start, sink_share=sink_share)  # type: ignore[call-arg]
+            else:
+                observer.observe(site, pattern, start)
         if edits_patterns and editor is not None and site is not None:
             pattern = editor.edit_pattern(site, pattern, start)
         weights = pattern.to(value.dtype)
@@ -333,9 +391,9 @@ def attend(
             weights = nn.functional.dropout(weights, p=dropout, training=True)
         if head_mask is not None:
             weights = weights * head_mask
-        outputs.append(torch.matmul(weights, value))  # [b, h, blk, d]
-    output = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)  # [b, h, q, d]
-    output = output.transpose(1, 2).contiguous()  # [b, q, h, d]
+        outputs.append(torch.matmul(weights, value))  # [b, h, blk, dv]
+    output = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)  # [b, h, q, dv]
+    output = output.transpose(1, 2).contiguous()  # [b, q, h, dv]
     return output if editor is None or site is None else editor.edit_output(site, output)
 
 

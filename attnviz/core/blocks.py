@@ -28,7 +28,9 @@ from attnviz.core.kernel_calls import (
     block_kernel_applies,
     fused_softmax_,
     kernel_applies,
+    sink_logits,
 )
+from attnviz.core.triton_rows import attend_rows_triton, triton_applies
 
 if TYPE_CHECKING:
     from attnviz.core.attention import AttentionObserver, AttentionSite, SoftmaxPattern
@@ -36,6 +38,20 @@ if TYPE_CHECKING:
 #: Key widths of a block are rounded up to a multiple of this (within the key length): matrix
 #: products with a width of 16·n keep their fast paths, where e.g. 2034 keys cost 40% more than 2032.
 WIDTH_MULTIPLE = 16
+
+
+def causal_mask(query_len: int, key_len: int, dtype: torch.dtype, device: torch.device, query_start: int = 0) -> Tensor:
+    """The additive causal mask ``[1, 1, q, k]`` of queries ``query_start …`` as transformers' ``eager_mask``
+    builds it: 0 on keys ``j ≤ i``, the dtype's lowest value after them."""
+    queries = torch.arange(query_start, query_start + query_len, device=device)[:, None]  # [q, 1]
+    keys = torch.arange(key_len, device=device)[None, :]  # [1, k]
+    hidden = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=device)
+    return torch.where(keys <= queries, torch.zeros((), dtype=dtype, device=device), hidden)[None, None]
+
+
+def causal_stops(block: int, query_len: int, key_len: int) -> list[int]:
+    """:func:`key_stops` of the causal triangle (``q == k``): a block of queries ``[s, e)`` sees keys ``< e``."""
+    return [min(key_len, start + block) for start in range(0, query_len, block)]
 
 
 def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> list[int]:
@@ -121,15 +137,20 @@ def attend_in_buffers(
     dropout: float,
     training: bool,
     fused: bool = False,
+    causal: bool = False,
 ) -> Tensor:
-    """The softmax path of :func:`attend` without gradients: in place, in reused buffers."""
+    """The softmax path of :func:`attend` without gradients: in place, in reused buffers.
+
+    ``causal`` (without ``mask``): the causal triangle, applied by the tile kernels themselves or through a mask of
+    one block's rows at a time, never a ``[q, k]`` tensor."""
+    causal = causal and mask is None
     batch, heads, query_len, head_dim = query.shape
-    kv_heads, key_len = key.shape[1], key.shape[2]
+    kv_heads, key_len, value_dim = key.shape[1], key.shape[2], value.shape[3]
     n_rep = heads // kv_heads
     key = key.contiguous()  # [b, kvh, k, d]
-    value = value.contiguous()  # [b, kvh, k, d]
-    output = value.new_empty(batch, query_len, heads, head_dim)  # [b, q, h, d]
-    output_groups = output.view(batch, query_len, kv_heads, n_rep, head_dim)  # [b, q, kvh, n_rep, d]
+    value = value.contiguous()  # [b, kvh, k, dv]
+    output = value.new_empty(batch, query_len, heads, value_dim)  # [b, q, h, dv]
+    output_groups = output.view(batch, query_len, kv_heads, n_rep, value_dim)  # [b, q, kvh, n_rep, dv]
     # The fused kernel (attnviz.core.kernel) replaces scale, mask and softmax when the caller asks for
     # it (``fused``), it is loaded and the inputs suit it; never because of who observes.
     use_kernel = (
@@ -144,21 +165,42 @@ def attend_in_buffers(
     whole_block = (
         use_kernel and head_mask is None and not (dropout and training) and block_kernel_applies(query, value, mask)
     )
-    if whole_block and all(getattr(observer, "accepts_summary_only", False) for observer in observers):
-        return _attend_in_tiles(query, key, value, mask, pattern_fn, observers, site, output)
+    # per-head sink logits [h] as the kernels read them (float32), or None: the model has no attention sinks
+    sinks = sink_logits(pattern_fn.sinks)
+    summary_only = all(getattr(observer, "accepts_summary_only", False) for observer in observers)
+    if whole_block and summary_only:
+        return _attend_in_tiles(query, key, value, mask, causal, pattern_fn.scaling, sinks, observers, site, output)
+    if (
+        fused
+        and summary_only
+        and query.device.type == "cuda"
+        and pattern_fn.bias is None
+        and pattern_fn.softcap is None
+        and head_mask is None
+        and not (dropout and training)
+        and triton_applies(query)
+    ):  # the GPU's tile kernel (attnviz.core.triton_rows): the same pass in Triton
+        return _attend_in_tiles(query, key, value, mask, causal, pattern_fn.scaling, sinks, observers, site, output)
     if whole_block:
         # at long lengths the cache-sized block holds few rows (28 at 8,192 keys for 9 heads); a task's two
         # products repack all of its keys per call, so each head gets two tasks of ROWS_PER_TASK rows at least
         block = min(query_len, max(block, 2 * ROWS_PER_TASK))
-    stops = key_stops(mask, block, query_len, key_len)
+    stops = causal_stops(block, query_len, key_len) if causal else key_stops(mask, block, query_len, key_len)
     prefix_observers = [observer for observer in observers if getattr(observer, "accepts_key_prefix", False)]
-    keep_scores = not use_kernel and any(getattr(observer, "accepts_scores", False) for observer in prefix_observers)
+    # scores stand for the pattern's logarithm only without a sink (whose weight they lack)
+    keep_scores = (
+        not use_kernel
+        and sinks is None
+        and any(getattr(observer, "accepts_scores", False) for observer in prefix_observers)
+    )
     summarised = [
         observer for observer in prefix_observers if use_kernel and getattr(observer, "accepts_summary", False)
     ]
     # the band of weights around the diagonal the summary carries: as wide as the widest request
     band_reach = max((getattr(observer, "summary_band_reach", 1) for observer in summarised), default=0)
-    weigher, key_weights = _weigher(prefix_observers, site, batch, heads, key_len) if whole_block else (None, None)
+    weigher, key_weights = (
+        _weigher(prefix_observers, site, batch, heads, key_len, query.device) if whole_block else (None, None)
+    )
     for start, stop_width in zip(range(0, query_len, block), stops):
         stop = min(start + block, query_len)
         rows = stop - start
@@ -167,6 +209,8 @@ def attend_in_buffers(
         # key/value head become extra rows of one matmul against it (head h = g·n_rep + r).
         scores = _workspace.get("scores", (batch, kv_heads, n_rep * rows, width), query.dtype, query.device)
         mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
+        if causal:  # [1, 1, blk, c]: the triangle's rows of this block only
+            mask_block = causal_mask(rows, width, query.dtype, query.device, query_start=start)
         if not whole_block:
             query_block = query[:, :, start:stop].reshape(
                 batch, kv_heads, n_rep * rows, head_dim
@@ -175,6 +219,9 @@ def attend_in_buffers(
         scores = scores.view(batch, heads, rows, width)  # [b, h, blk, c]
         summary = None
         weighted: Tensor | None = None  # [b, h, blk] weighted sums for ``weigher``
+        sink_share: Tensor | None = None  # [b, h, blk]: each row's weight on its head's sink (with sinks only)
+        if sinks is not None and use_kernel:
+            sink_share = _workspace.get("sink_share", (batch, heads, rows), torch.float32, query.device)
         if use_kernel:
             summary_buffer = None
             if summarised:
@@ -195,12 +242,19 @@ def attend_in_buffers(
                     output,
                     key_weights,
                     weighted,
+                    sinks,
+                    sink_share,
                 )
-            elif not fused_softmax_(scores, mask_block, pattern_fn.scaling, start, summary_buffer):  # in place
+            elif not fused_softmax_(
+                scores, mask_block, pattern_fn.scaling, start, summary_buffer, sinks, sink_share
+            ):  # in place
                 raise RuntimeError("the fused kernel refused inputs that kernel_applies accepted")  # a bug, not input
             pattern = scores
             if summary_buffer is not None:
                 summary = RowSummary(summary_buffer)
+        elif sinks is not None:
+            pattern_fn.adjust_scores_(scores, mask_block, start)
+            pattern, sink_share = _softmax_with_sinks(scores, sinks)
         else:
             pattern_fn.adjust_scores_(scores, mask_block, start)
             # Softmax into a reused float32 buffer (torch.softmax has no out=; aten's _softmax.out equals
@@ -226,6 +280,8 @@ def attend_in_buffers(
                     extras["summary"] = summary
                 if observer is weigher:
                     extras["weighted"] = weighted
+                if sink_share is not None and getattr(observer, "accepts_sink_share", False):
+                    extras["sink_share"] = sink_share
                 observer.observe(site, pattern, start, **extras)
                 continue
             if full_width is None:
@@ -241,10 +297,26 @@ def attend_in_buffers(
         if head_mask is not None:
             weights.mul_(head_mask)  # observers are done with the pattern
         weights = weights.view(batch, kv_heads, n_rep * rows, width)  # [b, kvh, n_rep·blk, c]
-        block_output = torch.matmul(weights, value[:, :, :width])  # [b, kvh, n_rep·blk, d]
-        block_output = block_output.view(batch, kv_heads, n_rep, rows, head_dim)  # [b, kvh, n_rep, blk, d]
-        output_groups[:, start:stop] = block_output.permute(0, 3, 1, 2, 4)  # [b, blk, kvh, n_rep, d]
+        block_output = torch.matmul(weights, value[:, :, :width])  # [b, kvh, n_rep·blk, dv]
+        block_output = block_output.view(batch, kv_heads, n_rep, rows, value_dim)  # [b, kvh, n_rep, blk, dv]
+        output_groups[:, start:stop] = block_output.permute(0, 3, 1, 2, 4)  # [b, blk, kvh, n_rep, dv]
     return output
+
+
+def _softmax_with_sinks(scores: Tensor, sinks: Tensor) -> tuple[Tensor, Tensor]:
+    """The pattern ``[b, h, blk, c]`` of scaled, masked ``scores`` ``[b, h, blk, c]`` with each head's sink logit
+    (``sinks`` ``[h]``) as one more softmax column, and that column's weight ``[b, h, blk]``, in reused buffers.
+
+    The pattern is a view of rows ``c + 1`` floats apart (the sink's weight closes each row): its rows sum to
+    ``1 − sink weight``, as transformers' eager attention returns them.
+    """
+    batch, heads, rows, width = scores.shape
+    extended = _workspace.get("sink_scores", (batch, heads, rows, width + 1), torch.float32, scores.device)
+    extended[..., :width] = scores
+    extended[..., width] = sinks.to(torch.float32).view(1, heads, 1)
+    weights = _workspace.get("pattern", (batch, heads, rows, width + 1), torch.float32, scores.device)
+    torch.ops.aten._softmax.out(extended, -1, False, out=weights)  # [b, h, blk, c + 1]
+    return weights[..., :width], weights[..., width]
 
 
 def _attend_in_tiles(
@@ -252,7 +324,9 @@ def _attend_in_tiles(
     key: Tensor,
     value: Tensor,
     mask: Tensor | None,
-    pattern_fn: SoftmaxPattern,
+    causal: bool,
+    scaling: float,
+    sinks: Tensor | None,
     observers: Sequence[AttentionObserver],
     site: AttentionSite | None,
     output: Tensor,
@@ -261,12 +335,17 @@ def _attend_in_tiles(
 
     The observers (all ``accepts_summary_only``) get ``observe(site, None, 0, summary=…, weighted=…)`` for the whole
     call: a :class:`RowSummary` ``[4 + 2·r + G, b, h, q]`` with the widest band asked for and the weights on every
-    key position some observer lists in ``summary_columns(site)``.
+    key position some observer lists in ``summary_columns(site)``; with ``sinks`` (float32 ``[h]``) also
+    ``sink_share=`` ``[b, h, q]`` where they accept it.
     """
     batch, heads, query_len, _ = query.shape
     key_len = key.shape[2]
     # the keys each run of TILE_ROWS queries can weigh (TILE_ROWS read at the call, as attend_rows_ reads it)
-    stops = [_rounded_width(stop, key_len) for stop in key_stops(mask, kernel_calls.TILE_ROWS, query_len, key_len)]
+    rows_per_tile = kernel_calls.TILE_ROWS
+    if causal:
+        stops = [_rounded_width(stop, key_len) for stop in causal_stops(rows_per_tile, query_len, key_len)]
+    else:
+        stops = [_rounded_width(stop, key_len) for stop in key_stops(mask, rows_per_tile, query_len, key_len)]
     summarised = [observer for observer in observers if getattr(observer, "accepts_summary", False)]
     summary = None
     if summarised and site is not None:
@@ -277,22 +356,44 @@ def _attend_in_tiles(
         columns = tuple(sorted(column for column in wanted if 0 <= column < key_len))
         shape = RowSummary.buffer_shape(batch, heads, query_len, reach, len(columns))  # [4 + 2r + G, b, h, q]
         summary = RowSummary(_workspace.get("summary", shape, torch.float32, query.device), columns)
-    weigher, key_weights = _weigher(observers, site, batch, heads, key_len)
+    weigher, key_weights = _weigher(observers, site, batch, heads, key_len, query.device)
     weighted = None
     if weigher is not None:
         weighted = _workspace.get("weighted", (batch, heads, query_len), torch.float32, query.device)
-    attend_rows_(
-        query,
-        key,
-        value,
-        mask,  # [b|1, h|1, q|1, k]: the kernel reads a broadcast dimension with stride 0
-        pattern_fn.scaling,
-        torch.tensor(stops, dtype=torch.int64),
-        summary,
-        output,
-        key_weights,
-        weighted,
-    )
+    sink_share = None
+    if sinks is not None:
+        sink_share = _workspace.get("sink_share", (batch, heads, query_len), torch.float32, query.device)
+    if query.device.type == "cpu":
+        attend_rows_(
+            query,
+            key,
+            value,
+            mask,  # [b|1, h|1, q|1, k]: the kernel reads a broadcast dimension with stride 0
+            scaling,
+            torch.tensor(stops, dtype=torch.int64),
+            summary,
+            output,
+            key_weights,
+            weighted,
+            sinks,
+            sink_share,
+            causal,
+        )
+    else:
+        attend_rows_triton(
+            query,
+            key,
+            value,
+            scaling,
+            output,
+            mask=mask,
+            summary=summary,
+            key_weights=key_weights,
+            weighted=weighted,
+            sinks=sinks,
+            sink_share=sink_share,
+            causal=causal,
+        )
     for observer in observers:
         assert site is not None  # attend() passes observers only for a known site
         extras: dict[str, Any] = {}
@@ -300,6 +401,8 @@ def _attend_in_tiles(
             extras["summary"] = summary
         if observer is weigher:
             extras["weighted"] = weighted
+        if sink_share is not None and getattr(observer, "accepts_sink_share", False):
+            extras["sink_share"] = sink_share
         # accepts_summary_only: the observer takes pattern=None (the protocol's type names the usual case)
         cast(Any, observer).observe(site, None, 0, **extras)
     return output
@@ -315,7 +418,12 @@ def _rounded_width(stop: int, key_len: int) -> int:
 
 
 def _weigher(
-    observers: Sequence[AttentionObserver], site: AttentionSite | None, batch: int, heads: int, key_len: int
+    observers: Sequence[AttentionObserver],
+    site: AttentionSite | None,
+    batch: int,
+    heads: int,
+    key_len: int,
+    device: torch.device,
 ) -> tuple[AttentionObserver | None, Tensor | None]:
     """The observer (at most one) whose per-key weights ``[b, h, ≥k]`` the kernel sums against each row while the
     row is in the cache (the value norms of the carriers), saving it a pass over the pattern; and those weights."""
@@ -324,12 +432,12 @@ def _weigher(
     for observer in observers:
         if getattr(observer, "accepts_weighted_sum", False):
             key_weights = getattr(observer, "key_weights")(site)  # noqa: B009 (an optional method)
-            if key_weights is not None and _fits(key_weights, batch, heads, key_len):
+            if key_weights is not None and _fits(key_weights, batch, heads, key_len, device):
                 return observer, key_weights
     return None, None
 
 
-def _fits(key_weights: Tensor, batch: int, heads: int, key_len: int) -> bool:
+def _fits(key_weights: Tensor, batch: int, heads: int, key_len: int, query_device: torch.device) -> bool:
     """Whether ``key_weights`` is what :func:`attnviz.core.kernel_calls.attend_block_` reads: float32 ``[b, h, ≥k]``."""
     return (
         key_weights.dtype == torch.float32
@@ -337,5 +445,5 @@ def _fits(key_weights: Tensor, batch: int, heads: int, key_len: int) -> bool:
         and key_weights.dim() == 3
         and tuple(key_weights.shape[:2]) == (batch, heads)
         and key_weights.shape[2] >= key_len
-        and key_weights.device.type == "cpu"
+        and key_weights.device == query_device
     )

@@ -43,17 +43,20 @@ def hf_attention_forward(
 ) -> tuple[Tensor, None]:
     """transformers' attention-function signature, computed by :func:`attend`.
 
-    ``query``: ``[b, h, q, d]``; ``key``/``value``: ``[b, kvh, k, d]``; ``attention_mask``:
-    additive ``[b, 1, q, k]`` (from ``eager_mask``) or ``None``. Returns the output as
-    ``[b, q, h, d]`` and no weights (patterns go to the context's observers instead).
+    ``query``: ``[b, h, q, d]``; ``key``/``value``: ``[b, kvh, k, d]`` and ``[b, kvh, k, dv]``; ``attention_mask``:
+    additive ``[b, 1, q, k]`` (from ``eager_mask``) or ``None``; ``s_aux`` (keyword): per-head attention sink logits
+    ``[h]`` (gpt-oss and the families that share its attention). Returns the output as ``[b, q, h, dv]`` and no
+    weights (patterns go to the context's observers instead).
     """
     context: AttentionContext | None = kwargs.get(CONTEXT_KWARG)
     if context is None:
         context = getattr(module, CONTEXT_ATTRIBUTE, None)
     head_dim = query.shape[-1]
     scale = head_dim**-0.5 if scaling is None else scaling
-    # T5 adds a relative-position bias to the scores; Gemma 2 soft-caps them.
-    pattern_fn = softmax_pattern(scale, bias=kwargs.get("position_bias"), softcap=kwargs.get("softcap"))
+    # T5 adds a relative-position bias to the scores; Gemma 2 soft-caps them; gpt-oss adds a sink to each row.
+    pattern_fn = softmax_pattern(
+        scale, bias=kwargs.get("position_bias"), softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux")
+    )
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         # Some families hand over a boolean mask (True = may attend); make it additive.
         attention_mask = (~attention_mask).to(query.dtype) * torch.finfo(query.dtype).min
@@ -65,6 +68,7 @@ def hf_attention_forward(
         key,
         value,
         mask=attention_mask,
+        causal=_causal_without_mask(module, query, key, attention_mask, kwargs.get("is_causal")),
         pattern_fn=pattern_fn,
         dropout=dropout,
         training=module.training,
@@ -72,6 +76,39 @@ def hf_attention_forward(
         context=context,
     )
     return output, None
+
+
+def _causal_without_mask(
+    module: nn.Module, query: Tensor, key: Tensor, attention_mask: Tensor | None, is_causal: bool | None
+) -> bool:
+    """Whether a call without a mask is causal: transformers' own rule for sdpa (``is_causal`` given, else the
+    module's, else True; more than one query; no mask), for the calls :func:`core_mask` left without one."""
+    if attention_mask is not None or query.shape[2] <= 1 or query.shape[2] != key.shape[2]:
+        return False
+    return bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+
+
+def core_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    *,
+    allow_is_causal_skip: bool = False,
+    **kwargs,
+) -> Tensor | None:
+    """The mask transformers builds for attnviz's attention: ``None`` where the mask would be the plain causal
+    triangle (as many keys as queries, no padding, no window: the core then applies causality itself without a
+    ``[q, k]`` tensor, 268 MB at 8,192 tokens), else transformers' additive ``eager_mask``."""
+    from transformers import masking_utils
+
+    if allow_is_causal_skip and q_length == kv_length > 1 and q_offset == 0:
+        padding = masking_utils.prepare_padding_mask(kwargs.get("attention_mask"), kv_length, kv_offset)
+        window = kwargs.get("local_size")
+        if (padding is None or bool(padding.all())) and (window is None or kv_length < window):
+            return None
+    return masking_utils.eager_mask(batch_size, q_length, kv_length, q_offset, kv_offset, **kwargs)
 
 
 @contextlib.contextmanager
@@ -97,9 +134,8 @@ def register_attention() -> str:
     global _registered
     if not _registered:
         from transformers import AttentionInterface, AttentionMaskInterface
-        from transformers.masking_utils import eager_mask
 
         AttentionInterface.register(ATTENTION_NAME, hf_attention_forward)
-        AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
+        AttentionMaskInterface.register(ATTENTION_NAME, core_mask)
         _registered = True
     return ATTENTION_NAME

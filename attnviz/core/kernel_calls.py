@@ -75,12 +75,21 @@ class RowSummary:
 
 
 def fused_softmax_(
-    scores: Tensor, mask: Tensor | None, scaling: float, query_start: int, summary: Tensor | None
+    scores: Tensor,
+    mask: Tensor | None,
+    scaling: float,
+    query_start: int,
+    summary: Tensor | None,
+    sinks: Tensor | None = None,
+    sink_share: Tensor | None = None,
 ) -> bool:
     """Replace raw ``Q Kᵀ`` scores ``[b, h, blk, c]`` (float32, contiguous, CPU) by their pattern, in place.
 
     ``mask``: additive float32 ``[b|1, 1|h, blk|1, ≥c]`` or None. ``summary``: a float32 buffer of
     :meth:`RowSummary.buffer_shape` to receive the :class:`RowSummary` of every row, or None.
+    ``sinks``: float32 ``[h]`` per-head sink logits (:func:`sink_logits`), or None; each row's softmax then
+    includes its head's sink, whose weight goes to no key (rows sum to 1 − that weight; the summary's entropy is
+    over keys and sink), and ``sink_share`` (float32 ``[b, h, blk]``, or None) receives that weight.
     Returns False (and does nothing) when the kernel is not loaded or the inputs are outside what it handles.
     """
     if _loaded() is None:
@@ -90,14 +99,21 @@ def fused_softmax_(
     if mask is not None and (mask.dtype != torch.float32 or mask.device.type != "cpu" or mask.stride(-1) != 1):
         return False
     if summary is None:
-        _loaded().softmax_rows_(scores, mask, float(scaling), int(query_start), scores.new_empty(0), 0)
+        _loaded().softmax_rows_(
+            scores, mask, float(scaling), int(query_start), scores.new_empty(0), 0, sinks, sink_share
+        )
         return True
     band_reach = (summary.shape[0] - 4) // 2
     batch, heads, rows = scores.shape[:3]
     if summary.shape != RowSummary.buffer_shape(batch, heads, rows, band_reach):
         raise ValueError(f"summary buffer of shape {tuple(summary.shape)} does not fit scores {tuple(scores.shape)}")
-    _loaded().softmax_rows_(scores, mask, float(scaling), int(query_start), summary, band_reach)
+    _loaded().softmax_rows_(scores, mask, float(scaling), int(query_start), summary, band_reach, sinks, sink_share)
     return True
+
+
+def sink_logits(sinks: Tensor | None) -> Tensor | None:
+    """Per-head sink logits ``[h]`` (transformers' ``s_aux``) as the kernel reads them: float32, contiguous, detached."""
+    return None if sinks is None else sinks.detach().to(torch.float32).contiguous()
 
 
 #: query rows of one head per task of :func:`attend_block_`: enough that repacking a task's keys for its two
@@ -117,14 +133,17 @@ def attend_block_(
     output: Tensor,
     key_weights: Tensor | None = None,
     weighted: Tensor | None = None,
+    sinks: Tensor | None = None,
+    sink_share: Tensor | None = None,
 ) -> None:
     """One block of queries through attention in one parallel region: :func:`fused_softmax_` of ``Q Kᵀ`` and ``pattern V``.
 
-    ``query`` ``[b, h, q, d]`` (last dim stride 1), ``key``/``value`` ``[b, kvh, k, d]`` contiguous, all float32 on
-    the CPU; ``scores`` ``[b, h, blk, c]`` receives the pattern of queries ``query_start …`` over keys ``< c``;
-    ``output`` ``[b, q, h, d]`` their ``pattern V``. Call only where :func:`block_kernel_applies` holds.
-    With ``key_weights`` (float32 ``[b, h, ≥c]`` contiguous), ``weighted`` (float32 ``[b, h, blk]``) receives each
-    row's ``Σ_j pattern_ij · key_weights_j``, summed while the row is in the cache.
+    ``query`` ``[b, h, q, d]`` (last dim stride 1), ``key`` ``[b, kvh, k, d]`` and ``value`` ``[b, kvh, k, dv]``
+    contiguous, all float32 on the CPU; ``scores`` ``[b, h, blk, c]`` receives the pattern of queries
+    ``query_start …`` over keys ``< c``; ``output`` ``[b, q, h, dv]`` their ``pattern V``. Call only where
+    :func:`block_kernel_applies` holds. With ``key_weights`` (float32 ``[b, h, ≥c]`` contiguous), ``weighted``
+    (float32 ``[b, h, blk]``) receives each row's ``Σ_j pattern_ij · key_weights_j``, summed while the row is in
+    the cache. ``sinks``, ``sink_share`` (``[b, h, blk]``): as :func:`fused_softmax_`.
     """
     assert _loaded() is not None  # block_kernel_applies said so
     reach = 0 if summary is None else (summary.shape[0] - 4) // 2
@@ -143,6 +162,8 @@ def attend_block_(
         ROWS_PER_TASK,
         empty if key_weights is None else key_weights,
         empty if weighted is None else weighted,
+        sinks,
+        sink_share,
     )
 
 
@@ -164,15 +185,20 @@ def attend_rows_(
     output: Tensor,
     key_weights: Tensor | None = None,
     weighted: Tensor | None = None,
+    sinks: Tensor | None = None,
+    sink_share: Tensor | None = None,
+    causal: bool = False,
 ) -> None:
     """Attention of every query of a call, tile by tile of keys, without writing the pattern (flash attention).
 
-    ``query`` ``[b, h, q, d]`` (last dim stride 1), ``key``/``value`` ``[b, kvh, k, d]`` contiguous, all float32 on
-    the CPU, ``mask`` additive ``[b|1, h|1, q|1, ≥k]`` or None; ``stops`` int64 ``[⌈q / TILE_ROWS⌉]``, the keys
-    each run of TILE_ROWS queries can weigh (later ones must be masked for them). ``output`` ``[b, q, h, d]``
+    ``query`` ``[b, h, q, d]`` (last dim stride 1), ``key`` ``[b, kvh, k, d]`` and ``value`` ``[b, kvh, k, dv]``
+    contiguous, all float32 on the CPU, ``mask`` additive ``[b|1, h|1, q|1, ≥k]`` or None; ``stops`` int64 ``[⌈q / TILE_ROWS⌉]``, the keys
+    each run of TILE_ROWS queries can weigh (later ones must be masked for them). ``output`` ``[b, q, h, dv]``
     receives ``pattern V``; ``summary`` (a buffer of :meth:`RowSummary.buffer_shape` with its ``columns``) the
     rows' summary; ``weighted`` ``[b, h, q]`` the rows' ``Σ_j pattern_ij · key_weights_j`` (``key_weights``
-    ``[b, h, ≥k]``). Call only where :func:`block_kernel_applies` holds.
+    ``[b, h, ≥k]``). ``sinks``, ``sink_share`` (``[b, h, q]``): as :func:`fused_softmax_`; each row's running max
+    and sum start from its sink. ``causal``: query ``i`` sees keys ``j ≤ i`` only (with or instead of ``mask``).
+    Call only where :func:`block_kernel_applies` holds.
     """
     assert _loaded() is not None  # block_kernel_applies said so
     empty = query.new_empty(0)
@@ -193,6 +219,9 @@ def attend_rows_(
         KEY_TILE,
         empty if key_weights is None else key_weights,
         empty if weighted is None else weighted,
+        sinks,
+        sink_share,
+        causal,
     )
 
 

@@ -1,12 +1,12 @@
-"""Reading and replacing each head's output (or pattern) inside the attention core.
+"""Reading and replacing each head's output (or pattern): the head editors.
 
-Every head's output passes through :func:`attnviz.core.attention.attend` as ``[b, q, h, d]``, just
-before the model merges the heads into ``[b, q, h·d]`` for its output projection (LLaMA's ``o_proj``,
-GPT-2's ``c_proj``, BERT's ``attention.output.dense``). A :class:`HeadEditor` travels in the
-:class:`~attnviz.core.attention.AttentionContext` (``head_editor``) like the head mask does, and
-sees that tensor at every site: :class:`HeadOutputRecorder` keeps it, :class:`HeadPatch` puts other
-values in, per batch row and head. So activation patching and ablation work on every model the core
-runs, with no per-family hook.
+A :class:`HeadEditor` travels in the :class:`~attnviz.core.attention.AttentionContext` (``head_editor``) like the
+head mask does, and sees each head's output ``[b, q, h, dv]`` at every site: :class:`HeadOutputRecorder` keeps it,
+:class:`HeadPatch` puts other values in, per batch row and head. Where it sees it is the model's choice: Hugging Face
+models apply output edits at the input of each site's output projection (:mod:`attnviz.models.head_output_edits`:
+the vector that really enters it, after any gate or sub-norm, on every family) and hand the core only the pattern
+half (:class:`PatternEdits`); attnviz's toys, whose projection reads the core's output unchanged, let
+:func:`attnviz.core.attention.attend` apply both to the ``[b, q, h, dv]`` it returns.
 
 A patch can also replace a head's *pattern* rows (``[b, h, q, k]``, after the softmax, before the
 product with the values): the core then computes that site on its fresh-tensor path.
@@ -113,3 +113,20 @@ class HeadOutputRecorder:
 def positions_tensor(positions: list[int] | range) -> Tensor:
     """Query positions as the ``[p]`` long tensor a :class:`HeadReplacement` takes."""
     return torch.as_tensor(list(positions), dtype=torch.long)
+
+
+class PatternEdits:
+    """The pattern half of ``editor`` (its output edits left out): what the core applies when the model applies the
+    output edits itself, at the input of each output projection (:mod:`attnviz.models.head_output_edits`)."""
+
+    def __init__(self, editor: HeadEditor) -> None:
+        self.editor = editor
+
+    def edits_patterns(self, site: AttentionSite) -> bool:
+        return self.editor.edits_patterns(site)
+
+    def edit_pattern(self, site: AttentionSite, pattern: Tensor, query_start: int) -> Tensor:
+        return self.editor.edit_pattern(site, pattern, query_start)
+
+    def edit_output(self, site: AttentionSite, output: Tensor) -> Tensor:
+        return output

@@ -63,6 +63,9 @@ class NormWeighting:
     """
 
     accepts_inputs = True
+    #: it also accepts ``observe_inputs(site, None, None, value, None)``: the values alone, from models whose
+    #: attention the core does not compute (``value`` then ``[b, h, k, d]``, one value head per query head)
+    accepts_values_only = True
 
     def __init__(
         self,
@@ -82,12 +85,12 @@ class NormWeighting:
         self._buffer: Tensor | None = None
 
     def observe_inputs(
-        self, site: AttentionSite, query: Tensor, key: Tensor, value: Tensor, scaling: float | None
+        self, site: AttentionSite, query: Tensor | None, key: Tensor | None, value: Tensor, scaling: float | None
     ) -> None:
         projections = self.projections.get(site)
         self._site = site
         self._norms = None if projections is None else value_norms(value, projections)
-        for observer in self.observers:
+        for observer in self.observers if query is not None else ():
             if getattr(observer, "accepts_inputs", False):
                 getattr(observer, "observe_inputs")(site, query, key, value, scaling)  # noqa: B009 (optional)
 

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import InputError, ParameterError
+from attnviz.common.selection import resolve_layers
 from attnviz.core import AttentionSite
 from attnviz.heads.choices import PROJECTIONS, Projection
 from attnviz.models.base import EncodedBatch, LoadedModel
@@ -70,10 +71,8 @@ class _HeadRecorder:
 def _record(loaded: LoadedModel, batch: EncodedBatch, layer: int, head: int) -> _HeadRecorder:
     """One forward pass of ``batch`` with the recorder at (``layer``, ``head``) of the first stack; checked."""
     stack = loaded.stacks()[0]
-    layers = loaded.num_layers(stack)
-    if not -layers <= layer < layers:
-        raise ParameterError("layer", f"{{layer}} {layer} is out of range: the model has {layers} layers", layer)
-    site = AttentionSite(stack, layer % layers)
+    (number,) = resolve_layers([layer], loaded.num_layers(stack), loaded.present_layers(stack), parameter="layer")
+    site = AttentionSite(stack, number)
     heads = loaded.layout()[site]
     if not 0 <= head < heads:
         raise ParameterError("head", f"{{head}} {head} is out of range: layer {site.layer} has {heads} heads", head)
@@ -270,7 +269,7 @@ def query_key_map(
     pick = chosen.tolist()
     return QueryKeyMap(
         model=loaded.name,
-        layer=layer % loaded.num_layers(),
+        layer=resolve_layers([layer], loaded.num_layers(), parameter="layer")[0],
         head=head,
         projection=projection,
         coordinates=coordinates,

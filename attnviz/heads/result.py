@@ -75,10 +75,10 @@ class HeadFunctions(NotebookDisplay):
         if score not in SCORE_INDEX:
             raise InputError(f"unknown probe score {score!r}: use {', '.join(SCORE_NAMES)}")
         layers = self.layers(stack)
-        out = torch.full((len(layers), self.num_heads(stack)), math.nan)  # [layer, head]
-        for row, site in enumerate(layers):
+        out = torch.full((layers[-1].layer + 1, self.num_heads(stack)), math.nan)  # [layer, head]
+        for site in layers:  # rows of a hybrid stack's layers without attention stay NaN
             values = self.scores[site][SCORE_INDEX[score]]  # [h]
-            out[row, : values.shape[0]] = values.float()
+            out[site.layer, : values.shape[0]] = values.float()
         return out
 
     def head_scores(self, site: AttentionSite, head: int) -> dict[str, float]:

@@ -25,11 +25,13 @@ from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.stacks import stack_of
+from attnviz.models.placement import input_device
 from attnviz.models.probing import ProbeBatch
 
 if TYPE_CHECKING:  # the objectives are built on top of this module
     from attnviz.models.identity import HeadIdentity
     from attnviz.models.objective import Objective
+    from attnviz.models.readers import ResidualReaders
     from attnviz.models.readout import Readout
 
 
@@ -122,6 +124,8 @@ class LoadedModel(ABC):
     max_length: int | None = None
     #: what the model reads: text (token sequences) or images (a vision transformer, see attnviz.models.vision)
     modality: Literal["text", "image"] = "text"
+    #: reads a picture inside a text (a vision-language model, :mod:`attnviz.models.vlm`) as well as text alone
+    reads_pictures_in_text: bool = False
     #: a pruned model: the original number of each head its weights hold, from its checked pruning record
     #: (:mod:`attnviz.models.pruning_records`); None when the model was not pruned
     head_identity: HeadIdentity | None = None
@@ -130,7 +134,9 @@ class LoadedModel(ABC):
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the device the model's first module runs on (accelerate's execution device for a
+        model dispatched with ``device_map``, whose offloaded weights sit on the meta device between calls)."""
+        return input_device(self.model)
 
     @abstractmethod
     def encode(
@@ -184,8 +190,21 @@ class LoadedModel(ABC):
         return self.encode(["attention probe"], targets=["probe"] if self.encoder_decoder else None)
 
     def num_layers(self, stack: str | None = None) -> int:
+        """Layers of ``stack`` as the model numbers them: one past its last attention layer (a hybrid stack numbers
+        its layers without attention too, :meth:`attention_layers`)."""
+        return max(self.attention_layers(stack), default=-1) + 1
+
+    def attention_layers(self, stack: str | None = None) -> list[int]:
+        """The layers of ``stack`` that have attention, in the model's numbering (every layer but in a hybrid
+        stack, where recurrent or convolution layers sit between them, e.g. Qwen3-Next, Jamba, Nemotron-H)."""
         stack = stack or self.stacks()[0]
-        return sum(1 for site in self.layout() if site.stack == stack)
+        return sorted(site.layer for site in self.layout() if site.stack == stack)
+
+    def present_layers(self, stack: str | None = None) -> list[int] | None:
+        """:meth:`attention_layers` where some layers of ``stack`` lack attention, else None (every layer has it):
+        the ``present`` argument of :func:`attnviz.common.selection.resolve_layers`."""
+        layers = self.attention_layers(stack)
+        return None if layers == list(range(len(layers))) else layers
 
     def num_heads(self, stack: str | None = None) -> int:
         """Heads per layer of ``stack`` (the largest, if pruning made them differ)."""
@@ -326,6 +345,12 @@ class LoadedModel(ABC):
         """The final normalisation and unembedding (:mod:`attnviz.models.readout`), or None where the logits are not
         ``W_U · norm(residual)`` (then direct logit attribution is not defined)."""
         return None
+
+    def residual_readers(self) -> ResidualReaders:
+        """Every layer's readers and writers of the residual stream (:mod:`attnviz.models.readers`): what attribution
+        over edges and circuits need. Raises :class:`~attnviz.common.errors.UnsupportedModelError` where the layers
+        are not a pre-norm sum of attention and MLP outputs."""
+        raise UnsupportedModelError(f"{self.name}: attnviz cannot find circuits in this kind of model")
 
     # -- pruning: how heads are judged, and the pruned model on disk -------------------------------
 

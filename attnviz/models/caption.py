@@ -9,7 +9,7 @@ self-attention, ``cross`` each caption token's attention over the image tokens.
 The directory holds the model, its image processor (``preprocessor_config.json``) and the decoder's
 tokenizer. A caption given as text is fed after the decoder start token (teacher forcing): its token
 ``t`` is the query whose output predicts token ``t + 1``, so the word at position ``t`` was *written* by
-the query at ``t - 1``. Other image-to-text families (BLIP, GIT, LLaVA, …) are refused by name before
+the query at ``t - 1``. Other image-to-text families (BLIP, GIT, …) are refused by name before
 anything is loaded.
 """
 
@@ -25,6 +25,7 @@ from torch import nn
 from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch
+from attnviz.models.placement import Placement
 from attnviz.models.vision import VisionModel
 from attnviz.models.vision_families import (
     VISION_FAMILIES,
@@ -47,9 +48,7 @@ REFUSED_CAPTIONERS = {
     "git": "GIT concatenates image and text tokens in one self-attention, with no cross-attention to show",
     "pix2struct": "Pix2Struct reads variable-resolution patch sequences that attnviz cannot map onto a grid",
     "kosmos-2": "Kosmos-2 feeds resampled image embeddings to a language model, not a patch grid",
-    "llava": "LLaVA feeds projected image features into a language model's self-attention, not cross-attention",
     "idefics": "IDEFICS resamples the image (Perceiver) before its language model reads it",
-    "paligemma": "PaliGemma feeds image tokens into a language model's self-attention, not cross-attention",
     "florence2": "Florence-2's DaViT encoder attends within windows, not over the whole image",
     "vision-text-dual-encoder": "a dual encoder writes no text: load its vision tower on its own",
 }
@@ -63,7 +62,13 @@ def is_captioner_type(model_type: str) -> bool:
 
 
 def load_caption_model(
-    source: str, config: Any, *, name: str | None, device: torch.device | str, dtype: torch.dtype, device_map=None
+    source: str,
+    config: Any,
+    *,
+    name: str | None,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    device_map: Placement | None = None,
 ) -> CaptionModel:
     """Load a ``VisionEncoderDecoderModel`` with its image processor and tokenizer (see the module docstring)."""
     import transformers
@@ -127,6 +132,12 @@ class CaptionModel(VisionModel):
         )
         #: decoder positions (start token + caption tokens); None when the decoder has no limit
         self.max_length = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None
+
+    def check_patching(self) -> None:
+        raise UnsupportedModelError(
+            f"{self.name} is a captioner: patching runs two text prompts through the model, and a captioner reads "
+            "an image (its heads' outputs can still be weighed by norm)"
+        )
 
     @property
     def patch_size(self) -> tuple[int, int]:

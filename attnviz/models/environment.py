@@ -14,7 +14,18 @@ from importlib import metadata
 from typing import Any
 
 #: distributions whose versions matter to attnviz, in the order they are listed
-PACKAGES = ("attnviz", "torch", "transformers", "safetensors", "tokenizers", "accelerate", "gguf", "typer", "rich")
+PACKAGES = (
+    "attnviz",
+    "torch",
+    "transformers",
+    "safetensors",
+    "tokenizers",
+    "accelerate",
+    "gguf",
+    "typer",
+    "rich",
+    "triton",
+)
 
 
 @dataclass
@@ -27,6 +38,8 @@ class Environment:
     device: dict[str, Any]  # cpu capability, cores, threads, cuda
     kernel: dict[str, str]  # state, why, build_directory
     caches: dict[str, str]  # what -> path
+    #: device -> what computes its statistics pass: the CPU's fused tile kernel, Triton's on a GPU, or torch
+    kernels: dict[str, str] = field(default_factory=dict)
     variables: dict[str, str] = field(default_factory=dict)  # attnviz's environment variables that are set
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,6 +95,30 @@ def describe_environment() -> Environment:
         versions={name: _version(name) for name in PACKAGES},
         device=device,
         kernel={"state": state, "why": why, "build_directory": str(directory) if directory else ""},
+        kernels=_kernels_per_device(state, why, cuda),
         caches=caches,
         variables=variables,
     )
+
+
+def _kernels_per_device(state: str, why: str, cuda: bool) -> dict[str, str]:
+    """What computes the statistics pass on each device (see :mod:`attnviz.core.triton_rows` for the GPU's)."""
+    from attnviz.core.kernel import kernel_disabled
+    from attnviz.core.triton_rows import triton_available
+
+    if state in ("loaded", "built"):
+        cpu = "fused tile kernel"
+    elif state in ("not built", "building"):
+        cpu = f"fused tile kernel, once built ({why})"
+    else:
+        cpu = f"torch operations (fused kernel {state}" + (f": {why})" if why else ")")
+    kernels = {"cpu": cpu}
+    if cuda:
+        if kernel_disabled():
+            gpu = "torch operations (fused kernels disabled by ATTNVIZ_KERNEL=0)"
+        elif triton_available():
+            gpu = "Triton tile kernel"
+        else:
+            gpu = "torch operations (Triton is not installed: pip install triton)"
+        kernels["cuda"] = gpu
+    return kernels

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 from attnviz.common.errors import AttnvizError, ModelSpecError, OutputError
 from attnviz.common.progress import progress_bar, quiet_third_party, status
 from attnviz.models.hf import first_line, load_hf_model
+from attnviz.models.placement import Placement
 from attnviz.outputs import staging
 from attnviz.outputs.files import cache_root
 
@@ -285,6 +286,6 @@ def _convert(path: Path, out_dir: Path) -> None:
         tokenizer.save_pretrained(out_dir)
 
 
-def load_gguf(path: Path, *, name: str, device, dtype, device_map: str | None = None):
+def load_gguf(path: Path, *, name: str, device, dtype, device_map: Placement | None = None):
     """Load a ``.gguf`` file: its converted (cached) Hugging Face directory, through :func:`load_hf_model`."""
     return load_hf_model(converted_gguf_dir(Path(path)), name=name, device=device, dtype=dtype, device_map=device_map)

@@ -18,11 +18,14 @@ from attnviz.common.progress import quiet_third_party, warn
 from attnviz.core import ATTENTION_NAME, CONTEXT_KWARG, AttentionContext, AttentionSite, register_attention
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.caption import is_captioner_type, load_caption_model
+from attnviz.models.head_output_edits import replay_fallback, run_editing
+from attnviz.models.head_outputs import OutputProjection, find_output_projections
 from attnviz.models.hf_checks import (
     check_config_against_weights,
     check_loading_info,
     first_line,
     refuse_custom_code,
+    refuse_unreadable_family,
 )
 from attnviz.models.hf_encoding import encode_texts
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
@@ -35,14 +38,16 @@ from attnviz.models.hf_patching import (
 )
 from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
+from attnviz.models.placement import Placement
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
+from attnviz.models.readers import ResidualReaders
 from attnviz.models.readout import Readout
 from attnviz.models.vision import load_vision_model
 from attnviz.models.vision_families import is_vision_type
 
-# Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5).
-_CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")
+# Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5, NLLB-MoE).
+_CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn", "cross_attention")
 
 
 def model_class_for(config):
@@ -66,7 +71,7 @@ def load_hf_model(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
     gguf_file: str | None = None,
-    device_map: str | None = None,
+    device_map: Placement | None = None,
 ) -> HFModel:
     """Load a Hugging Face model (directory or hub id) onto attnviz's attention core.
 
@@ -85,7 +90,7 @@ def load_hf_model(
     extra: dict[str, Any] = {"trust_remote_code": False, "local_files_only": True}
     if gguf_file:
         extra["gguf_file"] = gguf_file
-    placement = {"device_map": device_map} if device_map else {}
+    placement = device_map.from_pretrained_arguments() if device_map else {}
     try:
         config = transformers.AutoConfig.from_pretrained(source, **extra)
         if not gguf_file and is_vision_type(getattr(config, "model_type", "")):  # images, not text
@@ -96,6 +101,7 @@ def load_hf_model(
             return load_caption_model(  # type: ignore[return-value]
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
+        refuse_unreadable_family(config, model_class_for(config), source)  # before its tokenizer is looked for
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
     except AttnvizError:
         raise
@@ -145,10 +151,18 @@ def load_hf_model(
     model.eval()
     loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
     loaded.check_weights()  # before the first forward pass (the layout below) reads them
-    if not fallback and (model.config._attn_implementation != ATTENTION_NAME or not loaded.layout()):
-        # The name was accepted but no attention call reached the core: the family does not use the interface.
+    if not fallback and (model.config._attn_implementation != ATTENTION_NAME or _misses_stacks(loaded)):
+        # The name was accepted but no attention call (or none of a whole stack: BigBird-Pegasus' encoder) reached
+        # the core: the family, or that stack, does not use the interface.
         model.set_attn_implementation("eager")
         loaded = HFModel(model, tokenizer, name=name or source, fallback=True)
+    if not loaded.layout():
+        kinds = sorted({str(kind) for kind in getattr(config, "layer_types", None) or ()})
+        raise UnsupportedModelError(
+            f"{name or source} has no softmax attention in any layer"
+            + (f" (its layers are {', '.join(kinds)})" if kinds else "")
+            + ": no attention pattern to show; attnviz shows models with at least one attention layer"
+        )
     if loaded.fallback:
         warn(
             f"{config.model_type} models do not route through transformers' attention interface: "
@@ -184,7 +198,13 @@ class HFModel(LoadedModel):
             tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
         tokenizer.padding_side = "right"
         self._sites: dict[nn.Module, AttentionSite | None] = {}
+        self._output_projections: dict[AttentionSite, OutputProjection] | None = None
         self._module_names = {module: name for name, module in model.named_modules()}
+        #: stacks whose attention modules run more than once per forward pass (ALBERT's shared layer, a looped
+        #: block): their sites are numbered by call order, as eager's ``output_attentions`` numbers them.
+        #: None until the first forward pass finds them.
+        self._repeated_stacks: frozenset[str] | None = None
+        self._calls: dict[str, int] = {}  # stack -> attention calls so far in the current forward pass
 
     # -- naming attention sites -------------------------------------------------------------
 
@@ -217,6 +237,11 @@ class HFModel(LoadedModel):
         return hf_rotary_frequencies(self.model)
 
     def check_head_removal(self) -> None:
+        if self.repeated_stacks():
+            raise UnsupportedModelError(
+                f"{self.name} applies the same attention weights at several layers ({self.model.config.model_type}: "
+                "shared or looped layers), so a head cannot be removed from one layer without removing it from all"
+            )
         find_attention_blocks(self)  # raises UnsupportedModelError for a family without slicing rules
 
     def remove_heads(self, removed: Mapping[AttentionSite, Sequence[int]]) -> tuple[LoadedModel, dict]:
@@ -250,6 +275,11 @@ class HFModel(LoadedModel):
 
     def readout(self) -> Readout | None:
         return hf_readout(self)
+
+    def residual_readers(self) -> ResidualReaders:
+        from attnviz.models.hf_readers import hf_residual_readers
+
+        return hf_residual_readers(self)
 
     def check_objective(self) -> None:
         if self.encoder_decoder:
@@ -299,9 +329,33 @@ class HFModel(LoadedModel):
         return [Path(source).resolve() for source in sources if source and Path(source).exists()]
 
     def site_of(self, module: nn.Module) -> AttentionSite | None:
+        """The module's site: its layer number from its name, or, in a stack whose modules run several times per
+        forward pass, the call's place in the pass (each application is a layer of its own)."""
         if module not in self._sites:
             self._sites[module] = self._site_from_name(self._module_names.get(module, ""), module)
-        return self._sites[module]
+        site = self._sites[module]
+        if site is None or not self._repeated_stacks or site.stack not in self._repeated_stacks:
+            return site
+        layer = self._calls.get(site.stack, 0)
+        self._calls[site.stack] = layer + 1
+        return AttentionSite(site.stack, layer)
+
+    def repeated_stacks(self) -> frozenset[str]:
+        """The stacks whose attention modules run more than once per forward pass (found by one probe pass)."""
+        if self._repeated_stacks is None:
+            self._repeated_stacks = frozenset()  # the probe below must not look for them again
+            if not self.fallback:
+                calls: dict[nn.Module, int] = {}
+
+                def counting(module: nn.Module) -> AttentionSite | None:
+                    calls[module] = calls.get(module, 0) + 1
+                    return self.site_of(module)
+
+                with torch.no_grad():
+                    self.forward(self.probe_batch(), AttentionContext(site_of=counting))
+                sites = {module: self.site_of(module) for module, count in calls.items() if count > 1}
+                self._repeated_stacks = frozenset(site.stack for site in sites.values() if site is not None)
+        return self._repeated_stacks
 
     def _site_from_name(self, qualified_name: str, module: nn.Module) -> AttentionSite | None:
         """``model.layers.12.self_attn`` -> self.12; ``decoder.block.3.layer.1.EncDecAttention`` -> cross.3."""
@@ -314,8 +368,8 @@ class HFModel(LoadedModel):
         lowered = qualified_name.lower()
         if getattr(module, "is_cross_attention", False) or any(part in lowered for part in _CROSS_NAMES):
             return AttentionSite("cross", layer)
-        parts = lowered.split(".")
-        return AttentionSite("decoder" if "decoder" in parts else "encoder", layer)
+        parts = lowered.split(".")  # "decoder", or a named one: SeamlessM4T's "text_decoder"
+        return AttentionSite("decoder" if any("decoder" in part for part in parts) else "encoder", layer)
 
     # -- encoding (attnviz.models.hf_encoding) ----------------------------------------------------
 
@@ -336,44 +390,49 @@ class HFModel(LoadedModel):
 
     def forward(self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = False):
         """Run the model. Without ``logits`` the base model runs (no vocabulary projection)."""
+        self.repeated_stacks()  # found once, before the first pass that names sites
+        self._calls = {}  # a repeated module's applications are counted from the start of each pass
         module = self.model if logits else self.model.base_model
         if self.encoder_decoder and not hasattr(module, "decoder") and not hasattr(module, "get_decoder"):
             module = self.model
         kwargs: dict[str, Any] = dict(batch.inputs)
         if "use_cache" in _forward_parameters(module):
             kwargs["use_cache"] = False
-        if not self.fallback:
-            if context is not None:
-                kwargs[CONTEXT_KWARG] = context
-            return module(**kwargs)
-        if context is not None and context.head_mask is not None:
+        if context is not None and context.head_mask is not None and self.fallback:
             raise UnsupportedModelError(
                 f"{self.model.config.model_type} models do not route through transformers' attention "
                 "interface, so attnviz cannot mask their heads"
             )
-        outputs = module(**kwargs, output_attentions=context is not None)
-        if context is not None:
-            _replay_attentions(outputs, context, self.encoder_decoder)
-        return outputs
+
+        def run(context: AttentionContext | None, values: dict[AttentionSite, Tensor]) -> Any:
+            if not self.fallback:
+                if context is not None:
+                    kwargs[CONTEXT_KWARG] = context
+                return module(**kwargs)
+            outputs = module(**kwargs, output_attentions=context is not None)
+            if context is not None:
+                replay_fallback(outputs, context, self.encoder_decoder, values)
+            return outputs
+
+        return run_editing(self.name, self.output_projections, context, fallback=self.fallback, run=run)
+
+    def output_projections(self) -> dict[AttentionSite, OutputProjection]:
+        """Every site's output projection and how its input holds the heads (found once, on a probe)."""
+        if self._output_projections is None:
+            self._output_projections = find_output_projections(self, fallback=self.fallback)
+        return self._output_projections
+
+
+def _misses_stacks(loaded: HFModel) -> bool:
+    """Whether the probe pass found no attention site at all, or, in an encoder-decoder model, none of one stack."""
+    found = {site.stack for site in loaded.layout()}
+    return not found or (loaded.encoder_decoder and not {"encoder", "decoder", "cross"} <= found)
 
 
 def _forward_parameters(module: nn.Module) -> set[str]:
     import inspect
 
     return set(inspect.signature(module.forward).parameters)
-
-
-def _replay_attentions(outputs: Any, context: AttentionContext, encoder_decoder: bool) -> None:
-    """Hand the patterns that eager attention returned to the observers (fallback path)."""
-    groups = (
-        [("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"), ("cross", "cross_attentions")]
-        if encoder_decoder
-        else [("self", "attentions")]
-    )
-    for stack, attribute in groups:
-        for layer, pattern in enumerate(getattr(outputs, attribute, None) or ()):
-            for observer in context.observers:
-                observer.observe(AttentionSite(stack, layer), pattern.float(), 0)
 
 
 def _is_causal(model: nn.Module) -> bool:

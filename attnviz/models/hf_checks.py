@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from attnviz.common.errors import ModelSpecError
+from attnviz.common.errors import ModelSpecError, UnsupportedModelError
 
 
 def first_line(exc: BaseException) -> str:
@@ -34,10 +34,48 @@ def refuse_custom_code(source: str) -> None:
             )
 
 
+#: what a model class reads first (``main_input_name``) when it reads sound: spectrogram frames (Whisper,
+#: Speech2Text) or the waveform itself (wav2vec 2.0, HuBERT)
+_AUDIO_INPUTS = ("input_features", "input_values")
+
+
+#: text families whose attention attnviz cannot show as a pattern over tokens, with the reason
+_REFUSED_FAMILIES = {
+    "t5gemma2": "its decoder takes one softmax over its own tokens and the encoder's together (merged attention), "
+    "so neither its self-attention nor its cross-attention is a pattern of its own",
+    "pegasus_x": "its encoder attends within blocks and to learned global tokens, which are not tokens of the "
+    "input, so its weights do not form a pattern over the input's tokens",
+}
+
+
+def refuse_unreadable_family(config, model_class, source: str) -> None:
+    """Refuse, naming the reason, a model whose attention attnviz cannot show over text tokens: one that reads
+    audio, or LongT5 with transient-global attention (its keys include summaries of blocks, not only tokens)."""
+    model_type = getattr(config, "model_type", type(config).__name__)
+    reads = getattr(model_class, "main_input_name", "input_ids")
+    if reads in _AUDIO_INPUTS:
+        raise UnsupportedModelError(
+            f"model {source!r} is a {model_type} model, which reads audio ({reads}), not text: attnviz shows the "
+            "attention of text and image models"
+        )
+    if model_type in _REFUSED_FAMILIES:
+        raise UnsupportedModelError(f"model {source!r} is a {model_type} model: {_REFUSED_FAMILIES[model_type]}")
+    if model_type == "longt5" and getattr(config, "encoder_attention_type", "local") == "transient-global":
+        raise UnsupportedModelError(
+            f"model {source!r} is a LongT5 model with transient-global attention: its encoder attends to summaries "
+            "of blocks of tokens besides the tokens themselves, so its weights do not form a pattern over the "
+            "input's tokens (LongT5 with local attention is supported)"
+        )
+
+
 #: a layer's index in a weight name: ``encoder.layer.3.…``, ``model.layers.3.…``, ``h.3.…``, ``block.3.…``
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|layers|h|block|blocks)\.(\d+)\.")
 #: config fields that count the layers the model builds
 _LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers")
+#: layer counts up to this build in seconds: a config asking for fewer is left to transformers, whose report of the
+#: missing tensors names them, and a looped or shared-layer model (ALBERT, a block applied several times) that counts
+#: its applications rather than its weights loads as it should
+_BUILDABLE_LAYERS = 4096
 
 
 def weight_names(source: str) -> list[str]:
@@ -59,15 +97,16 @@ def weight_names(source: str) -> list[str]:
 
 def check_config_against_weights(config, source: str) -> None:
     """Refuse a config that asks for far more layers than the weights hold, before the model is built (building
-    a hundred million layers takes hours before transformers would notice the weights are missing). A few
-    layers short is left to transformers' report of the missing tensors, which names them."""
+    a hundred million layers takes hours before transformers would notice the weights are missing). A count that
+    builds quickly is left to transformers' report of the missing tensors, which names them: looped models count
+    more layer applications than their weights hold layers."""
     indices = {int(match.group(1)) for name in weight_names(source) if (match := _LAYER_INDEX.search(name))}
     if not indices:
         return
     held = max(indices) + 1
     for field in _LAYER_COUNTS:
         declared = getattr(config, field, None)
-        if isinstance(declared, int) and not isinstance(declared, bool) and declared > 2 * held:
+        if isinstance(declared, int) and not isinstance(declared, bool) and declared > max(2 * held, _BUILDABLE_LAYERS):
             raise ModelSpecError(
                 f"config.json of model {source!r} says {field} = {declared}, but its weights hold {held} layers: "
                 "the config and the weights disagree; give the config that came with these weights"

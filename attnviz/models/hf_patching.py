@@ -1,8 +1,8 @@
 """What activation patching and direct logit attribution need from a Hugging Face model.
 
-Where each head's output enters the residual stream is the output projection that
-:mod:`attnviz.models.physical` already finds for pruning (LLaMA's ``o_proj``, GPT-2's ``c_proj``,
-BERT's ``attention.output.dense``); the final normalisation and unembedding are found by name and
+Where each head's output enters the residual stream is its output projection, found for every family by
+:mod:`attnviz.models.head_outputs` (LLaMA's ``o_proj``, GPT-2's ``c_proj``, BERT's ``attention.output.dense``,
+T5's ``o``, …); the final normalisation and unembedding are found by name and
 checked on a probe input (:mod:`attnviz.models.readout`).
 """
 
@@ -18,7 +18,6 @@ from attnviz.common.tokens import token_strings
 from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch
 from attnviz.models.objective import has_lm_head
-from attnviz.models.physical import find_attention_blocks
 from attnviz.models.readout import FINAL_NORM_NAMES, Readout, readout_of
 
 if TYPE_CHECKING:
@@ -27,21 +26,13 @@ if TYPE_CHECKING:
 
 def check_hf_patching(loaded: HFModel) -> None:
     """Refuse what attnviz cannot patch (see :meth:`attnviz.models.base.LoadedModel.check_patching`)."""
-    if loaded.encoder_decoder:
-        raise UnsupportedModelError(
-            f"{loaded.name} is an encoder-decoder model ({loaded.model.config.model_type}): attnviz patch supports "
-            "decoder-only language models and encoders with a masked-language-model head"
-        )
-    if loaded.fallback:
-        raise UnsupportedModelError(
-            f"{loaded.model.config.model_type} models do not route through transformers' attention interface, "
-            "so attnviz cannot patch their heads"
-        )
     if not has_lm_head(loaded):
         raise UnsupportedModelError(
             f"{loaded.name} has no language-model head, so it gives no logits for an answer: use a causal LM "
-            "such as smollm2, or an encoder checkpoint with its masked-language-model head"
+            "such as smollm2, an encoder checkpoint with its masked-language-model head, or an encoder-decoder "
+            "model with its language-model head"
         )
+    loaded.output_projections()  # UnsupportedModelError where the heads' outputs cannot be split per head
 
 
 def hf_vocabulary_tokens(loaded: HFModel, text: str) -> tuple[list[int], list[str]]:
@@ -50,8 +41,11 @@ def hf_vocabulary_tokens(loaded: HFModel, text: str) -> tuple[list[int], list[st
 
 
 def hf_answer_position(loaded: HFModel, batch: EncodedBatch, index: int) -> int:
-    """The last token (causal LMs) or the one mask token (encoders) of example ``index``."""
+    """The last token (causal LMs), the last decoder token (encoder-decoders) or the one mask token (encoders)
+    of example ``index``."""
     length = batch.lengths[index]
+    if loaded.encoder_decoder:
+        return int(batch.inputs["decoder_attention_mask"][index].sum()) - 1
     if loaded.causal:
         return length - 1
     mask_id = loaded.tokenizer.mask_token_id
@@ -69,20 +63,14 @@ def hf_answer_position(loaded: HFModel, batch: EncodedBatch, index: int) -> int:
 
 
 def hf_head_output_weights(loaded: HFModel) -> dict[AttentionSite, tuple[Tensor, Tensor | None]]:
-    """``W`` ``[width, h·d]`` and bias of every site's output projection (GPT-2's ``Conv1D`` stores ``[in, out]``)."""
-    weights = {}
-    for site, block in find_attention_blocks(loaded).items():
-        projection: Any = block.output
-        weight = projection.weight.detach()
-        matrix = weight.t() if block.family == "gpt2" else weight  # [width, h·d]
-        bias = projection.bias.detach() if projection.bias is not None else None
-        weights[site] = (matrix, bias)
-    return weights
+    """``W`` ``[width, h·dv]`` and bias of every site's output projection (:mod:`attnviz.models.head_outputs`)."""
+    return {site: (found.matrix(), found.bias()) for site, found in loaded.output_projections().items()}
 
 
-def hf_readout(loaded: HFModel) -> Readout | None:
-    """The final norm and unembedding when the logits are exactly ``W_U · norm(residual)`` (checked on a probe)."""
-    base = loaded.model.base_model
+def hf_readout(loaded: HFModel, base: Any = None) -> Readout | None:
+    """The final norm and unembedding when the logits are exactly ``W_U · norm(residual)`` (checked on a probe);
+    ``base``: the module holding the final norm (default the base model; a vision-language model's language model)."""
+    base = loaded.model.base_model if base is None else base
     unembedding = loaded.model.get_output_embeddings()
     for name in FINAL_NORM_NAMES:
         readout = readout_of(getattr(base, name, None), unembedding)

@@ -255,6 +255,12 @@ class ProbedObjective(Objective):
         self.probes = probes
         #: seed of the probes
         self.seed = seed
+        with torch.no_grad():
+            self.keep_references()
+
+    @abstractmethod
+    def keep_references(self) -> None:
+        """Keep what the unpruned model outputs on the batches, which the loss compares against (no gradient)."""
 
 
 class RepresentationObjective(ProbedObjective):
@@ -265,19 +271,10 @@ class RepresentationObjective(ProbedObjective):
     higher_is_better = True
     unit_name = "tokens"
 
-    def __init__(
-        self,
-        loaded: LoadedModel,
-        batches: Sequence[EncodedBatch],
-        *,
-        probes: int = 8,
-        seed: int = 0,
-        parallel: DataParallel = SINGLE_PROCESS,
-    ):
-        super().__init__(loaded, batches, probes=probes, seed=seed, parallel=parallel)
+    def keep_references(self) -> None:
         # The unpruned model's final hidden states, one [b, t, e] tensor per batch.
-        with torch.no_grad():
-            self.references = [self._hidden(index, loaded.context()).detach() for index in range(len(self.batches))]
+        loaded = self.loaded
+        self.references = [self._hidden(index, loaded.context()).detach() for index in range(len(self.batches))]
         energy = sum(float((ref**2).sum(-1)[self._valid(i)].sum()) for i, ref in enumerate(self.references))
         #: mean squared norm of a reference token state: the distortion's denominator
         self.mean_energy = max(energy / max(self.total_units(), 1), 1e-12)

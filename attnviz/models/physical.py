@@ -65,7 +65,15 @@ class AttentionBlock:
     output_name: str  # attribute of ``parent`` that is the output projection
     num_heads: int  # query heads now
     num_kv_heads: int  # key/value heads now (= num_heads without grouped-query attention)
-    head_dim: int  # features per head
+    head_dim: int  # features per head (of queries and keys)
+    #: features per head of values and of the output projection's input, where they differ from ``head_dim``
+    #: (multi-head latent attention, MiMo-V2); None: the same
+    value_dim: int | None = None
+
+    @property
+    def output_dim(self) -> int:
+        """Features per head of the values, the attention output and the output projection's input."""
+        return self.head_dim if self.value_dim is None else self.value_dim
 
     @property
     def group_size(self) -> int:
@@ -113,18 +121,20 @@ def _family(module: nn.Module, parent: nn.Module | None) -> tuple[str, nn.Module
     return None
 
 
-def _head_counts(family: str, module: Any, parent: Any, output_name: str) -> tuple[int, int, int]:
-    """(query heads, key/value heads, head dim) read from the weight shapes."""
+def _head_counts(family: str, module: Any, parent: Any, output_name: str) -> tuple[int, int, int, int | None]:
+    """(query heads, key/value heads, head dim, value head dim or None where the same) read from the weight shapes."""
     if family == "bert":
         head_dim = int(module.attention_head_size)
         heads = module.query.out_features // head_dim
-        return heads, module.key.out_features // head_dim, head_dim
+        return heads, module.key.out_features // head_dim, head_dim, None
     if family == "gpt2":
         head_dim = int(module.head_dim)
         heads = module.split_size // head_dim
-        return heads, heads, head_dim
+        return heads, heads, head_dim, None
     head_dim = int(module.head_dim)
-    return module.q_proj.out_features // head_dim, module.k_proj.out_features // head_dim, head_dim
+    heads = module.q_proj.out_features // head_dim
+    value_dim = module.o_proj.in_features // heads  # its own size where values differ (MiMo-V2's v_head_dim)
+    return heads, module.k_proj.out_features // head_dim, head_dim, None if value_dim == head_dim else value_dim
 
 
 def find_attention_blocks(loaded: LoadedModel) -> dict[AttentionSite, AttentionBlock]:
@@ -163,8 +173,8 @@ def find_attention_blocks(loaded: LoadedModel) -> dict[AttentionSite, AttentionB
                 "LLaMA-style (q_proj/k_proj/v_proj/o_proj)"
             )
         kind, holder, output_name = family
-        heads, kv_heads, head_dim = _head_counts(kind, module, holder, output_name)
-        blocks[site] = AttentionBlock(site, kind, module, holder, output_name, heads, kv_heads, head_dim)
+        heads, kv_heads, head_dim, value_dim = _head_counts(kind, module, holder, output_name)
+        blocks[site] = AttentionBlock(site, kind, module, holder, output_name, heads, kv_heads, head_dim, value_dim)
     if not blocks:
         raise UnsupportedModelError(f"no attention calls of {loaded.name} reached attnviz's core: cannot prune it")
     return blocks
@@ -239,10 +249,11 @@ def slice_block(block: AttentionBlock, plan: SitePlan) -> AttentionBlock:
             module.split_size = heads * d
         else:
             kv_rows = _head_rows(plan.keep_kv_heads, d)
+            value_dim = block.output_dim
             module.q_proj = slice_linear(module.q_proj, rows, 0)
             module.k_proj = slice_linear(module.k_proj, kv_rows, 0)
-            module.v_proj = slice_linear(module.v_proj, kv_rows, 0)
-            module.o_proj = slice_linear(module.o_proj, rows, 1)
+            module.v_proj = slice_linear(module.v_proj, _head_rows(plan.keep_kv_heads, value_dim), 0)
+            module.o_proj = slice_linear(module.o_proj, _head_rows(plan.keep_heads, value_dim), 1)
             module.num_key_value_groups = heads // len(plan.keep_kv_heads)
             for attribute in ("num_heads", "num_attention_heads"):
                 if isinstance(getattr(module, attribute, None), int):
@@ -250,7 +261,15 @@ def slice_block(block: AttentionBlock, plan: SitePlan) -> AttentionBlock:
             if isinstance(getattr(module, "num_key_value_heads", None), int):
                 module.num_key_value_heads = len(plan.keep_kv_heads)
     updated = AttentionBlock(
-        block.site, block.family, module, block.parent, block.output_name, heads, len(plan.keep_kv_heads), d
+        block.site,
+        block.family,
+        module,
+        block.parent,
+        block.output_name,
+        heads,
+        len(plan.keep_kv_heads),
+        d,
+        block.value_dim,
     )
     zero_head_outputs(updated, plan.masked_positions())
     return updated
@@ -264,7 +283,11 @@ def zero_head_outputs(block: AttentionBlock, heads: list[int]) -> None:
     """
     if not heads:
         return
-    index = torch.tensor(_head_rows(heads, block.head_dim), dtype=torch.long)
+    if block.output.weight.device.type == "meta":  # offloaded by accelerate: zero a loaded copy, kept in place
+        whole = list(range(block.output.weight.shape[0 if block.family == "gpt2" else 1]))
+        copy_of = slice_conv1d if block.family == "gpt2" else slice_linear
+        setattr(block.parent, block.output_name, copy_of(block.output, whole, 0 if block.family == "gpt2" else 1))
+    index = torch.tensor(_head_rows(heads, block.output_dim), dtype=torch.long)
     weight = block.output.weight
     with torch.no_grad():
         if block.family == "gpt2":

@@ -22,6 +22,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from attnviz.models.placement import held_weight
+
 #: attribute names of the final normalisation on Hugging Face base models (LLaMA-style, GPT-2, OPT, …)
 FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f")
 
@@ -103,20 +105,21 @@ def readout_of(norm: Any, unembedding: Any) -> Readout | None:
         eps_value = eps_value[0] if eps_value else None
     if not isinstance(eps_value, (int, float)):
         return None
-    bias = getattr(norm, "bias", None)
     kind: Literal["layer", "rms"] = "layer" if isinstance(norm, nn.LayerNorm) else "rms"
+    unembedding_weight = held_weight(unembedding, "weight")
+    assert unembedding_weight is not None  # an nn.Linear has one
     readout = Readout(
         norm=norm,
         kind=kind,
-        weight=None if weight is None else weight.detach(),
-        bias=bias.detach() if isinstance(bias, Tensor) else None,
+        weight=held_weight(norm, "weight"),
+        bias=held_weight(norm, "bias"),
         eps=float(eps_value),
-        unembedding=unembedding.weight.detach(),
-        unembedding_bias=None if unembedding.bias is None else unembedding.bias.detach(),
+        unembedding=unembedding_weight,
+        unembedding_bias=held_weight(unembedding, "bias"),
     )
-    parameter = next(norm.parameters(), None)
-    dtype = parameter.dtype if parameter is not None else torch.float32
-    device = parameter.device if parameter is not None else torch.device("cpu")
+    parameter = readout.weight if readout.weight is not None else readout.unembedding
+    dtype = parameter.dtype
+    device = parameter.device
     probe = torch.randn(2, width, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=dtype)
     with torch.no_grad():
         expected = norm(probe).double()

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnviz.models.placement import held_weight
+
 
 def _index(index: Tensor | Sequence[int], device: torch.device) -> Tensor:
     return torch.as_tensor(index, dtype=torch.long).to(device)
@@ -25,9 +27,10 @@ def slice_linear(layer: nn.Linear, index: Tensor | Sequence[int], dim: int) -> n
     Weight ``[out, in]``; the bias follows the outputs. Dtype, device and ``requires_grad`` are kept.
     A zero-sized result (every head of a layer removed) is allowed.
     """
-    keep = _index(index, layer.weight.device)
-    weight = layer.weight.detach().index_select(dim, keep)  # [out', in] or [out, in']
-    bias = None if layer.bias is None else layer.bias.detach()
+    full_weight, bias = held_weight(layer, "weight"), held_weight(layer, "bias")  # loaded where offloaded
+    assert full_weight is not None
+    keep = _index(index, full_weight.device)
+    weight = full_weight.index_select(dim, keep)  # [out', in] or [out, in']
     if bias is not None and dim == 0:
         bias = bias.index_select(0, keep)
     out_features, in_features = weight.shape
@@ -46,9 +49,10 @@ def slice_conv1d(layer: Any, index: Tensor | Sequence[int], dim: int) -> nn.Modu
     """A new GPT-2 ``Conv1D`` (weight ``[in, out]``) keeping ``index`` along ``dim`` (1: outputs, 0: inputs)."""
     from transformers.pytorch_utils import Conv1D
 
-    keep = _index(index, layer.weight.device)
-    weight = layer.weight.detach().index_select(dim, keep)  # [in', out] or [in, out']
-    bias = layer.bias.detach()
+    full_weight, bias = held_weight(layer, "weight"), held_weight(layer, "bias")  # loaded where offloaded
+    assert full_weight is not None and bias is not None
+    keep = _index(index, full_weight.device)
+    weight = full_weight.index_select(dim, keep)  # [in', out] or [in, out']
     if dim == 1:
         bias = bias.index_select(0, keep)
     new = Conv1D(weight.shape[1], weight.shape[0]).to(device=weight.device, dtype=weight.dtype)
@@ -60,6 +64,8 @@ def slice_conv1d(layer: Any, index: Tensor | Sequence[int], dim: int) -> nn.Modu
 
 def head_output_slices(layer: Any, head_dim: int) -> Tensor:
     """Each head's slice of an attention output projection: ``[h, d, hidden]`` float32, detached.
+
+    ``head_dim``: the size of each head's output, the value head size (it may differ from the query/key size).
 
     ``layer``: the ``nn.Linear`` (weight ``[hidden, h·d]``) or GPT-2 ``Conv1D`` (weight ``[h·d, hidden]``) that
     maps the concatenated head outputs to the hidden size; head ``h`` owns input features ``h·d … h·d+d−1``,

@@ -19,7 +19,7 @@ import functools
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,8 @@ from attnviz.common.texts import sample_data_path
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
 from attnviz.models.lookup import SHIPPED_TOYS, cached_snapshot, check_model_spec, hub_cache_dir, looks_like_hub_id
+from attnviz.models.placement import Placement
+from attnviz.models.vlm_families import is_vision_language_folder
 from attnviz.outputs.files import protect_inputs
 
 DEFAULT_MODEL = "minilm"
@@ -114,7 +116,13 @@ class ModelLoader:
     places: bool = False
 
     def load(
-        self, path: Path | str, *, name: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None
+        self,
+        path: Path | str,
+        *,
+        name: str,
+        device: torch.device,
+        dtype: torch.dtype,
+        device_map: Placement | None = None,
     ) -> LoadedModel:
         module, _, attribute = self.function.partition(":")
         placement = {"device_map": device_map} if self.places and device_map else {}
@@ -148,6 +156,14 @@ register_loader(
 )
 register_loader(ModelLoader("toy", _has(TOY_MARKER), "attnviz.toy.checkpoint:load_toy_model"))
 register_loader(ModelLoader("pruned", _has(PRUNED_MARKER), "attnviz.models.pruned:load_pruned_model"))
+register_loader(
+    ModelLoader(
+        "vision-language",
+        lambda path: path.is_dir() and is_vision_language_folder(path),
+        "attnviz.models.vlm:load_vision_language_model",
+        places=True,
+    )
+)
 register_loader(ModelLoader("huggingface", _has("config.json"), "attnviz.models.hf:load_hf_model", places=True))
 NAMED_MODELS["minilm"] = minilm_path
 NAMED_MODELS["smollm2"] = smollm2_path
@@ -225,17 +241,36 @@ def model_input_paths(spec: str = DEFAULT_MODEL) -> list[Path]:
 DEVICE_MAPS = ("auto",)
 
 
-def resolve_device_map(device_map: str | None) -> str | None:
-    """``"auto"`` when it can spread a model (CUDA present); ``None`` otherwise (the CPU holds everything)."""
+def resolve_device_map(
+    device_map: str | None,
+    *,
+    max_memory: Mapping[int | str, int | str] | None = None,
+    offload_folder: str | os.PathLike | None = None,
+) -> Placement | None:
+    """accelerate's placement, or None for one device.
+
+    ``"auto"`` spreads a model over the GPUs (CUDA present; otherwise the CPU holds everything and it means
+    None). With ``offload_folder`` or ``max_memory`` accelerate places the model on any machine: what fits
+    neither the GPUs nor ``max_memory["cpu"]`` is offloaded to ``offload_folder`` and read back per forward.
+    """
+    if device_map is not None and device_map.lower() not in ("", "none", *DEVICE_MAPS):
+        raise InputError(f"unknown device map {device_map!r}: use auto (or leave it out)")
+    if offload_folder is not None or max_memory is not None:
+        folder = None if offload_folder is None else os.fspath(offload_folder)
+        return Placement("auto", max_memory=max_memory, offload_folder=folder)
     if device_map is None or device_map.lower() in ("", "none"):
         return None
-    if device_map.lower() not in DEVICE_MAPS:
-        raise InputError(f"unknown device map {device_map!r}: use auto (or leave it out)")
-    return "auto" if torch.cuda.is_available() else None
+    return Placement("auto") if torch.cuda.is_available() else None
 
 
 def load_model(
-    spec: str = DEFAULT_MODEL, *, device: str = "auto", dtype: str = "auto", device_map: str | None = None
+    spec: str = DEFAULT_MODEL,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    max_memory: Mapping[int | str, int | str] | None = None,
+    offload_folder: str | os.PathLike | None = None,
 ) -> LoadedModel:
     """Load the model named by ``spec`` (see the module docstring and :func:`resolve_spec`) onto attnviz's core.
 
@@ -244,13 +279,16 @@ def load_model(
 
     ``device_map="auto"``: a Hugging Face model bigger than one device is spread by accelerate over
     the GPUs and CPU memory (``device`` is then ignored); on a machine without CUDA it means the CPU.
+    ``offload_folder``: a model bigger than the memory runs anyway, its layers offloaded to that folder and
+    read back one by one during each forward (``max_memory``, e.g. ``{"cpu": "4GB"}``, caps what stays in
+    memory; accelerate's own default is most of the free memory). Results equal the model on one device.
     Toy models are small and always go to ``device``.
     """
     resolved = resolve_spec(spec)
     protect_inputs(model_input_paths(spec), "model")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
-    placement = resolve_device_map(device_map)
+    placement = resolve_device_map(device_map, max_memory=max_memory, offload_folder=offload_folder)
     if resolved.shadows:
         notice(
             f"{resolved.spec!r} is a path here and a shipped model's name: loading the path {resolved.name} "
@@ -263,7 +301,7 @@ def load_model(
 
 
 def _load_resolved(
-    resolved: ResolvedSpec, device: torch.device, dtype: torch.dtype, placement: str | None
+    resolved: ResolvedSpec, device: torch.device, dtype: torch.dtype, placement: Placement | None
 ) -> LoadedModel:
     path, name, spec = resolved.path, resolved.name, resolved.spec
     for loader in LOADERS:

@@ -24,7 +24,10 @@ from attnviz.common.images import ImageGrid
 from attnviz.common.parallel import SINGLE_PROCESS
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
+from attnviz.models.head_output_edits import replay_fallback, run_editing
+from attnviz.models.head_outputs import OutputProjection, find_output_projections
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
+from attnviz.models.placement import Placement
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.vision_families import (
     IMAGE_TASK_EXAMPLES,
@@ -48,7 +51,7 @@ def load_vision_model(
     name: str | None,
     device: torch.device | str,
     dtype: torch.dtype,
-    device_map: str | None = None,
+    device_map: Placement | None = None,
 ) -> VisionModel:
     """Load a vision transformer and its image processor onto the attention core (see the module docstring)."""
     import transformers
@@ -98,6 +101,7 @@ class VisionModel(LoadedModel):
         self.extra_kinds = tuple(extra_kinds)
         self._module_names = {module: module_name for module_name, module in model.named_modules()}
         self._sites: dict[nn.Module, AttentionSite | None] = {}
+        self._output_projections: dict[AttentionSite, OutputProjection] | None = None
         #: eager attention read back through ``output_attentions`` (families whose attention calls the
         #: interface without the forward's keyword arguments, e.g. SigLIP)
         self.fallback = False
@@ -155,15 +159,7 @@ class VisionModel(LoadedModel):
 
     def displayed(self, pixels: Tensor) -> Tensor:
         """``[b, H, W, 3]`` float32 in 0–1: the processed images as the model saw them (normalisation undone)."""
-        processor = self.processor
-        values = pixels.float()  # [b, 3, H, W]
-        if getattr(processor, "do_normalize", False):
-            mean = torch.tensor(_per_channel(processor.image_mean)).view(1, 3, 1, 1)  # [1, 3, 1, 1]
-            std = torch.tensor(_per_channel(processor.image_std)).view(1, 3, 1, 1)  # [1, 3, 1, 1]
-            values = values * std + mean
-        if getattr(processor, "do_rescale", False):
-            values = values / (float(processor.rescale_factor) * 255.0)
-        return values.clamp(0.0, 1.0).permute(0, 2, 3, 1).contiguous()  # [b, H, W, 3]
+        return displayed_pixels(self.processor, pixels)
 
     def encode(
         self,
@@ -187,18 +183,38 @@ class VisionModel(LoadedModel):
             raise InputError(f"{self.name} is a vision model: give it an image (--image PATH), not text")
         module = self.model if logits else self.model.base_model
         kwargs: dict[str, Any] = {"pixel_values": batch.inputs["pixel_values"]}
-        if not self.fallback:
-            if context is not None:
-                kwargs[CONTEXT_KWARG] = context
-            return module(**kwargs)
-        if context is not None and context.head_mask is not None:
+        if context is not None and context.head_mask is not None and self.fallback:
             raise UnsupportedModelError(f"{self.name}: attnviz cannot mask the heads of this model")
-        outputs = module(**kwargs, output_attentions=context is not None)
-        if context is not None:
-            for layer, pattern in enumerate(outputs.attentions):  # each [b, h, q, k]
-                for observer in context.observers:
-                    observer.observe(AttentionSite("self", layer), pattern.float(), 0)
-        return outputs
+
+        def run(context: AttentionContext | None, values: dict[AttentionSite, Tensor]) -> Any:
+            if not self.fallback:
+                if context is not None:
+                    kwargs[CONTEXT_KWARG] = context
+                return module(**kwargs)
+            outputs = module(**kwargs, output_attentions=context is not None)
+            if context is not None:
+                replay_fallback(outputs, context, False, values)  # each [b, h, q, k]
+            return outputs
+
+        return run_editing(self.name, self.output_projections, context, fallback=self.fallback, run=run)
+
+    def output_projections(self) -> dict[AttentionSite, OutputProjection]:
+        """Every site's output projection (:mod:`attnviz.models.head_outputs`), found once on a grey image."""
+        if self._output_projections is None:
+            self.layout()  # settles whether the model runs on the core or on eager attention
+            self._output_projections = find_output_projections(self, fallback=self.fallback)
+        return self._output_projections
+
+    def head_output_projections(self) -> dict[AttentionSite, Tensor]:
+        from attnviz.models.head_weights import hf_head_output_projections
+
+        return hf_head_output_projections(self)
+
+    def check_patching(self) -> None:
+        raise UnsupportedModelError(
+            f"{self.name} is a vision model: patching compares the logits of two answer tokens, and it has no "
+            "vocabulary (its heads' outputs can still be weighed by norm)"
+        )
 
     def layout(self) -> dict[AttentionSite, int]:
         """Heads per site, from a probe forward pass on a grey image; checks the grid against the patterns."""
@@ -321,6 +337,19 @@ class VisionModel(LoadedModel):
         return save_pruned_vision_model(self, directory, pruned, source=source, transformers_copy=transformers_copy)
 
 
+def displayed_pixels(image_processor: Any, pixels: Tensor) -> Tensor:
+    """``[b, H, W, 3]`` float32 in 0–1: processed ``pixels`` (``[b, 3, H, W]``) as the model saw them, the image
+    processor's normalisation and rescaling undone."""
+    values = pixels.float().cpu()  # [b, 3, H, W]
+    if getattr(image_processor, "do_normalize", False):
+        mean = torch.tensor(_per_channel(image_processor.image_mean)).view(1, 3, 1, 1)  # [1, 3, 1, 1]
+        std = torch.tensor(_per_channel(image_processor.image_std)).view(1, 3, 1, 1)  # [1, 3, 1, 1]
+        values = values * std + mean
+    if getattr(image_processor, "do_rescale", False):
+        values = values / (float(image_processor.rescale_factor) * 255.0)
+    return values.clamp(0.0, 1.0).permute(0, 2, 3, 1).contiguous()  # [b, H, W, 3]
+
+
 def _per_channel(values: Any) -> list[float]:
     """An image mean or std as three floats (processors store a float or a list)."""
     if isinstance(values, (int, float)):
@@ -332,6 +361,11 @@ def vision_model_of(loaded: LoadedModel) -> VisionModel:
     """``loaded`` itself when it reads images; a one-line error naming the vision families otherwise."""
     if isinstance(loaded, VisionModel):
         return loaded
+    if loaded.reads_pictures_in_text:
+        raise InputError(
+            f"{loaded.name} is a vision-language model: it reads a picture inside a text, so give a text with the "
+            'image (attnviz heatmap --model MODEL "Describe the picture." --image FILE)'
+        )
     raise InputError(
         f"{loaded.name} is a text model: an image needs a vision model ({SUPPORTED_NAMES}, or toy-odd-patch) "
         "or an image captioner (a VisionEncoderDecoderModel, or toy-caption)"

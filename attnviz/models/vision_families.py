@@ -15,12 +15,15 @@ import torch
 
 from attnviz.common.errors import ModelSpecError, UnsupportedModelError
 from attnviz.models.hf_checks import quiet_image_processors
+from attnviz.models.placement import Placement
 
 #: model_type -> the kinds of the extra tokens before the patches (read from the config)
 VISION_FAMILIES: dict[str, Callable[[Any], tuple[str, ...]]] = {
     "vit": lambda config: ("cls",),
     "deit": lambda config: ("cls", "distillation"),
     "dinov2": lambda config: ("cls",),
+    "vit_msn": lambda config: ("cls",),  # ViT weights trained by masked siamese networks
+    "ijepa": lambda config: (),  # I-JEPA's ViT has no class token
     "dinov2_with_registers": lambda config: ("cls",) + ("register",) * int(config.num_register_tokens),
     "clip_vision_model": lambda config: ("cls",),
     "siglip_vision_model": lambda config: (),
@@ -42,7 +45,7 @@ REFUSED_VISION = {
     "beit": "BEiT adds a relative position bias that attnviz's core does not receive",
     "data2vec-vision": "Data2Vec-Vision adds a relative position bias that attnviz's core does not receive",
 }
-SUPPORTED_NAMES = "ViT, DeiT, DINOv2 (with or without registers), CLIP and SigLIP vision towers"
+SUPPORTED_NAMES = "ViT (also ViT-MSN, I-JEPA), DeiT, DINOv2 (with or without registers), CLIP and SigLIP vision towers"
 
 
 def is_vision_type(model_type: str) -> bool:
@@ -80,7 +83,7 @@ def load_image_processor(source: str):
 
 
 def load_weights_on_core(
-    cls: Any, source: str, *, dtype: torch.dtype, device_map: str | None = None, **extra: Any
+    cls: Any, source: str, *, dtype: torch.dtype, device_map: Placement | None = None, **extra: Any
 ) -> tuple[Any, dict]:
     """``(model, loading info)``: ``cls.from_pretrained`` with attnviz's attention, never running shipped code;
     ``extra``: more ``from_pretrained`` arguments. Any failure is one :class:`ModelSpecError` naming ``source``."""
@@ -90,7 +93,7 @@ def load_weights_on_core(
     from attnviz.models.hf_checks import first_line
 
     register_attention()
-    placement = {"device_map": device_map} if device_map else {}
+    placement = device_map.from_pretrained_arguments() if device_map else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

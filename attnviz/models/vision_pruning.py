@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,7 +37,6 @@ import torch
 from torch import Tensor
 
 from attnviz.common.errors import ParameterError, UnsupportedModelError
-from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.core import AttentionContext
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.objective import MIN_SCORING_UNITS, ProbedObjective
@@ -90,23 +88,13 @@ class PredictionObjective(ProbedObjective):
     higher_is_better = True
     unit_name = "images"
 
-    def __init__(
-        self,
-        loaded: VisionModel,
-        batches: Sequence[EncodedBatch],
-        *,
-        probes: int = 8,
-        seed: int = 0,
-        parallel: DataParallel = SINGLE_PROCESS,
-    ):
-        # probes: Fisher probes of the logits per batch (see the module docstring)
-        super().__init__(loaded, batches, probes=probes, seed=seed, parallel=parallel)
-        # The unpruned model's log-probabilities, [b, classes] float64, for the batches this process handles.
-        with torch.no_grad():
-            self.references = {
-                index: class_log_probabilities(loaded, self.batches[index], loaded.context()).detach()
-                for index in self.local_indices()
-            }
+    def keep_references(self) -> None:
+        # The unpruned model's log-probabilities, [b, classes] float64, for the batches this process handles
+        # (its probes: Fisher probes of the logits per batch, see the module docstring).
+        self.references = {
+            index: class_log_probabilities(self.loaded, self.batches[index], self.loaded.context()).detach()
+            for index in self.local_indices()
+        }
 
     def _units(self, batch: EncodedBatch) -> int:
         return len(batch)

@@ -30,16 +30,21 @@ from attnviz.common.progress import quiet_third_party
 from attnviz.core import ATTENTION_NAME, AttentionContext, register_attention
 from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
+from attnviz.models.hf_checks import refuse_unreadable_family
+from attnviz.models.placement import offloaded
+from attnviz.models.vlm import VisionLanguageModel
+from attnviz.models.vlm_families import VLM_FAMILIES, is_vision_language_type, vision_language_family
 
 
-class WrappedModel(HFModel):
-    """A user's transformers model; attnviz's core is switched in only inside :meth:`running`."""
+class _OnCoreWhileRunning:
+    """What a model the user holds needs: attnviz's core switched in only inside :meth:`running` (see the module
+    docstring). Mixed in before a loaded-model class, whose ``forward`` it runs inside :meth:`running`."""
 
-    def __init__(self, model: nn.Module, tokenizer: Any, *, name: str, configs: list[Any]):
-        super().__init__(model, tokenizer, name=name, fallback=False)
-        #: the configs (top-level and sub-model configs) whose attention implementation attnviz switches
-        self._configs = configs
-        self._depth = 0  # nesting of running(): only the outermost switches and restores
+    model: Any
+    name: str
+    #: the configs (top-level and sub-model configs) whose attention implementation attnviz switches
+    _configs: list[Any]
+    _depth: int = 0  # nesting of running(): only the outermost switches and restores
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -69,6 +74,8 @@ class WrappedModel(HFModel):
 
     def check_loaded(self) -> None:
         """Refuse a model whose weights are on the meta device (laid out, never loaded): nothing can run it."""
+        if offloaded(self.model):
+            return  # accelerate's hooks load the offloaded weights for each forward
         if any(parameter.device.type == "meta" for parameter in self.model.parameters()):
             raise UnsupportedModelError(
                 f"the weights of {self.name} are on the meta device (a model laid out but not loaded): load them "
@@ -78,18 +85,40 @@ class WrappedModel(HFModel):
 
     def forward(self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = False):
         with self.running():
-            return super().forward(batch, context, logits=logits)
+            return super().forward(batch, context, logits=logits)  # type: ignore[misc]  # the loaded-model class
+
+
+class WrappedModel(_OnCoreWhileRunning, HFModel):
+    """A user's transformers model; attnviz's core is switched in only inside :meth:`running`."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, *, name: str, configs: list[Any]):
+        super().__init__(model, tokenizer, name=name, fallback=False)
+        self._configs = configs
 
     def with_model(self, model: nn.Module) -> WrappedModel:
         """A copy made by attnviz (a pruned model) keeps the user's attention implementation, wrapped the same way."""
         return WrappedModel(model, self.tokenizer, name=self.name, configs=_attention_configs(model))
 
 
-def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) -> WrappedModel:
+class WrappedVisionLanguageModel(_OnCoreWhileRunning, VisionLanguageModel):
+    """A user's vision-language model with its processor; attnviz's core is switched in only inside :meth:`running`."""
+
+    def __init__(self, model: nn.Module, processor: Any, family: Any, *, name: str, configs: list[Any]):
+        super().__init__(model, processor, family, name=name)
+        self._configs = configs
+
+    def with_model(self, model: nn.Module) -> WrappedVisionLanguageModel:
+        return WrappedVisionLanguageModel(
+            model, self.processor, self.family, name=self.name, configs=_attention_configs(model)
+        )
+
+
+def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) -> HFModel:
     """Make a transformers model the user loaded usable by every attnviz function that takes a loaded model.
 
-    ``tokenizer``: the model's tokenizer; when None, the one saved with the model
-    (``model.name_or_path``) is loaded. ``name``: shown in titles and reports (default: the
+    ``tokenizer``: the model's tokenizer, or a vision-language model's processor (tokenizer and image processor:
+    then it reads pictures inside its texts; with a tokenizer alone it reads text only); when None, the one saved
+    with the model (``model.name_or_path``) is loaded. ``name``: shown in titles and reports (default: the
     model's ``name_or_path``). The model is not changed: attnviz switches it onto its core only
     while one of its own calls runs (see the module docstring). Families that do not call
     transformers' attention interface raise :class:`~attnviz.common.errors.UnsupportedModelError`.
@@ -104,10 +133,18 @@ def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) ->
         )
     register_attention()
     family = getattr(model.config, "model_type", type(model).__name__)
-    tokenizer = _own_tokenizer(model, tokenizer)
     name = name or _default_name(model)
+    refuse_unreadable_family(model.config, type(model), name)
     configs = _attention_configs(model)
-    loaded = WrappedModel(model, tokenizer, name=name, configs=configs)
+    loaded: WrappedModel | WrappedVisionLanguageModel
+    if _is_processor(tokenizer) and is_vision_language_type(model.config):  # reads pictures inside its texts
+        kind = vision_language_family(model.config, name)  # refuses, by name, a family attnviz cannot map
+        loaded = WrappedVisionLanguageModel(model, copy.deepcopy(tokenizer), kind, name=name, configs=configs)
+    elif tokenizer is None and model.config.model_type in VLM_FAMILIES and _saved_processor(model) is not None:
+        kind = vision_language_family(model.config, name)
+        loaded = WrappedVisionLanguageModel(model, _saved_processor(model), kind, name=name, configs=configs)
+    else:  # a language model (a vision-language model given a tokenizer reads text only)
+        loaded = WrappedModel(model, _own_tokenizer(model, tokenizer), name=name, configs=configs)
     if not configs or not type(model)._can_set_attn_implementation():
         raise _unsupported(family)
     loaded.check_loaded()
@@ -152,6 +189,26 @@ def _attention_configs(model: nn.Module) -> list[Any]:
     return list(found.values())
 
 
+def _is_processor(value: Any) -> bool:
+    """Whether ``value`` is a multimodal processor: a tokenizer and an image processor together."""
+    return getattr(value, "image_processor", None) is not None and getattr(value, "tokenizer", None) is not None
+
+
+def _saved_processor(model: nn.Module) -> Any:
+    """The processor saved with ``model`` (``model.name_or_path``) when it has an image processor, else None."""
+    source = getattr(model, "name_or_path", "") or ""
+    if not source:
+        return None
+    try:
+        from transformers import AutoProcessor
+
+        with quiet_third_party():
+            processor = AutoProcessor.from_pretrained(source, trust_remote_code=False, local_files_only=True)
+    except Exception:  # noqa: BLE001 - no processor: the model reads text only
+        return None
+    return processor if _is_processor(processor) else None
+
+
 def _own_tokenizer(model: nn.Module, tokenizer: Any) -> Any:
     """A copy of ``tokenizer`` (or of the one saved with the model) that attnviz may set padding on."""
     if tokenizer is None:
@@ -177,4 +234,4 @@ def _own_tokenizer(model: nn.Module, tokenizer: Any) -> Any:
     return copy.deepcopy(tokenizer)
 
 
-__all__ = ["WrappedModel", "wrap"]
+__all__ = ["WrappedModel", "WrappedVisionLanguageModel", "wrap"]

@@ -43,13 +43,16 @@ class HeadEffect:
     normalized_effect: float
     direct_logit_attribution: float | None
     ablation_effect: float | None = None
+    #: the attention stack: ``"self"``, or an encoder-decoder's ``"encoder"``, ``"decoder"`` or ``"cross"``
+    stack: str = "self"
 
     @property
     def label(self) -> str:
-        return f"L{self.layer} H{self.head}"
+        return f"L{self.layer} H{self.head}" if self.stack == "self" else f"{self.stack} L{self.layer} H{self.head}"
 
     def record(self) -> dict:
         return {
+            **({} if self.stack == "self" else {"stack": self.stack}),
             "layer": self.layer,
             "head": self.head,
             "patched_logit_diff": self.patched_logit_diff,
@@ -82,6 +85,8 @@ class PatchResult(NotebookDisplay):
     ablation_source: str = ""  # what the mean was taken over ("zero" when zeroed)
     forwards: int = 0  # patched and ablated forward passes run
     seconds: float = 0.0
+    #: an encoder-decoder's decoder tokens: ``position`` is then a decoder position (None for other models)
+    decoder_tokens: list[str] | None = None
 
     def top_heads(self, count: int = 5, by: str = "normalized_effect") -> list[HeadEffect]:
         """The ``count`` heads with the largest absolute ``by`` (``normalized_effect``, ``direct_logit_attribution``,
@@ -100,8 +105,19 @@ class PatchResult(NotebookDisplay):
         return ranked[:count]
 
     @property
+    def rows(self) -> list[tuple[str, int]]:
+        """The grid's rows: ``(stack, layer)`` in model order (one stack, the layers 0 … n−1, for most models)."""
+        if all(h.stack == "self" for h in self.heads):
+            return [("self", layer) for layer in range(1 + max((h.layer for h in self.heads), default=-1))]
+        return list(dict.fromkeys((h.stack, h.layer) for h in self.heads))
+
+    def row(self, effect: HeadEffect) -> int:
+        """The grid row of ``effect``'s layer."""
+        return self.rows.index((effect.stack, effect.layer))
+
+    @property
     def layers(self) -> int:
-        return 1 + max((h.layer for h in self.heads), default=-1)
+        return len(self.rows)
 
     @property
     def width(self) -> int:
@@ -111,9 +127,10 @@ class PatchResult(NotebookDisplay):
     def grid(self, by: str) -> list[list[float]]:
         """``[layer][head]`` of ``by`` (NaN where a layer has no such head, or the number is None)."""
         rows = [[math.nan] * self.width for _ in range(self.layers)]
+        index = {row: number for number, row in enumerate(self.rows)}
         for effect in self.heads:
             value = getattr(effect, by)
-            rows[effect.layer][effect.head] = math.nan if value is None else float(value)
+            rows[index[effect.stack, effect.layer]][effect.head] = math.nan if value is None else float(value)
         return rows
 
     @property
@@ -138,7 +155,8 @@ class PatchResult(NotebookDisplay):
         where = "every position" if len(self.positions) == len(self.tokens) else f"position {self.positions[0]}"
         line = (
             f"{self.direction} {self.patched} patching at {where}; logit({self.answer!r}) − "
-            f"logit({self.wrong!r}) at position {self.position} ({display_token(self.tokens[self.position])!r})"
+            f"logit({self.wrong!r}) at {'decoder ' if self.decoder_tokens is not None else ''}position {self.position} "
+            f"({display_token((self.decoder_tokens or self.tokens)[self.position])!r})"
         )
         if self.ablation is not None:
             line += f"; {self.ablation_source}"

@@ -23,12 +23,14 @@ import torch
 from torch import Tensor
 
 from attnviz.common.errors import InputError, ParameterError
+from attnviz.common.images import ImageSource
 from attnviz.common.progress import progress_bar
 from attnviz.common.tokens import display_token
 from attnviz.common.wording import plural
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.patching import HeadOutputRecorder, HeadPatch, HeadReplacement, positions_tensor
 from attnviz.core.recorder import PatternRecorder
+from attnviz.core.stacks import STACKS
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.identity import model_identity
 from attnviz.patching.choices import ABLATIONS, DIRECTIONS, PATCHED, Ablation, Direction, Patched
@@ -53,6 +55,7 @@ def patch_heads(
     batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
     layers: Sequence[int] | None = None,
+    image: ImageSource | None = None,
 ) -> PatchResult:
     """Which heads make ``answer`` (rather than ``wrong``) the model's next token after ``clean``.
 
@@ -61,7 +64,8 @@ def patch_heads(
     (0-based token index); ``direction``: ``"denoising"`` (corrupt run, clean head output) or ``"noising"``;
     ``patched``: ``"output"`` (the head's output vector) or ``"pattern"`` (its attention pattern);
     ``ablate``: also replace each head's output in the clean run by zero or by its mean over ``texts``
-    (``max_length`` caps those); ``layers``: patch the heads of these layers only (default: every layer).
+    (``max_length`` caps those); ``layers``: patch the heads of these layers only (default: every layer);
+    ``image``: a picture in both prompts, for a vision-language model (its language model's heads are patched).
     Returns a :class:`PatchResult` (every head patched, in model order).
     """
     for name, value in (("clean", clean), ("corrupt", corrupt), ("answer", answer), ("wrong", wrong)):
@@ -72,13 +76,18 @@ def patch_heads(
     if layers is not None:
         layers = _layer_list(layers)
     loaded.check_patching()
-    answer_id, answer_token = _one_token(loaded, answer, "answer")
-    wrong_id, wrong_token = _one_token(loaded, wrong, "wrong")
+    answer_id, answer_token = one_token(loaded, answer, "answer")
+    wrong_id, wrong_token = one_token(loaded, wrong, "wrong")
     if answer_id == wrong_id:
         raise InputError(f"the answer and the wrong answer are the same token ({answer_token!r}): give two tokens")
     started = time.perf_counter()
     with loaded.running(), torch.no_grad():
-        pair = loaded.encode([clean, corrupt], max_length=max_length, truncate=False)
+        if image is None:
+            pair = loaded.encode([clean, corrupt], max_length=max_length, truncate=False)
+        else:  # the same picture in both prompts
+            from attnviz.captures.vision_language import vision_language_batch
+
+            pair = vision_language_batch(loaded, [clean, corrupt], [image, image])
         clean_count, corrupt_count = pair.lengths
         if clean_count != corrupt_count:
             raise InputError(
@@ -118,8 +127,10 @@ def patch_heads(
             residual = record.residual[0, position]  # [width]
             scale = readout.scale(residual)  # [1]
             toward = readout.direction(answer_id, wrong_id)  # [width]
+            # an encoder-decoder's logits read the decoder's residual stream: its encoder heads write elsewhere
+            read_side = [site for site in layout if not _source_side(site)] or list(layout)
             for site, (weight, _) in loaded.head_output_weights().items():
-                if site not in layout:
+                if site not in read_side:
                     continue
                 heads_here = outputs.outputs[site][0, position]  # [h, d]
                 count, dim = heads_here.shape
@@ -130,13 +141,18 @@ def patch_heads(
         heads = [(site, head) for site, count in layout.items() for head in range(count)]
         base, source = (1, 0) if direction == "denoising" else (0, 1)
         sources = {site: outputs.outputs[site][source] for site in layout}  # [q, h, d]
+        # an encoder-decoder's decoder and cross-attention heads have decoder queries: every one is patched
+        where = {
+            site: patched_positions if _source_side(site) else list(range(sources[site].shape[0])) for site in layout
+        }
+        everywhere = {site: list(range(sources[site].shape[0])) for site in layout}
         if patterns is not None:
             sources = {site: patterns.patterns[site][source].to(loaded.device) for site in layout}  # [h, q, k]
         runs = len(heads) * (2 if ablate else 1)
         with progress_bar() as bar:
             task = bar.add_task(f"patching · {loaded.name}", total=runs, status="")
             patched_diffs = _patched_runs(
-                loaded, pair, base, heads, sources, patched, patched_positions, position, (answer_id, wrong_id),
+                loaded, pair, base, heads, sources, patched, where, position, (answer_id, wrong_id),
                 batch_size, lambda done: bar.update(task, advance=done),
             )  # fmt: skip
             ablated_diffs: list[float] | None = None
@@ -144,7 +160,7 @@ def patch_heads(
             if ablate is not None:
                 replacements, source_text = _ablation_values(loaded, ablate, texts, layout, batch_size, max_length)
                 ablated_diffs = _patched_runs(
-                    loaded, pair, 0, heads, replacements, "output", list(range(clean_count)), position,
+                    loaded, pair, 0, heads, replacements, "output", everywhere, position,
                     (answer_id, wrong_id), batch_size, lambda done: bar.update(task, advance=done),
                 )  # fmt: skip
 
@@ -162,6 +178,7 @@ def patch_heads(
                 normalized_effect=(patched_diffs[index] - reference) / (clean_diff - corrupt_diff),
                 direct_logit_attribution=attribution[site][head] if site in attribution else None,
                 ablation_effect=None if ablated_diffs is None else ablated_diffs[index] - clean_diff,
+                stack=site.stack,
             )
         )
     return PatchResult(
@@ -173,6 +190,7 @@ def patch_heads(
         answer_token=answer_token,
         wrong_token=wrong_token,
         tokens=pair.tokens[0],
+        decoder_tokens=pair.target_tokens[0] if pair.target_tokens is not None else None,
         position=position,
         clean_logit_diff=clean_diff,
         corrupt_logit_diff=corrupt_diff,
@@ -240,7 +258,7 @@ def _check_finite(values: Sequence[float], what: str) -> None:
         )
 
 
-def _one_token(loaded: LoadedModel, text: str, parameter: str) -> tuple[int, str]:
+def one_token(loaded: LoadedModel, text: str, parameter: str) -> tuple[int, str]:
     ids, tokens = loaded.vocabulary_tokens(text)
     if len(ids) != 1:
         split = " + ".join(f"'{display_token(token)}'" for token in tokens) or "nothing"
@@ -289,7 +307,7 @@ def _patched_runs(
     heads: list[tuple[AttentionSite, int]],
     sources: dict[AttentionSite, Tensor],
     patched: Patched,
-    positions: list[int],
+    positions: dict[AttentionSite, list[int]],
     position: int,
     tokens: tuple[int, int],
     batch_size: int,
@@ -298,10 +316,9 @@ def _patched_runs(
     """Logit differences of one run per head: example ``base`` of ``pair`` with that head given ``sources``.
 
     ``sources[site]``: output patching ``[q, h, d]`` (or ``[1, h, d]``: one vector for every position);
-    pattern patching ``[h, q, k]``.
+    pattern patching ``[h, q, k]``; ``positions[site]``: the query positions patched there.
     """
     answer_id, wrong_id = tokens
-    where = positions_tensor(positions)
     diffs: list[float] = []
     for start in range(0, len(heads), batch_size):
         chunk = heads[start : start + batch_size]
@@ -311,6 +328,7 @@ def _patched_runs(
             numbers = [chunk[row][1] for row in rows]
             index = torch.as_tensor(numbers, dtype=torch.long)
             values = sources[site]
+            where = positions_tensor(positions[site])
             if patched == "pattern":
                 change = values[index][:, where]  # [n, p, k]
                 patch.replace_pattern(site, HeadReplacement(positions_tensor(rows), index, where, change))
@@ -337,20 +355,34 @@ def _ablation_values(
     if ablate == "zero" or not texts:
         zeros = {}
         for site, (weight, _) in loaded.head_output_weights().items():
-            if site in layout:  # the layers patched (``layers``), not every layer
-                zeros[site] = weight.new_zeros(1, layout[site], weight.shape[1] // layout[site])
+            if site not in layout:
+                continue
+            zeros[site] = weight.new_zeros(1, layout[site], weight.shape[1] // layout[site])
         return zeros, "zero ablation (each head's output set to 0)"
     sums: dict[AttentionSite, Tensor] = {}
-    count = 0
+    counts: dict[AttentionSite, int] = {}
     for start in range(0, len(texts), batch_size):
         batch = loaded.encode(list(texts[start : start + batch_size]), max_length=max_length)
         recorder = HeadOutputRecorder()
         loaded.forward(batch, AttentionContext(site_of=loaded.site_of, head_editor=recorder))
-        lengths = torch.as_tensor(batch.lengths, device=loaded.device)
         for site, output in recorder.outputs.items():  # [b, q, h, d]
+            lengths = _query_lengths(batch, site).to(output.device)  # [b]
             real = torch.arange(output.shape[1], device=output.device)[None, :] < lengths[:, None]  # [b, q]
             total = (output.double() * real[:, :, None, None]).sum((0, 1))  # [h, d]
             sums[site] = sums[site] + total if site in sums else total
-        count += int(lengths.sum())
-    means = {site: (total / count)[None].to(loaded.device) for site, total in sums.items()}  # [1, h, d]
+            counts[site] = counts.get(site, 0) + int(real.sum())
+    means = {site: (total / counts[site])[None].to(loaded.device) for site, total in sums.items()}  # [1, h, d]
+    count = max(counts.values(), default=0)
     return means, f"mean ablation (each head's mean output over {count} positions of {plural(len(texts), 'text')})"
+
+
+def _source_side(site: AttentionSite) -> bool:
+    """Whether the site's queries are the prompt's tokens (not an encoder-decoder's decoder positions)."""
+    return STACKS[site.stack].query_side == "source"
+
+
+def _query_lengths(batch: EncodedBatch, site: AttentionSite) -> Tensor:
+    """``[b]`` real query positions of each example at ``site`` (the decoder's for decoder-side queries)."""
+    if _source_side(site) or "decoder_attention_mask" not in batch.inputs:
+        return torch.as_tensor(batch.lengths)
+    return batch.inputs["decoder_attention_mask"].sum(dim=1).cpu()

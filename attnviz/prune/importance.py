@@ -181,11 +181,10 @@ def proxy_importance(
     )
     scores = {}
     for stack in sorted({site.stack for site in layout}):
-        rows = {site: row for row, site in enumerate(statistics.layers(stack))}
         matrix = statistics.matrix(statistic, stack)  # [layer, head], NaN past a layer's head count
         for site, heads in layout.items():
             if site.stack == stack:
-                values = matrix[rows[site], :heads].double()  # [h]
+                values = matrix[site.layer, :heads].double()  # [h]
                 scores[site] = torch.nan_to_num(sign * values, nan=0.0)  # heads never scored count as 0
     return _mark_removed(scores, normalize_removed(removed or {}))
 

@@ -18,9 +18,10 @@ import torch
 from torch import Tensor
 
 from attnviz.captures.attention_capture import AttentionCapture
+from attnviz.captures.vision_language import caption_view, is_vision_language_capture
 from attnviz.common.errors import InputError
 from attnviz.common.tokens import display_token, word_groups, word_label
-from attnviz.render.capture_view import model_title
+from attnviz.render.figures import model_title
 from attnviz.render.heatmap import FigureStyle
 from attnviz.render.image_overlay import ImagePanel, draw_overlay, image_grid_of, overlay_scale, split_keys
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
@@ -29,12 +30,17 @@ _PANEL_INCHES = 1.9
 
 
 def is_caption_capture(capture: AttentionCapture) -> bool:
-    """Whether ``capture`` is of a captioner: an image on the source side, a caption on the target side."""
+    """Whether ``capture`` is of a captioner (an image on the source side, a caption on the target side) or of a
+    vision-language model (a text with a picture in it), drawn word by word."""
+    if is_vision_language_capture(capture):
+        return True
     return capture.image_grid is not None and capture.target_tokens is not None and "cross" in capture.patterns
 
 
 def written_words(capture: AttentionCapture) -> list[tuple[int, str]]:
-    """``(query row, label)`` of every caption token after the start token: token ``t`` was written by row ``t - 1``."""
+    """``(query row, label)`` of every caption token after the start token: token ``t`` was written by row ``t - 1``
+    (of the captioning view, :func:`~attnviz.captures.vision_language.caption_view`, for a vision-language model)."""
+    capture = caption_view(capture)
     if not is_caption_capture(capture):
         raise InputError(f"this capture of {capture.model} holds no caption: capture an image with a caption first")
     tokens = capture.target_tokens or []
@@ -67,6 +73,7 @@ def caption_rows(
     capture: AttentionCapture, *, layers: LayerSelection = (-1,), heads: CaptionHeads = None
 ) -> list[CaptionRow]:
     """The overlays of every written word: one :class:`CaptionRow` per chosen layer × head (see :data:`CaptionHeads`)."""
+    capture = caption_view(capture)
     grid = image_grid_of(capture)
     words = written_words(capture)
     if not words:
@@ -90,13 +97,19 @@ def caption_rows(
     return rows
 
 
-def averaging_line(capture: AttentionCapture, rows: list[CaptionRow]) -> str:
-    """The figure's line saying what each overlay shows, and what is averaged."""
+def averaging_line(capture: AttentionCapture, rows: list[CaptionRow], *, vision_language: bool = False) -> str:
+    """The figure's line saying what each overlay shows, and what is averaged (``vision_language``: the rows are a
+    vision-language model's self-attention, over the image tokens only)."""
     heads = {row.layer: capture.layer(row.layer, "cross").shape[0] for row in rows}
     if all(row.head is None for row in rows):
         what = "; ".join(f"layer {layer}: mean over its {count} heads" for layer, count in heads.items())
     else:
         what = "one head per row (no averaging)"
+    if vision_language:
+        return (
+            f"each word: the language model's attention over the image tokens of the step that wrote it (the query "
+            f"one token earlier; the rest of its weight goes to the text) · {what}"
+        )
     return (
         f"each word: the cross-attention over the image of the decoder step that wrote it (the query one token "
         f"earlier) · {what}"
@@ -118,6 +131,8 @@ def caption_heatmap(
 
     style = style or FigureStyle()
     style.check()
+    vision_language = is_vision_language_capture(capture)
+    capture = caption_view(capture)
     grid = image_grid_of(capture)
     rows = caption_rows(capture, layers=layers, heads=heads)
     image = capture.extras["image"].numpy()  # [H, W, 3] in 0–1
@@ -150,7 +165,11 @@ def caption_heatmap(
     # wrapped to the figure's width (about 13 characters an inch at 9 points): a caption of one or two words makes
     # a figure narrower than the line saying what is averaged, which would be cut off at both edges
     characters = max(20, int(figure.get_figwidth() * 13))
-    lines = [f"{model_title(capture)} · caption: {caption}", averaging_line(capture, rows)]
+    what = "written" if vision_language else "caption"
+    lines = [
+        f"{model_title(capture)} · {what}: {caption}",
+        averaging_line(capture, rows, vision_language=vision_language),
+    ]
     figure.suptitle("\n".join(textwrap.fill(line, characters) for line in lines), fontsize=9)
     return figure
 
@@ -158,6 +177,7 @@ def caption_heatmap(
 def peak_patches(capture: AttentionCapture, *, layer: int = -1) -> list[tuple[str, tuple[int, int]]]:
     """``(word, (row, col))``: for each written word, the patch where the cross-attention of the step that wrote it,
     maximum over the heads of ``layer``, peaks."""
+    capture = caption_view(capture)
     grid = image_grid_of(capture)
     pattern = capture.layer(layer, "cross")  # [head, query, key]
     strongest = pattern[:, :, grid.num_extra :].amax(dim=0)  # [query, patches]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnviz.captures.attention_capture import AttentionCapture
+from attnviz.captures.vision_language import caption_view
 from attnviz.render.caption_overlay import written_words
 from attnviz.render.html_page import build_page, write_page
 from attnviz.render.image_view import encoded_layer, picture_payload
@@ -19,7 +20,9 @@ from attnviz.render.selection import LayerSelection, resolve_layers
 
 def caption_view_payload(capture: AttentionCapture, *, layers: LayerSelection = None) -> dict:
     """JSON-ready data of the page: picture, grid, the written words, and per chosen layer the cross-attention rows
-    of the steps that wrote them (``[head, word, key]``, encoded)."""
+    of the steps that wrote them (``[head, word, key]``, encoded); a vision-language capture through its captioning
+    view."""
+    capture = caption_view(capture)
     words = written_words(capture)
     rows = [row for row, _ in words]
     encoded = [

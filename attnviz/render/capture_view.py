@@ -1,26 +1,23 @@
-"""From a capture to heatmap panels: pick layers and heads, merge words, mark masked cells."""
+"""From a capture to heatmap panels: pick layers and heads, merge words, mark masked cells; and :func:`heatmap`, the
+one figure call, which draws whatever it is given (a capture of text, of an image or of a captioned image, one
+query's rows, a query–key breakdown or map) with the renderer of that kind."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.common.errors import InputError
+from attnviz.common.errors import InputError, ParameterError
 from attnviz.common.tokens import merge_visibility, merge_words, word_groups
 from attnviz.common.wording import plural
-from attnviz.models.names import full_model_name
+from attnviz.render.figures import model_title
 from attnviz.render.heatmap import FigureStyle, HeatmapPanel, causal_visibility, render_heatmaps
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
 
-__all__ = ["FigureStyle", "capture_heatmap", "capture_panels", "model_title"]
+__all__ = ["FigureStyle", "capture_heatmap", "capture_panels", "heatmap", "model_title"]
 
 STACK_TITLES = {"self": "", "encoder": "encoder ", "decoder": "decoder ", "cross": "cross-attention "}
-
-
-def model_title(capture: AttentionCapture) -> str:
-    """``all-MiniLM-L6-v2 (minilm)``: the model's own name, and the spec it was loaded by when that differs."""
-    full = full_model_name(capture.model)
-    return full if full == capture.model else f"{full} ({capture.model})"
 
 
 def capture_panels(
@@ -159,3 +156,108 @@ def capture_heatmap(
     if capture.weighting == "norm":  # the colours are weights times value norms, not probabilities
         style = dataclasses.replace(style or FigureStyle(), label="α·‖f(x)‖, weight × value norm")
     return render_heatmaps(rows, query_labels, key_labels, title=title, annotate=annotate, style=style)
+
+
+#: kind of figure -> (what it is, the options it draws with beyond ``result``): an option given to a figure that
+#: does not draw with it is refused, not ignored
+_FIGURE_OPTIONS = {
+    "grid": ("a text's patterns", {"layers", "heads", "stack", "words", "annotate", "style"}),
+    "rollout": ("a text's rollout or flow", {"stack", "annotate", "view"}),
+    "strips": ("one query's strips", {"layers", "heads", "stack", "query", "style", "top_k", "max_columns", "title"}),
+    "image": ("an image", {"layers", "heads", "query", "view", "style"}),
+    "caption": ("a captioned image", {"layers", "heads", "style"}),
+    "rows": ("query rows (they hold their layers and heads)", {"style", "top_k", "max_columns", "title"}),
+    "query-key": ("a query–key breakdown or map", set()),
+}
+
+
+def heatmap(
+    result: Any,
+    *,
+    layers: LayerSelection = (-1,),
+    heads: Any = None,
+    stack: str | None = None,
+    query: Any = None,
+    view: str = "heads",
+    words: bool = False,
+    annotate: bool | None = None,
+    style: FigureStyle | None = None,
+    **strip_options: Any,
+):
+    """A matplotlib figure of ``result``, drawn as what it is:
+
+    * a capture of text (:func:`attnviz.capture`): the patterns of the chosen ``layers`` (default the last) and
+      ``heads`` (default all; :data:`~attnviz.render.selection.MEAN_OF_HEADS`: their mean) of ``stack`` as
+      heatmaps, one row per layer; ``words`` merges sub-word pieces, ``annotate`` prints the weights;
+      ``view="rollout"`` or ``"flow"``: attention rollout or flow through every layer; ``query`` (a token
+      position, or ``"last"``): that query's attention over every key as strips, one per layer and head;
+    * a capture of an image: each head's attention laid over the picture; ``query``: ``"cls"``, ``"mean"`` or
+      a patch ``(row, col)`` (default the class token, else the mean); ``view="rollout"``;
+    * a captioned image: the picture, then one overlay per written word (``heads`` default: their mean;
+      ``"all"``: one row per head);
+    * one query's rows (:func:`attnviz.query_rows`): one strip per layer and head (``strip_options``:
+      ``top_k``, ``max_columns``, ``title``, as :func:`attnviz.render.query_strip.query_strip` takes them);
+    * a query–key breakdown or map (:func:`attnviz.explain_logit`, :func:`attnviz.query_key_map`), or the pair
+      ``(breakdown, mapping)``: side by side.
+
+    ``style``: colour scale, top of the scale and colour map (:class:`~attnviz.render.heatmap.FigureStyle`).
+    Save it with :func:`attnviz.save_figure`; a notebook shows it as it is.
+    """
+    from attnviz.captures.query_rows import QueryRows, query_rows_of_capture
+    from attnviz.heads.query_key import LogitBreakdown, QueryKeyMap
+    from attnviz.render.caption_overlay import is_caption_capture
+
+    given = {
+        "layers": None if layers == (-1,) else layers, "heads": heads, "stack": stack, "query": query,
+        "view": None if view == "heads" else view, "words": words or None, "annotate": annotate, "style": style,
+        **strip_options,
+    }  # fmt: skip
+    parts = result if isinstance(result, tuple) else (result,)  # a breakdown, a map, or both
+    breakdown = next((part for part in parts if isinstance(part, LogitBreakdown)), None)
+    mapping = next((part for part in parts if isinstance(part, QueryKeyMap)), None)
+    if (breakdown is not None or mapping is not None) and len(parts) == (breakdown is not None) + (mapping is not None):
+        from attnviz.render.query_key import query_key_figure
+
+        _check_options("query-key", given)
+        return query_key_figure(breakdown, mapping)
+    if isinstance(result, QueryRows):
+        from attnviz.render.query_strip import query_strip
+
+        _check_options("rows", given)
+        return query_strip(result, style=style, **strip_options)
+    if not isinstance(result, AttentionCapture):
+        raise TypeError(
+            "attnviz.heatmap draws a capture, one query's rows, or a query–key breakdown or map; got a "
+            f"{type(result).__name__}"
+        )
+    if is_caption_capture(result):
+        from attnviz.render.caption_overlay import caption_heatmap
+
+        _check_options("caption", given)
+        return caption_heatmap(result, layers=layers, heads=heads, style=style)
+    if result.image_grid is not None:
+        from attnviz.render.image_overlay import image_heatmap
+
+        _check_options("image", given)
+        return image_heatmap(result, layers=layers, heads=heads, query=query, view=view, style=style)  # type: ignore[arg-type]
+    if query is not None:
+        from attnviz.render.query_strip import query_strip
+
+        _check_options("strips", given)
+        rows = query_rows_of_capture(result, query, layers, heads, stack=stack)
+        return query_strip(rows, style=style, **strip_options)
+    if view != "heads":
+        from attnviz.render.heads_plots import capture_rollout_figure
+
+        _check_options("rollout", given)
+        return capture_rollout_figure(result, stack=stack, annotate=annotate, flow=view == "flow")
+    _check_options("grid", given)
+    return capture_heatmap(result, layers=layers, heads=heads, stack=stack, words=words, annotate=annotate, style=style)
+
+
+def _check_options(kind: str, given: dict[str, Any]) -> None:
+    """Refuse an option the figure of ``kind`` does not draw with (``given``: option -> value, None: not given)."""
+    what, allowed = _FIGURE_OPTIONS[kind]
+    for name, value in given.items():
+        if value is not None and name not in allowed:
+            raise ParameterError(name, f"{{{name}}} does not apply to the figure of {what}", value)

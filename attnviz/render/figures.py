@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from attnviz.models.names import full_model_name
+
 
 @functools.cache
 def _figure_class():  # defined on first use: matplotlib is imported only when a figure is drawn
@@ -67,3 +69,9 @@ def figure_png(figure, *, dpi: int = 100) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
+
+
+def model_title(capture: Any) -> str:
+    """``all-MiniLM-L6-v2 (minilm)``: the model's own name, and the spec it was loaded by when that differs."""
+    full = full_model_name(capture.model)
+    return full if full == capture.model else f"{full} ({capture.model})"

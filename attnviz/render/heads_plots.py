@@ -45,8 +45,8 @@ def probe_scores_figure(result, *, stack: str = "self"):
     handles = []
     for ax, name in zip(figure.axes, matrices):  # the panels come first, their colour bars after
         where = [
-            (head, row)
-            for row, site in enumerate(result.layers(stack))
+            (head, site.layer)
+            for site in result.layers(stack)
             for head in range(result.scores[site].shape[1])
             if LABELS[name] in result.labels(site, head)
         ]

@@ -86,7 +86,7 @@ def stream_attention_view(
     layout = loaded.layout()  # site -> heads
     available = list(dict.fromkeys(site.stack for site in layout))
     chosen = chosen_stacks(available, stacks)
-    wanted = {stack: resolve_layers(layers, loaded.num_layers(stack)) for stack in chosen}
+    wanted = {stack: resolve_layers(layers, loaded.num_layers(stack), loaded.present_layers(stack)) for stack in chosen}
     heads = {(site.stack, site.layer): count for site, count in layout.items()}
     builder = PageBuilder(_tokens_of(batch, loaded), wanted, heads, title=title, **limits)
     total = sum(len(ids) for ids in wanted.values())
@@ -123,7 +123,8 @@ def attention_view_of_text(
     chosen = chosen_stacks(list(dict.fromkeys(site.stack for site in layout)), stacks)
     size = 0
     for site, heads in layout.items():
-        if site.stack in chosen and site.layer in resolve_layers(layers, loaded.num_layers(site.stack)):
+        present = loaded.present_layers(site.stack)
+        if site.stack in chosen and site.layer in resolve_layers(layers, loaded.num_layers(site.stack), present):
             queries, keys = tokens.axis_tokens(site.stack)
             size += 4 * heads * len(queries) * len(keys)
     if size <= CAPTURE_BYTES:

@@ -22,7 +22,7 @@ from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 from attnviz.common.images import ImageGrid
 from attnviz.common.wording import plural
-from attnviz.render.capture_view import model_title
+from attnviz.render.figures import model_title
 from attnviz.render.heatmap import FigureStyle
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
 

@@ -287,10 +287,18 @@ def patch_view(result: Any) -> HtmlView:
     return _table_view(title, [patch_summary_html(result, links=False)], height=min(1100, 420 + 14 * result.layers))
 
 
+def circuit_view(result: Any) -> HtmlView:
+    """A circuit: the graph with its slider for the edges kept, and the faithfulness curve."""
+    from attnviz.render.circuit_page import circuit_view_html
+
+    title = f"{result.model}: circuit"
+    return _table_view(title, [circuit_view_html(result)], height=min(1200, 480 + 40 * result.layers))
+
+
 def show(result: Any) -> HtmlView:
     """The inline view of any attnviz result: a capture (head and model view), statistics, flags, head functions,
     head similarity, a pruning outcome or report, one query's strips, a head's query–key breakdown or map, a
-    patching run, or a view already made."""
+    patching run, a circuit, or a view already made."""
     if isinstance(result, HtmlView):
         return result
     if isinstance(result, AttentionCapture):
@@ -313,6 +321,7 @@ def show(result: Any) -> HtmlView:
         "LogitBreakdown": query_key_view,
         "QueryKeyMap": query_key_view,
         "PatchResult": patch_view,
+        "CircuitResult": circuit_view,
     }
     if kind not in builders:
         raise InputError(f"attnviz has no inline view of a {kind}")

@@ -55,6 +55,10 @@ _SCRIPT = """<script>
 """
 
 
+#: the same links for other pages whose head links (``a.patch-head`` with ``data-layer``/``data-head``) open the view
+HEAD_LINK_SCRIPT = _SCRIPT
+
+
 def patch_summary_html(result, *, top: int = TOP_HEADS, links: bool = True) -> str:
     """The figure (inline PNG), how it was measured, and the top heads (links into the head view when ``links``)."""
     encoded = base64.b64encode(figure_png(patch_figure(result, top=top))).decode("ascii")

@@ -51,15 +51,22 @@ def patch_figure(result, *, top: int = TOP_HEADS):
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
         ax.set_xticks(range(0, heads, max(1, heads // 12)))
-        ax.set_yticks(range(0, layers, max(1, math.ceil(layers / 16))))
+        ticks = range(0, layers, max(1, math.ceil(layers / 16)))
+        ax.set_yticks(ticks)
+        if any(stack != "self" for stack, _ in result.rows):  # an encoder-decoder: name each row's stack
+            ax.set_yticklabels([f"{result.rows[t][0]} {result.rows[t][1]}" for t in ticks])
         ax.tick_params(labelsize=7)
         for effect in result.top_heads(top, by=field):
             value = float(getattr(effect, field))
             ax.add_patch(
-                Rectangle((effect.head - 0.5, effect.layer - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.4)
+                Rectangle(
+                    (effect.head - 0.5, result.row(effect) - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.4
+                )
             )
             shade = "white" if abs(value) > 0.6 * limit else "black"
-            ax.text(effect.head, effect.layer, f"{value:.2f}", ha="center", va="center", fontsize=6.5, color=shade)
+            ax.text(
+                effect.head, result.row(effect), f"{value:.2f}", ha="center", va="center", fontsize=6.5, color=shade
+            )
     fig.suptitle(
         f"{result.model} · logit({result.answer!r}) − logit({result.wrong!r}): clean "
         f"{result.clean_logit_diff:.2f}, corrupt {result.corrupt_logit_diff:.2f}",

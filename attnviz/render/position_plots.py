@@ -33,7 +33,7 @@ def position_figure(all_stats: Sequence, *, stack: str = "self"):
     columns = len(POSITION_METRICS)
     fig, axes = subplots(rows, columns, figsize=(4.2 * columns, 3.3 * rows + 0.5), squeeze=False, layout="constrained")
     cmap = colormap("viridis")
-    num_layers = max(len(stats.by_position.layers(stack)) for stats in all_stats)
+    num_layers = max(stats.by_position.layers(stack)[-1].layer + 1 for stats in all_stats)  # the model's numbers
     for row, stats in enumerate(all_stats):
         positions = stats.by_position
         starts = positions.bucket_starts

@@ -17,6 +17,7 @@ from torch import Tensor
 from attnviz.common.wording import plural
 from attnviz.render.figures import colormap, subplots
 from attnviz.render.heatmap import FIGURE_SUFFIXES, save_figure  # noqa: F401  (re-exported for the CLI)
+from attnviz.stats.tables import shown_statistics
 
 #: How each flag is drawn on the heatmaps: (marker, colour, legend text).
 FLAG_MARKERS: dict[str, tuple[str, str, str]] = {
@@ -50,6 +51,7 @@ ZERO_PANEL_REASONS: dict[str, str] = {
     "special_tokens": "no special tokens\n([CLS], [SEP], BOS, EOS)\namong these texts' keys",
     "first_token": "no query saw a first token\nother than itself",
     "previous_token": "no query had a previous token\n(one-token texts)",
+    "sink_share": "the model has no\nlearned attention sinks",
 }
 
 #: Statistics bounded by [0, 1] share a fixed colour scale; the others scale to their maximum.
@@ -263,8 +265,9 @@ def flag_matrices(stats, detection, stack: str = "self") -> dict[str, Tensor]:
     """``{flag: [layer, head] bool}`` from a :class:`~attnviz.stats.Detection`."""
     layers = stats.layers(stack)
     width = stats.original_matrix(stats.names[0], stack).shape[1]  # original head numbers of a pruned model
-    out = {flag: torch.zeros(len(layers), width, dtype=torch.bool) for flag in FLAG_MARKERS}
-    for row, site in enumerate(layers):
+    out = {flag: torch.zeros(stats.num_layers(stack), width, dtype=torch.bool) for flag in FLAG_MARKERS}
+    for site in layers:
+        row = site.layer
         ids = stats.original_ids(site)
         for head, head_flags in enumerate(detection.flags[site]):
             for flag in head_flags:
@@ -274,8 +277,9 @@ def flag_matrices(stats, detection, stack: str = "self") -> dict[str, Tensor]:
 
 
 def head_statistics_figure(stats, detection=None, *, stack: str = "self", names: Sequence[str] | None = None):
-    """:func:`statistics_figure` of a :class:`~attnviz.stats.HeadStatistics`."""
-    names = list(names or stats.names)
+    """:func:`statistics_figure` of a :class:`~attnviz.stats.HeadStatistics` (by default every statistic, the sink
+    share only for a model with attention sinks)."""
+    names = list(names or shown_statistics(stats, stats.names, stack))
     matrices = {name: stats.original_matrix(name, stack) for name in names}  # [layer, original head]
     flags = None if detection is None else flag_matrices(stats, detection, stack)
     title = f"{stats.model} · {stack} attention · {plural(stats.num_examples, 'example')}, {plural(stats.num_tokens, 'token')}"
@@ -284,7 +288,7 @@ def head_statistics_figure(stats, detection=None, *, stack: str = "self", names:
 
 def head_statistics_evolution_figure(all_stats, detections=None, *, stack: str = "self", names=None):
     """:func:`evolution_figure` of several :class:`~attnviz.stats.HeadStatistics` (one per checkpoint)."""
-    names = list(names or all_stats[0].names)
+    names = list(names or dict.fromkeys(n for s in all_stats for n in shown_statistics(s, s.names, stack)))
     matrices = [{name: stats.matrix(name, stack) for name in names} for stats in all_stats]
     counts = None
     if detections is not None:

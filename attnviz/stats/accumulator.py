@@ -61,8 +61,9 @@ class _SummarisedRows:
         self.filled = 0
         self.first: list[Tensor] = []  # each [b, h, blk]
         self.special: list[Tensor | None] = []  # each [b, h, blk]; None: no special token in reach
+        self.sink_share: list[Tensor] = []  # each [b, h, blk]; empty: the site has no attention sinks
 
-    def add(self, summary: RowSummary, first: Tensor, special: Tensor | None) -> None:
+    def add(self, summary: RowSummary, first: Tensor, special: Tensor | None, sink_share: Tensor | None) -> None:
         values = summary.fields  # [4 + 2·r, b, h, blk]; the core reuses this buffer for the next block
         end = self.filled + values.shape[-1]
         if self.summaries is None or end > self.summaries.shape[-1]:
@@ -74,17 +75,21 @@ class _SummarisedRows:
         self.filled = end
         self.first.append(first.clone())
         self.special.append(special)
+        if sink_share is not None:  # the core reuses this buffer too
+            self.sink_share.append(sink_share.clone())
         self.next_start += summary.values.shape[-1]
 
-    def rows(self) -> tuple[RowSummary, Tensor, Tensor | None]:
-        """(summary, first, special) of every query kept, ``[…, q]``; special is None if 0 throughout."""
+    def rows(self) -> tuple[RowSummary, Tensor, Tensor | None, Tensor | None]:
+        """(summary, first, special, sink share) of every query kept, ``[…, q]``; special is None if 0 throughout,
+        sink share None without sinks."""
         special = None
         if any(mass is not None for mass in self.special):
             special = torch.cat(
                 [torch.zeros_like(first) if mass is None else mass for mass, first in zip(self.special, self.first)], -1
             )
         assert self.summaries is not None  # a pending site has at least one block
-        return RowSummary(self.summaries[..., : self.filled]), torch.cat(self.first, dim=-1), special
+        sink_share = torch.cat(self.sink_share, dim=-1) if self.sink_share else None
+        return RowSummary(self.summaries[..., : self.filled]), torch.cat(self.first, dim=-1), special, sink_share
 
 
 class StatisticsAccumulator:
@@ -106,6 +111,8 @@ class StatisticsAccumulator:
     #: with a summary that holds the weights on key 0 and the special tokens (``summary_columns``), it needs no
     #: pattern at all: the core may then run attention tile by tile without ever writing one (``pattern=None``)
     accepts_summary_only = True
+    #: takes each row's weight on its head's attention sink, where the model has sinks (``sink_share``)
+    accepts_sink_share = True
 
     def __init__(self, *, causal: bool, local_window: int = 2, by_position: PositionSums | None = None):
         self.causal = causal  # the model is decoder-only causal (its "self" stack is causal)
@@ -169,8 +176,10 @@ class StatisticsAccumulator:
         query_start: int,
         scores: Tensor | None = None,
         summary: RowSummary | None = None,
+        sink_share: Tensor | None = None,
     ) -> None:
-        """``pattern`` ``[b, h, blk, c]``, or None when ``summary`` holds key 0 and the special tokens."""
+        """``pattern`` ``[b, h, blk, c]``, or None when ``summary`` holds key 0 and the special tokens;
+        ``sink_share`` ``[b, h, blk]``: each row's weight on its head's attention sink (None: no sinks)."""
         if site is None:
             return
         if self._batch is None:
@@ -192,7 +201,7 @@ class StatisticsAccumulator:
                 first, special = summary_columns_mass(summary, geometry)
             else:
                 first, special = pattern[..., 0], special_mass(pattern, geometry)
-            self._pending.add(summary, first, special)
+            self._pending.add(summary, first, special, sink_share)
             return
         if pattern is None:
             raise ValueError("a summary without the band or columns the statistics need, and no pattern")
@@ -203,7 +212,9 @@ class StatisticsAccumulator:
             self._layouts[key] = layout
         if self._scratch is None or self._scratch.numel() < pattern.numel() or self._scratch.device != pattern.device:
             self._scratch = torch.empty(pattern.numel(), dtype=torch.float32, device=pattern.device)
-        values = block_statistics(pattern, layout, geometry, self._scratch, scores, summary)  # [S, b, h, blk]
+        values = block_statistics(
+            pattern, layout, geometry, self._scratch, scores, summary, sink_share
+        )  # [S, b, h, blk]
         self._add(site, values, layout)
         if self.by_position is not None:
             self.by_position.add(site, values, layout, recent_share(pattern, layout, self.by_position.reach))
@@ -222,14 +233,14 @@ class StatisticsAccumulator:
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        summary, first, special = pending.rows()  # [F, b, h, q], [b, h, q], [b, h, q]
+        summary, first, special, sink_share = pending.rows()  # [F, b, h, q], then [b, h, q] each
         key = (pending.stack_key, pending.query_start, "rows", first.shape[-1])
         layout = self._layouts.get(key)
         if layout is None:
             geometry = self._geometry[pending.stack_key]
             layout = BlockLayout.rows(geometry, pending.query_start, first.shape[-1], self._window)
             self._layouts[key] = layout
-        values = summary_statistics(summary, first, special, layout)  # [S, b, h, q]
+        values = summary_statistics(summary, first, special, layout, sink_share)  # [S, b, h, q]
         self._add(pending.site, values, layout)
         if self.by_position is not None:  # the kernel's band reaches by_position.reach (summary_band_reach)
             self.by_position.add(pending.site, values, layout, summary_recent_share(summary, self.by_position.reach))

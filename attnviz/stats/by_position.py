@@ -206,10 +206,11 @@ class PositionStatistics:
         index = metric_index(metric)
         layers = self.layers(stack)
         heads = max((self.sites[site].shape[1] for site in layers), default=0)
-        out = torch.full((len(layers), heads, len(self.bucket_starts)), math.nan, dtype=torch.float64)
-        for row, site in enumerate(layers):
+        rows = max((site.layer for site in layers), default=-1) + 1  # the model's layer numbers (hybrid: NaN rows)
+        out = torch.full((rows, heads, len(self.bucket_starts)), math.nan, dtype=torch.float64)
+        for site in layers:
             values = self.sites[site][index]  # [h, B]
-            out[row, : values.shape[0]] = values
+            out[site.layer, : values.shape[0]] = values
         return out
 
     def layer_means(self, metric: str, stack: str = "self") -> Tensor:

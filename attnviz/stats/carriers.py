@@ -80,6 +80,9 @@ class TokenCarriers:
     #: the weights on key 0 may come from the core's row summary instead of a pattern (``summary_columns``)
     accepts_summary = True
     accepts_summary_only = True
+    #: it reads only the values (``observe_inputs(site, None, None, value, None)`` on models with their own eager
+    #: attention, value ``[b, h, k, d]``)
+    accepts_values_only = True
 
     def __init__(self, projections: Mapping[AttentionSite, Tensor]) -> None:
         self.projections = dict(projections)
@@ -93,7 +96,7 @@ class TokenCarriers:
         self._batch = batch
 
     def observe_inputs(
-        self, site: AttentionSite, query: Tensor, key: Tensor, value: Tensor, scaling: float | None
+        self, site: AttentionSite, query: Tensor | None, key: Tensor | None, value: Tensor, scaling: float | None
     ) -> None:
         projections = self.projections.get(site)
         self._site, self._norms = site, None

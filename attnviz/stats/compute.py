@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 from rich.progress import Progress
 
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
+from attnviz.common.images import ImageSource
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.progress import progress_bar
 from attnviz.common.wording import plural
@@ -24,16 +26,19 @@ from attnviz.core.weighting import check_weighting, weighted_observers
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.batching import DEFAULT_MAX_EXAMPLES, encode_batch, plan_batches, token_lengths
 from attnviz.models.identity import model_identity
+from attnviz.models.vision import vision_model_of
 from attnviz.stats.accumulator import StatisticsAccumulator
 from attnviz.stats.by_position import PositionSums, check_bucket_size
 from attnviz.stats.carriers import TokenCarriers
 from attnviz.stats.result import HeadStatistics
+from attnviz.stats.vision_language import ImageTokenShare
 
 
 def compute_statistics(
     loaded: LoadedModel,
-    texts: Sequence[str] | None = None,
+    data: Sequence | None = None,
     *,
+    texts: Sequence[str] | None = None,
     batches: Iterable[EncodedBatch] | None = None,
     batch_size: int | None = DEFAULT_MAX_EXAMPLES,
     max_tokens_per_batch: int | None = None,
@@ -45,8 +50,10 @@ def compute_statistics(
     by_position: bool = False,
     bucket_size: int | None = None,
     weighting: Weighting = "weights",
+    images: Sequence[ImageSource] | None = None,
 ) -> HeadStatistics:
-    """Per-head statistics of ``loaded`` over ``texts`` (or over ready-made ``batches``).
+    """Per-head statistics of ``loaded`` over ``data``: texts, or for a vision model or captioner images (or over
+    ready-made ``batches``).
 
     The statistics are accumulated inside the attention core while each layer runs
     (see :mod:`attnviz.stats.accumulator`): no pattern is kept, and for long inputs not
@@ -54,9 +61,11 @@ def compute_statistics(
 
     Args:
         loaded: the model.
-        texts: examples to encode with ``loaded.encode``, longest first, in batches of at most
+        data: texts to encode with ``loaded.encode``, longest first, in batches of at most
             ``batch_size`` examples and ``max_tokens_per_batch`` padded tokens (truncated to
-            ``max_length`` tokens).
+            ``max_length`` tokens); for a vision model or captioner, images (paths, bytes, PIL images or
+            arrays), read ``batch_size`` at a time (:func:`attnviz.stats.images.compute_image_statistics`).
+        texts: the earlier name of ``data`` (deprecated).
         batches: encoded batches to use instead of ``texts`` (toy models' task data).
         local_window: ``w`` of the ``local_ratio`` statistic.
         progress: show a progress bar over the examples.
@@ -72,12 +81,22 @@ def compute_statistics(
             each weight times the norm of the transformed value vector it moves (``α_ij·‖f_h(x_j)‖``,
             :mod:`attnviz.core.weighting`), with every row renormalised to sum 1 so that entropy,
             max weight and the masses keep their meaning.
+        images: one picture per text, for a vision-language model (paths, bytes, PIL images or arrays): each text
+            is read with its picture in it (:mod:`attnviz.captures.vision_language`), one example per batch, and
+            the result's ``picture`` says how much each head's text queries read the picture
+            (:mod:`attnviz.stats.vision_language`).
 
     Where the model's output projections can be cut by head (BERT-, GPT-2- and LLaMA-style models, toy
     models), the result also says what each token carries (``carriers``, :mod:`attnviz.stats.carriers`).
 
     The result records the wall time of the pass (``seconds``) and so its throughput.
     """
+    if texts is not None:
+        warnings.warn("compute_statistics(texts=...) is now compute_statistics(model, data)", DeprecationWarning, 2)
+        data = texts if data is None else data
+    if loaded.modality == "image" and batches is None:
+        return _image_statistics(loaded, data, batch_size, progress and parallel.is_main, by_position, weighting)
+    texts = data
     if (texts is None) == (batches is None):
         raise InputError("give either texts or batches")
     if local_window < 0:
@@ -91,10 +110,16 @@ def compute_statistics(
     check_bucket_size(bucket_size)
     check_weighting(weighting)
     longest: int | None = None  # tokens of the longest input, when known before the pass
+    pictures = None
+    if images is not None:
+        texts, batches, pictures = None, _picture_batches(loaded, texts, images), ImageTokenShare()
     if texts is not None:
         texts = list(texts)
         if not texts:
             raise InputError("no text given: give at least one example")
+        if not all(isinstance(text, str) for text in texts):
+            vision_model_of(loaded)  # images for a text model: refused, naming the models that read them
+            raise TypeError(f"{loaded.name} reads text: give a list of texts")
         lengths = token_lengths(loaded, texts, max_length)
         plan = plan_batches(lengths, max_tokens=max_tokens_per_batch, max_examples=batch_size)
         longest = max(lengths)
@@ -115,8 +140,10 @@ def compute_statistics(
     carriers = TokenCarriers(projections) if projections is not None else None
     observers = weighted_observers([accumulator], weighting, projections, renormalise=True)
     observers += [carriers] if carriers is not None else []
+    observers += [pictures] if pictures is not None else []
     # A corpus pass is where the fused kernel pays for its one-time build (see attnviz.core.kernel).
-    fused = prepare_kernel()
+    # On a GPU the pass runs the Triton tile kernel (attnviz.core.triton_rows) where Triton is installed.
+    fused = prepare_kernel() or loaded.device.type == "cuda"
     # progress steps are attention layers passed (a long text is one forward pass of minutes): batches × sites
     sites = len(loaded.layout()) if progress and parallel.is_main else 0
     start = time.perf_counter()
@@ -130,6 +157,8 @@ def compute_statistics(
             accumulator.begin_batch(batch)
             if carriers is not None:
                 carriers.begin_batch(batch)
+            if pictures is not None:
+                pictures.begin_batch(batch)
             with torch.no_grad():
                 loaded.forward(batch, context)
             bar.update(
@@ -148,7 +177,22 @@ def compute_statistics(
     stats.identity = model_identity(loaded)
     stats.weighting = weighting
     stats.carriers = carriers.result() if carriers is not None else None
+    stats.picture = pictures.result() if pictures is not None else None
     return stats
+
+
+def _picture_batches(loaded: LoadedModel, texts: Sequence[str] | None, images: Sequence[ImageSource]):
+    """One batch per text with its picture in it (each read when its batch comes); one picture per text."""
+    from attnviz.captures.vision_language import vision_language_batch
+
+    texts, images = list(texts or []), list(images)
+    if not texts or len(texts) != len(images):
+        raise InputError(
+            f"give one text per picture ({len(texts)} texts, {len(images)} pictures): a vision-language model reads "
+            "each picture inside its text"
+        )
+    vision_language_batch(loaded, texts[:1], images[:1])  # a model that reads no pictures in text is refused now
+    return (vision_language_batch(loaded, [text], [image]) for text, image in zip(texts, images))
 
 
 def _output_projections(loaded: LoadedModel, *, required: bool) -> dict | None:
@@ -175,6 +219,21 @@ class _LayerProgress:
         if site != self.site or query_start == 0:
             self.site = site
             self.step()
+
+
+def _image_statistics(
+    loaded: LoadedModel, images: Sequence | None, batch_size: int | None, progress: bool, by_position: bool, weighting
+) -> HeadStatistics:
+    """The statistics of a vision model or captioner over ``images`` (:mod:`attnviz.stats.images`)."""
+    from attnviz.stats.images import compute_image_statistics
+
+    if images is None:
+        raise InputError(f"{loaded.name} is a vision model: give it images to measure on")
+    if by_position:
+        raise InputError("statistics by position are for text: images have no reading order")
+    if weighting != "weights":
+        raise InputError("norm-based statistics are for text models: measure images by their weights")
+    return compute_image_statistics(loaded, images, batch_size=batch_size or DEFAULT_MAX_EXAMPLES, progress=progress)
 
 
 def _longest(batch: EncodedBatch) -> int:

@@ -4,6 +4,12 @@ Every statistic is a per-query number computed from one row of a head's pattern
 ``A`` (row ``i``: query ``i``; columns ``j``: the keys query ``i`` may see; the row
 sums to 1). A head's value is the mean over all non-padding query positions of the
 corpus (pooled over examples, so long examples weigh more), with its standard deviation.
+
+In a model with attention sinks (gpt-oss's learned per-head sink logits) each row's softmax also
+gives weight ``sᵢ`` to its head's sink, which has no value: the row's weights on keys sum to
+``1 − sᵢ``. Every statistic reads those real weights; the entropy is that of the whole softmax,
+keys and sink (``−Σⱼ Aᵢⱼ ln Aᵢⱼ − sᵢ ln sᵢ``), normalised by ``ln(keys + 1)``, and ``sink_share``
+is ``sᵢ`` itself (0 in a model without sinks).
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ class Statistic:
 
 
 STATISTICS: tuple[Statistic, ...] = (
-    Statistic("entropy", "−Σⱼ Aᵢⱼ ln Aᵢⱼ (0·ln 0 = 0)", "nats"),
+    Statistic("entropy", "−Σⱼ Aᵢⱼ ln Aᵢⱼ (0·ln 0 = 0; with an attention sink, also − sᵢ ln sᵢ)", "nats"),
     Statistic(
         "normalized_entropy",
-        "entropy ÷ ln(number of keys query i may see): i+1 in a causal model, all keys otherwise",
+        "entropy ÷ ln(number of keys query i may see, + 1 with a sink): i+1 in a causal model, all keys otherwise",
         "fraction",
         "queries that see a single key",
     ),
@@ -42,6 +48,11 @@ STATISTICS: tuple[Statistic, ...] = (
     Statistic("local_ratio", "Σ_{|i−j| ≤ w} Aᵢⱼ (w = the local window, 2 by default)", "probability"),
     Statistic("first_token", "Aᵢ₀ (mass on the first token: the attention sink)", "probability"),
     Statistic("special_tokens", "mass on the tokenizer's special tokens ([CLS], [SEP], BOS, EOS, …)", "probability"),
+    Statistic(
+        "sink_share",
+        "sᵢ = 1 − Σⱼ Aᵢⱼ: the weight query i gives its head's learned attention sink (0 without sinks)",
+        "probability",
+    ),
 )
 
 #: Statistic names in their fixed order (the first axis of accumulated tensors).

@@ -10,7 +10,8 @@ JSON object (one model; several models give a JSON list of these objects)::
      "weighting": "weights" | "norm",            # norm: rows of α_ij·‖f_h(x_j)‖ renormalised to sum 1
      "seconds": float | null,                    # wall time of the corpus pass (all processes)
      "tokens_per_second": float | null,          # num_tokens / seconds
-     "stacks": {stack: {"num_layers": int, "num_heads": int}},
+     "stacks": {stack: {"num_layers": int, "num_heads": int,
+                        "attention_layers": [int]}},   # layers with attention (fewer in a hybrid stack)
      "thresholds": {name: float | null, ..., "preset": str},
      "heads": [{"stack": str, "layer": int, "head": int,
                 "entropy": float, "entropy_std": float,
@@ -86,12 +87,17 @@ def stats_record(stats: HeadStatistics, detection: Detection, preset: str | None
         "seconds": None if stats.seconds is None else round(stats.seconds, 4),
         "tokens_per_second": None if stats.tokens_per_second is None else round(stats.tokens_per_second, 2),
         "stacks": {
-            stack: {"num_layers": stats.num_layers(stack), "num_heads": stats.num_heads(stack)}
+            stack: {
+                "num_layers": stats.num_layers(stack),
+                "num_heads": stats.num_heads(stack),
+                "attention_layers": [site.layer for site in stats.layers(stack)],
+            }
             for stack in stats.stacks
         },
         "thresholds": thresholds,
         "heads": heads,
         **({"image": stats.image.to_dict()} if stats.image is not None else {}),
+        **({"picture": stats.picture.to_dict()} if stats.picture is not None else {}),
         **({"by_position": position_record(stats)} if stats.by_position is not None else {}),
     }
 

@@ -58,6 +58,7 @@ class BlockLayout:
     width: int  # keys that can carry weight: c
     query: Tensor  # [blk] float32 positions i
     log_visible: Tensor  # [b, 1, blk] ln(keys query i may see), at least ln 2
+    log_visible_and_sink: Tensor  # [b, 1, blk] ln(keys query i may see + 1): a sink is one more outcome
     reach: Tensor  # [b, 1, blk] the largest distance query i can reach, at least 1
     distances: Tensor | None  # [blk, c] |i − j| (bidirectional stacks; causal ones need none)
     band_columns: Tensor  # [blk, o] long: key i − offset for offsets −w…w then 1 (clamped into range)
@@ -104,6 +105,7 @@ class BlockLayout:
             width=width,
             query=query.float(),
             log_visible=torch.log(visible_keys.clamp(min=2).float())[:, None, :],
+            log_visible_and_sink=torch.log(visible_keys.clamp(min=1).float() + 1)[:, None, :],
             reach=reach.clamp(min=1).float()[:, None, :],
             distances=distances,
             band_columns=keys.clamp(0, width - 1),

@@ -15,6 +15,7 @@ from attnviz.common.texts import load_texts
 from attnviz.core.choices import Weighting
 from attnviz.models.base import LoadedModel
 from attnviz.models.specs import load_model
+from attnviz.models.vision import vision_model_of
 from attnviz.stats.compute import compute_statistics
 from attnviz.stats.detect import Detection, detect_heads
 from attnviz.stats.result import HeadStatistics
@@ -46,7 +47,7 @@ def measure_checkpoints(
     :func:`~attnviz.stats.compute.compute_statistics` (``batch_size``, ``max_tokens_per_batch``,
     ``max_length``, ``truncate``, ``by_position``, ``bucket_size``, ``weighting``). Under ``parallel`` each process loads its own copy on its device.
     ``images`` (paths, bytes or PIL images): measure vision models on these instead of text
-    (:func:`~attnviz.stats.images.compute_image_statistics`). ``stack``: the stack that will be shown; a model
+    (:func:`~attnviz.stats.compute.compute_statistics` reads them). ``stack``: the stack that will be shown; a model
     without it is refused as soon as it loads, before it runs.
     """
     results = []
@@ -95,42 +96,35 @@ def measure_model(
         images = loaded.own_images(toy_examples, seed)  # the toy's own task images
         if images is None:
             raise InputError(f"{loaded.name} is a vision model: give it images to measure on")
+    if images is not None and loaded.reads_pictures_in_text:  # each picture inside its text
+        if texts is None:
+            raise InputError(
+                f"{loaded.name} is a vision-language model: it reads each picture inside a text, so give one text "
+                "per image to measure on"
+            )
+        stats = compute_statistics(
+            loaded, texts, images=images, local_window=local_window, parallel=parallel, progress=progress,
+            weighting=weighting,
+        )  # fmt: skip
+        return stats, detect_heads(stats, thresholds)
     if images is not None:
-        from attnviz.stats.images import compute_image_statistics
-
         if texts is not None:
             raise InputError("give either images or texts to measure on, not both")
-        if by_position:
-            raise InputError("statistics by position are for text: images have no reading order")
-        if weighting != "weights":
-            raise InputError("norm-based statistics are for text models: measure images by their weights")
-        stats = compute_image_statistics(
-            loaded, images, batch_size=batching.get("batch_size") or 8, progress=progress and parallel.is_main
-        )
-        return stats, detect_heads(stats, thresholds)
-    own = loaded.own_examples(toy_examples, seed) if texts is None else None
-    if own is not None:
-        stats = compute_statistics(
-            loaded,
-            batches=[own],
-            local_window=local_window,
-            parallel=parallel,
-            progress=progress,
-            by_position=by_position,
-            bucket_size=bucket_size,
-            weighting=weighting,
-        )
+        vision_model_of(loaded)  # a text model is refused here, naming the models that read images
+    own = loaded.own_examples(toy_examples, seed) if texts is None and images is None else None
+    if own is not None:  # a toy's own task examples, ready encoded
+        data, batching = None, {"batches": [own]}
     else:
-        corpus = texts if texts is not None else load_texts()
-        stats = compute_statistics(
-            loaded,
-            corpus,
-            local_window=local_window,
-            parallel=parallel,
-            progress=progress,
-            by_position=by_position,
-            bucket_size=bucket_size,
-            weighting=weighting,
-            **batching,
-        )
+        data = images if images is not None else texts if texts is not None else load_texts()
+    stats = compute_statistics(
+        loaded,
+        data,
+        local_window=local_window,
+        parallel=parallel,
+        progress=progress,
+        by_position=by_position,
+        bucket_size=bucket_size,
+        weighting=weighting,
+        **batching,
+    )
     return stats, detect_heads(stats, thresholds)

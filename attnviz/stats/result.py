@@ -55,6 +55,9 @@ class HeadStatistics(NotebookDisplay):
     weighting: str = "weights"
     #: what each token carries (an ``attnviz.stats.carriers.CarrierStatistics``), where the model allows it
     carriers: Any = None
+    #: texts with pictures in them (a vision-language model): each head's image share
+    #: (an ``attnviz.stats.vision_language.PictureStatistics``)
+    picture: Any = None
 
     names = STATISTIC_NAMES
 
@@ -126,7 +129,9 @@ class HeadStatistics(NotebookDisplay):
         return sorted(site for site in self.sites if site.stack == stack)
 
     def num_layers(self, stack: str = "self") -> int:
-        return len(self.layers(stack))
+        """Rows of :meth:`matrix`: the model's layers up to its last attention layer (a hybrid stack's layers
+        without attention are NaN rows, so row ``l`` is always layer ``l``)."""
+        return max(site.layer for site in self.layers(stack)) + 1
 
     def num_heads(self, stack: str = "self") -> int:
         """Heads per layer (the largest, if pruning made layers differ)."""
@@ -135,7 +140,8 @@ class HeadStatistics(NotebookDisplay):
     # -- values --------------------------------------------------------------------------------
 
     def matrix(self, name: str, stack: str = "self") -> Tensor:
-        """``[layer, head]`` float64 means of statistic ``name`` (as accumulated); NaN where a layer has fewer heads."""
+        """``[layer, head]`` float64 means of statistic ``name`` (as accumulated); NaN where a layer has fewer heads
+        (or none: a hybrid stack's layers without attention)."""
         return self._matrix(name, stack, "mean")
 
     def std_matrix(self, name: str, stack: str = "self") -> Tensor:
@@ -154,9 +160,9 @@ class HeadStatistics(NotebookDisplay):
         layers = self.layers(stack)
         ids = [self.original_ids(site) for site in layers]
         width = max((max(row) + 1 for row in ids if row), default=0)
-        out = torch.full((len(layers), width), math.nan, dtype=torch.float64)  # [layer, original head]
+        out = torch.full((self.num_layers(stack), width), math.nan, dtype=torch.float64)  # [layer, original head]
         for row, site in enumerate(layers):
-            out[row, ids[row]] = self.sites[site].mean[index].double()
+            out[site.layer, ids[row]] = self.sites[site].mean[index].double()
         return out
 
     def original_ids(self, site: AttentionSite) -> list[int]:
@@ -167,10 +173,10 @@ class HeadStatistics(NotebookDisplay):
         index = statistic_index(name)
         layers = self.layers(stack)
         # float64: the sums are float64, and float32 would round a mean distance of ~1000 to 6e-5
-        out = torch.full((len(layers), self.num_heads(stack)), math.nan, dtype=torch.float64)  # [layer, head]
-        for row, site in enumerate(layers):
+        out = torch.full((self.num_layers(stack), self.num_heads(stack)), math.nan, dtype=torch.float64)
+        for site in layers:  # out: [layer, head], rows of layers without attention NaN
             values = getattr(self.sites[site], field)[index]  # [h]
-            out[row, : values.shape[0]] = values.double()
+            out[site.layer, : values.shape[0]] = values.double()
         return out
 
     def heads(self) -> Iterator[tuple[AttentionSite, int, dict[str, float]]]:

@@ -24,6 +24,7 @@ def block_statistics(
     scratch: Tensor | None = None,
     scores: Tensor | None = None,
     summary: RowSummary | None = None,
+    sink_share: Tensor | None = None,
 ) -> Tensor:
     """Per-query statistics of one block of patterns.
 
@@ -38,6 +39,9 @@ def block_statistics(
             with it the entropy needs no logarithm over the block.
         summary: optional row summary from the core's fused kernel (:class:`~attnviz.core.kernel_calls.RowSummary`);
             when its band reaches the local window (:func:`summary_covers`) no statistic needs a pass.
+        sink_share: ``[b, h, blk]`` each row's weight on its head's attention sink, or None (no sinks): the
+            pattern's rows then sum to ``1 − sink_share`` and the entropy counts the sink as one more outcome.
+            ``scores`` are not used with it (they lack the sink's logit).
 
     Returns:
         ``[S, b, h, blk]`` float32 in :data:`STATISTIC_NAMES` order; meaningful where
@@ -47,11 +51,11 @@ def block_statistics(
     batch, heads, rows, width = pattern.shape
 
     if summary is not None and summary_covers(summary, layout.local_window):
-        return summary_statistics(summary, pattern[..., 0], special_mass(pattern, geometry), layout)
+        return summary_statistics(summary, pattern[..., 0], special_mass(pattern, geometry), layout, sink_share)
     # no usable summary: every statistic from the pattern
     temporary = torch.empty_like(pattern) if scratch is None else scratch[: pattern.numel()].view(pattern.shape)
     max_weight = pattern.amax(-1)  # [b, h, blk]
-    if scores is not None:
+    if scores is not None and sink_share is None:
         # A = softmax(s), so ln Aᵢⱼ = sᵢⱼ − lseᵢ and the entropy is lseᵢ − Σⱼ Aᵢⱼ sᵢⱼ, where
         # lseᵢ = maxⱼ sᵢⱼ − ln maxⱼ Aᵢⱼ (the largest score gives the largest weight). Two cheap
         # passes instead of a logarithm over the block, the costliest step of the statistics.
@@ -65,6 +69,8 @@ def block_statistics(
         # −Σ A log A with A log A = 0 at A = 0 (log of A + tiny), via log2, the fastest log.
         log_pattern = torch.add(pattern, torch.finfo(torch.float32).tiny, out=temporary).log2_()  # [b, h, blk, c]
         entropy = log_pattern.mul_(pattern).sum(-1).mul_(-math.log(2))  # [b, h, blk] nats
+        if sink_share is not None:  # the sink is one more outcome of the softmax
+            entropy = entropy - torch.xlogy(sink_share, sink_share)
     if layout.distances is None:
         # causal: every visible j ≤ i, so Σ Aᵢⱼ |i − j| = i·Σ Aᵢⱼ − Σ Aᵢⱼ·j, as one matrix-vector product
         mass = pattern.sum(-1)  # [b, h, blk] (1 up to rounding)
@@ -90,6 +96,7 @@ def block_statistics(
         band[..., : 2 * w + 1].sum(-1),
         pattern[..., 0],
         special,
+        sink_share,
     )
 
 
@@ -133,11 +140,18 @@ def summary_columns_mass(summary: RowSummary, geometry: StackGeometry) -> tuple[
     return first, (columns * flags.T[:, :, None, None]).sum(0)
 
 
-def summary_statistics(summary: RowSummary, first: Tensor, special: Tensor | None, layout: BlockLayout) -> Tensor:
+def summary_statistics(
+    summary: RowSummary,
+    first: Tensor,
+    special: Tensor | None,
+    layout: BlockLayout,
+    sink_share: Tensor | None = None,
+) -> Tensor:
     """``[S, b, h, q]`` statistics from the kernel's row summary, whose band reaches the local window.
 
     ``first``, ``special``: ``[b, h, q]`` weights on key 0 and on special tokens (None: 0);
-    ``layout``: the same queries' positions (:meth:`BlockLayout.rows` suffices).
+    ``layout``: the same queries' positions (:meth:`BlockLayout.rows` suffices); ``sink_share``: ``[b, h, q]``
+    each row's weight on its head's sink (None: no sinks; the kernel's entropy then already counts the sink).
     """
     special = torch.zeros_like(first) if special is None else special
     reach, w = summary.band_reach, layout.local_window
@@ -153,15 +167,21 @@ def summary_statistics(summary: RowSummary, first: Tensor, special: Tensor | Non
         local,
         first,
         special,
+        sink_share,
     )
 
 
-def _stack_statistics(layout, entropy, max_weight, distance, diagonal, previous, local, first, special) -> Tensor:
-    """The per-query values (each ``[b, h, q]``) as ``[S, b, h, q]`` in :data:`STATISTIC_NAMES` order."""
+def _stack_statistics(
+    layout, entropy, max_weight, distance, diagonal, previous, local, first, special, sink_share
+) -> Tensor:
+    """The per-query values (each ``[b, h, q]``) as ``[S, b, h, q]`` in :data:`STATISTIC_NAMES` order.
+
+    ``sink_share`` ``[b, h, q]`` or None (no sinks: 0, and the entropy is normalised by the keys alone)."""
+    outcomes = layout.log_visible if sink_share is None else layout.log_visible_and_sink
     return torch.stack(
         [
             entropy,
-            entropy / layout.log_visible,
+            entropy / outcomes,
             max_weight,
             distance,
             distance / layout.reach,
@@ -170,5 +190,6 @@ def _stack_statistics(layout, entropy, max_weight, distance, diagonal, previous,
             local,  # |i − j| ≤ w
             first,
             special,
+            torch.zeros_like(entropy) if sink_share is None else sink_share,
         ]
     )

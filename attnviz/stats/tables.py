@@ -30,6 +30,7 @@ HEADERS: dict[str, str] = {
     "local_ratio": "local",
     "first_token": "first",
     "special_tokens": "spec",
+    "sink_share": "sinkw",
     "first_value_norm": "‖f₀‖",
     "other_value_norm": "‖f‖",
     "first_token_weight_share": "w₀",
@@ -48,6 +49,7 @@ LEGEND: dict[str, str] = {
     "local_ratio": "local on ±w window",
     "first_token": "first on first token",
     "special_tokens": "spec on special tokens",
+    "sink_share": "sinkw on the learned attention sink",
     "first_value_norm": "‖f₀‖ first token's value norm ‖f(x₀)‖",
     "other_value_norm": "‖f‖ other tokens' mean value norm",
     "first_token_weight_share": "w₀ first token's share of the weights",
@@ -150,9 +152,12 @@ def tag_text(tags: Iterable[tuple[str, str]]) -> Text:
 
 
 def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: tuple[str, ...] | None = None) -> Table:
-    """The per-head table: one row per head, the mean of each statistic (all by default), and the flags."""
-    statistics = STATISTIC_NAMES if statistics is None else statistics
-    if stats.carriers is not None and tuple(statistics) == STATISTIC_NAMES:  # the full table: room for them
+    """The per-head table: one row per head, the mean of each statistic (all by default), and the flags.
+
+    The sink share is shown only for a model with attention sinks (elsewhere it is 0 throughout)."""
+    statistics = shown_statistics(stats, STATISTIC_NAMES if statistics is None else statistics, stack)
+    if stats.carriers is not None and tuple(statistics) == shown_statistics(stats, STATISTIC_NAMES, stack):
+        # the full table: room for them
         statistics = (*statistics, *CARRIER_FIELDS)
     image_queries = stats.image is not None and stack in ("self", "encoder")  # distances on the patch grid
     queries = plural(stats.stack_tokens(stack), "image token" if image_queries else "token")
@@ -166,6 +171,13 @@ def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: 
         flag_text = tag_text((_FLAG_LABELS.get(flag, flag), _FLAG_STYLES.get(flag, "")) for flag in flags)
         table.add_row(str(layer), str(head), *(_format(values.get(name, math.nan)) for name in statistics), flag_text)
     return table
+
+
+def shown_statistics(stats: HeadStatistics, statistics: Sequence[str], stack: str) -> tuple[str, ...]:
+    """``statistics`` without ``sink_share`` where no head of ``stack`` gives a learned sink any weight."""
+    if "sink_share" not in statistics or bool((stats.matrix("sink_share", stack).nan_to_num() > 0).any()):
+        return tuple(statistics)
+    return tuple(name for name in statistics if name != "sink_share")
 
 
 def table_statistics(width: int) -> tuple[str, ...]:
@@ -192,7 +204,8 @@ def overview(stats: HeadStatistics, detection: Detection, statistic: str, *, sta
     top = float(finite.max()) if name in ("entropy", "mean_distance") and finite.numel() else 1.0
     text = Text(f"{name} by layer (rows) and head (columns); × collapsed, ○ unfocused\n", style="bold")
     text.append("      " + "".join(f"{head:>5}" for head in range(matrix.shape[1])) + "\n", style="dim")
-    for row, site in enumerate(stats.layers(stack)):
+    for site in stats.layers(stack):
+        row = site.layer
         text.append(f"{site.layer:>5} ", style="dim")
         position = {original: head for head, original in enumerate(stats.original_ids(site))}
         for column in range(matrix.shape[1]):
@@ -258,6 +271,9 @@ def evolution_table(
 ) -> Table:
     """Across checkpoints: mean of each statistic over all heads of ``stack``, and problem-head counts."""
     statistics = STATISTIC_NAMES if statistics is None else statistics
+    # the sink share where some checkpoint has attention sinks
+    shown = {name for stats, _ in results for name in shown_statistics(stats, statistics, stack or stats.stacks[0])}
+    statistics = tuple(name for name in statistics if name in shown)
     table = Table(
         title="across checkpoints (mean over heads)",
         title_justify="left",

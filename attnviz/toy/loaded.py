@@ -31,6 +31,7 @@ from attnviz.core import AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruning_records import identity_from_history
+from attnviz.models.readers import HeadInput, LayerReaders, Projection, ResidualReaders, check_residual_sum
 from attnviz.models.readout import Readout, readout_of
 from attnviz.models.slicing import head_output_slices
 from attnviz.outputs import files
@@ -38,7 +39,7 @@ from attnviz.toy.config import ToyConfig
 from attnviz.toy.encoding import IGNORE, batch_toy_examples, encode_toy_texts, greedy_answers
 from attnviz.toy.files import write_checkpoint_files
 from attnviz.toy.inputs import random_symbols_batch, symbol_probe_batches
-from attnviz.toy.model import ToyOutput, ToyTransformer
+from attnviz.toy.model import Block, ToyOutput, ToyTransformer
 from attnviz.toy.pruning import prune_toy_heads
 from attnviz.toy.task_objective import TaskObjective
 from attnviz.toy.tasks import Task, TaskSettings, ToyExample, get_task
@@ -126,6 +127,28 @@ class ToyModel(LoadedModel):
 
     def readout(self) -> Readout | None:
         return readout_of(self.model.final_norm, self.model.lm_head)
+
+    def residual_readers(self) -> ResidualReaders:
+        """The blocks of a decoder or encoder toy (pre-LayerNorm sums): separate query, key and value ``nn.Linear``."""
+        self.check_patching()
+        blocks = self.model.decoder if self.model.decoder is not None else self.model.encoder
+        assert blocks is not None  # a decoder or an encoder toy (check_patching refuses encoder-decoder toys)
+        layers = []
+        for block in blocks:
+            assert isinstance(block, Block)
+            attention = block.attention
+            linears: tuple[tuple[HeadInput, nn.Linear], ...] = (
+                ("q", attention.query), ("k", attention.key), ("v", attention.value)
+            )  # fmt: skip
+            projections = tuple(
+                Projection(linear, linear.weight.detach(), linear.bias.detach(), attention.head_dim,
+                           tuple((kind, head) for head in range(attention.heads)))
+                for kind, linear in linears
+            )  # fmt: skip
+            layers.append(
+                LayerReaders(attention.site, block, block.attention_norm, projections, block.mlp_norm, block.mlp)
+            )
+        return check_residual_sum(self, ResidualReaders(tuple(layers), self.model.final_norm))
 
     def save_pruned(
         self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False

@@ -93,17 +93,17 @@ def vit(tiny_vision_dirs):
     return attnviz.load_model(str(tiny_vision_dirs["vit"]), device="cpu")
 
 
-def test_capture_image_takes_arrays_and_pil_images(vit):
+def test_capture_of_an_image_takes_arrays_and_pil_images(vit):
     pixels = np.random.default_rng(0).integers(0, 256, (40, 48, 3), dtype=np.uint8)
-    reference = attnviz.capture_image(vit, Image.fromarray(pixels))
+    reference = attnviz.capture(vit, Image.fromarray(pixels))
     for form in (pixels, pixels / 255.0, torch.from_numpy(pixels).permute(2, 0, 1)):
         given = form.clone() if isinstance(form, torch.Tensor) else form.copy()
-        result = attnviz.capture_image(vit, form)
+        result = attnviz.capture(vit, form)
         assert torch.equal(result.stacked(), reference.stacked())
         assert (given == form).all()  # the user's array is left as it was
     for bad, kind in ((pixels * 2.0, ValueError), (pixels[..., :2], ValueError), (42, TypeError)):
         with pytest.raises(kind) as error:
-            attnviz.capture_image(vit, bad)
+            attnviz.capture(vit, bad)
         assert_actionable(error.value)
 
 

@@ -10,6 +10,7 @@ from cli_helpers import assert_clean_error, run_cli
 from figure_helpers import read_svg
 from tiny_vision import build_tiny_captioner, build_tiny_vision_model, sample_images
 
+import attnviz
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.models.specs import load_model
 
@@ -134,7 +135,6 @@ def test_layer_head_and_stack_keep_only_what_is_asked(capsys, tmp_path, captione
 
 
 def test_heatmap_draws_one_overlay_per_written_word(capsys, tmp_path, captioners, picture):
-    from attnviz.captures.captioning import caption_capture
     from attnviz.render.caption_overlay import caption_rows
 
     directory = captioners["vit-gpt2"]
@@ -143,7 +143,7 @@ def test_heatmap_draws_one_overlay_per_written_word(capsys, tmp_path, captioners
     assert result.exit_code == 0, result.stderr
     figure = read_svg(out)
     loaded = load_model(str(directory), device="cpu")
-    capture = caption_capture(loaded, picture, target="a cat")
+    capture = attnviz.capture(loaded, picture, target="a cat")
     assert capture.target_tokens[1:] == ["a", "Ġc", "at"]  # every caption token after the start token
     # one panel title each, the leading space marked as on every label
     assert [text for text in figure.texts if text in {"a", "␣c", "at"}] == ["a", "␣c", "at"]
@@ -164,8 +164,6 @@ def test_heatmap_draws_one_overlay_per_written_word(capsys, tmp_path, captioners
 
 
 def test_caption_page_in_the_browser(capsys, tmp_path, captioners, picture, open_page):
-    from attnviz.captures.captioning import caption_capture
-
     directory = captioners["vit-gpt2"]
     page_path = tmp_path / "caption.html"
     result = run_cli(
@@ -178,7 +176,7 @@ def test_caption_page_in_the_browser(capsys, tmp_path, captioners, picture, open
     page.locator("button.word").nth(1).click()
     assert page.locator("body").get_attribute("data-word") == "␣c"
     assert page.locator("#thumbs canvas").count() == 2 * (4 + 1)  # every layer × (each head + the mean)
-    capture = caption_capture(load_model(str(directory), device="cpu"), picture, target="a cat")
+    capture = attnviz.capture(load_model(str(directory), device="cpu"), picture, target="a cat")
     row = capture.layer(-1, "cross")[:, 1, 1:].mean(0)  # the step that wrote "c": query 1 ("a"), mean of heads
     hottest = page.locator("body").get_attribute("data-hottest")
     assert float(row[capture.tokens.index(hottest) - 1]) >= float(row.max()) * (1 - 2 / 255)  # 8-bit page codes
@@ -187,9 +185,8 @@ def test_caption_page_in_the_browser(capsys, tmp_path, captioners, picture, open
 
 def test_notebook_shows_the_caption_page(captioners, picture):
     import attnviz
-    from attnviz.captures.captioning import caption_capture
 
-    capture = caption_capture(load_model(str(captioners["vit-gpt2"]), device="cpu"), picture, target="a cat")
+    capture = attnviz.capture(load_model(str(captioners["vit-gpt2"]), device="cpu"), picture, target="a cat")
     view = attnviz.show(capture)
     assert view.title == "attention: caption view" and '"words":["a","␣c","at"]' in view.html
     assert capture._repr_html_().startswith("<iframe")
@@ -259,8 +256,6 @@ def test_vision_checkpoint_without_pooler_loads_and_equals_eager(tmp_path, famil
     import transformers
     from tiny_vision import tiny_vision_config
 
-    from attnviz.captures.images import capture_image
-
     _, config, processor = tiny_vision_config(family)
     model_class = {"vit": transformers.ViTModel, "deit": transformers.DeiTModel}[family]
     torch.manual_seed(0)
@@ -269,7 +264,7 @@ def test_vision_checkpoint_without_pooler_loads_and_equals_eager(tmp_path, famil
     loaded = load_model(str(tmp_path / family), device="cpu")
     assert loaded.model.pooler is None  # built as saved
     image = sample_images(1, seed=2)[0]
-    capture = capture_image(loaded, image)
+    capture = attnviz.capture(loaded, image)
     reference = model_class.from_pretrained(tmp_path / family, attn_implementation="eager").eval()
     pixels = processor(images=[image], return_tensors="pt")["pixel_values"]
     with torch.no_grad():

@@ -10,9 +10,9 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 from rich.console import Console
 
+import attnviz
 from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.common.errors import InputError
-from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.heatmap import MASKED_LABEL, FigureStyle, label_positions, save_figure
 from attnviz.render.selection import MEAN_OF_HEADS
 from attnviz.render.terminal import terminal_heatmap
@@ -51,7 +51,7 @@ def test_scales_map_weights_as_documented():
 
 def test_figure_draws_the_pattern_with_vmax_and_masked_legend():
     result = _synthetic()
-    figure = capture_heatmap(result, layers=[1], heads=[2], style=FigureStyle(scale="sqrt", vmax=0.3))
+    figure = attnviz.heatmap(result, layers=[1], heads=[2], style=FigureStyle(scale="sqrt", vmax=0.3))
     image = figure.axes[0].images[0]
     drawn = image.get_array()  # [query, key], masked above the diagonal
     assert bool(drawn.mask[0, 1]) and not bool(drawn.mask[1, 0])
@@ -59,15 +59,15 @@ def test_figure_draws_the_pattern_with_vmax_and_masked_legend():
     assert image.norm.vmax == 0.3 and image.norm(0.3 * 0.25) == pytest.approx(0.5)
     assert [t.get_text() for t in figure.legends[0].get_texts()] == [MASKED_LABEL]
     assert figure._suptitle.get_text().startswith("SmolLM2-135M-Instruct (smollm2)")
-    bidirectional = capture_heatmap(_synthetic(causal=False), layers=[0], heads=[0])
+    bidirectional = attnviz.heatmap(_synthetic(causal=False), layers=[0], heads=[0])
     assert bidirectional.legends == []
 
 
 def test_pdf_uses_truetype_and_svg_keeps_text(tmp_path):
     result = _synthetic(causal=False, model="tiny")
-    pdf = save_figure(capture_heatmap(result, layers=[0], heads=[1]), tmp_path / "h.pdf").read_bytes()
+    pdf = save_figure(attnviz.heatmap(result, layers=[0], heads=[1]), tmp_path / "h.pdf").read_bytes()
     assert b"/FontFile2" in pdf and b"/Type3" not in pdf  # TrueType outlines (Type 42), no Type 3 fonts
-    svg = save_figure(capture_heatmap(result, layers=[0], heads=[1]), tmp_path / "h.svg").read_text()
+    svg = save_figure(attnviz.heatmap(result, layers=[0], heads=[1]), tmp_path / "h.svg").read_text()
     texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
     assert "t0" in texts and "t11" in texts
 
@@ -108,5 +108,5 @@ def test_terminal_cli_on_minilm(minilm, capsys, monkeypatch):
 
 
 def test_real_capture_title_names_the_model(minilm):
-    figure = capture_heatmap(capture(minilm, "Hello there."), layers=None, heads=MEAN_OF_HEADS)
+    figure = attnviz.heatmap(capture(minilm, "Hello there."), layers=None, heads=MEAN_OF_HEADS)
     assert figure._suptitle.get_text().startswith("all-MiniLM-L6-v2 (minilm) · layers 0–5")

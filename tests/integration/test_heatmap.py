@@ -7,10 +7,10 @@ import struct
 import pytest
 import torch
 
+import attnviz
 from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.common.errors import InputError, OutputError
 from attnviz.common.tokens import display_token, merge_words, word_groups, word_label
-from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.heatmap import causal_visibility, save_figure
 from attnviz.render.selection import MEAN_OF_HEADS
 
@@ -59,7 +59,7 @@ def test_causal_visibility():
 @pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf"])
 def test_render_formats(minilm, tmp_path, suffix):
     result = capture(minilm, "The cat sat on the mat because it was tired.")
-    path = save_figure(capture_heatmap(result, layers=[0], heads=[3]), tmp_path / f"head{suffix}")
+    path = save_figure(attnviz.heatmap(result, layers=[0], heads=[3]), tmp_path / f"head{suffix}")
     data = path.read_bytes()
     if suffix == ".png":
         width, height = png_size(path)
@@ -83,7 +83,7 @@ def test_grid_and_long_inputs_stay_bounded(tmp_path):
         word_ids=list(range(n)),
     )
     width, height = png_size(
-        save_figure(capture_heatmap(result, layers=None, heads=MEAN_OF_HEADS), tmp_path / "grid.png")
+        save_figure(attnviz.heatmap(result, layers=None, heads=MEAN_OF_HEADS), tmp_path / "grid.png")
     )
     assert width <= 30 * 150 and height <= 30 * 150
 
@@ -91,20 +91,20 @@ def test_grid_and_long_inputs_stay_bounded(tmp_path):
 def test_bad_selection_and_paths(minilm, tmp_path):
     result = capture(minilm, "Hello there.")
     with pytest.raises(InputError, match="out of range"):
-        capture_heatmap(result, layers=[7])
+        attnviz.heatmap(result, layers=[7])
     with pytest.raises(InputError, match="out of range"):
-        capture_heatmap(result, heads=[12])
+        attnviz.heatmap(result, heads=[12])
     with pytest.raises(OutputError, match="unsupported output file type"):
-        save_figure(capture_heatmap(result, layers=[0], heads=[0]), tmp_path / "x.jpg")
+        save_figure(attnviz.heatmap(result, layers=[0], heads=[0]), tmp_path / "x.jpg")
     with pytest.raises(OutputError, match="does not exist"):
-        save_figure(capture_heatmap(result, layers=[0], heads=[0]), tmp_path / "missing" / "x.png")
+        save_figure(attnviz.heatmap(result, layers=[0], heads=[0]), tmp_path / "missing" / "x.png")
 
 
 def test_every_layer_and_head_is_laid_out_one_row_per_layer():
     """No panel cap: SmolLM2's 30 x 9 heads give 30 rows of 9 panels (issue 10: the cap failed after loading)."""
     pattern = torch.softmax(torch.randn(30, 9, 4, 4), dim=-1)
     result = AttentionCapture(model="synthetic", tokens=list("abcd"), causal=True, patterns={"self": list(pattern)})
-    figure = capture_heatmap(result, layers=None, heads=None)
+    figure = attnviz.heatmap(result, layers=None, heads=None)
     panels = [ax for ax in figure.axes if ax.get_title()]
     assert [ax.get_title() for ax in panels[:10]] == [f"L0 H{h}" for h in range(9)] + ["L1 H0"]
     rows = {round(ax.get_position().y0, 3) for ax in panels}

@@ -14,6 +14,7 @@ from tiny_models import TEXTS
 
 import attnviz
 from attnviz.common.errors import OutputError
+from attnviz.heads import ProbeSettings
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def results(bert):
     """Every kind of result a notebook displays, from one tiny BERT."""
     capture = attnviz.capture(bert, TEXTS[0])
     stats = attnviz.compute_statistics(bert, TEXTS, progress=False)
-    probe = attnviz.ProbeSettings(length=6, sequences=2)
+    probe = ProbeSettings(length=6, sequences=2)
     functions = attnviz.head_functions(bert, probe=probe, similarity=True)
     return {
         "capture": capture,
@@ -37,7 +38,7 @@ def results(bert):
         "head functions": functions,
         "head similarity": functions.similarity,
         "atlas": attnviz.head_atlas(bert, TEXTS[:3], examples=1),
-        "query strips": attnviz.capture_query_rows(bert, TEXTS[0], "last", layers=[0]),
+        "query strips": attnviz.query_rows(bert, TEXTS[0], "last", layers=[0]),
     }
 
 
@@ -122,7 +123,7 @@ def test_figures_leave_backend_and_rcparams_alone(results, bert):
 
     capture, stats = results["capture"], results["statistics"]
     plots = {
-        "heatmap": lambda: attnviz.capture_heatmap(capture),
+        "heatmap": lambda: attnviz.heatmap(capture),
         "statistics": lambda: head_statistics_figure(stats, results["detection"]),
         "evolution": lambda: head_statistics_evolution_figure([stats, stats]),
         "probe scores": lambda: probe_scores_figure(results["head functions"]),

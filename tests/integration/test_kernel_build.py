@@ -66,6 +66,7 @@ def test_env_names_versions_device_kernel_and_caches(capsys, monkeypatch, tmp_pa
     assert described["kernel"]["state"] in ("loaded", "built", "not built", "disabled", "unavailable")
     text = run_cli(capsys, "env").stdout
     assert f"torch: {torch.__version__}" in text and "fused kernel: " in text
+    assert "statistics on cpu: " in text  # which kernel each device's statistics pass runs
 
 
 @pytest.fixture

@@ -84,9 +84,16 @@ def test_bad_input_is_one_error_line(capsys, tmp_path, monkeypatch, tiny_dirs, a
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def test_an_encoder_decoder_is_patched_and_names_each_heads_stack(capsys, tiny_model_dirs, tmp_path):
+    json_path = tmp_path / "bart.json"
+    result = run_cli(capsys, "patch", tiny_model_dirs["bart"], *PAIR, "--json", json_path)
+    assert result.exit_code == 0, result.stderr
+    heads = json.loads(json_path.read_text())["heads"]
+    assert {head["stack"] for head in heads} == {"encoder", "decoder", "cross"}
+    assert len(heads) == 3 * 2 * 4  # three stacks of 2 layers × 4 heads
+
+
 def test_models_attnviz_cannot_patch_are_refused_by_name(capsys, tiny_model_dirs, tiny_dirs):
-    result = run_cli(capsys, "patch", tiny_model_dirs["bart"], *PAIR)
-    assert_clean_error(result, "is an encoder-decoder model (bart)")
     result = run_cli(capsys, "patch", tiny_dirs["bert"], *PAIR)
     assert_clean_error(result, "has no language-model head")
     result = run_cli(capsys, "patch", tiny_dirs["llama"], "--clean", CLEAN)

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny_models import TEXTS
 
+import attnviz
 from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.captures.query_rows import capture_query_rows, query_rows_of_capture
 from attnviz.common.errors import InputError
@@ -64,7 +65,7 @@ def test_rows_equal_eager_attention(eager, family, query, block_elements, monkey
         monkeypatch.setattr(core_attention, "BLOCK_ELEMENTS", block_elements)
     loaded, reference = eager[family]
     count = reference[0].shape[1]
-    rows = capture_query_rows(loaded, TEXT, count // 2 if query == "middle" else query)
+    rows = attnviz.query_rows(loaded, TEXT, count // 2 if query == "middle" else query)
     position = _position(query, count)
     assert rows.query == position and len(rows.key_tokens) == count
     assert rows.layers == list(range(len(reference)))
@@ -139,10 +140,10 @@ def test_causal_mask_is_told_from_padding_and_windows():
 
 def test_chosen_layers_heads_and_mean(eager):
     loaded, reference = eager["llama"]
-    rows = capture_query_rows(loaded, TEXT, -1, layers=[-1], heads=[2, 7])
+    rows = attnviz.query_rows(loaded, TEXT, -1, layers=[-1], heads=[2, 7])
     assert rows.layers == [1] and rows.heads == [[2, 7]]
     assert (rows.row(1, 7) - reference[1][7, -1]).abs().max() <= 1e-6
-    mean = capture_query_rows(loaded, TEXT, 10, layers=[0], heads=MEAN_OF_HEADS)
+    mean = attnviz.query_rows(loaded, TEXT, 10, layers=[0], heads=MEAN_OF_HEADS)
     assert mean.labels() == ["L0 mean"]
     assert (mean.row(0) - reference[0][:, 10].mean(dim=0)).abs().max() <= 1e-6
 
@@ -151,12 +152,12 @@ def test_from_capture_gives_the_same_rows(eager, tmp_path, capsys):
     loaded, _ = eager["llama"]
     path = capture(loaded, TEXT).save(tmp_path / "c.safetensors")
     for query in (0, 17, "last", -3):
-        live = capture_query_rows(loaded, TEXT, query)
-        saved = query_rows_of_capture(AttentionCapture.load(path), query)
+        live = attnviz.query_rows(loaded, TEXT, query)
+        saved = attnviz.query_rows(AttentionCapture.load(path), query)
         assert saved.query == live.query and saved.key_tokens == live.key_tokens
         for mine, theirs in zip(saved.rows, live.rows):
             assert (mine - theirs).abs().max() <= 1e-6
-    rows = query_rows_of_capture(AttentionCapture.load(path), 17, layers=[1], heads=[3])
+    rows = attnviz.query_rows(AttentionCapture.load(path), 17, layers=[1], heads=[3])
     top = rows.top_keys(1)[0][0]
     result = run_cli(
         capsys, "heatmap", "--from-capture", path, "--query", "17", "--layer", "1", "--head", "3", "--terminal"
@@ -172,8 +173,8 @@ def _pool_by_hand(row: list[float], block: int) -> list[float]:
 @pytest.mark.parametrize("max_columns", [1024, 7])
 def test_figure_shows_the_rows_and_marks_the_top_keys(eager, max_columns):
     loaded, reference = eager["llama"]
-    rows = capture_query_rows(loaded, TEXT, 40, layers=[0, 1], heads=[1, 4, 6])
-    figure = query_strip(rows, max_columns=max_columns)
+    rows = attnviz.query_rows(loaded, TEXT, 40, layers=[0, 1], heads=[1, 4, 6])
+    figure = attnviz.heatmap(rows, max_columns=max_columns)
     strips_ax = figure.axes[0]
     shown = strips_ax.images[0].get_array()  # [strip, column], masked where the query sees no key
     count = len(rows.key_tokens)
@@ -203,10 +204,10 @@ def test_figure_shows_the_rows_and_marks_the_top_keys(eager, max_columns):
 
 def test_first_query_of_a_causal_model_sees_one_key(eager):
     loaded, _ = eager["llama"]
-    rows = capture_query_rows(loaded, TEXT, 0, layers=[0], heads=[0])
+    rows = attnviz.query_rows(loaded, TEXT, 0, layers=[0], heads=[0])
     assert rows.top_keys(5) == [[0]]
     assert float(rows.row(0, 0)[0]) == pytest.approx(1.0)
-    shown = query_strip(rows).axes[0].images[0].get_array()
+    shown = attnviz.heatmap(rows).axes[0].images[0].get_array()
     assert numpy.ma.getmaskarray(shown)[0].tolist() == [column != 0 for column in range(len(rows.key_tokens))]
 
 
@@ -258,9 +259,9 @@ def test_bad_queries_on_text_are_refused(tiny_model_dirs, tmp_path, capsys, monk
 def test_library_refuses_a_query_out_of_range(eager):
     loaded, _ = eager["bert"]
     with pytest.raises(InputError, match="out of range"):
-        capture_query_rows(loaded, "The cat sat.", 6)
+        attnviz.query_rows(loaded, "The cat sat.", 6)
     with pytest.raises(InputError, match="query position"):
-        capture_query_rows(loaded, "The cat sat.", "first")  # type: ignore[arg-type]
+        attnviz.query_rows(loaded, "The cat sat.", "first")  # type: ignore[arg-type]
 
 
 def test_terminal_cells_are_the_pooled_row_in_the_colour_helpers_colours():
@@ -294,11 +295,15 @@ def test_terminal_cells_are_the_pooled_row_in_the_colour_helpers_colours():
     assert "each cell is the largest weight of 5 neighbouring keys" in group.renderables[-1].plain
 
 
-def test_top_level_exports():
-    import attnviz
-
-    assert attnviz.capture_query_rows is capture_query_rows and attnviz.query_strip is query_strip
-    assert attnviz.QueryRows.__name__ == "QueryRows" and attnviz.query_rows_of_capture is query_rows_of_capture
+def test_old_top_level_names_warn_and_are_the_functions_query_rows_calls():
+    with pytest.deprecated_call(match=r"attnviz.query_rows\(model, text, query\)"):
+        assert attnviz.capture_query_rows is capture_query_rows
+    with pytest.deprecated_call(match=r"attnviz.query_rows\(capture, query\)"):
+        assert attnviz.query_rows_of_capture is query_rows_of_capture
+    with pytest.deprecated_call(match=r"attnviz.heatmap\(rows\)"):
+        assert attnviz.query_strip is query_strip
+    with pytest.deprecated_call(match="attnviz.captures.query_rows.QueryRows"):
+        assert attnviz.QueryRows.__name__ == "QueryRows"
 
 
 @pytest.fixture(scope="module")
@@ -345,8 +350,8 @@ def test_last_is_the_last_token_that_is_not_whitespace():
     tokens = ["The", "Ġcat", "Ġsat", ".", "Ċ"]
     attentions = torch.softmax(torch.randn(2, 3, 5, 5), dim=-1)  # [layer, head, query, key]
     capture = AttentionCapture.from_attentions(attentions, tokens, causal=False)
-    assert query_rows_of_capture(capture, "last").query == 3
-    assert query_rows_of_capture(capture, -1).query == 4
+    assert attnviz.query_rows(capture, "last").query == 3
+    assert attnviz.query_rows(capture, -1).query == 4
     assert resolve_query("last", 4, ["a", "Ġb", "ĠĊ", "Ġ"]) == 1
     assert resolve_query("last", 3, ["\n", "\n", "\n"]) == 2  # nothing but whitespace: the very last
     assert resolve_query("last", 3) == 2

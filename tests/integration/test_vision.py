@@ -11,8 +11,8 @@ import pytest
 import torch
 from tiny_vision import EXTRA_KINDS, VISION_FAMILIES, sample_images
 
+import attnviz
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.captures.images import capture_image, capture_images
 from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
 from attnviz.models.specs import load_model
 
@@ -36,7 +36,7 @@ def eager_attentions(path, pixel_values):
 def test_capture_equals_eager_attention(family, vision_models, tiny_vision_dirs):
     loaded = vision_models[family]
     images = sample_images(3, seed=11)
-    captures = capture_images(loaded, images)
+    captures = attnviz.capture(loaded, images)
     reference = eager_attentions(tiny_vision_dirs[family], loaded.encode_images(images).inputs["pixel_values"])
     assert len(reference) == captures[0].num_layers() == 2
     for index, result in enumerate(captures):
@@ -54,7 +54,7 @@ def test_capture_equals_eager_attention(family, vision_models, tiny_vision_dirs)
 
 
 def test_capture_file_keeps_grid_and_picture(vision_models, tmp_path):
-    result = capture_image(vision_models["dinov2_registers"], sample_images(1, seed=2)[0])
+    result = attnviz.capture(vision_models["dinov2_registers"], sample_images(1, seed=2)[0])
     path = result.save(tmp_path / "image.safetensors")
     again = AttentionCapture.load(path)
     assert again.image_grid == result.image_grid
@@ -68,7 +68,7 @@ def test_capture_file_keeps_grid_and_picture(vision_models, tmp_path):
 def test_picture_is_what_the_model_saw(vision_models):
     """The stored picture is the processed image with the normalisation undone (blocks of flat colour)."""
     image = sample_images(1, seed=4, size=32)[0]  # already 32×32: the processor does not resize
-    result = capture_image(vision_models["vit"], image)
+    result = attnviz.capture(vision_models["vit"], image)
     expected = torch.from_numpy(np.array(image)).float() / 255
     assert torch.allclose(result.extras["image"], expected, atol=1e-5)
 
@@ -99,7 +99,7 @@ def test_text_and_images_go_to_the_right_models(vision_models, minilm):
     with pytest.raises(InputError, match="vision model"):
         vision_models["vit"].encode(["a sentence"])
     with pytest.raises(InputError, match="text model"):
-        capture_image(minilm, sample_images(1)[0])
+        attnviz.capture(minilm, sample_images(1)[0])
 
 
 def test_text_tools_refuse_vision_models(vision_models):
@@ -146,12 +146,11 @@ def test_overlay_hottest_patch_is_the_patterns(family, query, view, vision_model
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from attnviz.heads.propagation import rollout
-    from attnviz.render.image_overlay import image_heatmap
 
-    result = capture_image(vision_models[family], sample_images(1, seed=5)[0])
+    result = attnviz.capture(vision_models[family], sample_images(1, seed=5)[0])
     result.extras["image"] = torch.zeros_like(result.extras["image"])  # black: only the overlay shows
     grid = result.image_grid
-    figure = image_heatmap(result, layers=[-1], heads=[2] if view == "heads" else None, query=query, view=view)
+    figure = attnviz.heatmap(result, layers=[-1], heads=[2] if view == "heads" else None, query=query, view=view)
     FigureCanvasAgg(figure)
     pattern = rollout(result) if view == "rollout" else result.layer(-1)[2]  # [query, key]
     if query is None and family == "siglip":  # no class token: the mean over patch queries
@@ -164,10 +163,8 @@ def test_overlay_hottest_patch_is_the_patterns(family, query, view, vision_model
 
 
 def test_overlay_shows_every_extra_token(vision_models):
-    from attnviz.render.image_overlay import image_heatmap
-
-    result = capture_image(vision_models["dinov2_registers"], sample_images(1)[0])
-    figure = image_heatmap(result, layers=[0], heads=[1])
+    result = attnviz.capture(vision_models["dinov2_registers"], sample_images(1)[0])
+    figure = attnviz.heatmap(result, layers=[0], heads=[1])
     strips = [child for ax in figure.axes for child in ax.child_axes]  # the cells beside the image
     labels = [label.get_text() for strip in strips for label in strip.get_yticklabels()]
     weights = result.layer(0)[1, 0, :3]  # the class token's attention to [CLS], [REG0], [REG1]
@@ -179,12 +176,12 @@ def test_overlay_shows_every_extra_token(vision_models):
 
 
 def test_image_statistics_match_a_hand_computation(vision_models):
-    from attnviz.stats.images import compute_image_statistics, sink_patch_count
+    from attnviz.stats.images import sink_patch_count
 
     loaded = vision_models["deit"]
     images = sample_images(5, seed=7)
-    stats = compute_image_statistics(loaded, images, batch_size=2, progress=False)
-    captures = capture_images(loaded, images)
+    stats = attnviz.compute_statistics(loaded, images, batch_size=2, progress=False)
+    captures = attnviz.capture(loaded, images)
     grid = captures[0].image_grid
     coordinates = torch.tensor([[p // 4, p % 4] for p in range(16)], dtype=torch.float64)
     distance = torch.cdist(coordinates, coordinates)  # [16, 16] patches
@@ -258,13 +255,12 @@ def test_an_empty_reason_leaves_no_dangling_separator():
 
 def test_the_first_panel_is_the_image_the_model_saw_and_the_docs_odd_patch_is_where_it_is():
     """docs/vision.md: the first panel is the input; the seed-3 image's odd patch is r0c0, where heads 2 and 3 look."""
-    from attnviz.render.image_overlay import image_heatmap
     from attnviz.toy.odd_patch import GRID, odd_patch_images
 
     images, labels = odd_patch_images(1, seed=3)
     assert divmod(labels[0], GRID) == (0, 0)  # r0c0, as the docs say
-    capture = capture_image(load_model("toy-odd-patch", device="cpu"), images[0])
-    figure = image_heatmap(capture)
+    capture = attnviz.capture(load_model("toy-odd-patch", device="cpu"), images[0])
+    figure = attnviz.heatmap(capture)
     titles = [ax.get_title() for ax in figure.axes]
     assert titles[0] == "input 32×32 · 4×4 patches" and titles[1:5] == [f"layer 1 · head {h}" for h in range(4)]
     shown = figure.axes[0].get_images()[0].get_array()

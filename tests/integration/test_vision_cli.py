@@ -43,7 +43,7 @@ def test_capture_then_heatmap_from_capture(capsys, tmp_path, image_folder, tiny_
 
 
 def test_stats_over_a_folder(capsys, tmp_path, image_folder, tiny_vision_dirs):
-    from attnviz.stats.images import compute_image_statistics
+    import attnviz
 
     out = tmp_path / "stats.json"
     extra = image_folder / "photo-0.png"
@@ -55,7 +55,7 @@ def test_stats_over_a_folder(capsys, tmp_path, image_folder, tiny_vision_dirs):
     assert record["num_examples"] == 5 and record["image"]["distance_unit"] == "patches"
     assert record["image"]["extra_tokens"] == ["[CLS]", "[REG0]", "[REG1]"]
     images = sorted(image_folder.glob("*.png")) + [extra]
-    stats = compute_image_statistics(
+    stats = attnviz.compute_statistics(
         load_model(str(tiny_vision_dirs["dinov2_registers"]), device="cpu"), images, progress=False
     )
     for row in record["heads"]:

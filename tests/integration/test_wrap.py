@@ -16,6 +16,7 @@ from wrap_helpers import eager_patterns, inputs_of, plain_outputs, user_model
 import attnviz
 from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.core import AttentionSite
+from attnviz.heads import ProbeSettings
 
 WRAPPABLE = ("bert", "gpt2", "llama", "bart", "t5")
 #: largest |capture − eager| allowed: float32 is exact up to rounding; bfloat16 rounds weights to 8 bits
@@ -108,7 +109,7 @@ def test_statistics_and_probes_of_a_wrapped_model_equal_those_of_the_loaded_one(
     theirs = attnviz.compute_statistics(loaded, TEXTS, progress=False)
     for name in ("entropy", "previous_token", "first_token"):
         assert torch.allclose(ours.matrix(name), theirs.matrix(name), atol=1e-9, rtol=0)
-    probe = attnviz.ProbeSettings(length=8, sequences=2)
+    probe = ProbeSettings(length=8, sequences=2)
     functions = attnviz.head_functions(wrapped, probe=probe)
     reference = attnviz.head_functions(loaded, probe=probe)
     assert torch.allclose(functions.matrix("induction"), reference.matrix("induction"), atol=1e-9, equal_nan=True)

@@ -140,6 +140,14 @@ def test_named_modules_exist(path):
     assert missing == [], f"{path.name} names modules or objects that do not exist: {missing}"
 
 
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_documents_use_no_deprecated_top_level_name(path):
+    import attnviz
+
+    named = set(re.findall(r"\battnviz\.([A-Za-z_]\w*)", path.read_text(encoding="utf-8")))  # prose and code
+    assert sorted(named & set(attnviz._DEPRECATED)) == [], f"{path.name} names old top-level names of attnviz"
+
+
 def resolves(dotted: str) -> bool:
     """Whether ``a.b.c`` is a module, or an attribute path below the longest importable module prefix."""
     parts = dotted.split(".")

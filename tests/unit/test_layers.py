@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("core", {"core"}),
     ("models", {"models", "toy"}),
     ("capture", {"captures"}),
-    ("analysis", {"stats", "heads", "compare", "patching"}),
+    ("analysis", {"stats", "heads", "compare", "patching", "circuit"}),
     ("output", {"render", "atlas", "prune"}),
     ("cli", {"cli", "__main__"}),
 ]

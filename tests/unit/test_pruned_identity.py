@@ -7,12 +7,12 @@ import json
 import pytest
 from tiny_models import TEXTS
 
+import attnviz
 from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.core import AttentionSite
 from attnviz.models.physical import prune_heads_physically
 from attnviz.models.pruned_format import save_pruned_checkpoint
 from attnviz.models.specs import load_model
-from attnviz.render.capture_view import capture_heatmap
 from attnviz.render.html_view import attention_view_payload
 from attnviz.stats import compute_statistics, detect_heads, stats_record
 from attnviz.stats.export import csv_text
@@ -62,7 +62,7 @@ def test_figures_and_pages_use_original_numbers(pruned_llama, tmp_path):
     loaded, marker = pruned_llama
     result = capture(loaded, TEXTS[0])
     layer1 = marker["sites"][1]
-    figure = capture_heatmap(result, layers=[1], heads=None)
+    figure = attnviz.heatmap(result, layers=[1], heads=None)
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
     expected = [f"L1 H{h}" + (" (masked)" if h in layer1["masked_heads"] else "") for h in layer1["kept_heads"]]
     assert titles == expected
@@ -106,7 +106,7 @@ def test_heads_are_chosen_by_their_original_numbers(pruned_llama):
     result = capture(loaded, TEXTS[0])
     kept = marker["sites"][1]["kept_heads"]
     last = kept[-1]  # an original number that is not a position in the pruned weights
-    figure = capture_heatmap(result, layers=[1], heads=[kept[0], last])
+    figure = attnviz.heatmap(result, layers=[1], heads=[kept[0], last])
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
     assert [title.split(" (")[0] for title in titles] == [f"L1 H{kept[0]}", f"L1 H{last}"]
     drawn = [ax.images[0].get_array() for ax in figure.axes if ax.get_title()]  # [query, key] each
@@ -114,4 +114,4 @@ def test_heads_are_chosen_by_their_original_numbers(pruned_llama):
     assert float(abs(drawn[1].filled(0) - expected.numpy()).max()) < 1e-6
     removed = next(head for head in range(max(kept) + 1) if head not in kept)
     with pytest.raises(InputError, match=f"head {removed} was pruned"):
-        capture_heatmap(result, layers=[1], heads=[removed])
+        attnviz.heatmap(result, layers=[1], heads=[removed])

@@ -30,17 +30,29 @@ SITE = AttentionSite("self", 0)
 # -- an independent reference: one query row at a time, Python floats ----------------------------------------
 
 
-def row_statistics(row: list[float], i: int, key_length: int, causal: bool, special: list[bool], window: int = 2):
-    """Every statistic of query ``i`` whose weights over the keys it may see are ``row``; None = skipped."""
+def row_statistics(
+    row: list[float],
+    i: int,
+    key_length: int,
+    causal: bool,
+    special: list[bool],
+    window: int = 2,
+    sink: float | None = None,
+):
+    """Every statistic of query ``i`` whose weights over the keys it may see are ``row``; None = skipped.
+
+    ``sink``: the row's weight on its head's attention sink (None: the model has none; ``row`` then sums to 1).
+    """
     visible = min(i + 1, key_length) if causal else key_length
     row = row[:visible]
-    entropy = -sum(a * math.log(a) for a in row if a > 0)
+    outcomes = row if sink is None else [*row, sink]  # the sink is one more outcome of the softmax
+    entropy = -sum(a * math.log(a) for a in outcomes if a > 0)
     distance = sum(a * abs(i - j) for j, a in enumerate(row))
     reach = i if causal else max(i, key_length - 1 - i)
     at = lambda j: row[j] if 0 <= j < len(row) else 0.0
     return {
         "entropy": entropy,
-        "normalized_entropy": entropy / math.log(visible) if visible > 1 else None,
+        "normalized_entropy": entropy / math.log(len(outcomes)) if visible > 1 else None,
         "max_weight": max(row),
         "mean_distance": distance,
         "normalized_distance": distance / reach if reach > 0 else None,
@@ -49,13 +61,17 @@ def row_statistics(row: list[float], i: int, key_length: int, causal: bool, spec
         "local_ratio": sum(a for j, a in enumerate(row) if abs(i - j) <= window),
         "first_token": row[0],
         "special_tokens": sum(a for j, a in enumerate(row) if special[j]),
+        "sink_share": 0.0 if sink is None else sink,
     }
 
 
-def reference_statistics(examples, causal: bool, window: int = 2) -> dict[str, tuple[list[float], list[float]]]:
+def reference_statistics(
+    examples, causal: bool, window: int = 2, sinks: bool = False
+) -> dict[str, tuple[list[float], list[float]]]:
     """``{statistic: (mean per head, std per head)}`` from full, unpadded ``[h, n, n]`` patterns.
 
-    ``examples``: list of ``(pattern [h, q, k], special flags of the keys)``.
+    ``examples``: list of ``(pattern [h, q, k], special flags of the keys)``. ``sinks``: the patterns come from a
+    model with attention sinks, each row's sink weight being 1 − the row's sum.
     """
     heads = examples[0][0].shape[0]
     values: dict[str, list[list[float]]] = {name: [[] for _ in range(heads)] for name in STATISTIC_NAMES}
@@ -63,7 +79,8 @@ def reference_statistics(examples, causal: bool, window: int = 2) -> dict[str, t
         for head in range(heads):
             for i in range(pattern.shape[1]):
                 row = [float(x) for x in pattern[head, i]]
-                for name, value in row_statistics(row, i, pattern.shape[2], causal, special, window).items():
+                sink = 1.0 - float(pattern[head, i].double().sum()) if sinks else None
+                for name, value in row_statistics(row, i, pattern.shape[2], causal, special, window, sink).items():
                     if value is not None:
                         values[name][head].append(value)
     out = {}

@@ -60,29 +60,32 @@ struct KeyWeights {
 // matrix products: a batched Q·Kᵀ over the key/value heads splits over as few threads as there are such
 // heads (3 for SmolLM2), so it leaves threads idle; these tasks keep every thread busy.
 // query:   float32 [b, h, q, d], last dim stride 1; rows query_start … query_start + r − 1 are the block.
-// key, value: float32 [b, kvh, k, d] contiguous, h a multiple of kvh (head g·n_rep + i reads kv head g).
+// key, value: float32 [b, kvh, k, d] and [b, kvh, k, dv] contiguous, h a multiple of kvh (head g·n_rep + i reads kv
+//          head g); dv, the value head size, may differ from d (multi-head latent attention).
 // scores:  float32 [b, h, r, c] contiguous buffer, c ≤ k: receives the pattern over keys < c (later keys
 //          must have weight 0: the mask hides them from every row of the block).
-// mask, summary, reach: as softmax_rows_.
-// output:  float32 [b, q, h, d] contiguous: receives pattern·V for the block's rows of every head.
+// mask, summary, reach, sinks, sink_share: as softmax_rows_.
+// output:  float32 [b, q, h, dv] contiguous: receives pattern·V for the block's rows of every head.
 // rows_per_task: query rows of one head per task (each task repacks its keys for BLAS: more rows, less waste).
 // key_weights: float32 [b, h, k] contiguous or an empty tensor; with it, weighted [b, h, r] receives each row's
 //          Σ_j pattern_ij·key_weights_j while the row is in L1 (a value-norm weighted sum, without a pass of its own).
 void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tensor scores,
                    c10::optional<at::Tensor> mask_opt, double scaling, int64_t query_start, at::Tensor summary,
                    int64_t reach, at::Tensor output, int64_t rows_per_task, at::Tensor key_weights,
-                   at::Tensor weighted) {
+                   at::Tensor weighted, OptionalTensor sinks, OptionalTensor sink_share) {
   const Sgemm sgemm = blas_sgemm();
   TORCH_CHECK(sgemm != nullptr, "no BLAS sgemm_ in this process");
   TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() == 4);
   TORCH_CHECK(query.scalar_type() == at::kFloat && query.dim() == 4 && query.stride(3) == 1);
   TORCH_CHECK(key.scalar_type() == at::kFloat && key.is_contiguous() && value.scalar_type() == at::kFloat &&
-              value.is_contiguous() && key.sizes() == value.sizes());
+              value.is_contiguous() && key.dim() == 4 && value.dim() == 4 &&
+              key.sizes().slice(0, 3) == value.sizes().slice(0, 3));
   TORCH_CHECK(output.scalar_type() == at::kFloat && output.is_contiguous() && output.dim() == 4);
   const int64_t batch = scores.size(0), heads = scores.size(1), rows = scores.size(2), width = scores.size(3);
-  const int64_t kv_heads = key.size(1), key_len = key.size(2), head_dim = key.size(3);
+  const int64_t kv_heads = key.size(1), key_len = key.size(2), head_dim = key.size(3), value_dim = value.size(3);
   TORCH_CHECK(heads % kv_heads == 0 && width <= key_len && query.size(3) == head_dim);
-  TORCH_CHECK(query_start + rows <= query.size(2) && output.size(1) == query.size(2) && output.size(2) == heads);
+  TORCH_CHECK(query_start + rows <= query.size(2) && output.size(1) == query.size(2) && output.size(2) == heads &&
+              output.size(3) == value_dim);
   const int64_t n_rep = heads / kv_heads, query_len = query.size(2);
   const MaskView mask(mask_opt, width);
   const int64_t total = batch * heads * rows;
@@ -90,6 +93,7 @@ void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tenso
   float* out = summary.numel() > 0 ? summary.data_ptr<float>() : nullptr;
   const float scale = static_cast<float>(scaling);
   const KeyWeights weights(key_weights, weighted, batch, heads, width, total);
+  const Sinks sink(sinks, sink_share, heads, total);
   const float* q_data = query.data_ptr<float>();
   const float* k_data = key.data_ptr<float>();
   const float* v_data = value.data_ptr<float>();
@@ -102,18 +106,20 @@ void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tenso
       const int64_t first = chunk * rows_per_task, n = std::min(rows_per_task, rows - first);
       const float* q = q_data + bt * query.stride(0) + hd * query.stride(1) + (query_start + first) * query.stride(2);
       const int64_t kv = (bt * kv_heads + hd / n_rep) * key_len * head_dim;  // [k, d] of kv head hd / n_rep
+      const int64_t vkv = (bt * kv_heads + hd / n_rep) * key_len * value_dim;  // [k, dv] of kv head hd / n_rep
       float* s = s_data + ((bt * heads + hd) * rows + first) * width;         // [n, c]
       // s[n, c] = q[n, d]·k[c, d]ᵀ
       matmul_rows(sgemm, q, query.stride(2), k_data + kv, head_dim, true, s, width, n, width, head_dim);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t row = (bt * heads + hd) * rows + first + i;
         const SummaryOut where{out ? out + row : nullptr, total, reach};
-        pattern_row(s + i * width, mask.at(bt, hd, first + i), width, scale, query_start + first + i, where);
+        pattern_row(s + i * width, mask.at(bt, hd, first + i), width, scale, query_start + first + i, where,
+                    sink.at(hd, row));
         if (weights.data) weights.sums[row] = weighted_sum(s + i * width, weights.row(bt * heads + hd), width);
       }
-      // o[n, d] = s[n, c]·v[c, d], the rows of head hd in output [b, q, h, d]
-      float* o = o_data + ((bt * query_len + query_start + first) * heads + hd) * head_dim;
-      matmul_rows(sgemm, s, width, v_data + kv, head_dim, false, o, heads * head_dim, n, head_dim, width);
+      // o[n, dv] = s[n, c]·v[c, dv], the rows of head hd in output [b, q, h, dv]
+      float* o = o_data + ((bt * query_len + query_start + first) * heads + hd) * value_dim;
+      matmul_rows(sgemm, s, width, v_data + vkv, value_dim, false, o, heads * value_dim, n, value_dim, width);
     }
   });
 }
@@ -121,7 +127,8 @@ void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tenso
 // One query row's running state in attend_rows_: flash attention's running max and Σ exp(s − max), with the
 // summary's sums, all relative to the running max (rescaled when it grows).
 struct OnlineRow {
-  float top = -std::numeric_limits<float>::infinity();  // largest scaled score so far
+  float top = -std::numeric_limits<float>::infinity();  // largest scaled score so far (the sink's included)
+  float key_top = -std::numeric_limits<float>::infinity();  // largest scaled score of a key so far
   double total = 0.0, shift = 0.0, distance = 0.0, weighted = 0.0;  // Σ e, Σ e·(s − top), Σ e·|i − j|, Σ e·w_j
 };
 
@@ -134,30 +141,35 @@ struct OnlineRow {
 // The summary (max weight, entropy, distance, band) is that of softmax_rows_, to rounding; the weights on the
 // band's keys and on `columns` come from their scaled scores, kept as the tiles pass, and the final max and sum.
 // query:   float32 [b, h, q, d], last dim stride 1; query row i is at position query_start + i.
-// key, value: float32 [b, kvh, k, d] contiguous, h a multiple of kvh.
+// key, value: float32 [b, kvh, k, d] and [b, kvh, k, dv] contiguous, h a multiple of kvh.
 // mask:    as softmax_rows_, over all q rows, or None.
 // stops:   int64 [⌈q/rows_per_task⌉]: the keys each task's rows can weigh (the mask hides every later one).
 // summary: float32 [4 + 2·reach + G, b, h, q] (softmax_rows_'s fields, then the weight on each of `columns`), or empty.
 // columns: int64 [G] key positions whose weights go to the summary.
-// output:  float32 [b, q, h, d] contiguous: pattern·V.
+// output:  float32 [b, q, h, dv] contiguous: pattern·V.
 // key_weights, weighted: as attend_block_ (weighted [b, h, q]).
+// sinks, sink_share: as softmax_rows_ (sink_share [b, h, q]): each row's running max and sum start with its sink.
+// causal:  query position p sees keys ≤ p only (the causal triangle without a mask tensor; with a mask, both apply).
 void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optional<at::Tensor> mask_opt,
                   double scaling, int64_t query_start, at::Tensor stops, at::Tensor summary, int64_t reach,
                   at::Tensor columns, at::Tensor output, int64_t rows_per_task, int64_t key_tile,
-                  at::Tensor key_weights, at::Tensor weighted) {
+                  at::Tensor key_weights, at::Tensor weighted, OptionalTensor sinks, OptionalTensor sink_share,
+                  bool causal) {
   TORCH_CHECK(query.scalar_type() == at::kFloat && query.dim() == 4 && query.stride(3) == 1);
   TORCH_CHECK(key.scalar_type() == at::kFloat && key.is_contiguous() && value.scalar_type() == at::kFloat &&
-              value.is_contiguous() && key.sizes() == value.sizes());
+              value.is_contiguous() && key.dim() == 4 && value.dim() == 4 &&
+              key.sizes().slice(0, 3) == value.sizes().slice(0, 3));
   TORCH_CHECK(output.scalar_type() == at::kFloat && output.is_contiguous() && output.dim() == 4);
   TORCH_CHECK(rows_per_task > 0 && key_tile > 0 && reach >= 0);
-  // own register-blocked products where the head dimension is a multiple of the block (64, 128, …), else BLAS
-  const bool own_products = query.size(3) % COLUMN_BLOCK == 0;
+  // own register-blocked products where both head sizes are multiples of the block (64, 128, …), else BLAS
+  const bool own_products = query.size(3) % COLUMN_BLOCK == 0 && value.size(3) % COLUMN_BLOCK == 0;
   const Sgemm sgemm = blas_sgemm();
   TORCH_CHECK(own_products || sgemm != nullptr, "no BLAS sgemm_ in this process");
   const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2), head_dim = query.size(3);
-  const int64_t kv_heads = key.size(1), key_len = key.size(2);
+  const int64_t kv_heads = key.size(1), key_len = key.size(2), value_dim = value.size(3);
   TORCH_CHECK(heads % kv_heads == 0 && key.size(3) == head_dim && key.size(0) == batch);
-  TORCH_CHECK(output.size(0) == batch && output.size(1) == rows && output.size(2) == heads && output.size(3) == head_dim);
+  TORCH_CHECK(output.size(0) == batch && output.size(1) == rows && output.size(2) == heads &&
+              output.size(3) == value_dim);
   const int64_t n_rep = heads / kv_heads, chunks = (rows + rows_per_task - 1) / rows_per_task;
   TORCH_CHECK(stops.scalar_type() == at::kLong && stops.is_contiguous() && stops.numel() == chunks);
   TORCH_CHECK(columns.scalar_type() == at::kLong && columns.is_contiguous() && columns.dim() == 1);
@@ -171,6 +183,7 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
                                        summary.numel() == (3 + band + gathered) * total_rows));
   float* out = summary.numel() > 0 ? summary.data_ptr<float>() : nullptr;
   const KeyWeights weights(key_weights, weighted, batch, heads, key_len, total_rows);
+  const Sinks sink(sinks, sink_share, heads, total_rows);
   const float* q_data = query.data_ptr<float>();
   const float* k_data = key.data_ptr<float>();
   const float* v_data = value.data_ptr<float>();
@@ -179,7 +192,7 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
   const float lowest = -std::numeric_limits<float>::infinity();
   // Keys and values rearranged once per call into the panels the products read contiguously: keys
   // [b, kvh, k' / CB, d, CB] (k' = k padded to KEY_PADDING with zeros, so a tile's last block reads whole vectors),
-  // values [b, kvh, d / CB, k, CB] (CB = COLUMN_BLOCK).
+  // values [b, kvh, dv / CB, k, CB] (CB = COLUMN_BLOCK).
   const int64_t padded_len = (key_len + KEY_PADDING - 1) / KEY_PADDING * KEY_PADDING;
   at::Tensor key_panels, value_panels;
   if (own_products) {
@@ -188,7 +201,7 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
     key_panels = key_panels.view({batch, kv_heads, padded_len / COLUMN_BLOCK, COLUMN_BLOCK, head_dim})
                      .transpose(3, 4)
                      .contiguous();
-    value_panels = value.view({batch, kv_heads, key_len, head_dim / COLUMN_BLOCK, COLUMN_BLOCK})
+    value_panels = value.view({batch, kv_heads, key_len, value_dim / COLUMN_BLOCK, COLUMN_BLOCK})
                        .permute({0, 1, 3, 2, 4})
                        .contiguous();
   }
@@ -211,14 +224,20 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
     const float* q = q_data + bt * query.stride(0) + hd * query.stride(1) + first * query.stride(2);
     const int64_t kv = (bt * kv_heads + hd / n_rep) * key_len * head_dim;  // [k, d] of kv head hd / n_rep
     const int64_t group = bt * kv_heads + hd / n_rep;
+    const int64_t vkv = group * key_len * value_dim;  // [k, dv] of kv head hd / n_rep
     const float* key_panel = own_products ? kp_data + group * padded_len * head_dim : nullptr;  // [k'/CB, d, CB]
-    const float* value_panel = own_products ? vp_data + group * key_len * head_dim : nullptr;   // [d/CB, k, CB]
-    const int64_t out_stride = heads * head_dim;
-    float* o = o_data + ((bt * rows + first) * heads + hd) * head_dim;  // rows of head hd in output [b, q, h, d]
+    const float* value_panel = own_products ? vp_data + vkv : nullptr;                          // [dv/CB, k, CB]
+    const int64_t out_stride = heads * value_dim;
+    float* o = o_data + ((bt * rows + first) * heads + hd) * value_dim;  // rows of head hd in output [b, q, h, dv]
     const float* w_row = weights.row(bt * heads + hd);
+    const float* sink_logit = sink.logits ? sink.logits + hd : nullptr;
     for (int64_t i = 0; i < n; ++i) {
-      std::fill(o + i * out_stride, o + i * out_stride + head_dim, 0.0f);
+      std::fill(o + i * out_stride, o + i * out_stride + value_dim, 0.0f);
       state[i] = OnlineRow();
+      if (sink_logit) {  // the sink is the row's first term: exp(sink − max) = 1 with the max at the sink
+        state[i].top = *sink_logit;
+        state[i].total = 1.0;
+      }
     }
     std::fill(kept, kept + n * kept_width, lowest);
     for (int64_t key0 = 0; key0 < stop; key0 += key_tile) {
@@ -234,6 +253,8 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
         float* x = tile + i * tile_stride;
         const int64_t position = query_start + first + i;
         const float* mrow = mask.at(bt, hd, first + i);
+        if (causal && key0 + width - 1 > position)  // keys after the query's own position: weight 0 (−inf scores)
+          std::fill(x + std::max<int64_t>(0, position + 1 - key0), x + width, lowest);
         const int64_t body = width - width % Wide::width;
         float tile_top;
         if (mrow) {
@@ -249,6 +270,7 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
         for (int64_t g = 0; g < gathered; ++g)
           if (column_of[g] >= key0 && column_of[g] < key0 + width) row_kept[band + g] = x[column_of[g] - key0];
         OnlineRow& row = state[i];
+        row.key_top = std::max(row.key_top, tile_top);
         const float top = std::max(row.top, tile_top);
         if (top == lowest) {  // every key so far is masked with −inf: nothing to add yet
           std::fill(x, x + width, 0.0f);
@@ -262,7 +284,7 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
           row.weighted *= alpha;
           float* o_row = o + i * out_stride;
           const float shrink = static_cast<float>(alpha);
-          for (int64_t c = 0; c < head_dim; ++c) o_row[c] *= shrink;
+          for (int64_t c = 0; c < value_dim; ++c) o_row[c] *= shrink;
         }
         row.top = top;
         const float at = static_cast<float>(position), from = static_cast<float>(key0);
@@ -279,11 +301,11 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
       }
       // o[n, d] += exponentials[n, width]·v[key0 : key0 + width, d]
       if (own_products) {
-        tile_output(tile, tile_stride, value_panel + key0 * COLUMN_BLOCK, key_len * COLUMN_BLOCK, head_dim, width, o,
-                    out_stride, n);
+        tile_output(tile, tile_stride, value_panel + key0 * COLUMN_BLOCK, key_len * COLUMN_BLOCK, value_dim, width,
+                    o, out_stride, n);
       } else {
-        matmul_rows(sgemm, tile, tile_stride, v_data + kv + key0 * head_dim, head_dim, false, o, out_stride, n,
-                    head_dim, width, true);
+        matmul_rows(sgemm, tile, tile_stride, v_data + vkv + key0 * value_dim, value_dim, false, o, out_stride, n,
+                    value_dim, width, true);
       }
     }
     for (int64_t i = 0; i < n; ++i) {
@@ -291,12 +313,13 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
       const double inverse = 1.0 / row.total;
       const float inverse_f = static_cast<float>(inverse);
       float* o_row = o + i * out_stride;
-      for (int64_t c = 0; c < head_dim; ++c) o_row[c] *= inverse_f;
+      for (int64_t c = 0; c < value_dim; ++c) o_row[c] *= inverse_f;
       const int64_t flat = (bt * heads + hd) * rows + first + i;
       if (weights.data) weights.sums[flat] = static_cast<float>(row.weighted * inverse);
+      if (sink.shares) sink.shares[flat] = static_cast<float>(std::exp(static_cast<double>(*sink_logit) - row.top) * inverse);
       if (!out) continue;
-      const double h = std::log(row.total) - row.shift * inverse;
-      out[flat] = static_cast<float>(inverse);
+      const double h = std::log(row.total) - row.shift * inverse;  // with a sink: over keys and sink
+      out[flat] = static_cast<float>(sink_logit ? std::exp(static_cast<double>(row.key_top) - row.top) * inverse : inverse);
       out[total_rows + flat] = h > 0.0 ? static_cast<float>(h) : 0.0f;
       out[2 * total_rows + flat] = static_cast<float>(row.distance * inverse);
       const float* row_kept = kept + i * kept_width;
@@ -312,8 +335,18 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("softmax_rows_", &softmax_rows_);
-  m.def("attend_block_", &attend_block_);
-  m.def("attend_rows_", &attend_rows_);
+  // the sink arguments are optional (None: no sinks), after the positional ones
+  m.def("softmax_rows_", &softmax_rows_, py::arg("scores"), py::arg("mask"), py::arg("scaling"),
+        py::arg("query_start"), py::arg("summary"), py::arg("reach"), py::arg("sinks") = py::none(),
+        py::arg("sink_share") = py::none());
+  m.def("attend_block_", &attend_block_, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("scores"),
+        py::arg("mask"), py::arg("scaling"), py::arg("query_start"), py::arg("summary"), py::arg("reach"),
+        py::arg("output"), py::arg("rows_per_task"), py::arg("key_weights"), py::arg("weighted"),
+        py::arg("sinks") = py::none(), py::arg("sink_share") = py::none());
+  m.def("attend_rows_", &attend_rows_, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("mask"),
+        py::arg("scaling"), py::arg("query_start"), py::arg("stops"), py::arg("summary"), py::arg("reach"),
+        py::arg("columns"), py::arg("output"), py::arg("rows_per_task"), py::arg("key_tile"),
+        py::arg("key_weights"), py::arg("weighted"), py::arg("sinks") = py::none(),
+        py::arg("sink_share") = py::none(), py::arg("causal") = false);
   m.def("block_kernel_available", &block_kernel_available);
 }

@@ -220,23 +220,40 @@ struct SummaryOut {
   int64_t reach;    // band offsets −reach … reach
 };
 
-// One row: s = raw·scale (+ mask), then the softmax of s in place; optionally its summary.
+// A head's attention sink (gpt-oss's learned sinks): one more logit in every row's softmax whose weight goes to no
+// key, so the row's weights on keys sum to 1 − its sink share. None where `logit` is null (most models).
+struct SinkRow {
+  const float* logit = nullptr;  // the head's sink logit (already a logit: not scaled, not masked), or null
+  float* share = nullptr;        // receives the row's sink weight, or null
+};
+
+// One row: s = raw·scale (+ mask), then the softmax of s (and the sink, if any) in place; optionally its summary.
+// With a sink the summary's entropy is that of the whole distribution, keys and sink (−Σ p ln p over both).
 template <bool HasMask, bool Summarise>
 static inline void softmax_row(float* x, const float* mrow, int64_t width, float scale, int64_t query,
-                               const SummaryOut& out) {
+                               const SummaryOut& out, const SinkRow& sink = SinkRow()) {
   const int64_t body = width - width % Wide::width;
   const float lowest = -std::numeric_limits<float>::infinity();
   float top = Wide::largest(scale_and_max<Wide, HasMask>(x, mrow, 0, body, scale, Wide::set(lowest)));
   top = scale_and_max<Lanes1, HasMask>(x, mrow, body, width, scale, top);
+  const float key_top = top;  // the largest score of a key (the sink's may be larger)
+  if (sink.logit) top = std::max(top, *sink.logit);
 
-  const RowSums sums = exponentiate<Summarise>(x, width, top, static_cast<float>(query));
+  RowSums sums = exponentiate<Summarise>(x, width, top, static_cast<float>(query));
+  float sink_weight = 0.0f;  // exp(sink − max), the sink's term of Σ
+  if (sink.logit) {
+    sink_weight = std::exp(*sink.logit - top);
+    sums.total += sink_weight;
+    if (Summarise) sums.shift += static_cast<double>(sink_weight) * (static_cast<double>(*sink.logit) - top);
+  }
   const float inverse = 1.0f / sums.total;
   for (int64_t j = 0; j < body; j += Wide::width) Wide::store(x + j, Wide::mul(Wide::load(x + j), Wide::set(inverse)));
   for (int64_t j = body; j < width; ++j) x[j] *= inverse;
+  if (sink.share) *sink.share = sink_weight * inverse;
   if (Summarise) {
     const double total = sums.total;
     const double h = std::log(total) - sums.shift / total;
-    out.first[0] = inverse;
+    out.first[0] = sink.logit ? std::exp(key_top - top) * inverse : inverse;
     out.first[out.stride] = h > 0.0 ? static_cast<float>(h) : 0.0f;
     out.first[2 * out.stride] = static_cast<float>(sums.distance / total);
     for (int64_t offset = -out.reach; offset <= out.reach; ++offset) {
@@ -265,13 +282,38 @@ struct MaskView {
 
 // One row of a block: its softmax in place, and its summary when `out.first` is set.
 static inline void pattern_row(float* x, const float* mrow, int64_t width, float scale, int64_t query,
-                               const SummaryOut& out) {
+                               const SummaryOut& out, const SinkRow& sink = SinkRow()) {
   const bool summarise = out.first != nullptr;
-  if (mrow && summarise) softmax_row<true, true>(x, mrow, width, scale, query, out);
-  else if (mrow) softmax_row<true, false>(x, mrow, width, scale, query, out);
-  else if (summarise) softmax_row<false, true>(x, mrow, width, scale, query, out);
-  else softmax_row<false, false>(x, mrow, width, scale, query, out);
+  if (mrow && summarise) softmax_row<true, true>(x, mrow, width, scale, query, out, sink);
+  else if (mrow) softmax_row<true, false>(x, mrow, width, scale, query, out, sink);
+  else if (summarise) softmax_row<false, true>(x, mrow, width, scale, query, out, sink);
+  else softmax_row<false, false>(x, mrow, width, scale, query, out, sink);
 }
+
+// Per-head sink logits float32 [h] (None: no sinks) and where each row's sink weight goes, float32 [b, h, r]
+// contiguous (None: nowhere). Optional arguments of every routine, None by default.
+using OptionalTensor = c10::optional<at::Tensor>;
+static inline bool given(const OptionalTensor& t) { return t.has_value() && t->defined() && t->numel() > 0; }
+
+struct Sinks {
+  const float* logits = nullptr;
+  float* shares = nullptr;
+
+  Sinks(const OptionalTensor& sinks, const OptionalTensor& sink_share, int64_t heads, int64_t rows) {
+    if (!given(sinks)) return;
+    TORCH_CHECK(sinks->scalar_type() == at::kFloat && sinks->is_contiguous() && sinks->numel() == heads,
+                "sinks must be float32 [heads]");
+    logits = sinks->data_ptr<float>();
+    if (!given(sink_share)) return;
+    TORCH_CHECK(sink_share->scalar_type() == at::kFloat && sink_share->is_contiguous() && sink_share->numel() == rows,
+                "sink_share must be float32 [b, h, rows]");
+    shares = sink_share->data_ptr<float>();
+  }
+  // head `hd`'s sink and where row `row` (flat over [b, h, r]) puts its share
+  SinkRow at(int64_t hd, int64_t row) const {
+    return logits ? SinkRow{logits + hd, shares ? shares + row : nullptr} : SinkRow();
+  }
+};
 
 static void check_summary(const at::Tensor& summary, int64_t reach, int64_t rows) {
   TORCH_CHECK(reach >= 0);
@@ -284,8 +326,10 @@ static void check_summary(const at::Tensor& summary, int64_t reach, int64_t rows
 // mask:    float32 [b|1, h|1, r|1, >=c] additive (last dim stride 1), or None.
 // summary: float32 [3 + 2·reach + 1, b, h, r] (max weight, entropy in nats, mean |i - j|, then the weight on
 //          key i − o for o = −reach … reach), or an empty tensor.
+// sinks:   float32 [h] per-head sink logits, or None (no sinks); sink_share: float32 [b, h, r] receives each
+//          row's sink weight, or None.
 void softmax_rows_(at::Tensor scores, c10::optional<at::Tensor> mask_opt, double scaling, int64_t query_start,
-                   at::Tensor summary, int64_t reach) {
+                   at::Tensor summary, int64_t reach, OptionalTensor sinks, OptionalTensor sink_share) {
   TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() == 4);
   const int64_t batch = scores.size(0), heads = scores.size(1), rows = scores.size(2), width = scores.size(3);
   float* data = scores.data_ptr<float>();
@@ -294,11 +338,12 @@ void softmax_rows_(at::Tensor scores, c10::optional<at::Tensor> mask_opt, double
   check_summary(summary, reach, total);
   float* out = summary.numel() > 0 ? summary.data_ptr<float>() : nullptr;
   const float scale = static_cast<float>(scaling);
+  const Sinks sink(sinks, sink_share, heads, total);
   at::parallel_for(0, total, 8, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t q = row % rows, bh = row / rows, hd = bh % heads, bt = bh / heads;
       const SummaryOut where{out ? out + row : nullptr, total, reach};
-      pattern_row(data + row * width, mask.at(bt, hd, q), width, scale, query_start + q, where);
+      pattern_row(data + row * width, mask.at(bt, hd, q), width, scale, query_start + q, where, sink.at(hd, row));
     }
   });
 }

@@ -1,0 +1,265 @@
+"""Vision-language models (LLaVA, PaliGemma, Gemma 3 with images) on attnviz's attention core.
+
+A vision-language model reads a text in which a picture stands as a run of *image tokens*
+(:mod:`attnviz.models.vlm_families` says how each family's tokens cover the picture). attnviz reads the language
+model's self-attention over that whole sequence: stack ``self``, one layer per language-model layer, its tokens the
+text's tokens with the image tokens named ``r{row}c{col}`` (``[CLS]`` where the model keeps the class token), and
+``image_grid.start`` the position of the first. Each written token's attention over the image tokens is the
+captioning view (:mod:`attnviz.captures.vision_language`). The vision tower's own attention runs through the core
+too, unrecorded.
+
+Without an image the model is a plain language model: text commands (statistics, probes, patching) work on it
+as on any causal LM. The model directory holds the model and its processor (``processor.save_pretrained``: the
+tokenizer and the image processor).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError, reason
+from attnviz.common.images import ImageGrid
+from attnviz.common.progress import quiet_third_party
+from attnviz.common.tokens import token_strings, word_ids_from_markers
+from attnviz.core import AttentionSite
+from attnviz.models.base import EncodedBatch
+from attnviz.models.hf import HFModel
+from attnviz.models.placement import Placement
+from attnviz.models.vision import displayed_pixels
+from attnviz.models.vlm_families import VisionLanguageFamily, image_placeholder, vision_language_family
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+#: the module names under which vision-language models keep their language model (Idefics3, SmolVLM: text_model)
+_LANGUAGE_MODELS = ("language_model", "text_model")
+#: processor outputs that are not model inputs (PaliGemma's training labels)
+_NOT_INPUTS = ("labels",)
+
+
+@quiet_third_party()  # transformers' loading bars off for this call only
+def load_vision_language_model(
+    source: str | os.PathLike,
+    *,
+    name: str | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    device_map: Placement | None = None,
+) -> VisionLanguageModel:
+    """Load a vision-language model directory and its processor onto the attention core (see the module docstring).
+
+    The loader of :mod:`attnviz.models.specs` for a ``config.json`` of a family of
+    :data:`~attnviz.models.vlm_families.VLM_FAMILIES`."""
+    import transformers
+
+    from attnviz.models.hf import model_class_for
+    from attnviz.models.hf_checks import check_loading_info, first_line, quiet_image_processors, refuse_custom_code
+    from attnviz.models.vision_families import load_weights_on_core
+
+    source = str(source)
+    refuse_custom_code(source)
+    try:
+        config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False, local_files_only=True)
+    except Exception as exc:
+        raise ModelSpecError(f"cannot load model {source!r}: {first_line(exc)}") from exc
+    family = vision_language_family(config, source)
+    try:
+        with quiet_image_processors():
+            processor = transformers.AutoProcessor.from_pretrained(
+                source, trust_remote_code=False, local_files_only=True
+            )
+    except Exception as exc:
+        raise ModelSpecError(
+            f"cannot load the processor of vision-language model {source!r}: {first_line(exc)} (save it into the "
+            "model directory with processor.save_pretrained(directory))"
+        ) from exc
+    if getattr(processor, "image_processor", None) is None or getattr(processor, "tokenizer", None) is None:
+        raise ModelSpecError(
+            f"the processor of vision-language model {source!r} has no image processor or no tokenizer: save the "
+            "model's own processor (tokenizer and image processor) with processor.save_pretrained(directory)"
+        )
+    model, info = load_weights_on_core(model_class_for(config), source, dtype=dtype, device_map=device_map)
+    check_loading_info(info, source, buffers=(buffer for buffer, _ in model.named_buffers()))
+    if not device_map:
+        model.to(device)
+    model.eval()
+    loaded = VisionLanguageModel(model, processor, family, name=name or source)
+    loaded.check_weights()
+    loaded.check_layout()
+    return loaded
+
+
+class VisionLanguageModel(HFModel):
+    """A transformers vision-language model: a text with a picture in it, read by the language model's attention."""
+
+    reads_pictures_in_text = True
+
+    def __init__(self, model: nn.Module, processor: Any, family: VisionLanguageFamily, *, name: str):
+        super().__init__(model, processor.tokenizer, name=name)
+        self.processor = processor
+        self.family = family
+        if family.bidirectional_image:  # the image's tokens see each other both ways: not causal everywhere
+            self.causal = False
+        self.image_token_id = int(self.model.config.image_token_id)
+
+    def with_model(self, model: nn.Module) -> VisionLanguageModel:
+        return VisionLanguageModel(model, self.processor, self.family, name=self.name)
+
+    # -- sites: the language model's layers ----------------------------------------------------------
+
+    def _site_from_name(self, qualified_name: str, module: nn.Module) -> AttentionSite | None:
+        """``model.language_model.layers.3.self_attn`` (Idefics3: ``model.text_model…``) -> self.3; the vision tower's
+        layers are not recorded."""
+        parts = qualified_name.split(".")
+        inside = next((parts.index(name) for name in _LANGUAGE_MODELS if name in parts), None)
+        layers = [int(part) for part in parts[inside + 1 :] if part.isdigit()] if inside is not None else []
+        return AttentionSite("self", layers[0]) if layers else None
+
+    def check_layout(self) -> None:
+        """Refuse a model whose language model does not reach the core, or whose image tokens do not fit its grid
+        (a probe pass on a grey picture)."""
+        self._layout = None
+        if not self.layout():
+            raise UnsupportedModelError(
+                f"{self.name}: its language model's attention does not go through transformers' attention "
+                "interface, so attnviz cannot read it"
+            )
+
+    def probe_batch(self) -> EncodedBatch:
+        """A grey picture and a short text: finds the language model's sites and checks the image's grid."""
+        from PIL import Image as PILImage
+
+        return self.encode_images([PILImage.new("RGB", (224, 224), (128, 128, 128))], texts=["attention probe"])
+
+    # -- encoding ------------------------------------------------------------------------------------
+
+    def encode_images(self, images: Sequence[Image], *, texts: Sequence[str]) -> EncodedBatch:
+        """One batch of ``texts``, each with its picture from ``images`` (a prompt that names no image gets the
+        processor's image placeholder before it). Every example of a batch has the same image grid (one batch per
+        example where the texts before the pictures differ)."""
+        images, texts = list(images), list(texts)
+        if len(images) != len(texts) or not texts:
+            raise InputError(f"give one text per image ({len(images)} images, {len(texts)} texts)")
+        for text in texts:
+            if not text.strip():
+                raise InputError("the text is empty: give at least one word")
+        placeholder = image_placeholder(self.processor, self.family)
+        token = placeholder.strip()
+        prompts = [text if token in text else placeholder + text for text in texts]
+        if any(prompt.count(token) != 1 for prompt in prompts):
+            raise InputError(f"write the image placeholder {token} at most once per text: one picture per text")
+        try:
+            import warnings
+
+            from attnviz.models.hf_checks import quiet_image_processors
+
+            # numpy warns inside some processors (PaliGemma's copies its tensors into training labels)
+            with quiet_image_processors(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                encoded = self.processor(text=prompts, images=images, padding=True, return_tensors="pt")
+        except Exception as exc:  # a picture the image processor cannot resize, a text it cannot tokenise
+            raise InputError(f"{self.name}'s processor cannot read this input: {reason(exc)}") from exc
+        inputs = {key: value for key, value in encoded.items() if key not in _NOT_INPUTS}
+        pixels = inputs["pixel_values"]  # [b, 3, H, W]; Idefics3, SmolVLM: [b, tiles, 3, H, W]
+        if pixels.dim() == 5:
+            pixels = pixels[:, -1]  # one tile (more are refused below): the picture as the model saw it
+        grids, tokens, special, word_ids = [], [], [], []
+        for index in range(len(texts)):
+            length = int(inputs["attention_mask"][index].sum())
+            ids = inputs["input_ids"][index, :length].tolist()
+            grid = self.grid_of(ids, pixels.shape[-2], pixels.shape[-1])
+            labels = token_strings(self.tokenizer, ids)
+            labels[grid.start : grid.start + grid.num_tokens] = grid.token_labels()
+            special_ids = set(self.tokenizer.all_special_ids) - {self.image_token_id}
+            flags = [token_id in special_ids for token_id in ids]
+            # words of the text only: an image token is no piece of a word
+            pictured = [flag or position in grid.positions for position, flag in enumerate(flags)]
+            words = word_ids_from_markers(labels, pictured)
+            grids.append(grid)
+            tokens.append(labels)
+            special.append(flags)
+            word_ids.append(words)
+        if any(grid != grids[0] for grid in grids):
+            raise InputError("the pictures of one batch sit at different places in their texts: encode them one by one")
+        dtype = next(self.model.parameters()).dtype
+        device = self.device
+        return EncodedBatch(
+            inputs={
+                key: value.to(device, dtype) if key == "pixel_values" else value.to(device)
+                for key, value in inputs.items()
+            },
+            tokens=tokens,
+            special=special,
+            word_ids=word_ids,
+            truncated=[False] * len(texts),
+            image_grid=grids[0],
+            images=displayed_pixels(self.processor.image_processor, pixels),
+        )
+
+    def grid_of(self, ids: Sequence[int], height: int, width: int) -> ImageGrid:
+        """Where the image tokens of one encoded text sit, and how they cover a ``height × width`` picture."""
+        positions = [position for position, token_id in enumerate(ids) if token_id == self.image_token_id]
+        if not positions:
+            raise UnsupportedModelError(f"{self.name}: its processor put no image token into the text")
+        runs = 1 + sum(1 for before, after in itertools.pairwise(positions) if after != before + 1)
+        if runs > 1:
+            raise UnsupportedModelError(
+                f"{self.name}: its processor cut the picture into {runs} runs of image tokens (tiles and a thumbnail), "
+                "which attnviz does not map onto the picture yet: give a picture within the image processor's "
+                "max_image_size, or save the processor with do_image_splitting=False"
+            )
+        try:
+            rows, cols, patch, extra = self.family.grid(self.model.config, height, width, len(positions))
+        except UnsupportedModelError as exc:
+            raise UnsupportedModelError(f"{self.name}: {exc}") from exc
+        return ImageGrid(rows, cols, extra, patch, start=positions[0])
+
+    # -- what a vision-language model does ------------------------------------------------------------
+
+    def check_generation(self) -> None:
+        """It writes text (with its language-model head)."""
+        from attnviz.models.objective import has_lm_head
+
+        if not has_lm_head(self):
+            raise UnsupportedModelError(f"{self.name} has no language-model head: it cannot write text")
+
+    def readout(self):
+        """The language model's final norm and the unembedding (checked on a probe, as for any causal LM)."""
+        from attnviz.models.hf_patching import hf_readout
+
+        base = self.model.base_model
+        return hf_readout(
+            self, base=next((getattr(base, name) for name in _LANGUAGE_MODELS if hasattr(base, name)), None)
+        )
+
+    def answer_position(self, batch: EncodedBatch, index: int) -> int:
+        """The last token: the language model's next-token prediction is read there."""
+        return batch.lengths[index] - 1
+
+
+def vision_language_model_of(loaded: Any) -> VisionLanguageModel:
+    """``loaded`` itself when it reads a text with a picture in it; a one-line error otherwise."""
+    if isinstance(loaded, VisionLanguageModel):
+        return loaded
+    from attnviz.models.vlm_families import SUPPORTED_VLM_NAMES, VLM_FAMILIES, is_vision_language_type
+
+    config = getattr(loaded.model, "config", None)
+    if config is not None and is_vision_language_type(config):  # read as its language model: text only
+        if config.model_type in VLM_FAMILIES:
+            raise InputError(
+                f"{loaded.name} was loaded without its image processor, so it reads text only: save the model's "
+                "processor into its directory (processor.save_pretrained(directory)), or give "
+                "attnviz.wrap(model, processor)"
+            )
+        vision_language_family(config, loaded.name)  # refuses the family by name, with the reason
+    kind = "a vision model" if getattr(loaded, "modality", "text") == "image" else "a text model"
+    raise InputError(
+        f"{loaded.name} is {kind}: a text with a picture in it needs a vision-language model ({SUPPORTED_VLM_NAMES})"
+        + (", or give the image alone (no text)" if kind == "a vision model" else "")
+    )

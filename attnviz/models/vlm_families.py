@@ -1,0 +1,152 @@
+"""Which vision-language families attnviz reads (or refuses, by name), and how each one's image tokens cover the
+picture.
+
+A vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM) turns a picture into a run of *image tokens* inside
+its text: a vision tower reads the patches, a projection maps them into the language model's width, and they take
+the places of the processor's image placeholders. Which patch each image token stands for follows from the
+processor's output and the model's config, never from a guess:
+
+* ``patch grid`` (LLaVA, PaliGemma): one token per patch of the vision tower's grid, row-major, after the class
+  token where the model keeps it (LLaVA's ``vision_feature_select_strategy="full"``): the tokens counted in the
+  text say which;
+* ``pooled grid`` (Gemma 3): the tower's patches are average-pooled onto a ``√n × √n`` grid of ``n`` tokens
+  (``mm_tokens_per_image``), so each token covers a square of the picture; Idefics3 and SmolVLM merge each
+  ``s × s`` block of patches into one token (pixel shuffle), row-major, which makes the same kind of grid. Their
+  processors may cut a large picture into tiles plus a thumbnail (several runs of image tokens): that is refused
+  with one line (a picture within ``max_image_size`` stays whole).
+
+The count of image tokens in the text is checked against the grid; anything else is refused with one line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnviz.common.errors import UnsupportedModelError
+
+
+@dataclass(frozen=True)
+class VisionLanguageFamily:
+    """How one family's image tokens map onto the processed picture."""
+
+    label: str  # the family's name in messages
+    #: the tokens of an image (and the text before them, PaliGemma's prefix) attend to each other both ways, so the
+    #: language model's patterns are not causal everywhere
+    bidirectional_image: bool
+    #: ``(rows, cols, (patch height, patch width), extra kinds)`` of an image of ``height × width`` processed pixels
+    #: that became ``tokens`` image tokens; raises UnsupportedModelError when they do not fit
+    grid: Callable[[Any, int, int, int], tuple[int, int, tuple[int, int], tuple[str, ...]]]
+    #: what follows the image placeholder that a prompt naming no image gets before it
+    separator: str = ""
+
+
+def _patch_grid(config: Any, height: int, width: int, tokens: int):
+    """One token per patch of the vision tower, after its class token where the model keeps it."""
+    size = config.vision_config.patch_size
+    patch = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    rows, cols = height // patch[0], width // patch[1]
+    extra = tokens - rows * cols
+    if extra not in (0, 1):
+        raise UnsupportedModelError(
+            f"its image became {tokens} tokens, but a {height}×{width} picture in {patch[0]}×{patch[1]} patches makes "
+            f"{rows}×{cols} = {rows * cols}; attnviz cannot map them onto the picture"
+        )
+    return rows, cols, patch, ("cls",) * extra
+
+
+def _pooled_grid(config: Any, height: int, width: int, tokens: int):
+    """The tower's patches average-pooled onto a square grid of ``tokens`` tokens."""
+    side = math.isqrt(tokens)
+    if side * side != tokens or height % side or width % side:
+        raise UnsupportedModelError(
+            f"its image became {tokens} tokens, which do not pool a {height}×{width} picture onto a square grid; "
+            "attnviz cannot map them onto the picture"
+        )
+    return side, side, (height // side, width // side), ()
+
+
+#: model_type -> how attnviz reads it
+VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
+    "llava": VisionLanguageFamily("LLaVA", False, _patch_grid, separator="\n"),
+    "paligemma": VisionLanguageFamily("PaliGemma", True, _patch_grid),
+    "gemma3": VisionLanguageFamily("Gemma 3", True, _pooled_grid),
+    # pixel shuffle merges each s × s block of the tower's patches into one token, row-major: a square grid too
+    "idefics3": VisionLanguageFamily("Idefics3", False, _pooled_grid),
+    "smolvlm": VisionLanguageFamily("SmolVLM", False, _pooled_grid),
+}
+#: vision-language families attnviz refuses, by model_type, with the reason
+REFUSED_VLMS = {
+    "mllama": "Mllama reads the image through cross-attention layers between its self-attention layers, which "
+    "attnviz does not map onto the picture yet",
+    "qwen2_vl": "Qwen2-VL merges patches at a resolution of its own choosing (its processor needs torchvision), "
+    "which attnviz does not map onto the picture yet",
+    "qwen2_5_vl": "Qwen2.5-VL merges patches at a resolution of its own choosing (its processor needs torchvision), "
+    "which attnviz does not map onto the picture yet",
+    "llava_next": "LLaVA-NeXT cuts the image into tiles of several resolutions, which attnviz does not map onto the "
+    "picture yet",
+    "llava_onevision": "LLaVA-OneVision cuts the image into tiles of several resolutions, which attnviz does not map "
+    "onto the picture yet",
+}
+SUPPORTED_VLM_NAMES = "LLaVA, PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles)"
+
+
+def is_vision_language_type(config: Any) -> bool:
+    """Whether ``config`` is of a vision-language family attnviz reads or refuses by name, or any other model
+    that puts image tokens into a language model's text (refused: its image tokens cannot be mapped)."""
+    model_type = getattr(config, "model_type", "")
+    if model_type in VLM_FAMILIES or model_type in REFUSED_VLMS:
+        return True
+    has_towers = getattr(config, "vision_config", None) is not None and getattr(config, "text_config", None) is not None
+    return has_towers and any(
+        getattr(config, field, None) is not None for field in ("image_token_id", "image_token_index")
+    )
+
+
+def is_vision_language_folder(path: Path) -> bool:
+    """Whether the model directory ``path`` holds a vision-language family attnviz reads, saved with its image
+    processor (read from the JSON files alone: nothing is imported or loaded). Without an image processor the
+    model loads as the language model it also is (text only)."""
+    config = _json_object(path / "config.json")
+    if config.get("model_type") not in VLM_FAMILIES:
+        return False
+    return (path / "preprocessor_config.json").is_file() or "image_processor" in _json_object(
+        path / "processor_config.json"
+    )
+
+
+def _json_object(path: Path) -> dict:
+    """The JSON object in ``path``; empty when there is none (no file, not JSON, not an object)."""
+    import json
+
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def vision_language_family(config: Any, source: str) -> VisionLanguageFamily:
+    """The family of ``config``; refuses, by name and before any weight is read, one attnviz cannot map."""
+    model_type = getattr(config, "model_type", "")
+    family = VLM_FAMILIES.get(model_type)
+    if family is not None:
+        return family
+    reason = REFUSED_VLMS.get(
+        model_type,
+        "it joins a vision tower and a language model in a way attnviz does not map onto the picture yet",
+    )
+    raise UnsupportedModelError(
+        f"model {source!r} is a {model_type} vision-language model, which attnviz cannot show: {reason}. attnviz "
+        f"reads {SUPPORTED_VLM_NAMES}"
+    )
+
+
+def image_placeholder(processor: Any, family: VisionLanguageFamily) -> str:
+    """The text a prompt that names no image gets before it: the processor's image token (Gemma 3: its
+    begin-of-image token, which the processor expands), then the family's separator."""
+    token = getattr(processor, "boi_token", None) or getattr(processor, "image_token", None) or "<image>"
+    return f"{token}{family.separator}"

@@ -1,0 +1,207 @@
+"""The GPU tile kernel (attnviz.core.triton_rows), run on CPU tensors by Triton's interpreter.
+
+Each case compares :func:`attend_rows_triton` with attention computed in float64 from the definition (and, where
+the CPU kernel is loaded, with :func:`attnviz.core.kernel_calls.attend_rows_`): outputs, every field of the row
+summary (max weight, entropy, distance, the band, the key columns) and the carriers' weighted sums, for grouped
+heads, a value size other than the query size, partial tiles, additive masks, and the mask described without a
+tensor (causal, a sliding window, padding). On a GPU the same kernel is compiled; `tests/integration/test_wrap_gpu.py`
+style checks run there when a GPU is present.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Triton reads it when it is imported: every kernel of this process then runs on CPU tensors (attnviz runs Triton
+# only on CUDA devices, so nothing else in the process changes)
+os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
+
+from attnviz.core.kernel_calls import RowSummary
+from attnviz.core.triton_rows import attend_rows_triton
+
+LOWEST = torch.finfo(torch.float32).min
+BATCH, HEADS, KV_HEADS, QUERIES, KEYS, QK_DIM, V_DIM = 2, 4, 2, 37, 37, 24, 20
+REACH, COLUMNS = 1, (0, 5)
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(BATCH, HEADS, QUERIES, QK_DIM, generator=generator) * 2  # peaked rows
+    key = torch.randn(BATCH, KV_HEADS, KEYS, QK_DIM, generator=generator) * 2
+    value = torch.randn(BATCH, KV_HEADS, KEYS, V_DIM, generator=generator)
+    key_weights = torch.rand(BATCH, HEADS, KEYS, generator=generator)
+    return query, key, value, key_weights
+
+
+def reference(query, key, value, key_weights, additive):
+    """float64 attention and its row statistics from the definition: ``additive`` ``[b|1, 1, q, k]``."""
+    repeat = HEADS // KV_HEADS
+    keys, values = (tensor.double().repeat_interleave(repeat, 1) for tensor in (key, value))
+    pattern = torch.softmax(query.double() @ keys.transpose(-1, -2) * QK_DIM**-0.5 + additive, -1)  # [b, h, q, k]
+    rows, cols = torch.arange(QUERIES)[:, None], torch.arange(KEYS)[None, :]
+    band = []
+    for offset in range(-REACH, REACH + 1):
+        column = torch.arange(QUERIES) - offset
+        inside = (column >= 0) & (column < KEYS)
+        picked = pattern.gather(-1, column.clamp(0, KEYS - 1).expand(BATCH, HEADS, QUERIES)[..., None])[..., 0]
+        band.append(torch.where(inside, picked, 0.0))
+    return {
+        "output": (pattern @ values).transpose(1, 2),
+        "max_weight": pattern.max(-1).values,
+        "entropy": -(pattern * pattern.clamp_min(1e-300).log()).sum(-1),
+        "distance": (pattern * (rows - cols).abs()).sum(-1),
+        "band": torch.stack(band),
+        "columns": torch.stack([pattern[..., column] for column in COLUMNS]),
+        "weighted": (pattern * key_weights.double()[:, :, None, :]).sum(-1),
+    }
+
+
+def run(query, key, value, key_weights, dtype=torch.float32, **where):
+    output = torch.empty(BATCH, QUERIES, HEADS, V_DIM, dtype=dtype)
+    shape = RowSummary.buffer_shape(BATCH, HEADS, QUERIES, REACH, len(COLUMNS))
+    summary = RowSummary(torch.zeros(shape), COLUMNS)
+    weighted = torch.zeros(BATCH, HEADS, QUERIES)
+    cast = [tensor.to(dtype) for tensor in (query, key, value)]
+    attend_rows_triton(
+        *cast, QK_DIM**-0.5, output, summary=summary, key_weights=key_weights, weighted=weighted,
+        block_m=32, block_n=16, **where,
+    )  # fmt: skip
+    return {
+        "output": output.double(),
+        "max_weight": summary.max_weight,
+        "entropy": summary.entropy,
+        "distance": summary.distance,
+        "band": summary.band,
+        "columns": torch.stack([summary.column(column) for column in COLUMNS]),
+        "weighted": weighted,
+    }
+
+
+def causal(window: int | None = None) -> torch.Tensor:
+    hidden = torch.ones(QUERIES, KEYS, dtype=torch.bool).triu(1)
+    if window is not None:
+        hidden |= torch.ones(QUERIES, KEYS, dtype=torch.bool).tril(-window)
+    return torch.where(hidden, float("-inf"), 0.0).double()
+
+
+def assert_close(computed, expected, rows=slice(None), tolerance=3e-5):
+    for name, value in expected.items():
+        got = computed[name]
+        if name == "output":
+            difference = (got[:, rows] - value[:, rows]).abs().max()
+        else:
+            difference = (got.double()[..., rows] - value[..., rows]).abs().max()
+        scale = 10.0 if name == "distance" else 1.0  # distances are sums of |i − j| up to the length
+        assert difference <= tolerance * scale, (name, float(difference))
+
+
+def test_causal_grouped_heads_with_every_statistic(inputs):
+    assert_close(run(*inputs, causal=True), reference(*inputs, causal()))
+
+
+def test_an_additive_mask_with_left_padding(inputs):
+    mask = torch.zeros(BATCH, 1, QUERIES, KEYS)
+    mask[1, :, :, :5] = LOWEST  # the second sequence's first five keys are padding
+    mask = mask + torch.where(torch.ones(QUERIES, KEYS, dtype=torch.bool).triu(1), LOWEST, 0.0)
+    # rows that see no key at all (padding queries) are uniform, as torch's softmax makes them
+    assert_close(run(*inputs, mask=mask), reference(*inputs, mask.double()))
+
+
+def test_padding_and_causality_described_without_a_tensor_equal_the_mask(inputs):
+    mask = torch.zeros(BATCH, 1, QUERIES, KEYS, dtype=torch.float64)
+    mask[1, :, :, :5] = float("-inf")
+    computed = run(*inputs, causal=True, key_start=torch.tensor([0, 5]), key_stop=torch.tensor([KEYS, KEYS]))
+    # queries 5… of the second sequence see keys; the padding queries before them are never read
+    assert_close(computed, reference(*inputs, mask + causal()), rows=slice(5, None))
+
+
+def test_a_sliding_window(inputs):
+    assert_close(run(*inputs, causal=True, window=8), reference(*inputs, causal(window=8)))
+
+
+def test_no_mask_at_all(inputs):
+    assert_close(run(*inputs), reference(*inputs, torch.zeros(1, 1, QUERIES, KEYS, dtype=torch.float64)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_half_precision_inputs_give_float32_statistics(inputs, dtype):
+    rounded = [tensor.to(dtype).float() for tensor in inputs[:3]] + [inputs[3]]
+    expected = reference(*rounded, causal())
+    computed = run(*inputs, dtype=dtype, causal=True)
+    assert computed["max_weight"].dtype == torch.float32
+    output_tolerance = {torch.bfloat16: 2e-2, torch.float16: 3e-3}[dtype]  # the output is stored in the input's dtype
+    assert (computed.pop("output") - expected.pop("output")).abs().max() <= output_tolerance
+    assert_close(computed, expected, tolerance=1e-4)
+
+
+def test_equals_the_cpu_tile_kernel(inputs):
+    from attnviz.core import kernel
+    from attnviz.core.kernel_calls import attend_rows_
+
+    if not kernel.prepare_kernel():
+        pytest.skip(f"the CPU kernel is not available here: {kernel.kernel_status()}")
+    query, key, _, key_weights = inputs
+    value = key.flip(-2)  # the CPU kernel takes values as wide as the keys
+    mask = torch.where(torch.ones(QUERIES, KEYS, dtype=torch.bool).triu(1), LOWEST, 0.0)[None, None]
+    shape = RowSummary.buffer_shape(BATCH, HEADS, QUERIES, REACH, len(COLUMNS))
+    output, summary = torch.empty(BATCH, QUERIES, HEADS, QK_DIM), RowSummary(torch.zeros(shape), COLUMNS)
+    weighted = torch.zeros(BATCH, HEADS, QUERIES)
+    stops = torch.tensor([KEYS] * -(-QUERIES // 128), dtype=torch.int64)
+    attend_rows_(query, key, value, mask, QK_DIM**-0.5, stops, summary, output, key_weights, weighted)
+    triton_output = torch.empty_like(output)
+    triton_summary, triton_weighted = RowSummary(torch.zeros(shape), COLUMNS), torch.zeros_like(weighted)
+    attend_rows_triton(
+        query, key, value, QK_DIM**-0.5, triton_output, mask=mask, summary=triton_summary,
+        key_weights=key_weights, weighted=triton_weighted, block_m=16, block_n=16,
+    )  # fmt: skip
+    computed = {"output": triton_output.double(), "max_weight": triton_summary.max_weight}
+    computed |= {"entropy": triton_summary.entropy, "weighted": triton_weighted}
+    assert (computed["output"] - output.double()).abs().max() <= 2e-6
+    assert (computed["max_weight"] - summary.max_weight).abs().max() <= 2e-6
+    assert (computed["entropy"] - summary.entropy).abs().max() <= 1e-5
+    assert (computed["weighted"] - weighted).abs().max() <= 2e-6
+
+
+def test_attention_sinks_equal_the_cpu_tile_kernel(inputs):
+    """Each head's learned sink (gpt-oss) as one more softmax term without a value, values narrower than queries:
+    the Triton pass against the CPU kernel's (tested against float64 in test_core_tiles), sink share included."""
+    from attnviz.core import kernel
+    from attnviz.core.kernel_calls import attend_rows_
+
+    if not kernel.prepare_kernel():
+        pytest.skip(f"the CPU kernel is not available here: {kernel.kernel_status()}")
+    query, key, value, key_weights = inputs
+    sinks = torch.tensor([-2.0, 0.0, 3.0, 40.0])  # 40: the sink outweighs every key of the last head
+    mask = torch.zeros(BATCH, 1, QUERIES, KEYS)
+    mask[1, :, :, :5] = LOWEST  # padding: the second sequence's first rows see no key, their weight all on the sink
+    mask = mask + torch.where(torch.ones(QUERIES, KEYS, dtype=torch.bool).triu(1), LOWEST, 0.0)
+    shape = RowSummary.buffer_shape(BATCH, HEADS, QUERIES, REACH, len(COLUMNS))
+    results = []
+    for triton in (False, True):
+        output, summary = torch.empty(BATCH, QUERIES, HEADS, V_DIM), RowSummary(torch.zeros(shape), COLUMNS)
+        weighted, share = torch.zeros(BATCH, HEADS, QUERIES), torch.full((BATCH, HEADS, QUERIES), float("nan"))
+        if triton:
+            attend_rows_triton(
+                query, key, value, QK_DIM**-0.5, output, mask=mask, summary=summary, key_weights=key_weights,
+                weighted=weighted, sinks=sinks, sink_share=share, block_m=16, block_n=16,
+            )  # fmt: skip
+        else:
+            stops = torch.tensor([KEYS] * -(-QUERIES // 128), dtype=torch.int64)
+            attend_rows_(
+                query, key, value, mask, QK_DIM**-0.5, stops, summary, output, key_weights, weighted, sinks, share
+            )
+        results.append((output.double(), summary.values.double(), weighted.double(), share.double()))
+    (output, fields, weighted, share), (triton_output, triton_fields, triton_weighted, triton_share) = results
+    assert (triton_output - output).abs().max() <= 2e-6 and (triton_weighted - weighted).abs().max() <= 2e-6
+    assert (triton_fields[2] - fields[2]).abs().max() <= 1e-4  # mean distance, sums of |i − j| up to 36
+    assert (
+        triton_fields[[0, 1, *range(3, fields.shape[0])]] - fields[[0, 1, *range(3, fields.shape[0])]]
+    ).abs().max() <= 1e-5
+    assert (triton_share - share).abs().max() <= 2e-6
+    assert share[:, 3].min() > 0.99 and share[1, :, :5].min() > 0.999 and share[0, 0].max() < 0.5
