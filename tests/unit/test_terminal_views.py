@@ -140,3 +140,25 @@ def test_table_captions_wrap_at_the_terminal_and_stay_one_line_in_a_log():
     lines = log.file.getvalue().splitlines()
     assert lines[-1] == FOOTER and lines[0] == "the heads that make ' Mary' over ' John'"
     assert all(line == line.rstrip() for line in lines)  # no padding in a log
+
+
+def test_the_missing_font_notice_names_every_missing_character():
+    import warnings
+
+    from matplotlib.figure import Figure
+
+    from attnviz.common.progress import AttnvizNotice
+    from attnviz.render.fonts import fit_fonts
+
+    private = "".join(chr(0xE000 + index) for index in range(20))  # private-use code points: no font draws them
+    figure = Figure()
+    figure.text(0.1, 0.5, private[:12])
+    figure.text(0.1, 0.2, private[12:] + "abc")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit_fonts(figure)
+    notices = [str(w.message) for w in caught if issubclass(w.category, AttnvizNotice)]
+    assert notices == [
+        f"no installed font has glyphs for 20 characters ({private}): the figure shows them as empty boxes "
+        "(install a font for this script, e.g. fonts-noto-cjk, for Chinese, Japanese and Korean)"
+    ]
