@@ -159,6 +159,8 @@ def test_the_missing_font_notice_names_every_missing_character():
         fit_fonts(figure)
     notices = [str(w.message) for w in caught if issubclass(w.category, AttnvizNotice)]
     assert notices == [
-        f"no installed font has glyphs for 20 characters ({private}): the figure shows them as empty boxes "
-        "(install a font for this script, e.g. fonts-noto-cjk, for Chinese, Japanese and Korean)"
+        (
+            f"no installed font has glyphs for 20 characters ({private}): the figure shows them as empty boxes "
+            "(install a font for this script, e.g. fonts-noto-cjk, for Chinese, Japanese and Korean)"
+        )
     ]
