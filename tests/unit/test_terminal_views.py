@@ -164,3 +164,23 @@ def test_the_missing_font_notice_names_every_missing_character():
             "(install a font for this script, e.g. fonts-noto-cjk, for Chinese, Japanese and Korean)"
         )
     ]
+
+
+def test_help_examples_wider_than_the_terminal_continue_with_a_backslash(capsys, monkeypatch):
+    from cli_helpers import run_cli
+
+    monkeypatch.setenv("COLUMNS", "80")
+    text = run_cli(capsys, "patch", "--help").stdout
+    examples = text[text.index("Examples:") : text.index("╭")].splitlines()
+    commands = [line.rstrip() for line in examples if line.strip()][1:]
+    assert commands == [
+        "   attnviz patch smollm2 --clean \\",
+        '       "When Mary and John went to the store, John gave a drink to" --corrupt \\',
+        '       "When Mary and John went to the store, Mary gave a drink to" --answer \\',
+        '       " Mary" --wrong " John" --out patch.png',
+        "   attnviz patch smollm2 --clean ... --corrupt ... --answer ... --wrong ... \\",
+        "       --ablate mean --data notes.txt --json patch.json --out patch.html",
+    ]
+    stats = run_cli(capsys, "stats", "--help").stdout
+    stats_lines = [line.rstrip() for line in stats.splitlines()]
+    assert "   torchrun --standalone --nproc-per-node 4 -m attnviz stats smollm2 --data \\" in stats_lines
