@@ -39,7 +39,8 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from attnviz.core.blocks import _workspace, attend_in_buffers, causal_mask, key_stops  # noqa: F401 (re-exported)
+from attnviz.core.blocks import _workspace, attend_in_buffers  # noqa: F401 (re-exported)
+from attnviz.core.key_range import causal_mask, key_stops  # noqa: F401 (re-exported)
 from attnviz.core.patching import HeadEditor
 from attnviz.core.sdpa_rows import attend_observing_rows
 

@@ -161,14 +161,7 @@ class VisionModel(LoadedModel):
         """``[b, H, W, 3]`` float32 in 0–1: the processed images as the model saw them (normalisation undone)."""
         return displayed_pixels(self.processor, pixels)
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        *,
-        targets: Sequence[str] | None = None,
-        max_length: int | None = None,
-        truncate: bool = True,
-    ) -> EncodedBatch:
+    def encode(self, texts: Sequence[str], **options: Any) -> EncodedBatch:
         raise InputError(f"{self.name} is a vision model: give it an image (--image PATH), not text")
 
     def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:
@@ -361,11 +354,8 @@ def vision_model_of(loaded: LoadedModel) -> VisionModel:
     """``loaded`` itself when it reads images; a one-line error naming the vision families otherwise."""
     if isinstance(loaded, VisionModel):
         return loaded
-    if loaded.reads_pictures_in_text:
-        raise InputError(
-            f"{loaded.name} is a vision-language model: it reads a picture inside a text, so give a text with the "
-            'image (attnviz heatmap --model MODEL "Describe the picture." --image FILE)'
-        )
+    if loaded.reads_pictures_in_text:  # a picture alone: the vision tower's attention over it
+        return loaded.vision_tower()  # type: ignore[attr-defined]  # a VisionLanguageModel (attnviz.models.vlm)
     raise InputError(
         f"{loaded.name} is a text model: an image needs a vision model ({SUPPORTED_NAMES}, or toy-odd-patch) "
         "or an image captioner (a VisionEncoderDecoderModel, or toy-caption)"

@@ -31,7 +31,8 @@ from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
 from attnviz.models.placement import Placement
-from attnviz.models.vision import displayed_pixels
+from attnviz.models.vision import VisionModel, displayed_pixels
+from attnviz.models.vision_families import VISION_FAMILIES
 from attnviz.models.vlm_families import VisionLanguageFamily, image_placeholder, vision_language_family
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class VisionLanguageModel(HFModel):
         if family.bidirectional_image:  # the image's tokens see each other both ways: not causal everywhere
             self.causal = False
         self.image_token_id = int(self.model.config.image_token_id)
+        self._tower: VisionModel | None = None  # the vision tower read on its own (vision_tower)
 
     def with_model(self, model: nn.Module) -> VisionLanguageModel:
         return VisionLanguageModel(model, self.processor, self.family, name=self.name)
@@ -120,6 +122,26 @@ class VisionLanguageModel(HFModel):
         inside = next((parts.index(name) for name in _LANGUAGE_MODELS if name in parts), None)
         layers = [int(part) for part in parts[inside + 1 :] if part.isdigit()] if inside is not None else []
         return AttentionSite("self", layers[0]) if layers else None
+
+    def vision_tower(self) -> VisionModel:
+        """The model's vision tower as a vision model of its own, with the model's image processor: its attention
+        over the picture's patches (a picture given without a text), read as :mod:`attnviz.models.vision` reads a
+        CLIP or SigLIP tower. Refused, with the reason, for a tower of another kind."""
+        if self._tower is None:
+            tower = getattr(self.model.base_model, "vision_tower", None)
+            config = getattr(tower, "config", None)
+            kinds = VISION_FAMILIES.get(getattr(config, "model_type", ""))
+            pixels_per_image = getattr(self.processor.image_processor, "do_image_splitting", None) is None
+            if tower is None or kinds is None or not pixels_per_image:
+                raise InputError(
+                    f"{self.name} is a vision-language model whose vision tower attnviz does not read on its own: "
+                    'give a text with the image (attnviz heatmap --model MODEL "Describe the picture." --image FILE)'
+                )
+            vision = VisionModel(tower, self.processor.image_processor, name=f"{self.name} · vision tower",
+                                 extra_kinds=kinds(config))  # fmt: skip
+            vision.layout()  # a probe pass: checks the grid against the tower's patterns
+            self._tower = vision
+        return self._tower
 
     def check_layout(self) -> None:
         """Refuse a model whose language model does not reach the core, or whose image tokens do not fit its grid

@@ -107,6 +107,12 @@ class WrappedVisionLanguageModel(_OnCoreWhileRunning, VisionLanguageModel):
         super().__init__(model, processor, family, name=name)
         self._configs = configs
 
+    def vision_tower(self):
+        raise InputError(
+            f"{self.name} is a vision-language model you hold: give a text with the image; for its vision tower's "
+            "attention, wrap the tower itself (attnviz.wrap is for the whole model) or load the saved directory"
+        )
+
     def with_model(self, model: nn.Module) -> WrappedVisionLanguageModel:
         return WrappedVisionLanguageModel(
             model, self.processor, self.family, name=self.name, configs=_attention_configs(model)

@@ -362,9 +362,8 @@ def _ablation_values(
     if ablate == "zero" or not texts:
         zeros = {}
         for site, (weight, _) in loaded.head_output_weights().items():
-            if site not in layout:
-                continue
-            zeros[site] = weight.new_zeros(1, layout[site], weight.shape[1] // layout[site])
+            if site in layout:  # the layers patched (``layers``), not every layer
+                zeros[site] = weight.new_zeros(1, layout[site], weight.shape[1] // layout[site])
         return zeros, "zero ablation (each head's output set to 0)"
     sums: dict[AttentionSite, Tensor] = {}
     counts: dict[AttentionSite, int] = {}

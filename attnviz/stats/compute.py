@@ -94,7 +94,11 @@ def compute_statistics(
     if texts is not None:
         warnings.warn("compute_statistics(texts=...) is now compute_statistics(model, data)", DeprecationWarning, 2)
         data = texts if data is None else data
-    if loaded.modality == "image" and batches is None:
+    pictures_alone = (  # a vision-language model given pictures without texts: its vision tower's statistics
+        loaded.reads_pictures_in_text and images is None and data is not None and batches is None
+        and not any(isinstance(item, str) for item in data)
+    )  # fmt: skip
+    if (loaded.modality == "image" or pictures_alone) and batches is None:
         return _image_statistics(loaded, data, batch_size, progress and parallel.is_main, by_position, weighting)
     texts = data
     if (texts is None) == (batches is None):

@@ -96,12 +96,7 @@ def measure_model(
         images = loaded.own_images(toy_examples, seed)  # the toy's own task images
         if images is None:
             raise InputError(f"{loaded.name} is a vision model: give it images to measure on")
-    if images is not None and loaded.reads_pictures_in_text:  # each picture inside its text
-        if texts is None:
-            raise InputError(
-                f"{loaded.name} is a vision-language model: it reads each picture inside a text, so give one text "
-                "per image to measure on"
-            )
+    if images is not None and texts is not None and loaded.reads_pictures_in_text:  # each picture inside its text
         stats = compute_statistics(
             loaded, texts, images=images, local_window=local_window, parallel=parallel, progress=progress,
             weighting=weighting,
@@ -111,6 +106,8 @@ def measure_model(
         if texts is not None:
             raise InputError("give either images or texts to measure on, not both")
         vision_model_of(loaded)  # a text model is refused here, naming the models that read images
+    elif texts is not None and loaded.modality == "image":
+        raise InputError(f"{loaded.name} is a vision model: give it images to measure on, not text")
     own = loaded.own_examples(toy_examples, seed) if texts is None and images is None else None
     if own is not None:  # a toy's own task examples, ready encoded
         data, batching = None, {"batches": [own]}

@@ -22,18 +22,19 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from attnviz.common.progress import quiet_third_party
 from attnviz.toy.odd_patch import (
-    check_model_sizes,
+    ToyImageModelSettings,
     eager_attention,
     normalised_pixels,
     save_image_task,
     toy_image_processor,
+    toy_vit_config,
     train_image_model,
 )
 from attnviz.toy.training import TrainingSettings
@@ -121,18 +122,14 @@ def task_images(count: int, seed: int) -> list[Image]:
 
 
 @dataclass(frozen=True)
-class CaptionModelSettings:
+class CaptionModelSettings(ToyImageModelSettings):
     """The toy captioner's size (stored in the checkpoint)."""
 
-    width: int = 64
-    num_heads: int = 4
+    MODEL: ClassVar[str] = "the caption model"
+
     encoder_layers: int = 2
     decoder_layers: int = 1
     mlp_width: int = 128
-
-    def validate(self) -> CaptionModelSettings:
-        check_model_sizes(self, "the caption model")
-        return self
 
 
 def build_tokenizer():
@@ -154,16 +151,7 @@ def build_caption_model(settings: CaptionModelSettings, seed: int = 0):
     import transformers
 
     settings.validate()
-    encoder_config = transformers.ViTConfig(
-        hidden_size=settings.width,
-        num_hidden_layers=settings.encoder_layers,
-        num_attention_heads=settings.num_heads,
-        intermediate_size=settings.mlp_width,
-        image_size=IMAGE_SIZE,
-        patch_size=PATCH_SIZE,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    encoder_config = toy_vit_config(settings, settings.encoder_layers)
     ids = {word: index for index, word in enumerate(VOCABULARY)}
     decoder_config = transformers.GPT2Config(  # type: ignore[call-arg]  # is_decoder goes to PretrainedConfig
         vocab_size=len(VOCABULARY),

@@ -17,8 +17,10 @@ def test_capture_of_one_sentence_equals_its_capture_inside_a_padded_batch(minilm
     alone = capture(minilm, "Short one.")
     batched = capture_batch(minilm, ["The cat sat on the mat because it was tired.", "Short one."])[1]
     assert alone.tokens == batched.tokens == ["[CLS]", "short", "one", ".", "[SEP]"]
+    # the same sentence padded to another length runs through matrix products of other shapes, whose float32
+    # rounding differs by an ulp or two (up to 1.1e-6 on AVX-512 machines): equal to that rounding
     for layer in range(6):
-        torch.testing.assert_close(alone.layer(layer), batched.layer(layer), atol=1e-6, rtol=0)
+        torch.testing.assert_close(alone.layer(layer), batched.layer(layer), atol=2e-6, rtol=0)
 
 
 def test_capture_metadata_and_axes(minilm):

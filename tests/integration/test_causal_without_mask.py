@@ -17,9 +17,9 @@ import attnviz
 from attnviz.captures.attention_capture import PatternRecorder
 from attnviz.core import AttentionContext, AttentionSite, attend
 from attnviz.core import attention as core_attention
-from attnviz.core.blocks import causal_mask
 from attnviz.core.hf import core_mask
 from attnviz.core.kernel import prepare_kernel
+from attnviz.core.key_range import causal_mask
 
 SITE = AttentionSite("self", 0)
 

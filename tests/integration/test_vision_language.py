@@ -160,8 +160,6 @@ def test_bad_input_and_refused_families(capsys, tmp_path, vlm_dirs, picture):
     image = tmp_path / "cat.png"
     picture.save(image)
     model = vlm_dirs["llava"]
-    result = run_cli(capsys, "heatmap", "--model", model, "--image", image, "--out", tmp_path / "x.png")
-    assert_clean_error(result, "vision-language model", "give a text with the image")
     result = run_cli(capsys, "heatmap", "--model", model, "<image> a <image>", "--image", image, "--out", "x.png")
     assert_clean_error(result, "one picture per text")
     result = run_cli(capsys, "heatmap", "--model", "minilm", "a cat", "--image", image, "--out", tmp_path / "x.png")
@@ -342,8 +340,10 @@ def test_stats_command_reads_each_picture_inside_its_text(capsys, tmp_path, vlm_
     for site, values in stats.picture.image_share.items():
         for head, value in enumerate(values.tolist()):
             assert abs(shares[(site.layer, head)] - value) <= 1e-6
-    result = run_cli(capsys, "stats", model, *paths, "--json", tmp_path / "none.json")
-    assert_clean_error(result, "vision-language model", "one text per image")
+    tower = tmp_path / "tower.json"  # pictures without texts: the vision tower's statistics over them
+    result = run_cli(capsys, "stats", model, *paths, "--json", tower)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(tower.read_text())["image"]["distance_unit"] == "patches"
 
 
 def test_patch_command_puts_the_picture_in_both_prompts(capsys, tmp_path, vlm_dirs, picture):
@@ -371,3 +371,28 @@ def test_a_picture_cut_into_tiles_is_refused_with_one_line(vlm_dirs, picture):
     loaded.processor.image_processor.size = {"longest_edge": 64}  # resized to 64 pixels: 2×2 tiles of 32
     with pytest.raises(attnviz.AttnvizError, match="5 runs of image tokens.*do_image_splitting=False"):
         attnviz.capture(loaded, "a red cat", image=picture)
+
+
+@pytest.mark.parametrize("family", ["llava", "paligemma"])
+def test_a_picture_alone_shows_the_vision_towers_attention(capsys, tmp_path, vlm_dirs, picture, family):
+    """``capture(vlm, picture)`` without a text: the vision tower's own attention over the patches (CLIP with its
+    class token, SigLIP without), equal to the tower's eager attention; on the command line, the image overlays."""
+    import transformers
+
+    loaded = attnviz.load_model(str(vlm_dirs[family]), device="cpu")
+    result = attnviz.capture(loaded, picture)
+    tower = loaded.vision_tower()
+    batch = tower.encode_images([picture])
+    model = transformers.AutoModelForImageTextToText.from_pretrained(vlm_dirs[family], attn_implementation="eager")
+    with torch.no_grad():
+        outputs = model.eval().model.vision_tower(pixel_values=batch.inputs["pixel_values"], output_attentions=True)
+    assert result.num_layers() == len(outputs.attentions) == 2
+    for layer, reference in enumerate(outputs.attentions):
+        assert float((result.layer(layer) - reference[0]).abs().max()) <= 1e-5
+    assert result.tokens[0] == ("[CLS]" if family == "llava" else "r0c0") and result.image_grid.rows == 4
+    image = tmp_path / "cat.png"
+    picture.save(image)
+    figure = tmp_path / "tower.svg"
+    result = run_cli(capsys, "heatmap", "--model", vlm_dirs[family], "--image", image, "--out", figure)
+    assert result.exit_code == 0, result.stderr
+    assert "vision tower" in " ".join(read_svg(figure).texts)
