@@ -160,7 +160,7 @@ def test_stats_command_says_what_it_computed(capsys, tiny_dirs, tmp_path):
 @pytest.mark.parametrize(
     ("arguments", "fragments"),
     [
-        (["--layer", "9", "--head", "0"], ("--layer 9 is out of range", "2 layers")),
+        (["--layer", "9", "--head", "0"], ("--layer: layer 9 is out of range", "2 layers")),
         (["--layer", "0", "--head", "8"], ("--head 8 is out of range", "8 heads")),
         (["--layer", "0", "--head", "0", "--query", "first"], ("--query must be a token position or 'last'",)),
         (["--layer", "0", "--head", "0", "--query", "1", "--key", "3"], ("--key 3 is after the query 1",)),
