@@ -122,6 +122,17 @@ def test_wrapping_keeps_quoted_tokens_and_formulas_whole():
     ]
 
 
+def test_wrapping_keeps_a_product_whole():
+    title = "toy-induction · self attention · probes: 16 × (2 × 8 random tokens) · corpus: 351 examples"
+    for width in (30, 40, 50, 60):
+        lines = [title[start:end] for start, end in wrap_spans(title, width)]
+        assert any("16 × (2 × 8 random tokens)" in line for line in lines), (width, lines)
+    assert [title[a:b] for a, b in wrap_spans(title, 60)] == [
+        "toy-induction · self attention · probes:",
+        "16 × (2 × 8 random tokens) · corpus: 351 examples",
+    ]
+
+
 def test_table_captions_wrap_at_the_terminal_and_stay_one_line_in_a_log():
     table = Table(title="the heads that make ' Mary' over ' John'", caption=FOOTER)
     table.add_column("head")
