@@ -11,7 +11,9 @@ Registration is explicit: call :func:`register_attention` (the loader does).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -103,7 +105,8 @@ def core_mask(
     ``[q, k]`` tensor, 268 MB at 8,192 tokens), else transformers' additive ``eager_mask``."""
     from transformers import masking_utils
 
-    if allow_is_causal_skip and q_length == kv_length > 1 and q_offset == 0:
+    skippable = allow_is_causal_skip and _supports_sdpa(kwargs.get("config"))
+    if skippable and q_length == kv_length > 1 and q_offset == 0:
         padding = masking_utils.prepare_padding_mask(kwargs.get("attention_mask"), kv_length, kv_offset)
         window = kwargs.get("local_size")
         if (padding is None or bool(padding.all())) and (window is None or kv_length < window):
@@ -139,3 +142,22 @@ def register_attention() -> str:
         AttentionMaskInterface.register(ATTENTION_NAME, core_mask)
         _registered = True
     return ATTENTION_NAME
+
+
+@functools.cache
+def _family_supports_sdpa(config_class: Hashable) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+    try:
+        found: Any = MODEL_MAPPING[cast(Any, config_class)]
+    except (KeyError, ValueError, ImportError, AttributeError):  # a config transformers' auto classes do not map
+        return False
+    model_class = found[0] if isinstance(found, (tuple, list)) else found
+    return bool(getattr(model_class, "_supports_sdpa", False))
+
+
+def _supports_sdpa(config: object) -> bool:
+    """Whether the family of ``config`` runs on sdpa in transformers, and so keeps its attention modules' ``is_causal``
+    true to their masks (a family without sdpa, such as NLLB-MoE, may mark a causal decoder ``is_causal=False`` and
+    rely on the mask alone: its mask is never left out)."""
+    return config is not None and _family_supports_sdpa(cast(Hashable, type(config)))

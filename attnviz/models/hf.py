@@ -154,7 +154,7 @@ def load_hf_model(
     if not fallback and (model.config._attn_implementation != ATTENTION_NAME or _misses_stacks(loaded)):
         # The name was accepted but no attention call (or none of a whole stack: BigBird-Pegasus' encoder) reached
         # the core: the family, or that stack, does not use the interface.
-        model.set_attn_implementation("eager")
+        _switch_to_eager(model)
         loaded = HFModel(model, tokenizer, name=name or source, fallback=True)
     if not loaded.layout():
         kinds = sorted({str(kind) for kind in getattr(config, "layer_types", None) or ()})
@@ -419,6 +419,17 @@ def _misses_stacks(loaded: HFModel) -> bool:
     """Whether the probe pass found no attention site at all, or, in an encoder-decoder model, none of one stack."""
     found = {site.stack for site in loaded.layout()}
     return not found or (loaded.encoder_decoder and not {"encoder", "decoder", "cross"} <= found)
+
+
+def _switch_to_eager(model: nn.Module) -> None:
+    """Eager attention for a family that accepted attnviz's name but does not call the interface. Some (BLOOM)
+    ignore ``set_attn_implementation``; their configs must still say eager, or their masks would be built by
+    attnviz's mask function, which leaves the plain causal triangle to the core."""
+    model.set_attn_implementation("eager")  # type: ignore[operator]
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "_attn_implementation", "eager") != "eager":
+            config._attn_implementation = "eager"  # type: ignore[union-attr]
 
 
 def _forward_parameters(module: nn.Module) -> set[str]:
