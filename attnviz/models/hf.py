@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from attnviz.models.hf_checks import (
 )
 from attnviz.models.hf_encoding import encode_texts
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
+from attnviz.models.hf_loading import load_hf_weights, model_class_for
 from attnviz.models.hf_patching import (
     check_hf_patching,
     hf_answer_position,
@@ -50,19 +50,6 @@ from attnviz.models.vision_families import is_vision_type
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5, NLLB-MoE).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn", "cross_attention")
-
-
-def model_class_for(config):
-    """The transformers class named by the config's ``architectures`` (so LM heads load too)."""
-    import transformers
-
-    for arch in getattr(config, "architectures", None) or []:
-        cls = getattr(transformers, arch, None)
-        if cls is not None:
-            return cls
-    if getattr(config, "is_encoder_decoder", False):
-        return transformers.AutoModelForSeq2SeqLM
-    return transformers.AutoModel
 
 
 @quiet_third_party()  # transformers' loading bars and tqdm's widget warning off for this call only
@@ -114,39 +101,7 @@ def load_hf_model(
         ) from exc
     check_config_against_weights(config, source)
     cls = model_class_for(config)
-    fallback = False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch warns on foreign pickles; the error below says what matters
-        try:
-            try:
-                model, info = cls.from_pretrained(
-                    source,
-                    attn_implementation=ATTENTION_NAME,
-                    dtype=dtype,
-                    output_loading_info=True,
-                    **extra,
-                    **placement,
-                )
-            except (ValueError, KeyError) as exc:
-                # Families with their own attention classes (gpt_neo, bloom, falcon, …) reject the name.
-                if isinstance(exc, ValueError) and "attention" not in str(exc).lower():
-                    raise
-                fallback = True
-                model, info = cls.from_pretrained(
-                    source, attn_implementation="eager", dtype=dtype, output_loading_info=True, **extra, **placement
-                )
-        except Exception as exc:  # safetensors header damage, a refused pickle, a truncated file, …
-            if "Weights only load failed" in str(exc):
-                raise ModelSpecError(
-                    f"the pickled weights of model {source!r} hold objects other than tensors, which attnviz refuses "
-                    "to unpickle (they could run code): convert the checkpoint to safetensors"
-                ) from exc
-            if "ignore_mismatched_sizes" in str(exc):  # transformers points at a report it only logs
-                raise ModelSpecError(
-                    f"the weights of model {source!r} do not fit its config.json: tensors have other shapes than the "
-                    "config describes; give the config that came with these weights"
-                ) from exc
-            raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
+    model, info, fallback = load_hf_weights(cls, source, dtype=dtype, extra=extra, placement=placement)
     check_loading_info(info, source, buffers=(name for name, _ in model.named_buffers()))
     if not device_map:  # accelerate has placed the layers itself
         model.to(device)
