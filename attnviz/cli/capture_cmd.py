@@ -41,7 +41,7 @@ def capture(
         typer.Option(
             "--out",
             "-o",
-            help="Output .safetensors file (format in the README). Example: --out cat.safetensors",
+            help="Output .safetensors file (format: docs/file-formats.md). Example: --out cat.safetensors",
             rich_help_panel=OUTPUT_PANEL,
         ),
     ],

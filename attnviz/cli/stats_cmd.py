@@ -123,7 +123,7 @@ def stats(
         Path | None,
         typer.Option(
             "--json",
-            help="Write the results as JSON (schema in the README); '-' writes to stdout. Example: --json stats.json",
+            help="Write the results as JSON (fields: docs/file-formats.md); '-' writes to stdout. Example: --json stats.json",
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = None,

@@ -75,6 +75,12 @@ def _build(family: str, path):
             eos_token_id=102, decoder_start_token_id=101,
         )  # fmt: skip
         model = t.WhisperForConditionalGeneration._from_config(config, attn_implementation="eager")
+    elif family == "xmod":  # a language adapter per layer, and no default language in the config
+        config = t.XmodConfig(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+            languages=["en_XX", "de_DE"],
+        )  # fmt: skip
+        model = t.XmodModel._from_config(config, attn_implementation="eager")
     else:
         raise ValueError(family)
     return _save(model, path)
@@ -234,7 +240,11 @@ def test_model_without_attention_layers_is_refused(model_dirs):
 
 @pytest.mark.parametrize(
     ("family", "fragments"),
-    [("whisper", ["reads audio", "input_features"]), ("longt5_global", ["transient-global", "summaries"])],
+    [
+        ("whisper", ["reads audio", "input_features"]),
+        ("longt5_global", ["transient-global", "summaries"]),
+        ("xmod", ["does not run on a text alone", "language"]),
+    ],
 )
 def test_refused_families_name_the_reason(model_dirs, capsys, tmp_path, family, fragments):
     result = run_cli(capsys, "heatmap", TEXT, "--model", model_dirs[family], "--out", tmp_path / "h.svg")
