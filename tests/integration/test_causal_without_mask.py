@@ -41,9 +41,8 @@ class SummaryRecorder:
 
 
 def test_the_mask_is_left_out_only_for_the_plain_triangle():
-    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
-
     import transformers
+    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
 
     plain = {
         "mask_function": causal_mask_function,
