@@ -117,6 +117,9 @@ def test_hybrid_stack_keeps_the_model_layer_numbers_and_equals_eager(model_dirs)
     assert [site.name for site in loaded.layout()] == ["self.1", "self.3"]
     capture = attnviz.capture(loaded, TEXT)
     assert capture.recorded_layers() == [1, 3] and capture.head_counts() == [0, 4, 0, 4]
+    assert capture.attention_layers() == [1, 3]
+    with pytest.raises(attnviz.common.errors.InputError, match="only layers 1, 3 of this model have attention"):
+        capture.stacked()
     batch = loaded.encode([TEXT])
     eager = _eager(loaded, path, batch)
     assert len(eager.attentions) == 2  # eager numbers the attention layers 0, 1: they are the model's 1 and 3
