@@ -8,16 +8,12 @@ from typing import Annotated
 import typer
 
 from attnviz.circuit.choices import METHODS, METRICS
-from attnviz.cli.option_groups import PROMPT_PAIR, PromptPair, expand_option_groups
+from attnviz.cli.option_groups import BATCH_OPTIONS, PROMPT_PAIR, BatchOptions, PromptPair, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
     VIEW_PANEL,
-    BatchSizeOption,
-    DeviceOption,
-    DtypeOption,
     JsonOption,
-    MaxLengthOption,
     choice_enum,
     choice_parser,
 )
@@ -95,10 +91,7 @@ def circuit(
         str,
         _circuit_option("--edges", "Top edges written to the JSON: a number, or all. Example: --edges all"),
     ] = "200",
-    batch_size: BatchSizeOption = 16,
-    max_length: MaxLengthOption = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    batching: BatchOptions = BATCH_OPTIONS,
     top: Annotated[
         int,
         typer.Option("--top", min=1, help="Top edges to list. Example: --top 20", rich_help_panel=VIEW_PANEL),
@@ -162,9 +155,9 @@ def circuit(
     if out is not None:
         check_output_path(out, FIGURE_SUFFIXES + HTML_SUFFIXES)
 
-    with cli_session(device) as parallel:  # under torchrun each process takes its share of the pairs
+    with cli_session(batching.device) as parallel:  # under torchrun each process takes its share of the pairs
         with status(f"loading {checkpoint}"):
-            loaded = load_model(checkpoint, device=parallel.device_for(device), dtype=dtype)
+            loaded = load_model(checkpoint, device=parallel.device_for(batching.device), dtype=batching.dtype)
         one = prompts.arguments() if chosen is None else {}
         result = find_circuit(
             loaded,
@@ -176,8 +169,7 @@ def circuit(
             per_position=per_position,
             verify=verify,
             target=target,
-            batch_size=batch_size,
-            max_length=max_length,
+            **batching.batching(),
             parallel=parallel,
         )
         if not parallel.is_main:  # only rank 0 prints and writes

@@ -20,6 +20,7 @@ import typer
 from attnviz.cli.options import (
     DEFAULT_MAX_BYTES,
     INPUT_PANEL,
+    BatchSizeOption,
     DeviceOption,
     DtypeOption,
     GenerateOption,
@@ -36,14 +37,18 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 
 class OptionGroup:
     """The default of a command parameter that stands for the options of ``group`` (a dataclass whose fields are
-    Typer options); the command receives ``group(**those options)``."""
+    Typer options; ``defaults``: this command's defaults where they differ from the fields'); the command receives
+    ``group(**those options)``."""
 
-    def __init__(self, group: type):
+    def __init__(self, group: type, **defaults: Any):
         self.build = group
         annotations = get_type_hints(group, include_extras=True)
         self.parameters = [
             inspect.Parameter(
-                field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=annotations[field.name]
+                field.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=defaults.get(field.name, field.default),
+                annotation=annotations[field.name],
             )
             for field in dataclasses.fields(group)
         ]
@@ -111,6 +116,20 @@ class GenerationOptions:
         return {"max_new_tokens": generate, "sample": sample, "temperature": temperature, "seed": seed}
 
 
+@dataclass(frozen=True)
+class BatchOptions:
+    """How a command runs its model over batches of examples."""
+
+    batch_size: BatchSizeOption = 16
+    max_length: MaxLengthOption = None
+    device: DeviceOption = "auto"
+    dtype: DtypeOption = "auto"
+
+    def batching(self) -> dict[str, Any]:
+        """``batch_size=…, max_length=…`` as the library's calls take them."""
+        return {"batch_size": self.batch_size, "max_length": self.max_length}
+
+
 def _prompt(option: str, help_text: str) -> Any:
     return Annotated[str, typer.Option(option, help=help_text, rich_help_panel=INPUT_PANEL, show_default=False)]
 
@@ -155,3 +174,4 @@ class PromptPair:
 RUN_OPTIONS: Any = OptionGroup(RunOptions)
 GENERATION_OPTIONS: Any = OptionGroup(GenerationOptions)
 PROMPT_PAIR: Any = OptionGroup(PromptPair)
+BATCH_OPTIONS: Any = OptionGroup(BatchOptions)

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from attnviz.cli.option_groups import PROMPT_PAIR, PromptPair, expand_option_groups
+from attnviz.cli.option_groups import PROMPT_PAIR, BatchOptions, OptionGroup, PromptPair, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
     VIEW_PANEL,
-    BatchSizeOption,
-    DeviceOption,
-    DtypeOption,
     JsonOption,
-    MaxLengthOption,
     choice_enum,
     choice_parser,
 )
@@ -27,6 +23,10 @@ PATCH_PANEL = "Patching"
 Direction = choice_enum("Direction", DIRECTIONS)
 Patched = choice_enum("Patched", PATCHED)
 Ablation = choice_enum("Ablation", ABLATIONS)
+
+
+#: --batch-size, --max-length, --device, --dtype, with this command's batch size
+BATCHING: Any = OptionGroup(BatchOptions, batch_size=32)
 
 
 @expand_option_groups
@@ -89,10 +89,7 @@ def patch(
             rich_help_panel=INPUT_PANEL,
         ),
     ] = None,
-    batch_size: BatchSizeOption = 32,
-    max_length: MaxLengthOption = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    batching: BatchOptions = BATCHING,
     top: Annotated[
         int,
         typer.Option("--top", min=1, help="Top heads to name and list. Example: --top 10", rich_help_panel=VIEW_PANEL),
@@ -165,7 +162,7 @@ def patch(
         picture = open_image(image_source(image))  # a bad image fails before the model loads
 
     with status(f"loading {checkpoint}"):
-        loaded = load_model(checkpoint, device=device, dtype=dtype)
+        loaded = load_model(checkpoint, device=batching.device, dtype=batching.dtype)
     result = patch_heads(
         loaded,
         **prompts.arguments(),
@@ -174,8 +171,7 @@ def patch(
         patched=what.value,
         ablate=ablate.value if ablate is not None else None,
         texts=texts,
-        batch_size=batch_size,
-        max_length=max_length,
+        **batching.batching(),
         image=picture,
     )
     written = []

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from attnviz.cli.option_groups import BatchOptions, OptionGroup, expand_option_groups
 from attnviz.cli.options import (
     OUTPUT_PANEL,
-    BatchSizeOption,
     CheckpointArgument,
     DataOption,
-    DeviceOption,
-    DtypeOption,
-    MaxLengthOption,
     TextOption,
     WeightingOption,
 )
@@ -22,6 +20,11 @@ from attnviz.cli.options import (
 REPORT_PANEL = "Report"
 
 
+#: --batch-size, --max-length, --device, --dtype, with this command's batch size
+BATCHING: Any = OptionGroup(BatchOptions, batch_size=8)
+
+
+@expand_option_groups
 def report(
     checkpoint: CheckpointArgument = "minilm",
     out: Annotated[
@@ -62,10 +65,7 @@ def report(
             show_default=False,
         ),
     ] = None,
-    batch_size: BatchSizeOption = 8,
-    max_length: MaxLengthOption = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    batching: BatchOptions = BATCHING,
     weighting: WeightingOption = "weights",
 ) -> None:
     """Write the head atlas: every head's statistics in a sortable table, a layer × head grid, example patterns.
@@ -91,10 +91,7 @@ def report(
         texts=corpus_from_options(data, text),
         prune_report=prune_report,
         examples=examples,
-        batch_size=batch_size,
-        max_length=max_length,
-        device=device,
-        dtype=dtype,
+        **dataclasses.asdict(batching),
         compare=compare,
         weighting=weighting.value,
     )
