@@ -18,6 +18,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
+from attnviz.common.errors import UnsupportedModelError
 from attnviz.core.attention import AttentionContext, AttentionSite, attend, softmax_pattern
 from attnviz.core.stacks import stack_of
 
@@ -32,6 +33,10 @@ CONTEXT_KWARG = "attnviz_context"
 CONTEXT_ATTRIBUTE = "_attnviz_context"
 
 _registered = False
+
+#: keyword arguments some families hand their attention function that change its numbers and that the core does
+#: not apply (each with what it is): such a call is refused, never computed without them
+UNAPPLIED_ARGUMENTS = {"sinks": "per-token attention sinks computed from the hidden states"}
 
 
 def hf_attention_forward(
@@ -51,6 +56,13 @@ def hf_attention_forward(
     ``[h]`` (gpt-oss and the families that share its attention). Returns the output as ``[b, q, h, dv]`` and no
     weights (patterns go to the context's observers instead).
     """
+    for name, what in UNAPPLIED_ARGUMENTS.items():
+        if kwargs.get(name) is not None:
+            raise UnsupportedModelError(
+                f"{type(module).__name__} passes {what} ({name!r}) to its attention function, "
+                "which attnviz's attention core does not apply: attnviz refuses this model rather than show other "
+                "numbers than it computes"
+            )
     context: AttentionContext | None = kwargs.get(CONTEXT_KWARG)
     if context is None:
         context = getattr(module, CONTEXT_ATTRIBUTE, None)
