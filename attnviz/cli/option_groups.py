@@ -21,6 +21,7 @@ from attnviz.cli.options import (
     DEFAULT_MAX_BYTES,
     INPUT_PANEL,
     BatchSizeOption,
+    DataOption,
     DeviceOption,
     DtypeOption,
     GenerateOption,
@@ -30,6 +31,7 @@ from attnviz.cli.options import (
     SampleOption,
     SampleSeedOption,
     TemperatureOption,
+    TextOption,
 )
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -130,6 +132,20 @@ class BatchOptions:
         return {"batch_size": self.batch_size, "max_length": self.max_length}
 
 
+@dataclass(frozen=True)
+class TextInputs:
+    """The examples a command reads: ``--data`` (a file of examples) and ``--text`` (examples given inline)."""
+
+    data: DataOption = None
+    text: TextOption = None
+
+    def texts(self, text_files: list | None = None) -> list[str] | None:
+        """The examples of both (and of ``--text-file``), None without any (see ``corpus_from_options``)."""
+        from attnviz.cli.stdin import corpus_from_options
+
+        return corpus_from_options(self.data, self.text, text_files)
+
+
 def _prompt(option: str, help_text: str) -> Any:
     return Annotated[str, typer.Option(option, help=help_text, rich_help_panel=INPUT_PANEL, show_default=False)]
 
@@ -175,3 +191,4 @@ RUN_OPTIONS: Any = OptionGroup(RunOptions)
 GENERATION_OPTIONS: Any = OptionGroup(GenerationOptions)
 PROMPT_PAIR: Any = OptionGroup(PromptPair)
 BATCH_OPTIONS: Any = OptionGroup(BatchOptions)
+TEXT_INPUTS: Any = OptionGroup(TextInputs)

@@ -7,18 +7,17 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.option_groups import TEXT_INPUTS, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     DIRECTORY_METAVAR,
     INPUT_PANEL,
     OUTPUT_PANEL,
     CheckpointArgument,
-    DataOption,
     DeviceMapOption,
     DeviceOption,
     DtypeOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
-    TextOption,
     choice_enum,
     choice_parser,
 )
@@ -32,6 +31,7 @@ HOW_PANEL = "How to choose heads"
 MEASURE_PANEL = "Measuring"
 
 
+@expand_option_groups
 def prune(
     checkpoint: CheckpointArgument = "minilm",
     out: Annotated[
@@ -121,8 +121,7 @@ def prune(
             rich_help_panel=HOW_PANEL,
         ),
     ] = 0,
-    data: DataOption = None,
-    text: TextOption = None,
+    inputs: TextInputs = TEXT_INPUTS,
     eval_data: Annotated[
         Path | None,
         typer.Option(
@@ -254,7 +253,6 @@ def prune(
       torchrun --standalone --nproc-per-node 2 -m attnviz prune smollm2 --ratio 0.2 --data notes.txt --out pruned
     """
     from attnviz.cli.console import console
-    from attnviz.cli.stdin import corpus_from_options
     from attnviz.common.errors import InputError
     from attnviz.common.texts import load_texts
     from attnviz.outputs.files import check_output_path
@@ -283,7 +281,7 @@ def prune(
             raise InputError(f"--json {json_path} lies inside --out {out}: write the report elsewhere")
     from attnviz.cli.images import images_from_options
 
-    texts = corpus_from_options(data, text)  # None: the shipped corpus (text models)
+    texts = inputs.texts()  # None: the shipped corpus (text models)
     eval_texts = load_texts(eval_data) if eval_data is not None else None
     images = images_from_options(images_dir, image)
     held_out_images = images_from_options(eval_images, None)

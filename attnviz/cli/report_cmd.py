@@ -8,12 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from attnviz.cli.option_groups import BatchOptions, OptionGroup, expand_option_groups
+from attnviz.cli.option_groups import TEXT_INPUTS, BatchOptions, OptionGroup, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     OUTPUT_PANEL,
     CheckpointArgument,
-    DataOption,
-    TextOption,
     WeightingOption,
 )
 
@@ -33,8 +31,7 @@ def report(
             "--out", "-o", help="The page to write (.html). Example: --out atlas.html", rich_help_panel=OUTPUT_PANEL
         ),
     ] = Path("report.html"),
-    data: DataOption = None,
-    text: TextOption = None,
+    inputs: TextInputs = TEXT_INPUTS,
     prune_report: Annotated[
         Path | None,
         typer.Option(
@@ -83,12 +80,11 @@ def report(
       attnviz report minilm --weighting norm --out minilm-norm-atlas.html
     """
     from attnviz.atlas.build import build_head_atlas
-    from attnviz.cli.stdin import corpus_from_options
 
     path = build_head_atlas(
         checkpoint,
         out,
-        texts=corpus_from_options(data, text),
+        texts=inputs.texts(),
         prune_report=prune_report,
         examples=examples,
         **dataclasses.asdict(batching),

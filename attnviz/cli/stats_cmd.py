@@ -8,12 +8,12 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.option_groups import TEXT_INPUTS, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
     AscendingOption,
     BatchSizeOption,
-    DataOption,
     DeviceMapOption,
     DeviceOption,
     DtypeOption,
@@ -24,7 +24,6 @@ from attnviz.cli.options import (
     NoTruncateOption,
     StackOption,
     TextFileOption,
-    TextOption,
     ToyExamplesOption,
     WeightingOption,
     stack_value,
@@ -53,6 +52,7 @@ from attnviz.cli.stats_options import (
 STDOUT = Path("-")
 
 
+@expand_option_groups
 def stats(
     checkpoints: Annotated[
         list[str] | None,
@@ -63,8 +63,7 @@ def stats(
             show_default=False,
         ),
     ] = None,
-    data: DataOption = None,
-    text: TextOption = None,
+    inputs: TextInputs = TEXT_INPUTS,
     text_files: TextFileOption = None,
     images_dir: Annotated[
         Path | None,
@@ -167,7 +166,6 @@ def stats(
       torchrun --standalone --nproc-per-node 4 -m attnviz stats smollm2 --data corpus.txt --json stats.json
     """
     from attnviz.cli.distributed import cli_session
-    from attnviz.cli.stdin import corpus_from_options
     from attnviz.common.errors import InputError
     from attnviz.outputs.files import check_output_path
     from attnviz.render.stats_plots import FIGURE_SUFFIXES
@@ -195,7 +193,7 @@ def stats(
     for path, suffixes in outputs:
         if path is not None and path != STDOUT:
             check_output_path(path, suffixes)
-    texts = corpus_from_options(data, text, text_files)
+    texts = inputs.texts(text_files)
     from attnviz.cli.images import images_from_options
 
     images = images_from_options(images_dir, image)
