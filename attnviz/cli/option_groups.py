@@ -22,6 +22,7 @@ from attnviz.cli.options import (
     INPUT_PANEL,
     BatchSizeOption,
     DataOption,
+    DeviceMapOption,
     DeviceOption,
     DtypeOption,
     GenerateOption,
@@ -133,6 +134,29 @@ class BatchOptions:
 
 
 @dataclass(frozen=True)
+class ModelPlacement:
+    """Where and in which precision a command loads its model, a big one spread over devices (``--device-map``)."""
+
+    device: DeviceOption = "auto"
+    dtype: DtypeOption = "auto"
+    device_map: DeviceMapOption = None
+
+    def loading(self) -> dict[str, Any]:
+        """``device=…, dtype=…, device_map=…`` as the library's loading calls take them."""
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "device_map": self.device_map.value if self.device_map else None,
+        }
+
+    def session(self) -> Any:
+        """The command's processes (one, or torchrun's): :func:`attnviz.cli.distributed.cli_session`."""
+        from attnviz.cli.distributed import cli_session
+
+        return cli_session(self.device, self.device_map)
+
+
+@dataclass(frozen=True)
 class TextInputs:
     """The examples a command reads: ``--data`` (a file of examples) and ``--text`` (examples given inline)."""
 
@@ -192,3 +216,4 @@ GENERATION_OPTIONS: Any = OptionGroup(GenerationOptions)
 PROMPT_PAIR: Any = OptionGroup(PromptPair)
 BATCH_OPTIONS: Any = OptionGroup(BatchOptions)
 TEXT_INPUTS: Any = OptionGroup(TextInputs)
+PLACEMENT: Any = OptionGroup(ModelPlacement)

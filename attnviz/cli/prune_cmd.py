@@ -7,15 +7,12 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.option_groups import TEXT_INPUTS, TextInputs, expand_option_groups
+from attnviz.cli.option_groups import PLACEMENT, TEXT_INPUTS, ModelPlacement, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     DIRECTORY_METAVAR,
     INPUT_PANEL,
     OUTPUT_PANEL,
     CheckpointArgument,
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
     choice_enum,
@@ -232,9 +229,7 @@ def prune(
             rich_help_panel=MEASURE_PANEL,
         ),
     ] = 10,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
-    device_map: DeviceMapOption = None,
+    placement: ModelPlacement = PLACEMENT,
 ) -> None:
     """Remove the least important attention heads and write a physically smaller checkpoint.
 
@@ -286,9 +281,7 @@ def prune(
     images = images_from_options(images_dir, image)
     held_out_images = images_from_options(eval_images, None)
 
-    from attnviz.cli.distributed import cli_session
-
-    with cli_session(device, device_map) as parallel:
+    with placement.session() as parallel:
         outcome = prune_checkpoint(
             checkpoint,
             out,
@@ -299,9 +292,7 @@ def prune(
             eval_images=held_out_images,
             force=force,
             transformers_copy=transformers_copy,
-            device=device,
-            dtype=dtype,
-            device_map=device_map.value if device_map else None,
+            **placement.loading(),
             parallel=parallel,
         )
         if parallel.is_main:  # rank 0 reports

@@ -8,15 +8,12 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.option_groups import TEXT_INPUTS, TextInputs, expand_option_groups
+from attnviz.cli.option_groups import PLACEMENT, TEXT_INPUTS, ModelPlacement, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
     AscendingOption,
     BatchSizeOption,
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
     LimitOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
@@ -93,9 +90,7 @@ def stats(
     ] = 0,
     max_length: MaxLengthOption = None,
     no_truncate: NoTruncateOption = False,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
-    device_map: DeviceMapOption = None,
+    placement: ModelPlacement = PLACEMENT,
     local_window: LocalWindowOption = 2,
     by_position: ByPositionOption = False,
     bucket_size: BucketSizeOption = None,
@@ -165,7 +160,6 @@ def stats(
 
       torchrun --standalone --nproc-per-node 4 -m attnviz stats smollm2 --data corpus.txt --json stats.json
     """
-    from attnviz.cli.distributed import cli_session
     from attnviz.common.errors import InputError
     from attnviz.outputs.files import check_output_path
     from attnviz.render.stats_plots import FIGURE_SUFFIXES
@@ -200,16 +194,14 @@ def stats(
     if images is not None and by_position:
         raise InputError("--by-position is for text: images have no reading order")
 
-    with cli_session(device, device_map) as parallel:
+    with placement.session() as parallel:
         results = measure_checkpoints(
             checkpoints or ["minilm"],
             texts,
             thresholds=thresholds,
             toy_examples=toy_examples,
             seed=seed,
-            device=device,
-            dtype=dtype,
-            device_map=device_map.value if device_map else None,
+            **placement.loading(),
             local_window=local_window,
             parallel=parallel,
             batch_size=batch_size,
