@@ -324,7 +324,10 @@ class HFModel(LoadedModel):
     # -- encoding (attnviz.models.hf_encoding) ----------------------------------------------------
 
     def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:
-        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+        encoded = self.tokenizer(
+            list(texts), add_special_tokens=True, verbose=False
+        )  # lengths past the limit are ours to report
+        return [len(ids) for ids in encoded["input_ids"]]
 
     encode = encode_texts  # (texts, *, targets, max_length, truncate): attnviz.models.hf_encoding
 

@@ -82,7 +82,8 @@ def _tokenize(loaded: HFModel, texts: Sequence[str], max_length: int | None, tru
     """(the tokenizer's padded encoding, token strings, special flags, word ids, which texts were truncated)."""
     tokenizer = loaded.tokenizer
     limit = min(x for x in (max_length, loaded.max_length) if x) if (max_length or loaded.max_length) else None
-    full = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+    # verbose=False: attnviz says itself what a text longer than the limit becomes (below), not transformers' logger
+    full = tokenizer(list(texts), add_special_tokens=True, verbose=False)["input_ids"]
     _check_ids_fit(loaded, full)
     truncated = [limit is not None and len(ids) > limit for ids in full]
     if any(truncated):
