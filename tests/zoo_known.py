@@ -9,7 +9,6 @@ from __future__ import annotations
 
 SINKS = "attention sinks (s_aux): issue 38 item 1 (sinks)"
 LOOPED = "shared or looped layers, one site per application: item 4 (layers)"
-GATED = "a gate or sub-norm between head output and output projection: item 5 (headout)"
 REFUSED = "patching / norm weighting refused on this layout: item 7 (headout)"
 CRASH = "a crash that must become support or a clear refusal: item 6 (layers)"
 VLM = "vision-language model: item 8 (vlm)"
