@@ -9,7 +9,6 @@ from __future__ import annotations
 
 SINKS = "attention sinks (s_aux): issue 38 item 1 (sinks)"
 LOOPED = "shared or looped layers, one site per application: item 4 (layers)"
-GATED = "a gate or sub-norm between head output and output projection: item 5 (headout)"
 REFUSED = "patching / norm weighting refused on this layout: item 7 (headout)"
 CRASH = "a crash that must become support or a clear refusal: item 6 (layers)"
 VLM = "vision-language model: item 8 (vlm)"
@@ -18,9 +17,6 @@ NO_VALUES = "zoo reference: an eager-only family has no eager_attention_forward 
 BLOCKED = "zoo reference: eager returns LongT5's local attention as [b, blocks, h, block, 3·block], not unfolded"
 GATED_REFUSED = "refused by name: a gate or sub-norm sits between head output and output projection: item 5 (headout)"
 TWO_PER_LAYER = "two attention modules per layer: eager returns 4 layers where attnviz records 2 (like item 4, layers)"
-REGRESSED = (
-    "exact at main 6730e03, off since d8f53bd (patterns ~0.93-1.0, logits 3-5): a regression, see zoo-failures.md"
-)
 NAMED_REFUSAL = "load refused by name with the reason (block-local / merged attention): item 6 (layers)"
 NO_ATTENTION = (
     "zoo factory: the default layer types are all linear attention, so the tiny model has none (clear refusal)"
@@ -54,10 +50,10 @@ KNOWN: dict[str, dict[str, str]] = {
     "beam": {"norm": GATED_REFUSED},
     "bigbird_pegasus": {"patching": SPARSE_REFERENCE, "norm": GATED_REFUSED},
     "bitnet": {"norm": GATED_REFUSED},
-    "bloom": {**dict.fromkeys(("patterns", "outputs", "statistics"), REGRESSED), "patching": GATED, "norm": NO_VALUES},
+    "bloom": {"norm": NO_VALUES},
     "deberta-v2": {"norm": NO_VALUES},
     "deepseek_v4": {"load": SINKS},
-    "diffllama": {**dict.fromkeys(("patterns", "statistics", "patching"), LOOPED), "norm": GATED_REFUSED},
+    "diffllama": {"norm": GATED_REFUSED},
     "dory": {"patching": LOOPED, "norm": GATED_REFUSED},
     "falcon": {"norm": NO_VALUES},
     "git": {"load": VLM},
@@ -83,7 +79,6 @@ KNOWN: dict[str, dict[str, str]] = {
     "musicgen": {"load": CRASH},
     "musicgen_melody": {"load": CRASH},
     "neomme": {"patching": SAME_DIFF, "norm": GATED_REFUSED},
-    "nllb-moe": {**dict.fromkeys(("patterns", "outputs"), REGRESSED), **dict.fromkeys(("patching", "norm"), CRASH)},
     "pegasus_x": {"load": NAMED_REFUSAL},
     "qwen3_5": {"norm": GATED_REFUSED},
     "qwen3_5_moe": {"norm": GATED_REFUSED},

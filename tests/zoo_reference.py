@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 #: module-name fragments of cross-attention modules (BERT-style, BART-style, T5-style, others)
-CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")
+CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn", "cross_attention")
 
 
 def eager_model(directory, class_name: str):
