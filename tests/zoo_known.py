@@ -9,6 +9,7 @@ from __future__ import annotations
 
 SINKS = "attention sinks (s_aux): issue 38 item 1 (sinks)"
 LOOPED = "shared or looped layers, one site per application: item 4 (layers)"
+LOOPED_REFUSED = "patching refused by name: one module applied at several layers (shared or looped, item 4)"
 REFUSED = "patching / norm weighting refused on this layout: item 7 (headout)"
 CRASH = "a crash that must become support or a clear refusal: item 6 (layers)"
 VLM = "vision-language model: item 8 (vlm)"
@@ -16,7 +17,8 @@ SAME_DIFF = "one-line refusal for this input: the tiny model's answer logits do 
 NO_VALUES = "zoo reference: an eager-only family has no eager_attention_forward to read value vectors from"
 BLOCKED = "zoo reference: eager returns LongT5's local attention as [b, blocks, h, block, 3·block], not unfolded"
 GATED_REFUSED = "refused by name: a gate or sub-norm sits between head output and output projection: item 5 (headout)"
-TWO_PER_LAYER = "two attention modules per layer: eager returns 4 layers where attnviz records 2 (like item 4, layers)"
+TWO_PER_LAYER = "two attention modules per layer, a layer each as eager numbers them: patching refused by name (item 4)"
+TOKEN_SINKS = "load refused by name: per-token attention sinks ('sinks'), which the core does not apply (item 1)"
 NAMED_REFUSAL = "load refused by name with the reason (block-local / merged attention): item 6 (layers)"
 NO_ATTENTION = (
     "zoo factory: the default layer types are all linear attention, so the tiny model has none (clear refusal)"
@@ -45,7 +47,7 @@ UNBUILDABLE: dict[str, str] = {
 #: family -> {check: reason}: checks that fail today (remove an entry once its check passes)
 KNOWN: dict[str, dict[str, str]] = {
     "afmoe": {"norm": GATED_REFUSED},
-    "albert": {"patching": LOOPED},
+    "albert": {"patching": LOOPED_REFUSED},
     "axk2": {"norm": GATED_REFUSED},
     "beam": {"norm": GATED_REFUSED},
     "bigbird_pegasus": {"patching": SPARSE_REFERENCE, "norm": GATED_REFUSED},
@@ -54,24 +56,21 @@ KNOWN: dict[str, dict[str, str]] = {
     "deberta-v2": {"norm": NO_VALUES},
     "deepseek_v4": {"load": SINKS},
     "diffllama": {"norm": GATED_REFUSED},
-    "dory": {"patching": LOOPED, "norm": GATED_REFUSED},
+    "dory": {"patching": LOOPED_REFUSED, "norm": GATED_REFUSED},
     "falcon": {"norm": NO_VALUES},
     "git": {"load": VLM},
     "gpt_neo": {"norm": NO_VALUES},
     "granite_swa": dict.fromkeys(("patterns", "statistics", "norm"), SINKS),
     "granitemoe_swa": dict.fromkeys(("patterns", "statistics", "norm"), SINKS),
     "granitemoehybrid": {"load": NO_ATTENTION},
-    "hrm_text": {"patching": LOOPED, "norm": GATED_REFUSED},
+    "hrm_text": {"patching": LOOPED_REFUSED, "norm": GATED_REFUSED},
     "hy_v4": {"norm": GATED_REFUSED},
-    "inkling2_loop_text": {
-        **dict.fromkeys(("patterns", "outputs", "statistics", "patching"), SINKS),
-        "norm": GATED_REFUSED,
-    },
-    "inkling2_text": {**dict.fromkeys(("patterns", "outputs", "statistics", "patching"), SINKS), "norm": GATED_REFUSED},
+    "inkling2_loop_text": {"load": TOKEN_SINKS},
+    "inkling2_text": {"load": TOKEN_SINKS},
     "jetmoe": dict.fromkeys(("patching", "norm"), REFUSED),
     "laguna": {"norm": GATED_REFUSED},
     "lfm3": {"norm": GATED_REFUSED},
-    "longcat_flash": {**dict.fromkeys(("patterns", "statistics", "patching"), TWO_PER_LAYER), "norm": NO_VALUES},
+    "longcat_flash": {"patching": TWO_PER_LAYER, "norm": NO_VALUES},
     "longt5": {**dict.fromkeys(("patterns", "statistics"), BLOCKED), **dict.fromkeys(("patching", "norm"), REFUSED)},
     "minimax": dict.fromkeys(("patterns", "statistics"), LOOPED),
     "mpnet": {"norm": NO_VALUES},

@@ -26,6 +26,14 @@ if TYPE_CHECKING:
 
 def check_hf_patching(loaded: HFModel) -> None:
     """Refuse what attnviz cannot patch (see :meth:`attnviz.models.base.LoadedModel.check_patching`)."""
+    repeated = loaded.repeated_stacks()
+    if repeated:
+        raise UnsupportedModelError(
+            f"{loaded.name} runs attention several times per layer in a forward pass (a shared or looped layer "
+            f"as in ALBERT, or two attention modules in one layer; stack {', '.join(sorted(repeated))}): attnviz "
+            "cannot patch one application's heads; capture and statistics show each application as a layer of "
+            "its own"
+        )
     if not has_lm_head(loaded):
         raise UnsupportedModelError(
             f"{loaded.name} has no language-model head, so it gives no logits for an answer: use a causal LM "

@@ -36,5 +36,11 @@ def find_repeated_stacks(loaded: Any) -> frozenset[str]:
     finally:
         for hook in hooks:
             hook.remove()
-    sites = [loaded.site_of(module) for module in attending if runs.get(module, 0) > 1]
-    return frozenset(site.stack for site in sites if site is not None)
+    # runs per site: a module run several times (ALBERT's shared layer), or two modules named for one layer
+    # (LongCat-Flash's two attentions per layer) make a site run more than once, as eager's output_attentions counts
+    calls: dict[AttentionSite, int] = {}
+    for module in attending:
+        site = loaded.site_of(module)
+        if site is not None:
+            calls[site] = calls.get(site, 0) + runs.get(module, 0)
+    return frozenset(site.stack for site, count in calls.items() if count > 1)

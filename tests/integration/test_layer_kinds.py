@@ -189,6 +189,9 @@ def test_shared_layer_is_a_layer_per_application(model_dirs):
         assert torch.allclose(entropy[layer], expected, atol=1e-4)
     with pytest.raises(attnviz.common.errors.UnsupportedModelError, match="several layers"):
         loaded.check_head_removal()
+    # one output projection serves every application: patching one application's heads is refused, not approximated
+    with pytest.raises(attnviz.common.errors.UnsupportedModelError, match="several times per layer"):
+        attnviz.patch_heads(loaded, clean="the cat sat", corrupt="the dog sat", answer="cat", wrong="dog")
 
 
 def test_nllb_moe_cross_attention_is_a_cross_site(model_dirs):
