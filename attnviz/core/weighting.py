@@ -35,12 +35,13 @@ from attnviz.core.choices import WEIGHTINGS, Weighting
 _TINY = 1e-30
 
 
-def value_norms(value: Tensor, projections: Tensor) -> Tensor:
+def value_norms(value: Tensor, projections: Tensor, out: Tensor | None = None) -> Tensor:
     """``‖f_h(x_j)‖`` of every query head and key: ``[b, h, k]`` float32.
 
     ``value``: ``[b, kvh, k, d]`` (the values the attention function receives); ``projections``:
     ``[h, d, hidden]``, each query head's slice of the output projection. Query head ``h`` reads
-    key/value head ``h // (h_total / kvh)`` (as :func:`attnviz.core.attention.repeat_kv`).
+    key/value head ``h // (h_total / kvh)`` (as :func:`attnviz.core.attention.repeat_kv`). ``out``: a float32
+    ``[b, h, k]`` tensor to write the norms into (a buffer the caller reuses across layers), else a new one.
     """
     heads = projections.shape[0]
     kv_heads = value.shape[1]
@@ -51,7 +52,7 @@ def value_norms(value: Tensor, projections: Tensor) -> Tensor:
     gram = torch.matmul(weights, weights.transpose(1, 2)).float()  # [h, d, d]
     values = repeat_kv(value.float(), heads // kv_heads)  # [b, h, k, d]
     squared = (torch.matmul(values, gram) * values).sum(dim=-1)  # [b, h, k]
-    return squared.clamp(min=0.0).sqrt()
+    return torch.sqrt(squared.clamp_(min=0.0), out=out)
 
 
 class NormWeighting:
