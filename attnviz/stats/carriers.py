@@ -26,7 +26,7 @@ from torch import Tensor
 from attnviz.common.parallel import DataParallel
 from attnviz.core import AttentionSite
 from attnviz.core.kernel_calls import RowSummary
-from attnviz.core.weighting import value_norms
+from attnviz.core.weighting import projection_gram, value_norms
 from attnviz.models.base import EncodedBatch
 
 #: per-head fields, in JSON/CSV order
@@ -91,6 +91,7 @@ class TokenCarriers:
         self._sums = {site: _zeros(len(CARRIER_FIELDS), heads.shape[0]) for site, heads in self.projections.items()}
         self._counts = {site: _zeros(len(CARRIER_FIELDS)) for site in self.projections}
         self._seen: set[AttentionSite] = set()
+        self._grams = {site: projection_gram(heads) for site, heads in self.projections.items()}  # site -> [h, d, d]
         self._batch: EncodedBatch | None = None
         self._site: AttentionSite | None = None
         self._norms: Tensor | None = None  # [b, h, k] of the call in progress
@@ -110,7 +111,8 @@ class TokenCarriers:
         self._site, self._norms = site, None
         if projections is None or self._batch is None:
             return
-        norms = value_norms(value, projections, out=self._norms_out(value, projections.shape[0]))  # [b, h, k]
+        out = self._norms_out(value, projections.shape[0])
+        norms = value_norms(value, projections, out, gram=self._grams[site])  # [b, h, k]
         self._norms = norms
         keys = self._batch.key_padding_mask(site.stack).to(norms.device)[:, None, :]  # [b, 1, k] real keys
         first = norms[:, :, 0].double().sum(0)  # [h]
