@@ -132,6 +132,12 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
         "n_output_layers": 1,
         "layer_types": None,
     },
+    # two stacks of layers applied in cycles: one layer per stack keeps every kind of application, in few runs
+    "hrm_text": {"num_layers_per_stack": 1, "H_cycles": 1, "L_cycles": 2, "L_bp_cycles": [1]},
+    # hybrids whose attention layers are placed by number: two layers would hold none, so layer 1 attends
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
+    "bamba": {"attn_layer_indices": [1]},
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     # the family allows one expert per token only
     "zaya": {"num_experts_per_tok": 1},
 }

@@ -25,12 +25,12 @@ def eager_model(directory, class_name: str):
     return getattr(transformers, class_name).from_pretrained(str(directory), attn_implementation="eager").eval()
 
 
-def stack_of(name: str, encoder_decoder: bool) -> str:
-    """attnviz's stack name for the attention module called ``name``."""
-    lowered = name.lower()
+def stack_of(name: str, encoder_decoder: bool, module: nn.Module | None = None) -> str:
+    """attnviz's stack name for the attention module called ``name`` (T5's ``T5LayerCrossAttention`` by its class)."""
+    lowered = name.lower() + "." + type(module).__name__.lower()
     if not encoder_decoder:
         return "self"
-    if any(part in lowered for part in CROSS_NAMES):
+    if any(part in lowered for part in CROSS_NAMES) or "crossattention" in lowered:
         return "cross"
     return "decoder" if "decoder" in lowered.split(".") else "encoder"
 
@@ -60,12 +60,15 @@ def run_eager(model, inputs: dict) -> tuple[torch.Tensor, dict[str, list[torch.T
 
 def hand_statistics(pattern: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per-head means over queries ``[h]`` of a few statistics of one ``[h, q, k]`` pattern, as stats.md defines them."""
+    sink = (1 - pattern.sum(-1)).clamp(min=0)  # [h, q]: the weight a learned sink takes (0 up to rounding without one)
     queries = torch.arange(pattern.shape[1], dtype=pattern.dtype)
     keys = torch.arange(pattern.shape[2], dtype=pattern.dtype)
     distance = (queries[:, None] - keys[None, :]).abs()  # [q, k]
     logs = torch.where(pattern > 0, pattern.log(), torch.zeros_like(pattern))
     return {
-        "entropy": -(pattern * logs).sum(-1).mean(-1),
+        # the whole softmax's entropy, keys and sink (stats.md)
+        "entropy": (-(pattern * logs).sum(-1) - torch.where(sink > 0, sink * sink.log(), 0 * sink)).mean(-1),
+        "sink_share": sink.mean(-1),
         "max_weight": pattern.amax(-1).mean(-1),
         "first_token": pattern[..., 0].mean(-1),
         "diagonal": pattern.diagonal(dim1=-2, dim2=-1).mean(-1) if pattern.shape[1] == pattern.shape[2] else None,
@@ -86,13 +89,20 @@ def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def _is_attention_block(class_name: str) -> bool:
     """``LlamaAttention``, ``BertAttention``, ``T5Attention``: not a whole layer (``MllamaSelfAttentionDecoderLayer``)."""
-    return "Attention" in class_name and not any(word in class_name for word in ("Layer", "Block", "Model"))
+    return "Attention" in class_name and not class_name.endswith(("Layer", "Block", "Model"))
+
+
+#: the names attention blocks give their output projection (the last part of the submodule's name)
+OUTPUT_NAMES = ("o_proj", "out_proj", "c_proj", "dense", "o", "wo", "out_lin", "proj", "out", "output_proj")
 
 
 def output_projection(attention: nn.Module) -> nn.Module | None:
-    """The last linear map registered inside an attention block: its output projection (o_proj, out_proj, dense, …)."""
-    linear = [m for m in attention.modules() if isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"]
-    return linear[-1] if linear else None
+    """The block's output projection: the last linear map named like one (o_proj, out_proj, dense, …), else the last."""
+    linear = [
+        (name, m) for name, m in attention.named_modules() if isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"
+    ]
+    named = [m for name, m in linear if name.rsplit(".", 1)[-1] in OUTPUT_NAMES]
+    return named[-1] if named else (linear[-1][1] if linear else None)
 
 
 def projection_columns(projection: nn.Module) -> torch.Tensor:
@@ -145,13 +155,13 @@ def norm_maps(model, inputs: dict) -> dict[str, list[torch.Tensor]]:
             raise LookupError(f"{heads} heads of {size} values do not make the {weight.shape[1]} projection inputs")
         value = value[0].float().repeat_interleave(heads // value.shape[1], dim=0)  # [h, k, d_v]
         blocks = weight.reshape(weight.shape[0], heads, size).permute(1, 0, 2)  # [h, hidden, d_v]
-        norms = torch.einsum("hod,hkd->hko", blocks.float(), value).norm(dim=-1)  # [h, k]
-        stack = stack_of(names[owner], model.config.is_encoder_decoder)
+        norms = torch.einsum("hod,hkd->hko", blocks.detach().float(), value).norm(dim=-1)  # [h, k]
+        stack = stack_of(names[owner], model.config.is_encoder_decoder, owner)
         maps.setdefault(stack, []).append(weights[0].float() * norms[:, None, :])
     return maps
 
 
-def run_blocks(model, ids: torch.Tensor) -> list[tuple[str, nn.Module]]:
+def run_blocks(model, ids: torch.Tensor, extra: dict) -> list[tuple[str, nn.Module]]:
     """The attention blocks that compute softmax attention in one run, in model order.
 
     Blocks that call the family's eager attention function where it has one (a hybrid's linear-attention blocks are
@@ -162,7 +172,7 @@ def run_blocks(model, ids: torch.Tensor) -> list[tuple[str, nn.Module]]:
     blocks = attention_modules(model)
     handles = [block.register_forward_pre_hook(lambda m, a: called.add(id(m))) for _, block in blocks]
     with recorded_values(model) as calls, torch.no_grad():
-        model(input_ids=ids, use_cache=False)
+        model(input_ids=ids, use_cache=False, **extra)
     for handle in handles:
         handle.remove()
     if calls:
@@ -171,26 +181,34 @@ def run_blocks(model, ids: torch.Tensor) -> list[tuple[str, nn.Module]]:
     return [(name, block) for name, block in blocks if id(block) in called]
 
 
-def head_inputs(model, ids: torch.Tensor, blocks) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
-    """Every attention block's output-projection input ``[q, h·d]`` and the logits ``[q, vocab]`` of one run."""
-    seen: dict[int, torch.Tensor] = {}
+def head_inputs(model, ids: torch.Tensor, blocks, extra: dict) -> tuple[list[tuple[int, torch.Tensor]], torch.Tensor]:
+    """Each output-projection call of one run in order, as ``(block number, input [q, h·d])``, and the logits.
+
+    A block applied several times (ALBERT's shared layer, a looped model) has one entry per application.
+    """
+    seen: list[tuple[int, torch.Tensor]] = []
     handles = [
         output_projection(block).register_forward_pre_hook(
-            lambda m, args, layer=layer: seen.__setitem__(layer, args[0][0].clone())
+            lambda m, args, number=number: seen.append((number, args[0][0].clone()))
         )
-        for layer, (_, block) in enumerate(blocks)
+        for number, (_, block) in enumerate(blocks)
     ]
     with torch.no_grad():
-        logits = model(input_ids=ids, use_cache=False).logits[0]
+        logits = model(input_ids=ids, use_cache=False, **extra).logits[0]
     for handle in handles:
         handle.remove()
     return seen, logits
 
 
-def patched_logits(model, ids, block, head: int, heads: int, values: torch.Tensor) -> torch.Tensor:
-    """Logits ``[q, vocab]`` with one head's columns of ``block``'s output-projection input replaced by ``values``."""
+def patched_logits(model, ids, block, application: int, head: int, heads: int, values, extra: dict) -> torch.Tensor:
+    """Logits ``[q, vocab]`` with one head's columns of ``block``'s output-projection input replaced by ``values``
+    in its ``application``-th call."""
+    calls = [0]
 
     def replace(module, args):
+        calls[0] += 1
+        if calls[0] - 1 != application:
+            return None
         merged = args[0].clone()
         size = merged.shape[-1] // heads
         merged[0, :, head * size : (head + 1) * size] = values[:, head * size : (head + 1) * size]
@@ -198,6 +216,6 @@ def patched_logits(model, ids, block, head: int, heads: int, values: torch.Tenso
 
     handle = output_projection(block).register_forward_pre_hook(replace)
     with torch.no_grad():
-        logits = model(input_ids=ids, use_cache=False).logits[0]
+        logits = model(input_ids=ids, use_cache=False, **extra).logits[0]
     handle.remove()
     return logits

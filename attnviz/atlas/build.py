@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from attnviz.captures.attention_capture import AttentionCapture, PatternRecorder, captures_from_patterns
-from attnviz.common.errors import InputError
+from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.common.progress import status
 from attnviz.common.texts import load_texts
 from attnviz.compare.models import compare_models
@@ -199,6 +199,12 @@ def build_head_atlas(
         loaded = load_model(checkpoint, device=device, dtype=dtype)
     if scores is not None:
         check_scores_fit(scores, str(checkpoint), loaded)
+    if loaded.modality == "image":  # before anything is measured, whatever else was asked (--weighting norm …)
+        raise UnsupportedModelError(
+            f"{loaded.name} is a vision model: the head atlas is drawn for text and token-toy models; measure its "
+            f"heads on images with attnviz stats {checkpoint} (--images DIR), and see them on a picture with "
+            f"attnviz heatmap --image PATH --model {checkpoint} --out view.html"
+        )
     if texts is None and loaded.own_examples(1, seed) is None:
         texts = load_texts()  # no own task: the shipped corpus, for the statistics and the examples alike
     comparison = None

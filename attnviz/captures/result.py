@@ -143,6 +143,12 @@ class AttentionCapture(NotebookDisplay):
     def stacked(self, stack: str = "self") -> Tensor:
         """``[layer, head, query, key]``; needs the same head count in every layer."""
         layers = self._layers(stack)
+        attention = self.attention_layers(stack)
+        if len(attention) != len(layers):
+            raise InputError(
+                f"only layers {', '.join(map(str, attention))} of this model have attention (a hybrid stack): index "
+                "them one by one (attention_layers)"
+            )
         if len(self.recorded_layers(stack)) != len(layers):
             raise InputError("this capture records some layers only: index them one by one (recorded_layers)")
         if len({t.shape for t in layers}) != 1:

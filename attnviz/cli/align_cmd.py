@@ -7,14 +7,11 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.option_groups import BATCH_OPTIONS, BatchOptions, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
-    BatchSizeOption,
-    DeviceOption,
-    DtypeOption,
     JsonOption,
-    MaxLengthOption,
     choice_enum,
     choice_parser,
 )
@@ -27,6 +24,7 @@ ALIGN_PANEL = "Alignment"
 RowChoice = choice_enum("RowChoice", ALIGNMENT_ROWS)
 
 
+@expand_option_groups
 def align(
     checkpoint: Annotated[
         str,
@@ -84,10 +82,7 @@ def align(
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = None,
-    batch_size: BatchSizeOption = 16,
-    max_length: MaxLengthOption = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    batching: BatchOptions = BATCH_OPTIONS,
 ) -> None:
     """Score every cross-attention head (and layer mean) by its alignment error rate against gold word alignments.
 
@@ -114,11 +109,9 @@ def align(
     check_outputs([json_path, plot], [] if from_stdin else [data])
     pairs = read_alignment_pairs(text=read_stdin("alignment pairs")) if from_stdin else read_alignment_pairs(data)
     with status(f"loading {checkpoint}"):
-        loaded = load_model(checkpoint, device=device, dtype=dtype)
+        loaded = load_model(checkpoint, device=batching.device, dtype=batching.dtype)
     with status(f"aligning {len(pairs)} pairs"):
-        result = align_heads(
-            loaded, pairs, threshold=threshold, rows=rows.value, batch_size=batch_size, max_length=max_length
-        )
+        result = align_heads(loaded, pairs, threshold=threshold, rows=rows.value, **batching.batching())
     console.print(alignment_table(result, limit=limit))
     if json_path is not None:
         print(write_alignment_json(json_path, result))

@@ -9,23 +9,20 @@ import typer
 
 from attnviz.captures.choices import CAPTURE_BITS
 from attnviz.cli.images import ImageOption
+from attnviz.cli.option_groups import (
+    GENERATION_OPTIONS,
+    RUN_OPTIONS,
+    GenerationOptions,
+    RunOptions,
+    expand_option_groups,
+)
 from attnviz.cli.options import (
-    DEFAULT_MAX_BYTES,
     OUTPUT_PANEL,
     VIEW_PANEL,
     DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
-    GenerateOption,
-    MaxBytesOption,
-    MaxLengthOption,
     ModelOption,
-    NoTruncateOption,
-    SampleOption,
-    SampleSeedOption,
     StackChoice,
     TargetOption,
-    TemperatureOption,
     WeightingOption,
     choice_enum,
     choice_parser,
@@ -37,13 +34,14 @@ Bits = choice_enum("Bits", CAPTURE_BITS)
 DEFAULT_BITS = Bits("32")
 
 
+@expand_option_groups
 def capture(
     out: Annotated[
         Path,
         typer.Option(
             "--out",
             "-o",
-            help="Output .safetensors file (format in the README). Example: --out cat.safetensors",
+            help="Output .safetensors file (format: docs/file-formats.md). Example: --out cat.safetensors",
             rich_help_panel=OUTPUT_PANEL,
         ),
     ],
@@ -105,16 +103,9 @@ def capture(
             rich_help_panel=VIEW_PANEL,
         ),
     ] = None,
-    max_length: MaxLengthOption = None,
-    max_bytes: MaxBytesOption = DEFAULT_MAX_BYTES,
-    no_truncate: NoTruncateOption = False,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    running: RunOptions = RUN_OPTIONS,
     device_map: DeviceMapOption = None,
-    generate: GenerateOption = None,
-    sample: SampleOption = False,
-    temperature: TemperatureOption = 1.0,
-    seed: SampleSeedOption = None,
+    generating: GenerationOptions = GENERATION_OPTIONS,
     weighting: WeightingOption = "weights",
 ) -> None:
     """Save the attention patterns of TEXT as a safetensors file (one \\[head, query, key] tensor per layer).
@@ -137,7 +128,7 @@ def capture(
 
       attnviz capture --image shapes.png --model toy-caption --generate 4 --out caption.safetensors
     """
-    from attnviz.cli.capturing import capture_text, generation_settings, max_bytes_value, print_summary
+    from attnviz.cli.capturing import capture_text, max_bytes_value, print_summary
     from attnviz.cli.selection import parse_head_option, parse_layer_option
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.common.errors import InputError
@@ -147,31 +138,33 @@ def capture(
     layers, heads = parse_layer_option(layer), parse_head_option(head)
     if heads is not None and not isinstance(heads, list):
         raise InputError("--head mean draws an average: a capture records heads, give numbers or all")
-    byte_limit = max_bytes_value(max_bytes)
+    byte_limit = max_bytes_value(running.max_bytes)
     partial = layers is not None or heads is not None or stack is not None
     norm = weighting.value == "norm"
-    if norm and (image is not None or generate is not None or with_rollout):
+    if norm and (image is not None or generating.generate is not None or with_rollout):
         raise InputError("--weighting norm captures a text: --image, --generate and --rollout do not apply")
     if image is not None:
         from attnviz.cli.images import capture_image_option, print_image_summary
 
         if text is not None:  # a text with a picture in it: a vision-language model
-            generation = generation_settings(generate, sample, temperature, seed, target)
+            generation = generating.settings(target)
             chosen = {"layers": layers, "heads": heads} if generation is None else {}
-            result = capture_image_option(image, model, device, dtype, text=text, generation=generation, **chosen)
-        elif target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
+            result = capture_image_option(
+                image, model, running.device, running.dtype, text=text, generation=generation, **chosen
+            )
+        elif target is not None or generating.generate is not None:  # a captioner, on a given or its own caption
             from attnviz.cli.images import capture_caption_option
 
-            generation = generation_settings(generate, sample, temperature, seed, target)
+            generation = generating.settings(target)
             chosen = {"layers": layers, "heads": heads, "stacks": [stack_value(stack)] if stack else None}
-            result = capture_caption_option(image, model, device, dtype, target, generation, **chosen)
+            result = capture_caption_option(image, model, running.device, running.dtype, target, generation, **chosen)
         elif partial:
             raise InputError(
                 "--image captures every layer and head of a vision model: give no --layer, --head or --stack with it "
                 "(a captioner records only those with --target or --generate)"
             )
         else:
-            result = capture_image_option(image, model, device, dtype)
+            result = capture_image_option(image, model, running.device, running.dtype)
         if with_rollout:
             from attnviz.heads.propagation import rollout
 
@@ -185,7 +178,7 @@ def capture(
     text = text_or_stdin(text)
     if text is None or not text.strip():
         raise InputError("the text is empty: give at least one word")
-    generation = generation_settings(generate, sample, temperature, seed, target)
+    generation = generating.settings(target)
     if generation is not None and partial:
         raise InputError("--generate records every layer and head: give no --layer, --head or --stack with it")
     if with_rollout and partial:
@@ -199,10 +192,7 @@ def capture(
         text,
         target,
         model,
-        max_length,
-        no_truncate,
-        device,
-        dtype,
+        running,
         device_map.value if device_map else None,
         generation,
         **recording,

@@ -1,32 +1,19 @@
-"""What ``heatmap`` and ``capture`` share: the --generate settings, loading and capturing, the summary line."""
+"""What ``heatmap`` and ``capture`` share: loading and capturing, the summary line (their options:
+:mod:`attnviz.cli.option_groups`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnviz.common.wording import layers_and_heads, plural
 
-
-def generation_settings(generate, sample, temperature, seed, target) -> dict | None:
-    """Keyword arguments of ``generate_capture`` from the options, or None without --generate."""
-    from attnviz.common.errors import InputError
-
-    if generate is None:
-        if sample or seed is not None or temperature != 1.0:
-            raise InputError("--sample, --temperature and --seed apply only with --generate N")
-        return None
-    if target is not None:
-        raise InputError("give either --target (a fixed decoder text) or --generate N, not both")
-    if not sample and (seed is not None or temperature != 1.0):
-        raise InputError("--temperature and --seed apply only with --sample (greedy decoding has no randomness)")
-    from attnviz.captures.generation import check_generation_settings
-
-    check_generation_settings(generate, sample, temperature)  # before the model loads
-    return {"max_new_tokens": generate, "sample": sample, "temperature": temperature, "seed": seed}
+if TYPE_CHECKING:
+    from attnviz.cli.option_groups import RunOptions
 
 
-def capture_text(
-    text, target, model, max_length, no_truncate, device, dtype, device_map=None, generation=None, **recording
-):
-    """Load ``model`` and capture ``text`` (with ``generation``: while the model continues it).
+def capture_text(text, target, model, running: RunOptions, device_map=None, generation=None, **recording):
+    """Load ``model`` and capture ``text`` (with ``generation``: while the model continues it); ``running``: the
+    command's ``--max-length``, ``--no-truncate``, ``--device`` and ``--dtype``.
 
     ``recording``: ``layers``, ``heads``, ``stacks`` and ``max_bytes`` of :func:`attnviz.captures.attention_capture.capture`
     (a generation records every layer).
@@ -37,13 +24,17 @@ def capture_text(
     from attnviz.models.specs import load_model
 
     with status(f"loading {model}"):
-        loaded = load_model(model, device=device, dtype=dtype, device_map=device_map)
+        loaded = load_model(model, device=running.device, dtype=running.dtype, device_map=device_map)
     if generation is None:
-        return capture(loaded, text, target=target, max_length=max_length, truncate=not no_truncate, **recording)
+        return capture(
+            loaded, text, target=target, max_length=running.max_length, truncate=not running.no_truncate, **recording
+        )
     from attnviz.captures.generation import generate_capture
 
     with status(f"generating up to {generation['max_new_tokens']} tokens"):
-        result = generate_capture(loaded, text, max_length=max_length, truncate=not no_truncate, **generation)
+        result = generate_capture(
+            loaded, text, max_length=running.max_length, truncate=not running.no_truncate, **generation
+        )
     console.print(
         f"[bold]generated:[/bold] {result.text!r} ({plural(len(result.token_ids), 'token')})", highlight=False
     )

@@ -8,15 +8,12 @@ from typing import Annotated
 import typer
 
 from attnviz.circuit.choices import METHODS, METRICS
+from attnviz.cli.option_groups import BATCH_OPTIONS, PROMPT_PAIR, BatchOptions, PromptPair, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
     VIEW_PANEL,
-    BatchSizeOption,
-    DeviceOption,
-    DtypeOption,
     JsonOption,
-    MaxLengthOption,
     choice_enum,
     choice_parser,
 )
@@ -27,14 +24,11 @@ Method = choice_enum("Method", METHODS)
 Metric = choice_enum("Metric", METRICS)
 
 
-def _text(option: str, help_text: str):
-    return Annotated[str, typer.Option(option, help=help_text, rich_help_panel=INPUT_PANEL, show_default=False)]
-
-
 def _circuit_option(option: str, help_text: str, **extra):
     return typer.Option(option, help=help_text, rich_help_panel=CIRCUIT_PANEL, **extra)
 
 
+@expand_option_groups
 def circuit(
     checkpoint: Annotated[
         str,
@@ -43,18 +37,7 @@ def circuit(
             "the local cache, or an attnviz toy checkpoint. Example: smollm2"
         ),
     ] = "smollm2",
-    clean: _text(
-        "--clean",
-        'The prompt the model answers correctly. Example: --clean "When Mary and John went to the store, John '
-        'gave a drink to"',
-    ) = "",
-    corrupt: _text(
-        "--corrupt",
-        "The same prompt changed where it matters, with as many tokens. Example: --corrupt "
-        '"When Mary and John went to the store, Mary gave a drink to"',
-    ) = "",
-    answer: _text("--answer", 'The right next token (one token). Example: --answer " Mary"') = "",
-    wrong: _text("--wrong", 'The wrong next token it competes with (one token). Example: --wrong " John"') = "",
+    prompts: PromptPair = PROMPT_PAIR,
     pairs: Annotated[
         Path | None,
         typer.Option(
@@ -108,10 +91,7 @@ def circuit(
         str,
         _circuit_option("--edges", "Top edges written to the JSON: a number, or all. Example: --edges all"),
     ] = "200",
-    batch_size: BatchSizeOption = 16,
-    max_length: MaxLengthOption = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    batching: BatchOptions = BATCH_OPTIONS,
     top: Annotated[
         int,
         typer.Option("--top", min=1, help="Top edges to list. Example: --top 20", rich_help_panel=VIEW_PANEL),
@@ -157,18 +137,17 @@ def circuit(
     from attnviz.render.html_page import HTML_SUFFIXES
     from attnviz.render.patch_plots import FIGURE_SUFFIXES
 
-    single = (("--clean", clean), ("--corrupt", corrupt), ("--answer", answer), ("--wrong", wrong))
     if pairs is not None:
-        given = [flag for flag, value in single if value]
+        given = [flag for flag, value in prompts.flags() if value]
         if given:
             raise InputError(f"give --pairs or {given[0]} and the rest of one pair, not both")
         chosen = read_pairs(pairs)
     else:
-        for flag, value in single:
-            if not value.strip():
-                raise InputError(
-                    f"give {flag}: attnviz circuit needs --clean, --corrupt, --answer and --wrong (or --pairs)"
-                )
+        missing = prompts.missing()
+        if missing is not None:
+            raise InputError(
+                f"give {missing}: attnviz circuit needs --clean, --corrupt, --answer and --wrong (or --pairs)"
+            )
         chosen = None
     listed = _edges(edges)
     if json_path is not None:
@@ -176,10 +155,10 @@ def circuit(
     if out is not None:
         check_output_path(out, FIGURE_SUFFIXES + HTML_SUFFIXES)
 
-    with cli_session(device) as parallel:  # under torchrun each process takes its share of the pairs
+    with cli_session(batching.device) as parallel:  # under torchrun each process takes its share of the pairs
         with status(f"loading {checkpoint}"):
-            loaded = load_model(checkpoint, device=parallel.device_for(device), dtype=dtype)
-        one = {"clean": clean, "corrupt": corrupt, "answer": answer, "wrong": wrong} if chosen is None else {}
+            loaded = load_model(checkpoint, device=parallel.device_for(batching.device), dtype=batching.dtype)
+        one = prompts.arguments() if chosen is None else {}
         result = find_circuit(
             loaded,
             **one,
@@ -190,8 +169,7 @@ def circuit(
             per_position=per_position,
             verify=verify,
             target=target,
-            batch_size=batch_size,
-            max_length=max_length,
+            **batching.batching(),
             parallel=parallel,
         )
         if not parallel.is_main:  # only rank 0 prints and writes

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from attnviz.cli.diff_output import STDOUT, show_checkpoints, show_inputs, show_models, write_outputs
+from attnviz.cli.option_groups import TEXT_INPUTS, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     MODEL_PANEL,
@@ -15,14 +16,12 @@ from attnviz.cli.options import (
     OUTPUT_PANEL,
     VIEW_PANEL,
     BatchSizeOption,
-    DataOption,
     DeviceOption,
     DtypeOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
     NoTruncateOption,
     StackOption,
-    TextOption,
     ToyExamplesOption,
     WeightingOption,
     parse_device,
@@ -35,6 +34,7 @@ DIFF_PANEL = "Comparison"
 FIGURE_AND_PAGE_SUFFIXES = (".png", ".svg", ".pdf", ".html", ".htm")
 
 
+@expand_option_groups
 def diff(
     models: Annotated[
         list[str],
@@ -44,8 +44,7 @@ def diff(
             show_default=False,
         ),
     ],
-    data: DataOption = None,
-    text: TextOption = None,
+    inputs: TextInputs = TEXT_INPUTS,
     against: Annotated[
         str | None,
         typer.Option(
@@ -173,7 +172,6 @@ def diff(
 
       attnviz diff run/step-100 run/step-1000 run/step-5000 --out evolution.png
     """
-    from attnviz.cli.stdin import corpus_from_options
     from attnviz.common.errors import InputError
     from attnviz.outputs.files import check_output_path
 
@@ -185,7 +183,7 @@ def diff(
     if against is not None:
         if len(models) != 1:
             raise InputError(f"--against compares two inputs on one model: give one model spec, not {len(models)}")
-        if not text or len(text) != 1 or data is not None:
+        if not inputs.text or len(inputs.text) != 1 or inputs.data is not None:
             raise InputError('--against needs exactly one --text (input A) and no --data: --text "…" --against "…"')
     elif len(models) < 2:
         raise InputError(
@@ -193,7 +191,7 @@ def diff(
         )
     if (layer is not None or head is not None) and against is None:
         raise InputError("--layer and --head choose the head the figure of two inputs shows: they apply with --against")
-    texts = None if against is not None else corpus_from_options(data, text)
+    texts = None if against is not None else inputs.texts()
     stack_name = stack_value(stack)
 
     from attnviz.common.progress import status
@@ -226,10 +224,10 @@ def diff(
     if against is not None:
         from attnviz.compare.inputs import compare_inputs
 
-        assert text is not None
+        assert inputs.text is not None
         loaded = load(models[0])
         _check_selection(loaded, stack_name, layer, head)  # before the comparison runs
-        result = compare_inputs(loaded, text[0], against, max_length=max_length, local_window=local_window)
+        result = compare_inputs(loaded, inputs.text[0], against, max_length=max_length, local_window=local_window)
         show_inputs(result, limit)
     elif len(models) == 2:
         from attnviz.compare.models import compare_models

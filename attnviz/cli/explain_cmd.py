@@ -64,6 +64,8 @@ def explain(
         int,
         typer.Option(
             "--seed",
+            min=0,
+            max=2**32 - 1,  # what t-SNE takes
             help="Seed of t-SNE and of the tokens drawn above --points. Example: --seed 1",
             rich_help_panel=VIEW_PANEL,
         ),

@@ -10,22 +10,19 @@ import typer
 
 from attnviz.cli.figure_options import CmapOption, ColourScale, DpiOption, ScaleOption, VmaxOption
 from attnviz.cli.images import ImageOption, QueryOption, check_image_options
+from attnviz.cli.option_groups import (
+    GENERATION_OPTIONS,
+    RUN_OPTIONS,
+    GenerationOptions,
+    RunOptions,
+    expand_option_groups,
+)
 from attnviz.cli.options import (
-    DEFAULT_MAX_BYTES,
     INPUT_PANEL,
     OUTPUT_PANEL,
-    DeviceOption,
-    DtypeOption,
-    GenerateOption,
-    MaxBytesOption,
-    MaxLengthOption,
     ModelOption,
-    NoTruncateOption,
-    SampleOption,
-    SampleSeedOption,
     StackChoice,
     TargetOption,
-    TemperatureOption,
     WeightingOption,
     choice_parser,
     stack_value,
@@ -40,6 +37,7 @@ class HeatmapView(str, Enum):
     flow = "flow"  # attention flow (max-flow through the layers; short inputs only)
 
 
+@expand_option_groups
 def heatmap(
     text: Annotated[
         str | None,
@@ -142,15 +140,8 @@ def heatmap(
             rich_help_panel=INPUT_PANEL,
         ),
     ] = None,
-    max_length: MaxLengthOption = None,
-    max_bytes: MaxBytesOption = DEFAULT_MAX_BYTES,
-    no_truncate: NoTruncateOption = False,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
-    generate: GenerateOption = None,
-    sample: SampleOption = False,
-    temperature: TemperatureOption = 1.0,
-    seed: SampleSeedOption = None,
+    running: RunOptions = RUN_OPTIONS,
+    generating: GenerationOptions = GENERATION_OPTIONS,
     weighting: WeightingOption = "weights",
     terminal: Annotated[
         bool,
@@ -198,7 +189,6 @@ def heatmap(
     from attnviz.cli.capturing import (
         capture_text,
         check_weighting,
-        generation_settings,
         load_quietly,
         max_bytes_value,
         print_page_summary,
@@ -213,19 +203,24 @@ def heatmap(
     from attnviz.render.html_page import HTML_SUFFIXES
 
     norm = check_weighting(
-        weighting.value, query=query, image=image, generate=generate, view=view.value, from_capture=from_capture
+        weighting.value,
+        query=query,
+        image=image,
+        generate=generating.generate,
+        view=view.value,
+        from_capture=from_capture,
     )
-    byte_limit = max_bytes_value(max_bytes)  # every option is checked before any model runs, whichever path draws
+    byte_limit = max_bytes_value(
+        running.max_bytes
+    )  # every option is checked before any model runs, whichever path draws
     if query is not None and image is None:  # a text's query position draws strips (attnviz/cli/strips.py)
         from attnviz.cli.strips import query_strips
 
         style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
-        generation_options = (generate, sample, temperature, seed)
         if query_strips(
             query, text=text, model=model, layer=layer, head=head or "all", out=out, terminal=terminal, words=words,
             view=view.value, stack=stack_value(stack), cross=cross, target=target, from_capture=from_capture,
-            generation_options=generation_options, max_length=max_length, no_truncate=no_truncate, device=device,
-            dtype=dtype, style=style, dpi=dpi,
+            generating=generating, running=running, style=style, dpi=dpi,
         ):  # fmt: skip
             return
     html = False
@@ -261,19 +256,21 @@ def heatmap(
         check_image_options(terminal, words, view.value, stack)
         parse_query(query)  # a bad --query fails before the model loads
         if text is not None:  # a text with a picture in it: a vision-language model
-            generation = generation_settings(generate, sample, temperature, seed, target)
-            result = capture_image_option(image, model, device, dtype, text=text, generation=generation)
-        elif target is not None or generate is not None:  # a captioner, on a given caption or the one it writes
+            generation = generating.settings(target)
+            result = capture_image_option(image, model, running.device, running.dtype, text=text, generation=generation)
+        elif (
+            target is not None or generating.generate is not None
+        ):  # a captioner, on a given caption or the one it writes
             from attnviz.cli.images import capture_caption_option
 
-            generation = generation_settings(generate, sample, temperature, seed, target)
-            result = capture_caption_option(image, model, device, dtype, target, generation)
+            generation = generating.settings(target)
+            result = capture_caption_option(image, model, running.device, running.dtype, target, generation)
         else:
-            result = capture_image_option(image, model, device, dtype)
+            result = capture_image_option(image, model, running.device, running.dtype)
     elif from_capture is not None:
         if text is not None:
             raise InputError("give either TEXT or --from-capture, not both")
-        if generate is not None:
+        if generating.generate is not None:
             raise InputError("--generate runs a model; a saved capture already holds what was generated")
         result = AttentionCapture.load(from_capture)
     else:
@@ -281,13 +278,13 @@ def heatmap(
             raise InputError('no text given: attnviz heatmap "The cat sat on the mat." (or --image PATH)')
         if not text.strip():
             raise InputError("the text is empty: give at least one word")
-        if stack == "cross" and target is None and generate is None:
+        if stack == "cross" and target is None and generating.generate is None:
             raise InputError('cross-attention needs the decoder text: add --target "..." (or --generate N)')
-        generation = generation_settings(generate, sample, temperature, seed, target)
+        generation = generating.settings(target)
         if html and generation is None and not norm:  # a page of any length: streamed when a capture would not fit
             from attnviz.render.html_stream import write_attention_view_of_text
 
-            loaded = load_quietly(model, device, dtype)
+            loaded = load_quietly(model, running.device, running.dtype)
             if stack in ("decoder", "cross") and not loaded.encoder_decoder:
                 raise InputError(f"{loaded.name} is not an encoder-decoder model: it has no {stack} attention")
             path, result = write_attention_view_of_text(
@@ -295,8 +292,8 @@ def heatmap(
                 loaded,
                 text,
                 target=target,
-                max_length=max_length,
-                truncate=not no_truncate,
+                max_length=running.max_length,
+                truncate=not running.no_truncate,
                 words=words,
                 layers=layers,
                 stacks=[stack] if stack else None,
@@ -313,9 +310,7 @@ def heatmap(
                 recording["layers"] = layers
                 recording["heads"] = None if html else heads
             recording["weighting"] = "norm" if norm else "weights"
-        result = capture_text(
-            text, target, model, max_length, no_truncate, device, dtype, generation=generation, **recording
-        )
+        result = capture_text(text, target, model, running, generation=generation, **recording)
     if layer is None and result.identity is not None and result.identity.is_subset():
         # the default "last layer" of a capture of some layers is the last one it holds
         held = result.recorded_layers(stack or result.stacks[0])

@@ -9,6 +9,7 @@ option's names and its type, one per line, in a column exactly as wide as the lo
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,7 +59,49 @@ class FittingConsole(Console):
     """A console that redraws an options panel whose names would be cut at its width (see the module docstring)."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
-        super().print(*(fitted_panel(item, self) for item in objects), **kwargs)
+        super().print(*(fitted_examples(fitted_panel(item, self), self.width) for item in objects), **kwargs)
+
+
+#: a shell word: a quoted string (spaces and all) or a run of other characters
+_SHELL_WORD = re.compile(r"""(?:"[^"]*"|'[^']*'|[^\s"'])+""")
+#: the first words of the example commands in a help text
+_COMMANDS = ("attnviz", "torchrun", "python", "python3")
+#: columns of the help text's padding, left and right
+_TEXT_PADDING = 2
+
+
+def fitted_examples(renderable: Any, width: int) -> Any:
+    """The command description with each example command that is wider than the terminal broken at spaces between
+    shell words, every line but the last ending in `` \\`` (one command, copied as it is) and the next indented."""
+    align = getattr(renderable, "renderable", None)
+    group = getattr(align, "renderable", None)
+    items = getattr(group, "renderables", None)
+    if not isinstance(items, list):
+        return renderable
+    room = width - _TEXT_PADDING
+    for index, item in enumerate(items):
+        if not isinstance(item, Text):
+            continue
+        lines = item.plain.split("\n")
+        long = [line.startswith("  ") and line.split()[0] in _COMMANDS and len(line) > room for line in lines]
+        if any(long):
+            fitted = [part for line, wide in zip(lines, long) for part in (_continued(line, room) if wide else [line])]
+            items[index] = Text("\n".join(fitted), style=item.style, justify=item.justify)
+    return renderable
+
+
+def _continued(command: str, room: int) -> list[str]:
+    indent = command[: len(command) - len(command.lstrip())]
+    lines: list[str] = []
+    line = indent
+    for word in _SHELL_WORD.findall(command):
+        candidate = word if line.strip() == "" else f"{line} {word}"
+        if line.strip() and len(candidate) + 2 > room:  # room for " \"
+            lines.append(line + " \\")
+            line = indent + "    " + word
+        else:
+            line = candidate if line.strip() else indent + word
+    return [*lines, line]
 
 
 def fitted_panel(renderable: Any, console: Console) -> Any:

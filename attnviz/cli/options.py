@@ -293,7 +293,7 @@ JsonOption = Annotated[
     Path | None,
     typer.Option(
         "--json",
-        help="Write the results as JSON (schema in the README). Example: --json results.json",
+        help="Write the results as JSON (fields: docs/file-formats.md). Example: --json results.json",
         rich_help_panel=OUTPUT_PANEL,
         show_default=False,
     ),

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from attnviz.cli.option_groups import PROMPT_PAIR, BatchOptions, OptionGroup, PromptPair, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
     VIEW_PANEL,
-    BatchSizeOption,
-    DeviceOption,
-    DtypeOption,
     JsonOption,
-    MaxLengthOption,
     choice_enum,
     choice_parser,
 )
@@ -28,10 +25,11 @@ Patched = choice_enum("Patched", PATCHED)
 Ablation = choice_enum("Ablation", ABLATIONS)
 
 
-def _text(option: str, help_text: str):
-    return Annotated[str, typer.Option(option, help=help_text, rich_help_panel=INPUT_PANEL, show_default=False)]
+#: --batch-size, --max-length, --device, --dtype, with this command's batch size
+BATCHING: Any = OptionGroup(BatchOptions, batch_size=32)
 
 
+@expand_option_groups
 def patch(
     checkpoint: Annotated[
         str,
@@ -40,18 +38,7 @@ def patch(
             "local cache, or an attnviz toy or pruned checkpoint. Example: smollm2"
         ),
     ] = "smollm2",
-    clean: _text(
-        "--clean",
-        'The prompt the model answers correctly. Example: --clean "When Mary and John went to the '
-        'store, John gave a drink to"',
-    ) = "",
-    corrupt: _text(
-        "--corrupt",
-        "The same prompt changed where it matters, with as many tokens. Example: --corrupt "
-        '"When Mary and John went to the store, Mary gave a drink to"',
-    ) = "",
-    answer: _text("--answer", 'The right next token (one token). Example: --answer " Mary"') = "",
-    wrong: _text("--wrong", 'The wrong next token it competes with (one token). Example: --wrong " John"') = "",
+    prompts: PromptPair = PROMPT_PAIR,
     positions: Annotated[
         str,
         typer.Option(
@@ -102,10 +89,7 @@ def patch(
             rich_help_panel=INPUT_PANEL,
         ),
     ] = None,
-    batch_size: BatchSizeOption = 32,
-    max_length: MaxLengthOption = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    batching: BatchOptions = BATCHING,
     top: Annotated[
         int,
         typer.Option("--top", min=1, help="Top heads to name and list. Example: --top 10", rich_help_panel=VIEW_PANEL),
@@ -159,9 +143,9 @@ def patch(
     from attnviz.render.html_page import HTML_SUFFIXES
     from attnviz.render.patch_plots import FIGURE_SUFFIXES
 
-    for flag, value in (("--clean", clean), ("--corrupt", corrupt), ("--answer", answer), ("--wrong", wrong)):
-        if not value.strip():
-            raise InputError(f"give {flag}: attnviz patch needs --clean, --corrupt, --answer and --wrong")
+    missing = prompts.missing()
+    if missing is not None:
+        raise InputError(f"give {missing}: attnviz patch needs --clean, --corrupt, --answer and --wrong")
     where = _positions(positions)
     if json_path is not None:
         check_output_path(json_path, (".json",))
@@ -178,20 +162,16 @@ def patch(
         picture = open_image(image_source(image))  # a bad image fails before the model loads
 
     with status(f"loading {checkpoint}"):
-        loaded = load_model(checkpoint, device=device, dtype=dtype)
+        loaded = load_model(checkpoint, device=batching.device, dtype=batching.dtype)
     result = patch_heads(
         loaded,
-        clean=clean,
-        corrupt=corrupt,
-        answer=answer,
-        wrong=wrong,
+        **prompts.arguments(),
         positions=where,
         direction=direction.value,
         patched=what.value,
         ablate=ablate.value if ablate is not None else None,
         texts=texts,
-        batch_size=batch_size,
-        max_length=max_length,
+        **batching.batching(),
         image=picture,
     )
     written = []

@@ -7,18 +7,14 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.option_groups import PLACEMENT, TEXT_INPUTS, ModelPlacement, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     DIRECTORY_METAVAR,
     INPUT_PANEL,
     OUTPUT_PANEL,
     CheckpointArgument,
-    DataOption,
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
-    TextOption,
     choice_enum,
     choice_parser,
 )
@@ -32,6 +28,7 @@ HOW_PANEL = "How to choose heads"
 MEASURE_PANEL = "Measuring"
 
 
+@expand_option_groups
 def prune(
     checkpoint: CheckpointArgument = "minilm",
     out: Annotated[
@@ -121,8 +118,7 @@ def prune(
             rich_help_panel=HOW_PANEL,
         ),
     ] = 0,
-    data: DataOption = None,
-    text: TextOption = None,
+    inputs: TextInputs = TEXT_INPUTS,
     eval_data: Annotated[
         Path | None,
         typer.Option(
@@ -233,9 +229,7 @@ def prune(
             rich_help_panel=MEASURE_PANEL,
         ),
     ] = 10,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
-    device_map: DeviceMapOption = None,
+    placement: ModelPlacement = PLACEMENT,
 ) -> None:
     """Remove the least important attention heads and write a physically smaller checkpoint.
 
@@ -254,7 +248,6 @@ def prune(
       torchrun --standalone --nproc-per-node 2 -m attnviz prune smollm2 --ratio 0.2 --data notes.txt --out pruned
     """
     from attnviz.cli.console import console
-    from attnviz.cli.stdin import corpus_from_options
     from attnviz.common.errors import InputError
     from attnviz.common.texts import load_texts
     from attnviz.outputs.files import check_output_path
@@ -283,14 +276,12 @@ def prune(
             raise InputError(f"--json {json_path} lies inside --out {out}: write the report elsewhere")
     from attnviz.cli.images import images_from_options
 
-    texts = corpus_from_options(data, text)  # None: the shipped corpus (text models)
+    texts = inputs.texts()  # None: the shipped corpus (text models)
     eval_texts = load_texts(eval_data) if eval_data is not None else None
     images = images_from_options(images_dir, image)
     held_out_images = images_from_options(eval_images, None)
 
-    from attnviz.cli.distributed import cli_session
-
-    with cli_session(device, device_map) as parallel:
+    with placement.session() as parallel:
         outcome = prune_checkpoint(
             checkpoint,
             out,
@@ -301,9 +292,7 @@ def prune(
             eval_images=held_out_images,
             force=force,
             transformers_copy=transformers_copy,
-            device=device,
-            dtype=dtype,
-            device_map=device_map.value if device_map else None,
+            **placement.loading(),
             parallel=parallel,
         )
         if parallel.is_main:  # rank 0 reports

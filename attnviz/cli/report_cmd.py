@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from attnviz.cli.option_groups import TEXT_INPUTS, BatchOptions, OptionGroup, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     OUTPUT_PANEL,
-    BatchSizeOption,
     CheckpointArgument,
-    DataOption,
-    DeviceOption,
-    DtypeOption,
-    MaxLengthOption,
-    TextOption,
     WeightingOption,
 )
 
 REPORT_PANEL = "Report"
 
 
+#: --batch-size, --max-length, --device, --dtype, with this command's batch size
+BATCHING: Any = OptionGroup(BatchOptions, batch_size=8)
+
+
+@expand_option_groups
 def report(
     checkpoint: CheckpointArgument = "minilm",
     out: Annotated[
@@ -30,8 +31,7 @@ def report(
             "--out", "-o", help="The page to write (.html). Example: --out atlas.html", rich_help_panel=OUTPUT_PANEL
         ),
     ] = Path("report.html"),
-    data: DataOption = None,
-    text: TextOption = None,
+    inputs: TextInputs = TEXT_INPUTS,
     prune_report: Annotated[
         Path | None,
         typer.Option(
@@ -62,10 +62,7 @@ def report(
             show_default=False,
         ),
     ] = None,
-    batch_size: BatchSizeOption = 8,
-    max_length: MaxLengthOption = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    batching: BatchOptions = BATCHING,
     weighting: WeightingOption = "weights",
 ) -> None:
     """Write the head atlas: every head's statistics in a sortable table, a layer × head grid, example patterns.
@@ -83,18 +80,14 @@ def report(
       attnviz report minilm --weighting norm --out minilm-norm-atlas.html
     """
     from attnviz.atlas.build import build_head_atlas
-    from attnviz.cli.stdin import corpus_from_options
 
     path = build_head_atlas(
         checkpoint,
         out,
-        texts=corpus_from_options(data, text),
+        texts=inputs.texts(),
         prune_report=prune_report,
         examples=examples,
-        batch_size=batch_size,
-        max_length=max_length,
-        device=device,
-        dtype=dtype,
+        **dataclasses.asdict(batching),
         compare=compare,
         weighting=weighting.value,
     )

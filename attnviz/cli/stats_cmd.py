@@ -8,15 +8,12 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.option_groups import PLACEMENT, TEXT_INPUTS, ModelPlacement, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
     AscendingOption,
     BatchSizeOption,
-    DataOption,
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
     LimitOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
@@ -24,7 +21,6 @@ from attnviz.cli.options import (
     NoTruncateOption,
     StackOption,
     TextFileOption,
-    TextOption,
     ToyExamplesOption,
     WeightingOption,
     stack_value,
@@ -53,6 +49,7 @@ from attnviz.cli.stats_options import (
 STDOUT = Path("-")
 
 
+@expand_option_groups
 def stats(
     checkpoints: Annotated[
         list[str] | None,
@@ -63,8 +60,7 @@ def stats(
             show_default=False,
         ),
     ] = None,
-    data: DataOption = None,
-    text: TextOption = None,
+    inputs: TextInputs = TEXT_INPUTS,
     text_files: TextFileOption = None,
     images_dir: Annotated[
         Path | None,
@@ -94,9 +90,7 @@ def stats(
     ] = 0,
     max_length: MaxLengthOption = None,
     no_truncate: NoTruncateOption = False,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
-    device_map: DeviceMapOption = None,
+    placement: ModelPlacement = PLACEMENT,
     local_window: LocalWindowOption = 2,
     by_position: ByPositionOption = False,
     bucket_size: BucketSizeOption = None,
@@ -123,7 +117,7 @@ def stats(
         Path | None,
         typer.Option(
             "--json",
-            help="Write the results as JSON (schema in the README); '-' writes to stdout. Example: --json stats.json",
+            help="Write the results as JSON (fields: docs/file-formats.md); '-' writes to stdout. Example: --json stats.json",
             rich_help_panel=OUTPUT_PANEL,
         ),
     ] = None,
@@ -166,8 +160,6 @@ def stats(
 
       torchrun --standalone --nproc-per-node 4 -m attnviz stats smollm2 --data corpus.txt --json stats.json
     """
-    from attnviz.cli.distributed import cli_session
-    from attnviz.cli.stdin import corpus_from_options
     from attnviz.common.errors import InputError
     from attnviz.outputs.files import check_output_path
     from attnviz.render.stats_plots import FIGURE_SUFFIXES
@@ -195,23 +187,21 @@ def stats(
     for path, suffixes in outputs:
         if path is not None and path != STDOUT:
             check_output_path(path, suffixes)
-    texts = corpus_from_options(data, text, text_files)
+    texts = inputs.texts(text_files)
     from attnviz.cli.images import images_from_options
 
     images = images_from_options(images_dir, image)
     if images is not None and by_position:
         raise InputError("--by-position is for text: images have no reading order")
 
-    with cli_session(device, device_map) as parallel:
+    with placement.session() as parallel:
         results = measure_checkpoints(
             checkpoints or ["minilm"],
             texts,
             thresholds=thresholds,
             toy_examples=toy_examples,
             seed=seed,
-            device=device,
-            dtype=dtype,
-            device_map=device_map.value if device_map else None,
+            **placement.loading(),
             local_window=local_window,
             parallel=parallel,
             batch_size=batch_size,

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnviz.cli.option_groups import GenerationOptions, RunOptions
 
 #: image syntax of ``--query``: left to the image path
 _IMAGE_QUERY = re.compile(r"^(cls|mean|[+-]?\d+\s*,\s*[+-]?\d+)$")
@@ -50,19 +54,16 @@ def query_strips(
     cross: bool,
     target: str | None,
     from_capture: Path | None,
-    generation_options: tuple,
-    max_length: int | None,
-    no_truncate: bool,
-    device: str,
-    dtype: str,
+    generating: GenerationOptions,
+    running: RunOptions,
     style,
     dpi: int,
 ) -> bool:
     """Draw the strips of a text's query (``--out`` figure or ``--terminal``); False to leave an image to its path.
 
-    ``generation_options``: ``(generate, sample, temperature, seed)`` as the command received them.
+    ``generating``, ``running``: the command's option groups (:mod:`attnviz.cli.option_groups`).
     """
-    from attnviz.cli.capturing import capture_text, generation_settings
+    from attnviz.cli.capturing import capture_text
     from attnviz.cli.selection import parse_head_option, parse_layer_option
     from attnviz.cli.stdin import text_or_stdin
     from attnviz.common.errors import InputError
@@ -93,8 +94,7 @@ def query_strips(
         if stack not in (None, "cross"):
             raise InputError("--cross and --stack disagree: give one of them")
         stack = "cross"
-    generate, sample, temperature, seed = generation_options
-    generation = generation_settings(generate, sample, temperature, seed, target)
+    generation = generating.settings(target)
     if from_capture is not None:
         rows = _rows_of_file(from_capture, query, position, text, generation, layers, heads, stack)
     elif text is None:
@@ -104,7 +104,7 @@ def query_strips(
     elif generation is not None:
         from attnviz.captures.query_rows import query_rows_of_capture
 
-        result = capture_text(text, target, model, max_length, no_truncate, device, dtype, generation=generation)
+        result = capture_text(text, target, model, running, generation=generation)
         rows = query_rows_of_capture(result, position, layers, heads, stack=stack)
     else:
         from attnviz.captures.query_rows import capture_query_rows
@@ -112,7 +112,7 @@ def query_strips(
         from attnviz.models.specs import load_model
 
         with status(f"loading {model}"):
-            loaded = load_model(model, device=device, dtype=dtype)
+            loaded = load_model(model, device=running.device, dtype=running.dtype)
         # its own progress: one step per layer
         rows = capture_query_rows(
             loaded,
@@ -122,8 +122,8 @@ def query_strips(
             heads,
             stack=stack,
             target=target,
-            max_length=max_length,
-            truncate=not no_truncate,
+            max_length=running.max_length,
+            truncate=not running.no_truncate,
         )
     _draw(rows, out, terminal, style, dpi)
     return True

@@ -84,10 +84,12 @@ _OPERATORS = frozenset("−-+×÷/=≈<>≤≥→")
 
 def _break_points(line: str) -> list[int]:
     """Offsets of the spaces of ``line`` where it may break: not inside a quoted token (``' bière'``), not
-    beside an operator of a formula, not at the line's start."""
+    beside an operator of a formula nor inside a parenthesised operand of one, not at the line's start."""
     import re
 
     quoted = [match.span() for match in re.finditer(r"(?<!\w)'[^']*'(?!\w)", line)]
+    # a parenthesised operand of a formula stays whole with it: "16 × (2 × 8 random tokens)"
+    quoted += [match.span(1) for match in re.finditer(r"[−+×÷/=≈<>≤≥→]\s*(\([^()]*\))", line)]
     points = []
     for offset, character in enumerate(line):
         if character != " " or offset == 0 or any(start < offset < end for start, end in quoted):

@@ -74,6 +74,10 @@ def resolve_heads(
         return list(range(len(original_ids)))
     if len(heads) == 0:
         raise ParameterError("heads", "no head given in {heads}: give an index, a list of indices, all or mean")
+    if not original_ids and not recorded_only:
+        raise ParameterError(
+            "heads", "this layer has no heads left (every one was pruned away): choose another layer", heads[0]
+        )
     position = {original: index for index, original in enumerate(original_ids)}
     original_count = count if count is not None else max(original_ids, default=-1) + 1
     chosen = []

@@ -212,15 +212,8 @@ def attend_in_buffers(
         for observer in observers:
             assert site is not None  # attend() passes observers only for a known site
             if getattr(observer, "accepts_key_prefix", False):
-                extras: dict[str, Any] = {}
-                if keep_scores and getattr(observer, "accepts_scores", False):
-                    extras["scores"] = scores
-                if summary is not None and getattr(observer, "accepts_summary", False):
-                    extras["summary"] = summary
-                if observer is weigher:
-                    extras["weighted"] = weighted
-                if sink_share is not None and getattr(observer, "accepts_sink_share", False):
-                    extras["sink_share"] = sink_share
+                kept = scores if keep_scores else None
+                extras = _observer_extras(observer, weigher, weighted, summary, sink_share, scores=kept)
                 observer.observe(site, pattern, start, **extras)
                 continue
             if full_width is None:
@@ -335,16 +328,25 @@ def _attend_in_tiles(
         )
     for observer in observers:
         assert site is not None  # attend() passes observers only for a known site
-        extras: dict[str, Any] = {}
-        if summary is not None and getattr(observer, "accepts_summary", False):
-            extras["summary"] = summary
-        if observer is weigher:
-            extras["weighted"] = weighted
-        if sink_share is not None and getattr(observer, "accepts_sink_share", False):
-            extras["sink_share"] = sink_share
+        extras = _observer_extras(observer, weigher, weighted, summary, sink_share)
         # accepts_summary_only: the observer takes pattern=None (the protocol's type names the usual case)
         cast(Any, observer).observe(site, None, 0, **extras)
     return output
+
+
+def _observer_extras(observer, weigher, weighted, summary, sink_share, *, scores=None) -> dict[str, Any]:
+    """What ``observer.observe`` takes beside the pattern, by its ``accepts_*`` flags: the scores (when kept), the
+    block's summary, the weighted pattern (the weigher only) and each row's sink share."""
+    extras: dict[str, Any] = {}
+    if scores is not None and getattr(observer, "accepts_scores", False):
+        extras["scores"] = scores
+    if summary is not None and getattr(observer, "accepts_summary", False):
+        extras["summary"] = summary
+    if observer is weigher:
+        extras["weighted"] = weighted
+    if sink_share is not None and getattr(observer, "accepts_sink_share", False):
+        extras["sink_share"] = sink_share
+    return extras
 
 
 def _rounded_width(stop: int, key_len: int) -> int:

@@ -11,12 +11,16 @@ Registration is explicit: call :func:`register_attention` (the loader does).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
-from attnviz.core.attention import AttentionContext, attend, softmax_pattern
+from attnviz.common.errors import UnsupportedModelError
+from attnviz.core.attention import AttentionContext, AttentionSite, attend, softmax_pattern
+from attnviz.core.stacks import stack_of
 
 #: The name under which attnviz's core is registered. It must not contain
 #: "sdpa", "flash" or "flex_attention": transformers pattern-matches those.
@@ -29,6 +33,10 @@ CONTEXT_KWARG = "attnviz_context"
 CONTEXT_ATTRIBUTE = "_attnviz_context"
 
 _registered = False
+
+#: keyword arguments some families hand their attention function that change its numbers and that the core does
+#: not apply (each with what it is): such a call is refused, never computed without them
+UNAPPLIED_ARGUMENTS = {"sinks": "per-token attention sinks computed from the hidden states"}
 
 
 def hf_attention_forward(
@@ -48,6 +56,13 @@ def hf_attention_forward(
     ``[h]`` (gpt-oss and the families that share its attention). Returns the output as ``[b, q, h, dv]`` and no
     weights (patterns go to the context's observers instead).
     """
+    for name, what in UNAPPLIED_ARGUMENTS.items():
+        if kwargs.get(name) is not None:
+            raise UnsupportedModelError(
+                f"{type(module).__name__} passes {what} ({name!r}) to its attention function, "
+                "which attnviz's attention core does not apply: attnviz refuses this model rather than show other "
+                "numbers than it computes"
+            )
     context: AttentionContext | None = kwargs.get(CONTEXT_KWARG)
     if context is None:
         context = getattr(module, CONTEXT_ATTRIBUTE, None)
@@ -68,7 +83,7 @@ def hf_attention_forward(
         key,
         value,
         mask=attention_mask,
-        causal=_causal_without_mask(module, query, key, attention_mask, kwargs.get("is_causal")),
+        causal=_causal_without_mask(module, query, key, attention_mask, kwargs.get("is_causal"), site),
         pattern_fn=pattern_fn,
         dropout=dropout,
         training=module.training,
@@ -79,12 +94,21 @@ def hf_attention_forward(
 
 
 def _causal_without_mask(
-    module: nn.Module, query: Tensor, key: Tensor, attention_mask: Tensor | None, is_causal: bool | None
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    attention_mask: Tensor | None,
+    is_causal: bool | None,
+    site: AttentionSite | None = None,
 ) -> bool:
     """Whether a call without a mask is causal: transformers' own rule for sdpa (``is_causal`` given, else the
-    module's, else True; more than one query; no mask), for the calls :func:`core_mask` left without one."""
+    module's, else True; more than one query; no mask), for the calls :func:`core_mask` left without one. A
+    decoder's self-attention always is, whatever its module says (NLLB-MoE's decoder modules say ``is_causal =
+    False``, and only eager's explicit mask kept them causal)."""
     if attention_mask is not None or query.shape[2] <= 1 or query.shape[2] != key.shape[2]:
         return False
+    if site is not None and stack_of(site.stack).always_causal:
+        return True
     return bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
 
 
@@ -103,7 +127,8 @@ def core_mask(
     ``[q, k]`` tensor, 268 MB at 8,192 tokens), else transformers' additive ``eager_mask``."""
     from transformers import masking_utils
 
-    if allow_is_causal_skip and q_length == kv_length > 1 and q_offset == 0:
+    skippable = allow_is_causal_skip and _supports_sdpa(kwargs.get("config"))
+    if skippable and q_length == kv_length > 1 and q_offset == 0:
         padding = masking_utils.prepare_padding_mask(kwargs.get("attention_mask"), kv_length, kv_offset)
         window = kwargs.get("local_size")
         if (padding is None or bool(padding.all())) and (window is None or kv_length < window):
@@ -139,3 +164,22 @@ def register_attention() -> str:
         AttentionMaskInterface.register(ATTENTION_NAME, core_mask)
         _registered = True
     return ATTENTION_NAME
+
+
+@functools.cache
+def _family_supports_sdpa(config_class: Hashable) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+    try:
+        found: Any = MODEL_MAPPING[cast(Any, config_class)]
+    except (KeyError, ValueError, ImportError, AttributeError):  # a config transformers' auto classes do not map
+        return False
+    model_class = found[0] if isinstance(found, (tuple, list)) else found
+    return bool(getattr(model_class, "_supports_sdpa", False))
+
+
+def _supports_sdpa(config: object) -> bool:
+    """Whether the family of ``config`` runs on sdpa in transformers, and so keeps its attention modules' ``is_causal``
+    true to their masks (a family without sdpa, such as NLLB-MoE, may mark a causal decoder ``is_causal=False`` and
+    rely on the mask alone: its mask is never left out)."""
+    return config is not None and _family_supports_sdpa(cast(Hashable, type(config)))

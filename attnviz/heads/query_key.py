@@ -29,6 +29,7 @@ from attnviz.common.selection import resolve_layers
 from attnviz.core import AttentionSite
 from attnviz.heads.choices import PROJECTIONS, Projection
 from attnviz.models.base import EncodedBatch, LoadedModel
+from attnviz.models.identity import model_identity
 
 #: rotary frequency bands a breakdown is grouped into (at most)
 ROTARY_BANDS = 8
@@ -74,9 +75,17 @@ def _record(loaded: LoadedModel, batch: EncodedBatch, layer: int, head: int) -> 
     (number,) = resolve_layers([layer], loaded.num_layers(stack), loaded.present_layers(stack), parameter="layer")
     site = AttentionSite(stack, number)
     heads = loaded.layout()[site]
-    if not 0 <= head < heads:
-        raise ParameterError("head", f"{{head}} {head} is out of range: layer {site.layer} has {heads} heads", head)
-    recorder = _HeadRecorder(site, head)
+    identity = model_identity(loaded)  # a pruned model's heads keep their original numbers, as everywhere
+    ids = identity.ids(stack, site.layer, heads) if identity is not None else list(range(heads))
+    if head not in ids:
+        if isinstance(head, int) and 0 <= head < max(ids, default=-1) + 1:
+            kept = ", ".join(map(str, ids))
+            raise ParameterError(
+                "head", f"{{head}} {head} was pruned from layer {site.layer}: it keeps heads {kept}", head
+            )
+        numbered = f"heads {', '.join(map(str, ids))}" if ids != list(range(heads)) else f"{heads} heads"
+        raise ParameterError("head", f"{{head}} {head} is out of range: layer {site.layer} has {numbered}", head)
+    recorder = _HeadRecorder(site, ids.index(head))  # the head's position in the pruned weights
     with torch.no_grad(), loaded.running():
         loaded.forward(batch, loaded.context([recorder]))
     if recorder.query is None or recorder.key is None:

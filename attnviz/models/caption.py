@@ -109,8 +109,27 @@ def load_caption_model(
     loaded = CaptionModel(model, processor, tokenizer, name=name or source, extra_kinds=extra_kinds)
     loaded.check_weights()
     loaded.image_task = image_task_of(source)
+    check_image_size(processor, config.encoder, source)
     loaded.layout()  # a probe pass: refuses a decoder whose attention does not reach the core, checks the grid
     return loaded
+
+
+def check_image_size(processor: Any, encoder_config: Any, source: str) -> None:
+    """:class:`UnsupportedModelError` when the image processor makes pictures of another size than the encoder
+    takes (the model loads; every picture would be refused): which file says which size, and how to agree them."""
+    size = getattr(processor, "crop_size", None) if getattr(processor, "do_center_crop", False) else None
+    size = size or getattr(processor, "size", None)
+    made = tuple(
+        size.get(side) if isinstance(size, dict) else getattr(size, side, None) for side in ("height", "width")
+    )
+    side = getattr(encoder_config, "image_size", None)
+    expected = (side, side) if isinstance(side, int) else tuple(side) if side else (None, None)
+    if None in made or None in expected or tuple(made) == tuple(expected):
+        return
+    raise UnsupportedModelError(
+        f"captioner {source!r}: its image processor makes {made[0]}×{made[1]} pictures (preprocessor_config.json) "
+        f"but its encoder takes {expected[0]}×{expected[1]} (image_size in config.json): make the two agree"
+    )
 
 
 class CaptionModel(VisionModel):

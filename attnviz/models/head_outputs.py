@@ -83,8 +83,11 @@ def in_features(module: nn.Module) -> int:
     return int(weight.shape[1] if isinstance(module, nn.Linear) else weight.shape[0])
 
 
-def fallback_attentions(outputs: Any, encoder_decoder: bool) -> Iterator[tuple[AttentionSite, Tensor]]:
-    """``(site, pattern [b, h, q, k])`` of every layer whose weights eager attention returned (fallback path)."""
+def fallback_attentions(
+    outputs: Any, encoder_decoder: bool, *, blocked: bool = False
+) -> Iterator[tuple[AttentionSite, Tensor]]:
+    """``(site, pattern [b, h, q, k])`` of every layer whose weights eager attention returned (fallback path);
+    ``blocked``: LongT5's local patterns as the model returned them, ``[b, blocks, h, block, 3·block]``."""
     groups = (
         [("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"), ("cross", "cross_attentions")]
         if encoder_decoder
@@ -92,7 +95,7 @@ def fallback_attentions(outputs: Any, encoder_decoder: bool) -> Iterator[tuple[A
     )
     for stack, attribute in groups:
         for layer, pattern in enumerate(getattr(outputs, attribute, None) or ()):
-            if pattern.dim() == 5:  # LongT5's local attention: [b, blocks, h, block, 3·block]
+            if pattern.dim() == 5 and not blocked:  # LongT5's local attention: [b, blocks, h, block, 3·block]
                 states = getattr(outputs, "encoder_last_hidden_state", None)
                 if states is None:
                     states = outputs.last_hidden_state
@@ -227,7 +230,7 @@ def _fallback_sites(loaded: LoadedModel, found: _Discovery, outputs: Any):
     """The same for models on eager attention: the module that returns each layer's weights (the innermost one),
     placed at its last softmax."""
     sites = {}
-    for site, pattern in fallback_attentions(outputs, _pairs(loaded)):
+    for site, pattern in fallback_attentions(outputs, _pairs(loaded), blocked=True):  # the tensors modules returned
         holders = [
             (enter, leave, module)
             for module, calls in found.calls.items()
@@ -246,7 +249,7 @@ def _fallback_sites(loaded: LoadedModel, found: _Discovery, outputs: Any):
                 f"{loaded.name}: the attention module of {site.name} ({type(module).__name__}) computes no softmax "
                 "attnviz can see, so it cannot tell where its heads' outputs go"
             )
-        sites[site] = (module, inside[-1], pattern.shape[1], None)
+        sites[site] = (module, inside[-1], pattern.shape[-3], None)  # [b, h, q, k] or [b, blocks, h, blk, 3·blk]
     return sites
 
 

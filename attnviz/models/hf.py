@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,11 @@ from attnviz.models.hf_checks import (
     first_line,
     refuse_custom_code,
     refuse_unreadable_family,
+    running_on_text,
 )
 from attnviz.models.hf_encoding import encode_texts
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
+from attnviz.models.hf_loading import load_hf_weights, model_class_for
 from attnviz.models.hf_patching import (
     check_hf_patching,
     hf_answer_position,
@@ -43,24 +44,12 @@ from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
 from attnviz.models.readers import ResidualReaders
 from attnviz.models.readout import Readout
+from attnviz.models.repeats import find_repeated_stacks
 from attnviz.models.vision import load_vision_model
 from attnviz.models.vision_families import is_vision_type
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5, NLLB-MoE).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn", "cross_attention")
-
-
-def model_class_for(config):
-    """The transformers class named by the config's ``architectures`` (so LM heads load too)."""
-    import transformers
-
-    for arch in getattr(config, "architectures", None) or []:
-        cls = getattr(transformers, arch, None)
-        if cls is not None:
-            return cls
-    if getattr(config, "is_encoder_decoder", False):
-        return transformers.AutoModelForSeq2SeqLM
-    return transformers.AutoModel
 
 
 @quiet_third_party()  # transformers' loading bars and tqdm's widget warning off for this call only
@@ -112,50 +101,20 @@ def load_hf_model(
         ) from exc
     check_config_against_weights(config, source)
     cls = model_class_for(config)
-    fallback = False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch warns on foreign pickles; the error below says what matters
-        try:
-            try:
-                model, info = cls.from_pretrained(
-                    source,
-                    attn_implementation=ATTENTION_NAME,
-                    dtype=dtype,
-                    output_loading_info=True,
-                    **extra,
-                    **placement,
-                )
-            except (ValueError, KeyError) as exc:
-                # Families with their own attention classes (gpt_neo, bloom, falcon, …) reject the name.
-                if isinstance(exc, ValueError) and "attention" not in str(exc).lower():
-                    raise
-                fallback = True
-                model, info = cls.from_pretrained(
-                    source, attn_implementation="eager", dtype=dtype, output_loading_info=True, **extra, **placement
-                )
-        except Exception as exc:  # safetensors header damage, a refused pickle, a truncated file, …
-            if "Weights only load failed" in str(exc):
-                raise ModelSpecError(
-                    f"the pickled weights of model {source!r} hold objects other than tensors, which attnviz refuses "
-                    "to unpickle (they could run code): convert the checkpoint to safetensors"
-                ) from exc
-            if "ignore_mismatched_sizes" in str(exc):  # transformers points at a report it only logs
-                raise ModelSpecError(
-                    f"the weights of model {source!r} do not fit its config.json: tensors have other shapes than the "
-                    "config describes; give the config that came with these weights"
-                ) from exc
-            raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
+    model, info, fallback = load_hf_weights(cls, source, dtype=dtype, extra=extra, placement=placement)
     check_loading_info(info, source, buffers=(name for name, _ in model.named_buffers()))
     if not device_map:  # accelerate has placed the layers itself
         model.to(device)
     model.eval()
     loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
     loaded.check_weights()  # before the first forward pass (the layout below) reads them
-    if not fallback and (model.config._attn_implementation != ATTENTION_NAME or _misses_stacks(loaded)):
-        # The name was accepted but no attention call (or none of a whole stack: BigBird-Pegasus' encoder) reached
-        # the core: the family, or that stack, does not use the interface.
-        model.set_attn_implementation("eager")
-        loaded = HFModel(model, tokenizer, name=name or source, fallback=True)
+    with running_on_text(config.model_type, source):  # the probe passes below: a model that needs more than text
+        if not fallback and (model.config._attn_implementation != ATTENTION_NAME or _misses_stacks(loaded)):
+            # The name was accepted but no attention call (or none of a whole stack: BigBird-Pegasus' encoder)
+            # reached the core: the family, or that stack, does not use the interface.
+            _switch_to_eager(model)
+            loaded = HFModel(model, tokenizer, name=name or source, fallback=True)
+        loaded.layout()
     if not loaded.layout():
         kinds = sorted({str(kind) for kind in getattr(config, "layer_types", None) or ()})
         raise UnsupportedModelError(
@@ -341,20 +300,11 @@ class HFModel(LoadedModel):
         return AttentionSite(site.stack, layer)
 
     def repeated_stacks(self) -> frozenset[str]:
-        """The stacks whose attention modules run more than once per forward pass (found by one probe pass)."""
+        """The stacks whose attention modules run more than once per forward pass (:mod:`attnviz.models.repeats`)."""
         if self._repeated_stacks is None:
-            self._repeated_stacks = frozenset()  # the probe below must not look for them again
+            self._repeated_stacks = frozenset()  # the probe pass below must not look for them again
             if not self.fallback:
-                calls: dict[nn.Module, int] = {}
-
-                def counting(module: nn.Module) -> AttentionSite | None:
-                    calls[module] = calls.get(module, 0) + 1
-                    return self.site_of(module)
-
-                with torch.no_grad():
-                    self.forward(self.probe_batch(), AttentionContext(site_of=counting))
-                sites = {module: self.site_of(module) for module, count in calls.items() if count > 1}
-                self._repeated_stacks = frozenset(site.stack for site in sites.values() if site is not None)
+                self._repeated_stacks = find_repeated_stacks(self)
         return self._repeated_stacks
 
     def _site_from_name(self, qualified_name: str, module: nn.Module) -> AttentionSite | None:
@@ -398,8 +348,8 @@ class HFModel(LoadedModel):
 
         def run(context: AttentionContext | None, values: dict[AttentionSite, Tensor]) -> Any:
             if not self.fallback:
-                if context is not None:
-                    kwargs[CONTEXT_KWARG] = context
+                # always a context: the core names each call's site, which tells a decoder's causal self-attention
+                kwargs[CONTEXT_KWARG] = context if context is not None else self.context()
                 return module(**kwargs)
             outputs = module(**kwargs, output_attentions=context is not None)
             if context is not None:
@@ -419,6 +369,17 @@ def _misses_stacks(loaded: HFModel) -> bool:
     """Whether the probe pass found no attention site at all, or, in an encoder-decoder model, none of one stack."""
     found = {site.stack for site in loaded.layout()}
     return not found or (loaded.encoder_decoder and not {"encoder", "decoder", "cross"} <= found)
+
+
+def _switch_to_eager(model: nn.Module) -> None:
+    """Eager attention for a family that accepted attnviz's name but does not call the interface. Some (BLOOM)
+    ignore ``set_attn_implementation``; their configs must still say eager, or their masks would be built by
+    attnviz's mask function, which leaves the plain causal triangle to the core."""
+    model.set_attn_implementation("eager")  # type: ignore[operator]
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "_attn_implementation", "eager") != "eager":
+            config._attn_implementation = "eager"  # type: ignore[union-attr]
 
 
 def _forward_parameters(module: nn.Module) -> set[str]:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from attnviz.common.errors import ModelSpecError, UnsupportedModelError
+from attnviz.common.errors import AttnvizError, ModelSpecError, UnsupportedModelError
 
 
 def first_line(exc: BaseException) -> str:
@@ -66,6 +66,21 @@ def refuse_unreadable_family(config, model_class, source: str) -> None:
             "of blocks of tokens besides the tokens themselves, so its weights do not form a pattern over the "
             "input's tokens (LongT5 with local attention is supported)"
         )
+
+
+@contextlib.contextmanager
+def running_on_text(model_type: str, source: str) -> Iterator[None]:
+    """Turn an error inside transformers during the probe pass on a short text into one line that says so: a model
+    that needs more than a text to run (X-MOD without a default language, an audio model that reads text too)."""
+    try:
+        yield
+    except (AttnvizError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # the family's own code refused the input: its message says why
+        raise UnsupportedModelError(
+            f"model {source!r} ({model_type}) does not run on a text alone, as attnviz runs it: its code stops with "
+            f"{type(exc).__name__}: {first_line(exc)}"
+        ) from exc
 
 
 #: a layer's index in a weight name: ``encoder.layer.3.…``, ``model.layers.3.…``, ``h.3.…``, ``block.3.…``

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from attnviz.common.errors import ModelSpecError, OutputError
 from attnviz.common.wording import layers_and_heads
+from attnviz.models.base import IMAGE_TASK_FILE
 from attnviz.models.gguf import cache_root
 from attnviz.models.lookup import hub_cache_dir
 from attnviz.models.specs import NAMED_MODELS, TOY_MARKER
@@ -72,12 +73,27 @@ def _toy_description(folder: Path) -> str:
     import json
 
     try:
+        if (folder / IMAGE_TASK_FILE).is_file():  # an image task: a ViT classifier or a captioner
+            return _image_toy_description(json.loads((folder / IMAGE_TASK_FILE).read_text(encoding="utf-8")))
         record = json.loads((folder / TOY_MARKER).read_text(encoding="utf-8"))
         config, task = record["config"], record["task"]["task"]
         size = layers_and_heads([config["num_heads"]] * config["num_layers"])
         return f"attnviz toy model: {task} task, {config['architecture']}, {size}"
     except (OSError, ValueError, KeyError, TypeError):
         return "attnviz toy model"
+
+
+def _image_toy_description(record: dict) -> str:
+    """``attnviz toy model: odd-patch task, ViT classifier, 2 layers × 4 heads, 32×32 images in 8×8 patches``."""
+    model, side, patch = record["model"], record["image_size"], record["patch_size"]
+    images = f"{side}×{side} images in {patch}×{patch} patches"
+    if record["task"] == "caption":
+        encoder = layers_and_heads([model["num_heads"]] * model["encoder_layers"])
+        decoder = layers_and_heads([model["num_heads"]] * model["decoder_layers"])
+        kind = f"captioner, ViT encoder {encoder} + GPT-2 decoder {decoder}"
+    else:
+        kind = f"ViT classifier, {layers_and_heads([model['num_heads']] * model['num_layers'])}"
+    return f"attnviz toy model: {record['task']} task, {kind}, {images}"
 
 
 def hub_cache_models() -> list[ModelEntry]:

@@ -174,6 +174,12 @@ def find_attention_blocks(loaded: LoadedModel) -> dict[AttentionSite, AttentionB
             )
         kind, holder, output_name = family
         heads, kv_heads, head_dim, value_dim = _head_counts(kind, module, holder, output_name)
+        seen = loaded.layout().get(site)
+        if seen is not None and seen != heads:  # Qwen3-Next's q_proj also holds a gate per head
+            raise UnsupportedModelError(
+                f"attnviz cannot physically prune {type(module).__name__} ({name}): its projections hold rows for "
+                f"{heads} heads where its attention runs {seen} (other rows, such as a gate per head, share them)"
+            )
         blocks[site] = AttentionBlock(site, kind, module, holder, output_name, heads, kv_heads, head_dim, value_dim)
     if not blocks:
         raise UnsupportedModelError(f"no attention calls of {loaded.name} reached attnviz's core: cannot prune it")

@@ -22,8 +22,9 @@ from attnviz.common.errors import AttnvizError, ModelSpecError
 from attnviz.common.progress import quiet_third_party
 from attnviz.core import ATTENTION_NAME, register_attention
 from attnviz.models.base import PRUNED_MARKER, LoadedModel
-from attnviz.models.hf import HFModel, model_class_for
+from attnviz.models.hf import HFModel
 from attnviz.models.hf_checks import first_line, refuse_custom_code
+from attnviz.models.hf_loading import model_class_for
 from attnviz.models.physical import find_attention_blocks, shrink_to_counts
 from attnviz.models.pruned_format import FORMAT_NAME, FORMAT_VERSION
 from attnviz.models.pruning_records import RecordError, identity_from_marker

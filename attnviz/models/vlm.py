@@ -59,8 +59,8 @@ def load_vision_language_model(
     :data:`~attnviz.models.vlm_families.VLM_FAMILIES`."""
     import transformers
 
-    from attnviz.models.hf import model_class_for
     from attnviz.models.hf_checks import check_loading_info, first_line, quiet_image_processors, refuse_custom_code
+    from attnviz.models.hf_loading import model_class_for
     from attnviz.models.vision_families import load_weights_on_core
 
     source = str(source)

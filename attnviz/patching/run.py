@@ -105,6 +105,13 @@ def patch_heads(
             if missing:
                 raise ParameterError("layers", f"{{layers}}: the model has no layer {missing[0]}", missing[0])
             layout = {site: count for site, count in layout.items() if site.layer in set(layers)}
+        emptied = sorted({site.layer for site, count in layout.items() if count == 0})  # pruned of every head
+        layout = {site: count for site, count in layout.items() if count > 0}
+        if not layout:
+            raise InputError(
+                f"{plural(len(emptied), 'layer')} {', '.join(map(str, emptied))} {'has' if len(emptied) == 1 else 'have'} "
+                "no heads left (every one was pruned away): there is no head to patch; choose other layers"
+            )
         readout = loaded.readout()
 
         outputs = HeadOutputRecorder()

@@ -32,6 +32,11 @@ def capture_panels(
 
     Selections as in :mod:`attnviz.render.selection`; a pruned model's heads are chosen by their original numbers.
     """
+    if not capture.stacks:  # a pruned model whose chosen layers lost every head records nothing
+        raise InputError(
+            "this capture holds no attention head: every head of the layers recorded was pruned away; choose "
+            "another layer (--layer)"
+        )
     stack = stack or capture.stacks[0]
     if stack not in capture.patterns:
         raise InputError(f"this capture has no {stack} attention (it has {', '.join(capture.stacks)})")

@@ -86,6 +86,13 @@ def missing_characters(text: Any) -> str:
     return "".join(dict.fromkeys(ch for ch in content if not ch.isspace() and ord(ch) not in covered))
 
 
+def _named(characters: str, most: int = 60) -> str:
+    """Every character of ``characters`` (up to ``most``, then how many more), and how many there are."""
+    count = len(characters)
+    shown = characters if count <= most else f"{characters[:most]} and {count - most} more"
+    return f"{count} character{'s' if count != 1 else ''} ({shown})"
+
+
 def fit_fonts(figure: Any) -> None:
     """Give each text of ``figure`` that its font cannot draw a fallback font that can (see the module docstring)."""
     from matplotlib.text import Text
@@ -100,12 +107,11 @@ def fit_fonts(figure: Any) -> None:
     everything = "".join(dict.fromkeys("".join(lacking.values())))
     family = fallback_font(everything)
     if family is None:
-        shown = everything if len(everything) <= 12 else everything[:12] + "…"
         if getattr(figure, "_attnviz_font_notice", False):
             return
         figure._attnviz_font_notice = True  # one notice per figure, however often it is drawn
         notice(
-            f"no installed font has glyphs for {shown}: the figure shows them as empty boxes "
+            f"no installed font has glyphs for {_named(everything)}: the figure shows them as empty boxes "
             "(install a font for this script, e.g. fonts-noto-cjk, for Chinese, Japanese and Korean)"
         )
         return

@@ -15,7 +15,7 @@ from attnviz.common.cells import display_width, fit, pad_left
 from attnviz.common.tokens import display_token
 from attnviz.render.heatmap import MASKED_LABEL, FigureStyle
 from attnviz.render.query_strip import TOP_KEYS, pool_max
-from attnviz.render.terminal import _MASKED, MASKED_GLYPH, SHADES, _colour, shade_legend
+from attnviz.render.terminal import _MASKED, MASKED_GLYPH, SHADES, _colour, scale_legend
 
 __all__ = ["terminal_strip"]
 
@@ -94,14 +94,7 @@ def terminal_strip(
     lines.append(Text(" " * label_width + "".join(axis)))
     lines.append(Text(" " * label_width + "0" + f"{keys - 1}".rjust(max(1, span - 1)), style="dim"))
 
-    if colour:
-        legend = Text("  0 " if style.scale != "log" else f"  {vmax / 1000:.4f} ")
-        for step in np.linspace(0, 1, 24):
-            legend.append(" ", style=f"on {_colour(norm.inverse(step), norm, cmap)}")
-        legend.append(f" {vmax:.3f} ({style.scale} scale) · ▲ the query's position")
-    else:
-        legend = shade_legend(norm, vmax, style.scale)
-    lines.append(legend)
+    lines.append(scale_legend(norm, vmax, style.scale, cmap, colour=colour, note=" · ▲ the query's position"))
     if not colour:
         lines.append(Text("  ▲ the query's position"))
     if rows.visible is not None and not bool(rows.visible.all()):

@@ -58,6 +58,20 @@ def shade_legend(norm, vmax: float, scale: str) -> Text:
     return Text("  " + " ".join(parts) + f" ({scale} scale)")
 
 
+def scale_legend(norm, vmax: float, scale: str, cmap, *, colour: bool, note: str = "") -> Text:
+    """The line under a terminal view that says which weight each colour stands for (``note`` after it), or without
+    colour each shade (:func:`shade_legend`)."""
+    if not colour:
+        return shade_legend(norm, vmax, scale)
+    import numpy as np
+
+    legend = Text("  0 " if scale != "log" else f"  {vmax / 1000:.4f} ")
+    for step in np.linspace(0, 1, 24):
+        legend.append(" ", style=f"on {_colour(norm.inverse(step), norm, cmap)}")
+    legend.append(f" {vmax:.3f} ({scale} scale){note}")
+    return legend
+
+
 def vertical_labels(labels: list[str], *, cell: int, rows: int, indent: int) -> list[Text]:
     """Labels written downwards, one column of ``cell`` display columns each, at most ``rows`` characters deep
     (a wide character fills its column; a combining mark stays on its letter)."""
@@ -86,7 +100,6 @@ def terminal_heatmap(
 
     ``colour=False``: cells are :data:`SHADES` characters (the view must read without colour: a file, a pager).
     """
-    import numpy as np
 
     style = style or FigureStyle()
     style.check()
@@ -116,14 +129,7 @@ def terminal_heatmap(
                 line.append(" " * _CELL, style=f"on {_MASKED if masked else _colour(data[query, key], norm, cmap)}")
         lines.append(line)
 
-    if colour:
-        legend = Text("  0 " if style.scale != "log" else f"  {vmax / 1000:.4f} ")
-        for step in np.linspace(0, 1, 24):
-            legend.append(" ", style=f"on {_colour(norm.inverse(step), norm, cmap)}")
-        legend.append(f" {vmax:.3f} ({style.scale} scale)")
-    else:
-        legend = shade_legend(norm, vmax, style.scale)
-    lines.append(legend)
+    lines.append(scale_legend(norm, vmax, style.scale, cmap, colour=colour))
     if visible is not None and not visible.all():
         masked_line = Text("  ")
         masked_line.append(" " + MASKED_GLYPH if not colour else "  ", style=f"on {_MASKED}" if colour else "")

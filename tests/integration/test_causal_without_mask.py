@@ -41,9 +41,15 @@ class SummaryRecorder:
 
 
 def test_the_mask_is_left_out_only_for_the_plain_triangle():
+    import transformers
     from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
 
-    plain = {"mask_function": causal_mask_function, "dtype": torch.float32, "allow_is_causal_skip": True}
+    plain = {
+        "mask_function": causal_mask_function,
+        "dtype": torch.float32,
+        "allow_is_causal_skip": True,
+        "config": transformers.LlamaConfig(),
+    }
     assert core_mask(1, 12, 12, attention_mask=torch.ones(1, 12, dtype=torch.bool), **plain) is None
     padded = torch.tensor([[True] * 9 + [False] * 3])  # transformers hands the 2-D mask over as booleans
     built = core_mask(1, 12, 12, attention_mask=padded, **plain)
@@ -54,6 +60,8 @@ def test_the_mask_is_left_out_only_for_the_plain_triangle():
     windowed = {**plain, "mask_function": sliding_window_causal_mask_function(4), "local_size": 4}
     assert core_mask(1, 12, 12, **windowed) is not None  # a window shorter than the input needs the mask
     assert core_mask(1, 12, 12, **{**plain, "allow_is_causal_skip": False}) is not None  # transformers said no
+    # a family transformers does not run on sdpa may mark a causal decoder is_causal=False: its mask always stays
+    assert core_mask(1, 12, 12, **{**plain, "config": transformers.NllbMoeConfig()}) is not None
 
 
 @pytest.fixture

@@ -102,6 +102,10 @@ def test_models_lists_shipped_hub_cache_and_conversions_and_cache_clear_counts_b
     result = run_cli(capsys, "models")
     assert result.exit_code == 0, result.stderr
     assert "reverse task, encoder-decoder, 2 layers × 4 heads" in result.stdout  # toy-reverse: the table is stdout
+    # the image toys say what they are, as the token toys do
+    table = " ".join(result.stdout.replace("│", " ").split())
+    assert "odd-patch task, ViT classifier, 2 layers × 4 heads, 32×32 images in 8×8 patches" in table
+    assert "caption task, captioner, ViT encoder 2 layers × 4 heads + GPT-2 decoder 1 layer × 4 heads" in table
     for fragment in (
         "minilm",
         "smollm2",

@@ -39,13 +39,16 @@ COMMANDS = ("heatmap", "capture", "stats", "heads", "report", "prune", "align", 
 _NO_CROSS_ATTENTION = "has no cross-attention: alignment needs an encoder-decoder model"
 _VISION_ALIGN = "is a vision model: align scores cross-attention against word alignments"
 _VISION_PROBES = "is a vision model: the head probes (previous-token, induction, duplicate-token) are text tools"
-_VISION_TEXT = "is a vision model: give it an image"  # report and diff read text
+_VISION_TEXT = "is a vision model: give it an image"  # diff reads text
+#: the atlas is for text and token toys: said first, whatever else was asked (--weighting norm), with what to do instead
+_VISION_REPORT = "is a vision model: the head atlas is drawn for text and token-toy models; measure its heads on images"
 #: (command, kind) -> a fragment of the one error line of its legitimate refusal; every other pair must succeed
 REFUSALS: dict[tuple[str, str], str] = {
     **{("align", kind): _NO_CROSS_ATTENTION for kind in ("bert", "gpt2", "llama", "toy")},
     **{("align", kind): _VISION_ALIGN for kind in VISION_KINDS},
     **{("heads", kind): _VISION_PROBES for kind in VISION_KINDS},
-    **{(command, kind): _VISION_TEXT for command in ("report", "diff") for kind in VISION_KINDS},
+    **{("report", kind): _VISION_REPORT for kind in VISION_KINDS},
+    **{("diff", kind): _VISION_TEXT for kind in VISION_KINDS},
     ("prune", "bart"): "is an encoder-decoder model: attnviz prune supports encoder-only and decoder-only",
 }
 

@@ -75,6 +75,12 @@ def _build(family: str, path):
             eos_token_id=102, decoder_start_token_id=101,
         )  # fmt: skip
         model = t.WhisperForConditionalGeneration._from_config(config, attn_implementation="eager")
+    elif family == "xmod":  # a language adapter per layer, and no default language in the config
+        config = t.XmodConfig(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+            languages=["en_XX", "de_DE"],
+        )  # fmt: skip
+        model = t.XmodModel._from_config(config, attn_implementation="eager")
     else:
         raise ValueError(family)
     return _save(model, path)
@@ -111,6 +117,9 @@ def test_hybrid_stack_keeps_the_model_layer_numbers_and_equals_eager(model_dirs)
     assert [site.name for site in loaded.layout()] == ["self.1", "self.3"]
     capture = attnviz.capture(loaded, TEXT)
     assert capture.recorded_layers() == [1, 3] and capture.head_counts() == [0, 4, 0, 4]
+    assert capture.attention_layers() == [1, 3]
+    with pytest.raises(attnviz.common.errors.InputError, match="only layers 1, 3 of this model have attention"):
+        capture.stacked()
     batch = loaded.encode([TEXT])
     eager = _eager(loaded, path, batch)
     assert len(eager.attentions) == 2  # eager numbers the attention layers 0, 1: they are the model's 1 and 3
@@ -234,7 +243,11 @@ def test_model_without_attention_layers_is_refused(model_dirs):
 
 @pytest.mark.parametrize(
     ("family", "fragments"),
-    [("whisper", ["reads audio", "input_features"]), ("longt5_global", ["transient-global", "summaries"])],
+    [
+        ("whisper", ["reads audio", "input_features"]),
+        ("longt5_global", ["transient-global", "summaries"]),
+        ("xmod", ["does not run on a text alone", "language"]),
+    ],
 )
 def test_refused_families_name_the_reason(model_dirs, capsys, tmp_path, family, fragments):
     result = run_cli(capsys, "heatmap", TEXT, "--model", model_dirs[family], "--out", tmp_path / "h.svg")

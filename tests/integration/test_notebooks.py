@@ -63,10 +63,10 @@ NOISE = ("IProgress", "TqdmWarning", "Writing model shards", "Loading weights")
 def noise(book) -> list[str]:
     """Every stream output (stdout or stderr) that shows third-party progress rather than attnviz's own.
 
-    A cell that imports or loads with transformers itself is left out: its bars follow the user's settings.
+    A cell that loads with transformers itself follows the user's settings: the examples that do turn transformers'
+    bars off (``transformers.logging.disable_progress_bar()``), so no cell of theirs may show any either.
     """
-    own = [cell for cell in book.cells if "transformers" not in cell.source]
-    streams = [o["text"] for cell in own for o in cell.get("outputs", []) if o["output_type"] == "stream"]
+    streams = [o["text"] for cell in book.cells for o in cell.get("outputs", []) if o["output_type"] == "stream"]
     return [text for text in streams if any(marker in text for marker in NOISE)]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from cli_helpers import assert_clean_error, run_cli
 from figure_helpers import read_svg
 
@@ -109,3 +110,50 @@ def test_the_result_displays_inline_in_a_notebook(tiny_models):
     best = result.top_heads(1)[0]
     assert "top-heads" in shown and best.label in shown and f"{best.normalized_effect:+.3f}" in shown
     assert "data:image/png;base64," in shown
+
+
+def _pruned_toy(folder, removed):
+    from attnviz.core import AttentionSite
+    from attnviz.models.base import PrunedCopy
+    from attnviz.models.specs import load_model
+
+    toy = load_model("toy-induction", device="cpu")
+    sites = {AttentionSite("self", layer): heads for layer, heads in removed.items()}
+    pruned, plans = toy.remove_heads(sites)
+    toy.save_pruned(folder, PrunedCopy(pruned, sites, plans), source="toy-induction", transformers_copy=False)
+    return toy, folder
+
+
+def test_a_layer_pruned_of_every_head(capsys, tmp_path):
+    """A valid record: layer 0 without heads. patch lists the rest by their original numbers; asking for the
+    empty layer is one error line."""
+    _, folder = _pruned_toy(tmp_path / "pruned", {0: [0, 1, 2, 3], 1: [2]})
+    pair = ("--clean", "a b c d e a b", "--corrupt", "a b x d e a b", "--answer", "c", "--wrong", "x")
+    result = run_cli(capsys, "patch", folder, *pair, "--json", tmp_path / "p.json")
+    assert result.exit_code == 0, result.stderr
+    heads = json.loads((tmp_path / "p.json").read_text())["heads"]
+    assert [(h["layer"], h["head"]) for h in heads] == [(1, 0), (1, 1), (1, 3)]
+    for args, fragment in (
+        (("heatmap", "a b c d e a b", "--model", folder, "--layer", "0", "--out", tmp_path / "h.png"),
+         "every head of the layers recorded was pruned away; choose another layer (--layer)"),
+        (("heatmap", "a b c d e a b", "--model", folder, "--layer", "0", "--head", "0", "--terminal"),
+         "this layer has no heads left (every one was pruned away): choose another layer"),
+        (("explain", folder, "a b c d e a b", "--layer", "1", "--head", "2"),
+         "--head 2 was pruned from layer 1: it keeps heads 0, 1, 3"),
+    ):  # fmt: skip
+        assert_clean_error(run_cli(capsys, *args), fragment)
+    assert not (tmp_path / "h.png").exists()
+
+
+def test_explain_numbers_a_pruned_models_heads_as_patch_does(tmp_path):
+    from attnviz.heads.query_key import explain_logit
+    from attnviz.models.specs import load_model
+
+    toy, folder = _pruned_toy(tmp_path / "pruned", {1: [2]})  # layer 0 whole: layer 1's queries and keys unchanged
+    pruned = load_model(str(folder), device="cpu")
+    for head in (0, 1, 3):
+        theirs = explain_logit(toy, "a b c d e a b", layer=1, head=head)
+        ours = explain_logit(pruned, "a b c d e a b", layer=1, head=head)
+        assert ours.head == head and torch.allclose(ours.query, theirs.query, atol=1e-5)
+        assert torch.allclose(ours.logits, theirs.logits, atol=1e-5)
+        assert ours.weight == pytest.approx(theirs.weight, abs=1e-6)

@@ -130,3 +130,15 @@ def test_report_cli(tmp_path, capsys):
     assert_clean_error(
         run_cli(capsys, "report", "--prune-report", str(tmp_path / "none.json"), "--out", str(out)), "does not exist"
     )
+
+
+def test_a_vision_model_is_refused_for_what_it_is_first(capsys, tmp_path):
+    for extra in ((), ("--weighting", "norm")):  # the atlas's reason, not the norm weighting's or an image's
+        result = run_cli(capsys, "report", "toy-odd-patch", *extra, "--out", tmp_path / "atlas.html")
+        assert_clean_error(
+            result,
+            "toy-odd-patch is a vision model: the head atlas is drawn for text and token-toy models; measure its heads "
+            "on images with attnviz stats toy-odd-patch (--images DIR)",
+        )
+        assert len(result.error_lines()) == 1 and "statistics ·" not in result.stderr  # refused before measuring
+    assert list(tmp_path.iterdir()) == []

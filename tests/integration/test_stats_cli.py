@@ -233,3 +233,22 @@ def test_terminal_tables_fit_narrow_terminals_and_show_the_library_numbers(tiny_
     row = next(line for line in lines if line.startswith(stats.model.rsplit("/", 1)[-1]))
     means = [f"{float(stats.matrix(name).nanmean()):.2f}" for name in COMPACT_STATISTICS]
     assert row.split()[1 : 1 + len(means)] == means
+
+
+def test_text_file_is_read_whole_as_one_text(capsys, tmp_path, tiny_model_dirs):
+    lines = ["the cat sat on the mat.", "a dog ran through the park.", "it rained all day."]
+    book = tmp_path / "book.txt"
+    book.write_text("\n".join(lines) + "\n")
+    whole, per_line = tmp_path / "whole.json", tmp_path / "lines.json"
+    model = str(tiny_model_dirs["gpt2"])
+    assert run_cli(capsys, "stats", model, "--text-file", book, "--json", whole).exit_code == 0
+    assert run_cli(capsys, "stats", model, "--data", book, "--json", per_line).exit_code == 0
+    one, three = json.loads(whole.read_text()), json.loads(per_line.read_text())
+    assert (one["num_examples"], three["num_examples"]) == (1, 3)
+    # the same words in one text: one [CLS] … [SEP] pair (MiniLM's tokenizer) instead of three
+    assert one["num_tokens"] == three["num_tokens"] - 2 * 2
+    (tmp_path / "empty.txt").write_text("\n\n")
+    result = run_cli(capsys, "stats", model, "--text-file", tmp_path / "empty.txt")
+    assert_clean_error(result, "text file", "is empty: give a file with some text")
+    result = run_cli(capsys, "stats", model, "--text-file", "-", "--data", "-", stdin="a b c\n", subprocess=True)
+    assert_clean_error(result, "standard input ('-') can be read once")

@@ -155,3 +155,26 @@ def test_overlay_colour_is_the_weight_alone(toy_caption, one_torch_thread):
     assert compared
     title = figure._suptitle.get_window_extent(renderer=canvas.get_renderer())
     assert title.x0 >= 0 and title.x1 <= figure.bbox.width  # not cut at either edge
+
+
+def test_a_captioner_whose_processor_and_encoder_disagree_on_the_size_says_so(capsys, tmp_path):
+    import json
+    import shutil
+
+    from attnviz.common.texts import sample_data_path
+
+    folder = tmp_path / "captioner"
+    shutil.copytree(sample_data_path("toy", "caption"), folder)
+    settings = json.loads((folder / "preprocessor_config.json").read_text())
+    settings["size"] = {"height": 64, "width": 64}
+    (folder / "preprocessor_config.json").write_text(json.dumps(settings))
+    image, _, _ = independent_images(1, seed=5)[0]
+    image.save(tmp_path / "shapes.png")
+    result = run_cli(capsys, "heatmap", "--image", tmp_path / "shapes.png", "--model", folder, "--generate", "2",
+                     "--out", tmp_path / "c.png")  # fmt: skip
+    assert_clean_error(
+        result,
+        "its image processor makes 64×64 pictures (preprocessor_config.json) but its encoder takes 32×32 "
+        "(image_size in config.json): make the two agree",
+    )
+    assert "cannot load model" not in result.stderr and not (tmp_path / "c.png").exists()

@@ -6,6 +6,8 @@ import pytest
 import torch
 from tiny_models import TEXTS
 
+from attnviz.common.errors import ParameterError
+
 
 def _eager_row(directory, family: str, text: str, loaded, layer: int, head: int, query: int) -> torch.Tensor:
     """transformers' eager weights of one query row (``output_attentions=True``): the independent reference."""
@@ -63,6 +65,9 @@ def test_map_is_deterministic_for_a_seed_and_links_are_the_strongest_weights(tin
     drawn = [query_key_map(loaded, TEXTS[:3], layer=0, head=3, max_points=20, seed=seed) for seed in (1, 1, 2)]
     assert torch.equal(drawn[0].coordinates, drawn[1].coordinates) and drawn[0].tokens == drawn[1].tokens
     assert len(drawn[0].kinds) == 20 and drawn[0].tokens != drawn[2].tokens
+    for seed in (-1, 2**32, 2.5):  # outside what t-SNE takes: one typed error, not scikit-learn's
+        with pytest.raises(ParameterError, match="seed must be a whole number from 0 to 4,294,967,295"):
+            query_key_map(loaded, TEXTS[:3], layer=0, head=3, projection="tsne", seed=seed)
 
 
 def test_map_keeps_every_weight_it_normalises_away(tiny_models):

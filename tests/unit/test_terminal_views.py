@@ -122,6 +122,17 @@ def test_wrapping_keeps_quoted_tokens_and_formulas_whole():
     ]
 
 
+def test_wrapping_keeps_a_product_whole():
+    title = "toy-induction · self attention · probes: 16 × (2 × 8 random tokens) · corpus: 351 examples"
+    for width in (30, 40, 50, 60):
+        lines = [title[start:end] for start, end in wrap_spans(title, width)]
+        assert any("16 × (2 × 8 random tokens)" in line for line in lines), (width, lines)
+    assert [title[a:b] for a, b in wrap_spans(title, 60)] == [
+        "toy-induction · self attention · probes:",
+        "16 × (2 × 8 random tokens) · corpus: 351 examples",
+    ]
+
+
 def test_table_captions_wrap_at_the_terminal_and_stay_one_line_in_a_log():
     table = Table(title="the heads that make ' Mary' over ' John'", caption=FOOTER)
     table.add_column("head")
@@ -140,3 +151,47 @@ def test_table_captions_wrap_at_the_terminal_and_stay_one_line_in_a_log():
     lines = log.file.getvalue().splitlines()
     assert lines[-1] == FOOTER and lines[0] == "the heads that make ' Mary' over ' John'"
     assert all(line == line.rstrip() for line in lines)  # no padding in a log
+
+
+def test_the_missing_font_notice_names_every_missing_character():
+    import warnings
+
+    from matplotlib.figure import Figure
+
+    from attnviz.common.progress import AttnvizNotice
+    from attnviz.render.fonts import fit_fonts
+
+    private = "".join(chr(0xE000 + index) for index in range(20))  # private-use code points: no font draws them
+    figure = Figure()
+    figure.text(0.1, 0.5, private[:12])
+    figure.text(0.1, 0.2, private[12:] + "abc")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit_fonts(figure)
+    notices = [str(w.message) for w in caught if issubclass(w.category, AttnvizNotice)]
+    assert notices == [
+        (
+            f"no installed font has glyphs for 20 characters ({private}): the figure shows them as empty boxes "
+            "(install a font for this script, e.g. fonts-noto-cjk, for Chinese, Japanese and Korean)"
+        )
+    ]
+
+
+def test_help_examples_wider_than_the_terminal_continue_with_a_backslash(capsys, monkeypatch):
+    from cli_helpers import run_cli
+
+    monkeypatch.setenv("COLUMNS", "80")
+    text = run_cli(capsys, "patch", "--help").stdout
+    examples = text[text.index("Examples:") : text.index("╭")].splitlines()
+    commands = [line.rstrip() for line in examples if line.strip()][1:]
+    assert commands == [
+        "   attnviz patch smollm2 --clean \\",
+        '       "When Mary and John went to the store, John gave a drink to" --corrupt \\',
+        '       "When Mary and John went to the store, Mary gave a drink to" --answer \\',
+        '       " Mary" --wrong " John" --out patch.png',
+        "   attnviz patch smollm2 --clean ... --corrupt ... --answer ... --wrong ... \\",
+        "       --ablate mean --data notes.txt --json patch.json --out patch.html",
+    ]
+    stats = run_cli(capsys, "stats", "--help").stdout
+    stats_lines = [line.rstrip() for line in stats.splitlines()]
+    assert "   torchrun --standalone --nproc-per-node 4 -m attnviz stats smollm2 --data \\" in stats_lines
