@@ -85,6 +85,7 @@ class NormWeighting:
     ) -> None:
         self.observers = list(observers)
         self.projections = dict(projections)
+        self._grams = {site: projection_gram(heads) for site, heads in self.projections.items()}  # once, [h, d, d]
         self.renormalise = renormalise
         #: with every wrapped observer reading blocks only during observe, the weighted block can live in a
         #: reused buffer and keep the core's leading-keys cut (see AttentionObserver)
@@ -98,7 +99,7 @@ class NormWeighting:
     ) -> None:
         projections = self.projections.get(site)
         self._site = site
-        self._norms = None if projections is None else value_norms(value, projections)
+        self._norms = None if projections is None else value_norms(value, projections, gram=self._grams[site])
         for observer in self.observers if query is not None else ():
             if getattr(observer, "accepts_inputs", False):
                 getattr(observer, "observe_inputs")(site, query, key, value, scaling)  # noqa: B009 (optional)
