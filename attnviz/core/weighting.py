@@ -35,23 +35,32 @@ from attnviz.core.choices import WEIGHTINGS, Weighting
 _TINY = 1e-30
 
 
-def value_norms(value: Tensor, projections: Tensor) -> Tensor:
+def projection_gram(projections: Tensor) -> Tensor:
+    """``W Wᵀ`` of each head's output-projection slice: ``[h, d, d]`` float32 from ``projections`` ``[h, d, hidden]``.
+
+    ‖v W‖² = v (W Wᵀ) vᵀ: a [d, d] Gram matrix per head instead of a [k, hidden] product (hidden/d times fewer
+    operations, no [b, k, hidden] temporary). It is formed in float64 so that the float32 quadratic form keeps the
+    direct product's precision.
+    """
+    weights = projections.to(dtype=torch.float64)  # [h, d, hidden]
+    return torch.matmul(weights, weights.transpose(1, 2)).float()
+
+
+def value_norms(value: Tensor, projections: Tensor, out: Tensor | None = None, *, gram: Tensor | None = None) -> Tensor:
     """``‖f_h(x_j)‖`` of every query head and key: ``[b, h, k]`` float32.
 
     ``value``: ``[b, kvh, k, d]`` (the values the attention function receives); ``projections``:
     ``[h, d, hidden]``, each query head's slice of the output projection. Query head ``h`` reads
-    key/value head ``h // (h_total / kvh)`` (as :func:`attnviz.core.attention.repeat_kv`).
+    key/value head ``h // (h_total / kvh)`` (as :func:`attnviz.core.attention.repeat_kv`). ``out``: a float32
+    ``[b, h, k]`` tensor to write the norms into (a buffer the caller reuses across layers), else a new one.
+    ``gram``: :func:`projection_gram` of ``projections``, when the caller keeps it across calls.
     """
     heads = projections.shape[0]
     kv_heads = value.shape[1]
-    # ‖v W‖² = v (W Wᵀ) vᵀ: a [d, d] Gram matrix per head instead of a [k, hidden] product (hidden/d times
-    # fewer operations, no [b, k, hidden] temporary). The Gram matrix is formed in float64 so that the
-    # float32 quadratic form keeps the direct product's precision.
-    weights = projections.to(device=value.device, dtype=torch.float64)  # [h, d, hidden]
-    gram = torch.matmul(weights, weights.transpose(1, 2)).float()  # [h, d, d]
+    gram = (projection_gram(projections) if gram is None else gram).to(value.device)  # [h, d, d]
     values = repeat_kv(value.float(), heads // kv_heads)  # [b, h, k, d]
     squared = (torch.matmul(values, gram) * values).sum(dim=-1)  # [b, h, k]
-    return squared.clamp(min=0.0).sqrt()
+    return torch.sqrt(squared.clamp_(min=0.0), out=out)
 
 
 class NormWeighting:
@@ -76,6 +85,7 @@ class NormWeighting:
     ) -> None:
         self.observers = list(observers)
         self.projections = dict(projections)
+        self._grams = {site: projection_gram(heads) for site, heads in self.projections.items()}  # once, [h, d, d]
         self.renormalise = renormalise
         #: with every wrapped observer reading blocks only during observe, the weighted block can live in a
         #: reused buffer and keep the core's leading-keys cut (see AttentionObserver)
@@ -89,7 +99,7 @@ class NormWeighting:
     ) -> None:
         projections = self.projections.get(site)
         self._site = site
-        self._norms = None if projections is None else value_norms(value, projections)
+        self._norms = None if projections is None else value_norms(value, projections, gram=self._grams[site])
         for observer in self.observers if query is not None else ():
             if getattr(observer, "accepts_inputs", False):
                 getattr(observer, "observe_inputs")(site, query, key, value, scaling)  # noqa: B009 (optional)
