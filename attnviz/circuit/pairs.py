@@ -18,7 +18,7 @@ from torch import Tensor
 
 from attnviz.common.errors import InputError
 from attnviz.models.base import EncodedBatch, LoadedModel
-from attnviz.patching.run import one_token
+from attnviz.patching.run import aligned_answer_position, one_token
 
 #: the fields of one line of a pairs file
 PAIR_FIELDS = ("clean", "corrupt", "answer", "wrong")
@@ -90,17 +90,8 @@ def group_pairs(loaded: LoadedModel, pairs: Sequence[PromptPair], *, max_length:
         if answer_id == wrong_id:
             raise InputError(f"{where}the answer and the wrong answer are the same token ({answer_token!r})")
         encoded = loaded.encode([pair.clean, pair.corrupt], max_length=max_length, truncate=False)
-        clean_count, corrupt_count = encoded.lengths
-        if clean_count != corrupt_count:
-            raise InputError(
-                f"{where}the clean prompt has {clean_count} tokens and the corrupt prompt {corrupt_count}: each "
-                "position's activations are compared with the same position of the other run, so give prompts of "
-                "the same token count"
-            )
-        position = loaded.answer_position(encoded, 0)
-        if loaded.answer_position(encoded, 1) != position:
-            raise InputError(f"{where}the clean and corrupt prompts must have their answer at the same position")
-        by_length.setdefault(clean_count, []).append((pair, position, answer_id, wrong_id))
+        position = aligned_answer_position(loaded, encoded, where)
+        by_length.setdefault(encoded.lengths[0], []).append((pair, position, answer_id, wrong_id))
     groups = []
     for _, members in sorted(by_length.items()):
         chosen = [pair for pair, *_ in members]

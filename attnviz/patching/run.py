@@ -15,6 +15,7 @@ final normalisation with the clean run's own scale held fixed (:mod:`attnviz.mod
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Sequence
 from typing import Literal
@@ -88,17 +89,8 @@ def patch_heads(
             from attnviz.captures.vision_language import vision_language_batch
 
             pair = vision_language_batch(loaded, [clean, corrupt], [image, image])
-        clean_count, corrupt_count = pair.lengths
-        if clean_count != corrupt_count:
-            raise InputError(
-                f"the clean prompt has {clean_count} tokens and the corrupt prompt {corrupt_count}: patching puts "
-                "each position's head output into the same position of the other run, so give prompts of the "
-                "same token count"
-            )
-        position = loaded.answer_position(pair, 0)
-        if loaded.answer_position(pair, 1) != position:
-            raise InputError("the clean and corrupt prompts must have their answer position in the same place")
-        patched_positions = _positions(positions, clean_count, position)
+        position = aligned_answer_position(loaded, pair)
+        patched_positions = _positions(positions, pair.lengths[0], position)
         layout = loaded.layout()  # site -> heads in the weights, in model order
         if layers is not None:
             missing = sorted(set(layers) - {site.layer for site in layout})
@@ -254,8 +246,6 @@ def _layer_list(layers: Sequence[int]) -> list[int]:
 
 
 def _check_finite(values: Sequence[float], what: str) -> None:
-    import math
-
     bad = sum(not math.isfinite(value) for value in values)
     if bad:
         raise InputError(
@@ -263,6 +253,22 @@ def _check_finite(values: Sequence[float], what: str) -> None:
             "infinite): the model's logits overflow or its weights are broken; run it in float32 (--dtype float32) "
             "or check the checkpoint"
         )
+
+
+def aligned_answer_position(loaded: LoadedModel, pair: EncodedBatch, where: str = "") -> int:
+    """The answer position of an encoded clean/corrupt ``pair`` (examples 0 and 1), refused unless both prompts
+    have the same token count and the answer at the same position (``where`` prefixes the message)."""
+    clean_count, corrupt_count = pair.lengths
+    if clean_count != corrupt_count:
+        raise InputError(
+            f"{where}the clean prompt has {clean_count} tokens and the corrupt prompt {corrupt_count}: each "
+            "position of one run is compared with (and patched into) the same position of the other, so give "
+            "prompts of the same token count"
+        )
+    position = loaded.answer_position(pair, 0)
+    if loaded.answer_position(pair, 1) != position:
+        raise InputError(f"{where}the clean and corrupt prompts must have their answer at the same position")
+    return position
 
 
 def one_token(loaded: LoadedModel, text: str, parameter: str) -> tuple[int, str]:
