@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tiny_vision import tiny_caption_tokenizer
 
-VLM_FAMILIES = ("llava", "paligemma", "gemma3")
+VLM_FAMILIES = ("llava", "paligemma", "gemma3", "idefics3")
 IMAGE_SIZE = 32
 PATCH = 8
 
@@ -127,6 +127,31 @@ def tiny_vlm(family: str, *, strategy: str = "default"):
             eoi_token_id=tokenizer.convert_tokens_to_ids("<end_of_image>"),
         )  # fmt: skip
         model_class = transformers.Gemma3ForConditionalGeneration
+    elif family == "idefics3":
+        base = tiny_caption_tokenizer()
+        tokenizer = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=base._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<pad>",
+            extra_special_tokens={
+                "image_token": "<image>", "fake_image_token": "<fake_token_around_image>",
+                "global_image_token": "<global-img>",
+            },
+        )  # fmt: skip
+        # pictures up to 32 pixels stay whole (one tile); pixel shuffle merges 2×2 of the 4×4 patches: 2×2 tokens
+        image_processor = transformers.Idefics3ImageProcessor(
+            size={"longest_edge": IMAGE_SIZE}, max_image_size={"longest_edge": IMAGE_SIZE}
+        )
+        processor = transformers.Idefics3Processor(
+            image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4
+        )
+        vision = transformers.Idefics3VisionConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=IMAGE_SIZE,
+            patch_size=PATCH, initializer_range=0.2,
+        )  # fmt: skip
+        config = transformers.Idefics3Config(
+            text_config=_llama_text(len(tokenizer)), vision_config=vision, scale_factor=2,
+            image_token_id=tokenizer.image_token_id,
+        )  # fmt: skip
+        model_class = transformers.Idefics3ForConditionalGeneration
     else:
         raise ValueError(f"unknown vision-language family {family!r}")
     torch.manual_seed(0)

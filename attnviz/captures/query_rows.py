@@ -259,7 +259,7 @@ def capture_query_rows(
     query_tokens, key_tokens = (tokens[0] for tokens in batch.query_key_tokens(stack))
     index = resolve_query(query, len(query_tokens), query_tokens)  # refused before the model runs
     counts = {site.layer: count for site, count in loaded.layout().items() if site.stack == stack}
-    layer_ids = resolve_layers(layers, len(counts))
+    layer_ids = resolve_layers(layers, loaded.num_layers(stack), loaded.present_layers(stack))
     identity = model_identity(loaded)
     chosen = {}
     for layer in layer_ids:

@@ -129,6 +129,13 @@ class AttentionCapture(NotebookDisplay):
         """Whether the capture holds ``layer`` of ``stack`` (a capture of some layers holds no heads of the others)."""
         return self.identity is None or self.identity.is_recorded(stack, layer)
 
+    def attention_layers(self, stack: str = "self") -> list[int]:
+        """The model's layers of ``stack`` that have attention: every layer, except in a hybrid stack (Qwen3-Next,
+        Jamba, …), whose recurrent or convolution layers hold no heads (whether this capture records them or not)."""
+        layout = self.identity.model_layout.get(stack) if self.identity is not None else None
+        layers = range(len(self._layers(stack)))
+        return [layer for layer in layers if layout is None or layer >= len(layout) or layout[layer] > 0]
+
     def recorded_layers(self, stack: str = "self") -> list[int]:
         """The model's layers of ``stack`` this capture holds (every layer, unless it records some only)."""
         return [layer for layer in range(len(self._layers(stack))) if self.is_recorded(layer, stack)]

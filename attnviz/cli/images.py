@@ -16,7 +16,8 @@ ImageOption = Annotated[
         "--image",
         help="A PNG or JPEG image for a vision model (ViT, DeiT, DINOv2, CLIP/SigLIP vision tower, toy-odd-patch), "
         "an image captioner (VisionEncoderDecoderModel, toy-caption: with --target or --generate) or, with a TEXT, "
-        "a vision-language model (LLaVA, PaliGemma, Gemma 3: the picture inside the text; --generate N lets it "
+        "a vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM: the picture inside the text; --generate N "
+        "lets it "
         "write); '-' reads it from standard input. Example: --image cat.png --model toy-odd-patch",
         show_default=False,
         rich_help_panel=INPUT_PANEL,

@@ -116,6 +116,16 @@ def patch(
             "--terminal", help="List the top heads in the terminal. Example: --terminal", rich_help_panel=VIEW_PANEL
         ),
     ] = False,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image",
+            help="A vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM): the picture inside both prompts (where they name "
+            "the image token, else before them); its language model's heads are patched. Example: --image cat.png",
+            show_default=False,
+            rich_help_panel=INPUT_PANEL,
+        ),
+    ] = None,
     json_path: JsonOption = None,
     out: Annotated[
         Path | None,
@@ -160,6 +170,12 @@ def patch(
     if data is not None and ablate is None:
         raise InputError("--data is the corpus of --ablate mean: add --ablate mean, or leave --data out")
     texts = corpus_from_options(data, None) if data is not None else None
+    picture = None
+    if image is not None:
+        from attnviz.cli.images import image_source
+        from attnviz.common.images import open_image
+
+        picture = open_image(image_source(image))  # a bad image fails before the model loads
 
     with status(f"loading {checkpoint}"):
         loaded = load_model(checkpoint, device=device, dtype=dtype)
@@ -176,12 +192,13 @@ def patch(
         texts=texts,
         batch_size=batch_size,
         max_length=max_length,
+        image=picture,
     )
     written = []
     if json_path is not None:
         written.append(result.save_json(json_path))
     if out is not None:
-        written.append(_write_view(loaded, result, out, top))
+        written.append(_write_view(loaded, result, out, top, picture))
     for path in written:
         print(path)
     if terminal or not written:
@@ -201,14 +218,14 @@ def _positions(value: str):
     raise InputError(f"--positions must be all, last or a token position (0, 1, …), not {value!r}")
 
 
-def _write_view(loaded, result, out: Path, top: int) -> Path:
+def _write_view(loaded, result, out: Path, top: int, picture=None) -> Path:
     from attnviz.render.html_page import HTML_SUFFIXES
 
     if out.suffix.lower() in HTML_SUFFIXES:
         from attnviz.captures.attention_capture import capture
         from attnviz.render.patch_page import write_patch_page
 
-        return write_patch_page(out, result, capture(loaded, result.clean), top=top)
+        return write_patch_page(out, result, capture(loaded, result.clean, image=picture), top=top)
     from attnviz.render.patch_plots import patch_figure, save_figure
 
     return save_figure(patch_figure(result, top=top), out)

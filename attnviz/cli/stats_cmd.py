@@ -79,7 +79,8 @@ def stats(
         list[str] | None,
         typer.Option(
             "--image",
-            help="Vision models: one image to measure on (repeat it for more). Example: --image a.png --image b.png",
+            help="Vision models: one image to measure on (repeat it for more); a vision-language model reads the "
+            "images inside the texts (--text, --data), one per text in order. Example: --image a.png --image b.png",
             show_default=False,
             rich_help_panel=INPUT_PANEL,
         ),
@@ -198,8 +199,6 @@ def stats(
     from attnviz.cli.images import images_from_options
 
     images = images_from_options(images_dir, image)
-    if images is not None and texts is not None:
-        raise InputError("give either images (--images, --image) or text (--data, --text, --text-file), not both")
     if images is not None and by_position:
         raise InputError("--by-position is for text: images have no reading order")
 
@@ -280,6 +279,10 @@ def _show(results, stack, *, flagged_only, sort, ascending, limit, color_by, no_
             from attnviz.stats.images import sink_summary
 
             console.print(sink_summary(stats), highlight=False)
+        if stats.picture is not None:
+            from attnviz.stats.vision_language import picture_summary
+
+            console.print(picture_summary(stats.picture), highlight=False)
     if len(results) > 1:
         console.print(evolution_table(results, stack, statistics=table_statistics(console.width)))
     from attnviz.cli.distributed import throughput_line

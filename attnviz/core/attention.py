@@ -39,7 +39,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from attnviz.core.blocks import _workspace, attend_in_buffers, key_stops  # noqa: F401 (re-exported)
+from attnviz.core.blocks import _workspace, attend_in_buffers, causal_mask, key_stops  # noqa: F401 (re-exported)
 from attnviz.core.patching import HeadEditor
 from attnviz.core.sdpa_rows import attend_observing_rows
 
@@ -292,6 +292,7 @@ def attend(
     value: Tensor,
     *,
     mask: Tensor | None = None,
+    causal: bool = False,
     scaling: float | None = None,
     pattern_fn: PatternFunction | None = None,
     dropout: float = 0.0,
@@ -307,6 +308,8 @@ def attend(
             attention); ``dv`` may differ from ``d`` (multi-head latent attention).
         mask: additive ``[b|1, 1|h, q, k]`` mask, 0 where a query may look and a large
             negative number where it may not (causal future, padding keys).
+        causal: without ``mask``, query ``i`` sees keys ``j ≤ i`` only (``q == k``): the causal triangle without a
+            ``[q, k]`` tensor. The no-gradient path applies it block by block; the others build the mask.
         scaling: score scale, ``d ** -0.5`` by default. Ignored when ``pattern_fn`` is given.
         pattern_fn: computes the pattern from a block of queries; default scaled dot-product.
         dropout, training: attention dropout probability, applied only when training.
@@ -351,14 +354,18 @@ def attend(
         # sdpa has no sinks: a call with them takes the block path below
         plain = bias is None and pattern_fn.softcap is None and sinks is None
         if rows is not None and plain and not (dropout and training):
+            if causal and mask is None:
+                mask = causal_mask(query_len, key_len, query.dtype, query.device)
             output = attend_observing_rows(query, key, value, mask, pattern_fn, rows, observers, site, head_mask)
             return output if editor is None or site is None else editor.edit_output(site, output)
         fused = context is not None and context.fused_softmax
         output = attend_in_buffers(
-            query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training, fused
+            query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training, fused, causal
         )
         return output if editor is None or site is None else editor.edit_output(site, output)
 
+    if causal and mask is None:  # the paths below read the mask as a tensor
+        mask = causal_mask(query_len, key_len, query.dtype, query.device)
     n_rep = heads // key.shape[1]
     key = repeat_kv(key, n_rep)  # [b, h, k, d]
     value = repeat_kv(value, n_rep)  # [b, h, k, d]

@@ -40,6 +40,20 @@ if TYPE_CHECKING:
 WIDTH_MULTIPLE = 16
 
 
+def causal_mask(query_len: int, key_len: int, dtype: torch.dtype, device: torch.device, query_start: int = 0) -> Tensor:
+    """The additive causal mask ``[1, 1, q, k]`` of queries ``query_start …`` as transformers' ``eager_mask``
+    builds it: 0 on keys ``j ≤ i``, the dtype's lowest value after them."""
+    queries = torch.arange(query_start, query_start + query_len, device=device)[:, None]  # [q, 1]
+    keys = torch.arange(key_len, device=device)[None, :]  # [1, k]
+    hidden = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=device)
+    return torch.where(keys <= queries, torch.zeros((), dtype=dtype, device=device), hidden)[None, None]
+
+
+def causal_stops(block: int, query_len: int, key_len: int) -> list[int]:
+    """:func:`key_stops` of the causal triangle (``q == k``): a block of queries ``[s, e)`` sees keys ``< e``."""
+    return [min(key_len, start + block) for start in range(0, query_len, block)]
+
+
 def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> list[int]:
     """For each block of ``block`` queries: how many leading keys can receive any weight.
 
@@ -123,8 +137,13 @@ def attend_in_buffers(
     dropout: float,
     training: bool,
     fused: bool = False,
+    causal: bool = False,
 ) -> Tensor:
-    """The softmax path of :func:`attend` without gradients: in place, in reused buffers."""
+    """The softmax path of :func:`attend` without gradients: in place, in reused buffers.
+
+    ``causal`` (without ``mask``): the causal triangle, applied by the tile kernels themselves or through a mask of
+    one block's rows at a time, never a ``[q, k]`` tensor."""
+    causal = causal and mask is None
     batch, heads, query_len, head_dim = query.shape
     kv_heads, key_len, value_dim = key.shape[1], key.shape[2], value.shape[3]
     n_rep = heads // kv_heads
@@ -150,7 +169,7 @@ def attend_in_buffers(
     sinks = sink_logits(pattern_fn.sinks)
     summary_only = all(getattr(observer, "accepts_summary_only", False) for observer in observers)
     if whole_block and summary_only:
-        return _attend_in_tiles(query, key, value, mask, pattern_fn.scaling, sinks, observers, site, output)
+        return _attend_in_tiles(query, key, value, mask, causal, pattern_fn.scaling, sinks, observers, site, output)
     if (
         fused
         and summary_only
@@ -161,12 +180,12 @@ def attend_in_buffers(
         and not (dropout and training)
         and triton_applies(query)
     ):  # the GPU's tile kernel (attnviz.core.triton_rows): the same pass in Triton
-        return _attend_in_tiles(query, key, value, mask, pattern_fn.scaling, sinks, observers, site, output)
+        return _attend_in_tiles(query, key, value, mask, causal, pattern_fn.scaling, sinks, observers, site, output)
     if whole_block:
         # at long lengths the cache-sized block holds few rows (28 at 8,192 keys for 9 heads); a task's two
         # products repack all of its keys per call, so each head gets two tasks of ROWS_PER_TASK rows at least
         block = min(query_len, max(block, 2 * ROWS_PER_TASK))
-    stops = key_stops(mask, block, query_len, key_len)
+    stops = causal_stops(block, query_len, key_len) if causal else key_stops(mask, block, query_len, key_len)
     prefix_observers = [observer for observer in observers if getattr(observer, "accepts_key_prefix", False)]
     # scores stand for the pattern's logarithm only without a sink (whose weight they lack)
     keep_scores = (
@@ -190,6 +209,8 @@ def attend_in_buffers(
         # key/value head become extra rows of one matmul against it (head h = g·n_rep + r).
         scores = _workspace.get("scores", (batch, kv_heads, n_rep * rows, width), query.dtype, query.device)
         mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
+        if causal:  # [1, 1, blk, c]: the triangle's rows of this block only
+            mask_block = causal_mask(rows, width, query.dtype, query.device, query_start=start)
         if not whole_block:
             query_block = query[:, :, start:stop].reshape(
                 batch, kv_heads, n_rep * rows, head_dim
@@ -303,6 +324,7 @@ def _attend_in_tiles(
     key: Tensor,
     value: Tensor,
     mask: Tensor | None,
+    causal: bool,
     scaling: float,
     sinks: Tensor | None,
     observers: Sequence[AttentionObserver],
@@ -319,7 +341,11 @@ def _attend_in_tiles(
     batch, heads, query_len, _ = query.shape
     key_len = key.shape[2]
     # the keys each run of TILE_ROWS queries can weigh (TILE_ROWS read at the call, as attend_rows_ reads it)
-    stops = [_rounded_width(stop, key_len) for stop in key_stops(mask, kernel_calls.TILE_ROWS, query_len, key_len)]
+    rows_per_tile = kernel_calls.TILE_ROWS
+    if causal:
+        stops = [_rounded_width(stop, key_len) for stop in causal_stops(rows_per_tile, query_len, key_len)]
+    else:
+        stops = [_rounded_width(stop, key_len) for stop in key_stops(mask, rows_per_tile, query_len, key_len)]
     summarised = [observer for observer in observers if getattr(observer, "accepts_summary", False)]
     summary = None
     if summarised and site is not None:
@@ -351,6 +377,7 @@ def _attend_in_tiles(
             weighted,
             sinks,
             sink_share,
+            causal,
         )
     else:
         attend_rows_triton(
@@ -365,6 +392,7 @@ def _attend_in_tiles(
             weighted=weighted,
             sinks=sinks,
             sink_share=sink_share,
+            causal=causal,
         )
     for observer in observers:
         assert site is not None  # attend() passes observers only for a known site

@@ -68,6 +68,7 @@ def hf_attention_forward(
         key,
         value,
         mask=attention_mask,
+        causal=_causal_without_mask(module, query, key, attention_mask, kwargs.get("is_causal")),
         pattern_fn=pattern_fn,
         dropout=dropout,
         training=module.training,
@@ -75,6 +76,39 @@ def hf_attention_forward(
         context=context,
     )
     return output, None
+
+
+def _causal_without_mask(
+    module: nn.Module, query: Tensor, key: Tensor, attention_mask: Tensor | None, is_causal: bool | None
+) -> bool:
+    """Whether a call without a mask is causal: transformers' own rule for sdpa (``is_causal`` given, else the
+    module's, else True; more than one query; no mask), for the calls :func:`core_mask` left without one."""
+    if attention_mask is not None or query.shape[2] <= 1 or query.shape[2] != key.shape[2]:
+        return False
+    return bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+
+
+def core_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    *,
+    allow_is_causal_skip: bool = False,
+    **kwargs,
+) -> Tensor | None:
+    """The mask transformers builds for attnviz's attention: ``None`` where the mask would be the plain causal
+    triangle (as many keys as queries, no padding, no window: the core then applies causality itself without a
+    ``[q, k]`` tensor, 268 MB at 8,192 tokens), else transformers' additive ``eager_mask``."""
+    from transformers import masking_utils
+
+    if allow_is_causal_skip and q_length == kv_length > 1 and q_offset == 0:
+        padding = masking_utils.prepare_padding_mask(kwargs.get("attention_mask"), kv_length, kv_offset)
+        window = kwargs.get("local_size")
+        if (padding is None or bool(padding.all())) and (window is None or kv_length < window):
+            return None
+    return masking_utils.eager_mask(batch_size, q_length, kv_length, q_offset, kv_offset, **kwargs)
 
 
 @contextlib.contextmanager
@@ -100,9 +134,8 @@ def register_attention() -> str:
     global _registered
     if not _registered:
         from transformers import AttentionInterface, AttentionMaskInterface
-        from transformers.masking_utils import eager_mask
 
         AttentionInterface.register(ATTENTION_NAME, hf_attention_forward)
-        AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
+        AttentionMaskInterface.register(ATTENTION_NAME, core_mask)
         _registered = True
     return ATTENTION_NAME

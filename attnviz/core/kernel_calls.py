@@ -187,6 +187,7 @@ def attend_rows_(
     weighted: Tensor | None = None,
     sinks: Tensor | None = None,
     sink_share: Tensor | None = None,
+    causal: bool = False,
 ) -> None:
     """Attention of every query of a call, tile by tile of keys, without writing the pattern (flash attention).
 
@@ -196,7 +197,8 @@ def attend_rows_(
     receives ``pattern V``; ``summary`` (a buffer of :meth:`RowSummary.buffer_shape` with its ``columns``) the
     rows' summary; ``weighted`` ``[b, h, q]`` the rows' ``Σ_j pattern_ij · key_weights_j`` (``key_weights``
     ``[b, h, ≥k]``). ``sinks``, ``sink_share`` (``[b, h, q]``): as :func:`fused_softmax_`; each row's running max
-    and sum start from its sink. Call only where :func:`block_kernel_applies` holds.
+    and sum start from its sink. ``causal``: query ``i`` sees keys ``j ≤ i`` only (with or instead of ``mask``).
+    Call only where :func:`block_kernel_applies` holds.
     """
     assert _loaded() is not None  # block_kernel_applies said so
     empty = query.new_empty(0)
@@ -219,6 +221,7 @@ def attend_rows_(
         empty if weighted is None else weighted,
         sinks,
         sink_share,
+        causal,
     )
 
 

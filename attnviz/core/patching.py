@@ -1,12 +1,12 @@
-"""Reading and replacing each head's output (or pattern) inside the attention core.
+"""Reading and replacing each head's output (or pattern): the head editors.
 
-Every head's output passes through :func:`attnviz.core.attention.attend` as ``[b, q, h, d]``, just
-before the model merges the heads into ``[b, q, h·d]`` for its output projection (LLaMA's ``o_proj``,
-GPT-2's ``c_proj``, BERT's ``attention.output.dense``). A :class:`HeadEditor` travels in the
-:class:`~attnviz.core.attention.AttentionContext` (``head_editor``) like the head mask does, and
-sees that tensor at every site: :class:`HeadOutputRecorder` keeps it, :class:`HeadPatch` puts other
-values in, per batch row and head. So activation patching and ablation work on every model the core
-runs, with no per-family hook.
+A :class:`HeadEditor` travels in the :class:`~attnviz.core.attention.AttentionContext` (``head_editor``) like the
+head mask does, and sees each head's output ``[b, q, h, dv]`` at every site: :class:`HeadOutputRecorder` keeps it,
+:class:`HeadPatch` puts other values in, per batch row and head. Where it sees it is the model's choice: Hugging Face
+models apply output edits at the input of each site's output projection (:mod:`attnviz.models.head_output_edits`:
+the vector that really enters it, after any gate or sub-norm, on every family) and hand the core only the pattern
+half (:class:`PatternEdits`); attnviz's toys, whose projection reads the core's output unchanged, let
+:func:`attnviz.core.attention.attend` apply both to the ``[b, q, h, dv]`` it returns.
 
 A patch can also replace a head's *pattern* rows (``[b, h, q, k]``, after the softmax, before the
 product with the values): the core then computes that site on its fresh-tensor path.

@@ -34,7 +34,7 @@ def rollout(capture: AttentionCapture, stack: str | None = None) -> Tensor:
     stack = stack or rollout_stack(capture)
     if stack == "cross":
         raise InputError("rollout needs self-attention (queries and keys the same tokens): use encoder or decoder")
-    layers = [capture.layer(index, stack) for index in range(capture.num_layers(stack))]
+    layers = [capture.layer(index, stack) for index in capture.attention_layers(stack)]
     size = layers[0].shape[-1]
     identity = torch.eye(size, dtype=torch.float64)  # [n, n]
     result = identity
@@ -70,7 +70,7 @@ def attention_flow(capture: AttentionCapture, stack: str | None = None) -> Tenso
         raise InputError(
             "attention flow needs self-attention (queries and keys the same tokens): use encoder or decoder"
         )
-    layers = [capture.layer(index, stack) for index in range(capture.num_layers(stack))]
+    layers = [capture.layer(index, stack) for index in capture.attention_layers(stack)]
     size = layers[0].shape[-1]
     if size > MAX_FLOW_TOKENS:
         raise InputError(

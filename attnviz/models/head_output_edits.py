@@ -22,7 +22,8 @@ from torch import Tensor
 from attnviz.common.errors import UnsupportedModelError
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.patching import HeadEditor, PatternEdits
-from attnviz.models.head_outputs import OutputProjection, fallback_attentions, reading_values
+from attnviz.models.eager_values import reading_values
+from attnviz.models.head_outputs import OutputProjection, fallback_attentions
 
 
 def _editing(editor: HeadEditor, projection: OutputProjection):
@@ -64,6 +65,8 @@ def at_output_projections(
                     "interface), so attnviz cannot replace its patterns; patch the heads' outputs instead"
                 )
             for projection in projections.values():
+                if projection.heads == 0:  # a layer whose heads were all pruned: nothing to edit
+                    continue
                 hooks.append(projection.module.register_forward_pre_hook(_editing(editor, projection)))
             stack.callback(lambda: [hook.remove() for hook in hooks])
             context = dataclasses.replace(context, head_editor=PatternEdits(editor))

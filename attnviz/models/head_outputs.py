@@ -20,10 +20,7 @@ norm that depends on the query makes a key's share of the output something other
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import itertools
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,12 +33,11 @@ from attnviz.common.errors import UnsupportedModelError
 from attnviz.core import AttentionContext, AttentionSite
 from attnviz.core.attention import repeat_kv
 from attnviz.models.blocked import unblock_local_pattern
+from attnviz.models.eager_values import QUERY_DEPENDENT, SOFTMAXES, checked_fallback
 from attnviz.models.placement import held_weight
 
 if TYPE_CHECKING:
     from attnviz.models.base import LoadedModel
-
-_SOFTMAXES = {torch.softmax, torch.nn.functional.softmax, Tensor.softmax, torch.Tensor.softmax}
 
 
 @dataclass(frozen=True)
@@ -113,7 +109,7 @@ class _Timeline(TorchFunctionMode):
         self.softmaxes: list[int] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in _SOFTMAXES:
+        if func in SOFTMAXES:
             self.softmaxes.append(next(self.clock))
         return func(*args, **(kwargs or {}))
 
@@ -127,9 +123,16 @@ class _Discovery:
         self.timeline = timeline
         self.attended: dict[AttentionSite, tuple[int, int, Tensor, list[Tensor]]] = {}  # time, heads, value, blocks
         self.modules: dict[AttentionSite, nn.Module] = {}
-        self.linear_calls: list[tuple[int, nn.Module, Tensor]] = []
-        self.spans: dict[nn.Module, tuple[int, int, Any]] = {}  # first call: enter, exit, output
+        self.linear_calls: list[tuple[int, nn.Module, Tensor]] = []  # time, module, input
+        self.calls: dict[nn.Module, list[list]] = {}  # every call of a module: [enter, exit, output]
         self.other_calls: list[tuple[int, nn.Module]] = []
+
+    def call_around(self, module: nn.Module, moment: int) -> tuple[int, int, Any]:
+        """The call of ``module`` that was running at ``moment`` (enter, exit, output), or (-1, -1, None)."""
+        for enter, leave, output in self.calls.get(module, ()):
+            if enter < moment < leave:
+                return enter, leave, output
+        return -1, -1, None
 
     def observe_inputs(self, site, query, key, value, scaling) -> None:
         # value [b, kvh, k, dv]: its last dimension is the head output size, whatever the query's is
@@ -178,7 +181,7 @@ def find_output_projections(loaded: LoadedModel, *, fallback: bool) -> dict[Atte
         )
     if fallback:
         patterns = dict(fallback_attentions(outputs, _pairs(loaded)))
-        projections = _checked_fallback(loaded, batch, projections, patterns, entering)
+        projections = checked_fallback(loaded, batch, projections, patterns, entering)
     return projections
 
 
@@ -191,18 +194,18 @@ def _entering(found: _Discovery, timeline: _Timeline):
         now = next(timeline.clock)
         if is_linear(module) and args and isinstance(args[0], Tensor):
             found.linear_calls.append((now, module, args[0].detach()))
-        elif module not in found.spans:
+        else:
             found.other_calls.append((now, module))
-        found.spans.setdefault(module, (now, -1, None))
+        found.calls.setdefault(module, []).append([now, -1, None])
 
     return hook
 
 
 def _leaving(found: _Discovery, timeline: _Timeline):
     def hook(module: nn.Module, args: tuple, output: Any) -> None:
-        enter, leave, _ = found.spans[module]
-        if leave < 0:
-            found.spans[module] = (enter, next(timeline.clock), output)
+        running = [call for call in found.calls.get(module, ()) if call[1] < 0]
+        if running:
+            running[-1][1:] = [next(timeline.clock), output]
 
     return hook
 
@@ -227,7 +230,8 @@ def _fallback_sites(loaded: LoadedModel, found: _Discovery, outputs: Any):
     for site, pattern in fallback_attentions(outputs, _pairs(loaded)):
         holders = [
             (enter, leave, module)
-            for module, (enter, leave, output) in found.spans.items()
+            for module, calls in found.calls.items()
+            for enter, leave, output in calls
             if isinstance(output, tuple) and any(item is pattern for item in output)
         ]
         if not holders:
@@ -247,23 +251,34 @@ def _fallback_sites(loaded: LoadedModel, found: _Discovery, outputs: Any):
 
 
 def _projection_after(loaded, found, names, site, module, moment, heads, head_output):
-    """The first linear layer called after ``moment`` inside the parent of ``module`` (see the module docstring)."""
+    """The output projection of ``site``: a linear layer called after ``moment`` inside the parent of ``module``
+    that reads ``heads × dv`` features computed after the attention (see the module docstring)."""
     name = names.get(module, "")
     scope = name.rpartition(".")[0]
     prefix = scope + "." if scope else ""
-    following = [
-        (time, linear, given)
-        for time, linear, given in found.linear_calls
-        if time > moment and names.get(linear, "").startswith(prefix)
+    inside = [
+        (time, linear, given) for time, linear, given in found.linear_calls if names.get(linear, "").startswith(prefix)
     ]
+    # what the layer read before it attended (its hidden states, fed to the query projection): a linear layer
+    # reading that after the attention (Beam's gate projection) computes something else
+    earlier = {_storage(given) for time, _, given in inside if time < moment}
+    following = [
+        (time, linear, given) for time, linear, given in inside if time > moment and _storage(given) not in earlier
+    ]
+    if head_output is not None:
+        width = heads * head_output.shape[-1]
+        following = [call for call in following if in_features(call[1]) == width] or following
+    else:
+        following = [call for call in following if heads and in_features(call[1]) % heads == 0] or following
     if not following:
         raise UnsupportedModelError(
             f"{loaded.name}: no linear layer follows the attention of {site.name} ({name}), so attnviz finds no "
             "output projection that reads each head's output"
         )
     time, projection, given = following[0]
+    _check_reads_the_attention(loaded, found, site, module, name, moment, time, names.get(projection, ""), given)
     width = in_features(projection)
-    head_dim = head_output.shape[-1] if head_output is not None else width // heads
+    head_dim = head_output.shape[-1] if head_output is not None else width // max(heads, 1)
     if width != heads * head_dim or given.shape[-1] != width:
         raise UnsupportedModelError(
             f"{loaded.name}: the projection after the attention of {site.name} ({names.get(projection, '')}) reads "
@@ -287,11 +302,37 @@ def _projection_after(loaded, found, names, site, module, moment, heads, head_ou
         heads=heads,
         head_dim=head_dim,
         direct=direct,
-        between="" if direct else _between_words(between),
+        between="" if direct else between_words(list(dict.fromkeys(between))),
         rerun=model_scope(loaded.model, scope) if head_output is None else None,
         softmax_index=_softmax_index(found, loaded.model, scope, moment) if head_output is None else -1,
     )
     return found_projection, given  # given: the projection's input on the probe, [b, q, h·dv]
+
+
+def _storage(tensor: Tensor) -> tuple[int, tuple[int, ...]]:
+    return tensor.data_ptr(), tuple(tensor.shape)
+
+
+def _check_reads_the_attention(loaded, found, site, module, name, moment, time, projection_name, given) -> None:
+    """A projection applied after the attention module returned (BERT's ``attention.output.dense``) must read what
+    it returned: otherwise the linear layer found is something else (an MLP of a layer without output projection)."""
+    _, leave, returned = found.call_around(module, moment)
+    if leave < 0 or time < leave:
+        return
+    first = returned[0] if isinstance(returned, tuple) and returned else returned
+    if not (
+        isinstance(first, Tensor)
+        and first.shape == given.shape
+        and torch.allclose(first.float(), given.float(), rtol=1e-5, atol=1e-6)
+    ):
+        names = {sub: sub_name for sub_name, sub in module.named_modules()}
+        after = [names[other] for when, other in found.other_calls if moment < when < leave and names.get(other)]
+        inside = f" (after the attention it runs {', '.join(dict.fromkeys(after))}, no linear layer)" if after else ""
+        raise UnsupportedModelError(
+            f"{loaded.name}: no linear output projection reads the heads' outputs of {site.name} ({name}{inside}; "
+            f"the next linear layer, {projection_name}, reads something else), so attnviz cannot split what each head "
+            "writes"
+        )
 
 
 def model_scope(model: nn.Module, scope: str) -> nn.Module:
@@ -299,106 +340,11 @@ def model_scope(model: nn.Module, scope: str) -> nn.Module:
 
 
 def _softmax_index(found: _Discovery, model: nn.Module, scope: str, moment: int) -> int:
-    enter, _, _ = found.spans[model_scope(model, scope)]
+    enter, _, _ = found.call_around(model_scope(model, scope), moment)
     return sum(1 for time in found.timeline.softmaxes if enter < time < moment)
 
 
-def _between_words(modules: list[str]) -> str:
+def between_words(modules: list[str]) -> str:
     if modules:
         return "something that changes each head's output (" + ", ".join(modules) + ")"
-    return "a query-dependent change of each head's output (a gate or a normalisation)"
-
-
-# -- models on eager attention: the value vectors, read with identity patterns -----------------------------
-
-
-class _IdentityPattern(TorchFunctionMode):
-    """Replaces softmax call number ``index`` by the identity pattern: each query then outputs its own value."""
-
-    def __init__(self, index: int) -> None:
-        super().__init__()
-        self.index = index
-        self.calls = 0
-        self.applied = False
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        if func in _SOFTMAXES:
-            self.calls += 1
-            if self.calls - 1 == self.index and result.shape[-1] == result.shape[-2]:  # queries = keys
-                eye = torch.eye(result.shape[-1], dtype=result.dtype, device=result.device)
-                result = eye.expand(result.shape).contiguous()
-                self.applied = True
-        return result
-
-
-@contextlib.contextmanager
-def reading_values(projections: dict[AttentionSite, OutputProjection], values: dict[AttentionSite, Tensor]):
-    """While active, every fallback site's module runs a second time after its own call, with the identity pattern,
-    and ``values[site]`` gets each head's value vectors as its projection sees them, ``[b, k, h, dv]``.
-    The model's own outputs are unchanged."""
-    hooks = []
-    running: set[nn.Module] = set()
-    for site, projection in projections.items():
-        if projection.rerun is None:
-            continue
-
-        def after(module, args, kwargs, output, site=site, projection=projection):
-            if module in running:
-                return
-            seen: list[Tensor] = []
-            grab = projection.module.register_forward_pre_hook(lambda _, inputs: seen.append(inputs[0].detach()))
-            running.add(module)
-            try:
-                with _IdentityPattern(projection.softmax_index) as identity, _forward_hooks_off(module):
-                    module(*args, **kwargs)
-            finally:
-                running.discard(module)
-                grab.remove()
-            if seen and identity.applied:
-                head = seen[0]  # [b, k, h·dv]
-                values[site] = head.reshape(*head.shape[:-1], projection.heads, projection.head_dim)
-            return
-
-        hooks.append(projection.rerun.register_forward_hook(after, with_kwargs=True))
-    try:
-        yield
-    finally:
-        for hook in hooks:
-            hook.remove()
-
-
-@contextlib.contextmanager
-def _forward_hooks_off(module: nn.Module) -> Iterator[None]:
-    """The forward hooks of ``module`` and its submodules left out for a while: transformers records attention
-    weights and hidden states with such hooks, and the second run must not add to what the model returns."""
-    saved = [(sub, sub._forward_hooks, sub._forward_hooks_with_kwargs) for sub in module.modules()]
-    for sub, _, _ in saved:
-        sub._forward_hooks, sub._forward_hooks_with_kwargs = OrderedDict(), OrderedDict()
-    try:
-        yield
-    finally:
-        for sub, hooks, with_kwargs in saved:
-            sub._forward_hooks, sub._forward_hooks_with_kwargs = hooks, with_kwargs
-
-
-def _checked_fallback(loaded, batch, projections, patterns, entering) -> dict[AttentionSite, OutputProjection]:
-    """Fallback sites are ``direct`` when the projection's input equals ``Σ_j α_ij v_j`` with the values read by
-    :func:`reading_values` (``patterns``: ``[b, h, q, k]``, ``entering``: the inputs ``[b, q, h·dv]`` of the probe)."""
-    values: dict[AttentionSite, Tensor] = {}
-    with torch.no_grad(), reading_values(projections, values):
-        loaded.forward(batch)
-    checked = {}
-    for site, projection in projections.items():
-        value = values.get(site)  # [b, k, h, dv]
-        direct = value is not None
-        if value is not None:
-            expected = torch.einsum("bhqk,bkhd->bqhd", patterns[site].float(), value.float())  # [b, q, h, dv]
-            given = entering[site].float().reshape(expected.shape)
-            scale = float(expected.abs().max()) or 1.0
-            direct = float((given - expected).abs().max()) <= 1e-4 * scale
-        between = "" if direct else _between_words([])
-        if value is None:
-            between = "attention computed in the model's own eager code, whose value vectors attnviz cannot read here"
-        checked[site] = dataclasses.replace(projection, direct=direct, between=between)
-    return checked
+    return QUERY_DEPENDENT

@@ -45,7 +45,6 @@ from attnviz.models.readers import ResidualReaders
 from attnviz.models.readout import Readout
 from attnviz.models.vision import load_vision_model
 from attnviz.models.vision_families import is_vision_type
-from attnviz.models.vlm_families import is_vision_language_type, vision_language_family
 
 # Module-name fragments that mark a cross-attention module (BERT decoder, BART/Marian/Whisper, T5, NLLB-MoE).
 _CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn", "cross_attention")
@@ -102,10 +101,6 @@ def load_hf_model(
             return load_caption_model(  # type: ignore[return-value]
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
-        if not gguf_file and is_vision_language_type(config):
-            # a text with a picture in it: the families attnviz reads have a loader of their own
-            # (attnviz.models.vlm, found first by the registry); any other is refused here by name
-            vision_language_family(config, source)
         refuse_unreadable_family(config, model_class_for(config), source)  # before its tokenizer is looked for
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
     except AttnvizError:
@@ -156,10 +151,18 @@ def load_hf_model(
     model.eval()
     loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
     loaded.check_weights()  # before the first forward pass (the layout below) reads them
-    if not fallback and (model.config._attn_implementation != ATTENTION_NAME or not loaded.layout()):
-        # The name was accepted but no attention call reached the core: the family does not use the interface.
+    if not fallback and (model.config._attn_implementation != ATTENTION_NAME or _misses_stacks(loaded)):
+        # The name was accepted but no attention call (or none of a whole stack: BigBird-Pegasus' encoder) reached
+        # the core: the family, or that stack, does not use the interface.
         model.set_attn_implementation("eager")
         loaded = HFModel(model, tokenizer, name=name or source, fallback=True)
+    if not loaded.layout():
+        kinds = sorted({str(kind) for kind in getattr(config, "layer_types", None) or ()})
+        raise UnsupportedModelError(
+            f"{name or source} has no softmax attention in any layer"
+            + (f" (its layers are {', '.join(kinds)})" if kinds else "")
+            + ": no attention pattern to show; attnviz shows models with at least one attention layer"
+        )
     if loaded.fallback:
         warn(
             f"{config.model_type} models do not route through transformers' attention interface: "
@@ -365,8 +368,8 @@ class HFModel(LoadedModel):
         lowered = qualified_name.lower()
         if getattr(module, "is_cross_attention", False) or any(part in lowered for part in _CROSS_NAMES):
             return AttentionSite("cross", layer)
-        parts = lowered.split(".")
-        return AttentionSite("decoder" if "decoder" in parts else "encoder", layer)
+        parts = lowered.split(".")  # "decoder", or a named one: SeamlessM4T's "text_decoder"
+        return AttentionSite("decoder" if any("decoder" in part for part in parts) else "encoder", layer)
 
     # -- encoding (attnviz.models.hf_encoding) ----------------------------------------------------
 
@@ -418,6 +421,12 @@ class HFModel(LoadedModel):
         if self._output_projections is None:
             self._output_projections = find_output_projections(self, fallback=self.fallback)
         return self._output_projections
+
+
+def _misses_stacks(loaded: HFModel) -> bool:
+    """Whether the probe pass found no attention site at all, or, in an encoder-decoder model, none of one stack."""
+    found = {site.stack for site in loaded.layout()}
+    return not found or (loaded.encoder_decoder and not {"encoder", "decoder", "cross"} <= found)
 
 
 def _forward_parameters(module: nn.Module) -> set[str]:

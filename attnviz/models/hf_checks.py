@@ -39,6 +39,15 @@ def refuse_custom_code(source: str) -> None:
 _AUDIO_INPUTS = ("input_features", "input_values")
 
 
+#: text families whose attention attnviz cannot show as a pattern over tokens, with the reason
+_REFUSED_FAMILIES = {
+    "t5gemma2": "its decoder takes one softmax over its own tokens and the encoder's together (merged attention), "
+    "so neither its self-attention nor its cross-attention is a pattern of its own",
+    "pegasus_x": "its encoder attends within blocks and to learned global tokens, which are not tokens of the "
+    "input, so its weights do not form a pattern over the input's tokens",
+}
+
+
 def refuse_unreadable_family(config, model_class, source: str) -> None:
     """Refuse, naming the reason, a model whose attention attnviz cannot show over text tokens: one that reads
     audio, or LongT5 with transient-global attention (its keys include summaries of blocks, not only tokens)."""
@@ -49,6 +58,8 @@ def refuse_unreadable_family(config, model_class, source: str) -> None:
             f"model {source!r} is a {model_type} model, which reads audio ({reads}), not text: attnviz shows the "
             "attention of text and image models"
         )
+    if model_type in _REFUSED_FAMILIES:
+        raise UnsupportedModelError(f"model {source!r} is a {model_type} model: {_REFUSED_FAMILIES[model_type]}")
     if model_type == "longt5" and getattr(config, "encoder_attention_type", "local") == "transient-global":
         raise UnsupportedModelError(
             f"model {source!r} is a LongT5 model with transient-global attention: its encoder attends to summaries "

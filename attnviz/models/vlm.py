@@ -15,8 +15,8 @@ tokenizer and the image processor).
 
 from __future__ import annotations
 
+import itertools
 import os
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +37,8 @@ from attnviz.models.vlm_families import VisionLanguageFamily, image_placeholder,
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-#: the module-name part under which a vision-language model keeps its language model
-_LANGUAGE_MODEL = "language_model"
+#: the module names under which vision-language models keep their language model (Idefics3, SmolVLM: text_model)
+_LANGUAGE_MODELS = ("language_model", "text_model")
 #: processor outputs that are not model inputs (PaliGemma's training labels)
 _NOT_INPUTS = ("labels",)
 
@@ -114,10 +114,12 @@ class VisionLanguageModel(HFModel):
     # -- sites: the language model's layers ----------------------------------------------------------
 
     def _site_from_name(self, qualified_name: str, module: nn.Module) -> AttentionSite | None:
-        """``model.language_model.layers.3.self_attn`` -> self.3; the vision tower's layers are not recorded."""
-        _, found, rest = qualified_name.partition(_LANGUAGE_MODEL + ".")
-        numbers = re.findall(r"(?:^|\.)(\d+)(?:\.|$)", rest) if found else []
-        return AttentionSite("self", int(numbers[0])) if numbers else None
+        """``model.language_model.layers.3.self_attn`` (Idefics3: ``model.text_model…``) -> self.3; the vision tower's
+        layers are not recorded."""
+        parts = qualified_name.split(".")
+        inside = next((parts.index(name) for name in _LANGUAGE_MODELS if name in parts), None)
+        layers = [int(part) for part in parts[inside + 1 :] if part.isdigit()] if inside is not None else []
+        return AttentionSite("self", layers[0]) if layers else None
 
     def check_layout(self) -> None:
         """Refuse a model whose language model does not reach the core, or whose image tokens do not fit its grid
@@ -164,7 +166,9 @@ class VisionLanguageModel(HFModel):
         except Exception as exc:  # a picture the image processor cannot resize, a text it cannot tokenise
             raise InputError(f"{self.name}'s processor cannot read this input: {reason(exc)}") from exc
         inputs = {key: value for key, value in encoded.items() if key not in _NOT_INPUTS}
-        pixels = inputs["pixel_values"]  # [b, 3, H, W]
+        pixels = inputs["pixel_values"]  # [b, 3, H, W]; Idefics3, SmolVLM: [b, tiles, 3, H, W]
+        if pixels.dim() == 5:
+            pixels = pixels[:, -1]  # one tile (more are refused below): the picture as the model saw it
         grids, tokens, special, word_ids = [], [], [], []
         for index in range(len(texts)):
             length = int(inputs["attention_mask"][index].sum())
@@ -201,10 +205,14 @@ class VisionLanguageModel(HFModel):
     def grid_of(self, ids: Sequence[int], height: int, width: int) -> ImageGrid:
         """Where the image tokens of one encoded text sit, and how they cover a ``height × width`` picture."""
         positions = [position for position, token_id in enumerate(ids) if token_id == self.image_token_id]
-        if not positions or positions != list(range(positions[0], positions[0] + len(positions))):
+        if not positions:
+            raise UnsupportedModelError(f"{self.name}: its processor put no image token into the text")
+        runs = 1 + sum(1 for before, after in itertools.pairwise(positions) if after != before + 1)
+        if runs > 1:
             raise UnsupportedModelError(
-                f"{self.name}: its processor did not put the picture's tokens in one run inside the text, so attnviz "
-                "cannot map them onto the picture"
+                f"{self.name}: its processor cut the picture into {runs} runs of image tokens (tiles and a thumbnail), "
+                "which attnviz does not map onto the picture yet: give a picture within the image processor's "
+                "max_image_size, or save the processor with do_image_splitting=False"
             )
         try:
             rows, cols, patch, extra = self.family.grid(self.model.config, height, width, len(positions))
@@ -225,7 +233,10 @@ class VisionLanguageModel(HFModel):
         """The language model's final norm and the unembedding (checked on a probe, as for any causal LM)."""
         from attnviz.models.hf_patching import hf_readout
 
-        return hf_readout(self, base=getattr(self.model.base_model, _LANGUAGE_MODEL, None))
+        base = self.model.base_model
+        return hf_readout(
+            self, base=next((getattr(base, name) for name in _LANGUAGE_MODELS if hasattr(base, name)), None)
+        )
 
     def answer_position(self, batch: EncodedBatch, index: int) -> int:
         """The last token: the language model's next-token prediction is read there."""
@@ -236,8 +247,17 @@ def vision_language_model_of(loaded: Any) -> VisionLanguageModel:
     """``loaded`` itself when it reads a text with a picture in it; a one-line error otherwise."""
     if isinstance(loaded, VisionLanguageModel):
         return loaded
-    from attnviz.models.vlm_families import SUPPORTED_VLM_NAMES
+    from attnviz.models.vlm_families import SUPPORTED_VLM_NAMES, VLM_FAMILIES, is_vision_language_type
 
+    config = getattr(loaded.model, "config", None)
+    if config is not None and is_vision_language_type(config):  # read as its language model: text only
+        if config.model_type in VLM_FAMILIES:
+            raise InputError(
+                f"{loaded.name} was loaded without its image processor, so it reads text only: save the model's "
+                "processor into its directory (processor.save_pretrained(directory)), or give "
+                "attnviz.wrap(model, processor)"
+            )
+        vision_language_family(config, loaded.name)  # refuses the family by name, with the reason
     kind = "a vision model" if getattr(loaded, "modality", "text") == "image" else "a text model"
     raise InputError(
         f"{loaded.name} is {kind}: a text with a picture in it needs a vision-language model ({SUPPORTED_VLM_NAMES})"

@@ -1,7 +1,7 @@
 """Which vision-language families attnviz reads (or refuses, by name), and how each one's image tokens cover the
 picture.
 
-A vision-language model (LLaVA, PaliGemma, Gemma 3 with images) turns a picture into a run of *image tokens* inside
+A vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM) turns a picture into a run of *image tokens* inside
 its text: a vision tower reads the patches, a projection maps them into the language model's width, and they take
 the places of the processor's image placeholders. Which patch each image token stands for follows from the
 processor's output and the model's config, never from a guess:
@@ -10,7 +10,10 @@ processor's output and the model's config, never from a guess:
   token where the model keeps it (LLaVA's ``vision_feature_select_strategy="full"``): the tokens counted in the
   text say which;
 * ``pooled grid`` (Gemma 3): the tower's patches are average-pooled onto a ``√n × √n`` grid of ``n`` tokens
-  (``mm_tokens_per_image``), so each token covers a square of the picture.
+  (``mm_tokens_per_image``), so each token covers a square of the picture; Idefics3 and SmolVLM merge each
+  ``s × s`` block of patches into one token (pixel shuffle), row-major, which makes the same kind of grid. Their
+  processors may cut a large picture into tiles plus a thumbnail (several runs of image tokens): that is refused
+  with one line (a picture within ``max_image_size`` stays whole).
 
 The count of image tokens in the text is checked against the grid; anything else is refused with one line.
 """
@@ -71,6 +74,9 @@ VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
     "llava": VisionLanguageFamily("LLaVA", False, _patch_grid, separator="\n"),
     "paligemma": VisionLanguageFamily("PaliGemma", True, _patch_grid),
     "gemma3": VisionLanguageFamily("Gemma 3", True, _pooled_grid),
+    # pixel shuffle merges each s × s block of the tower's patches into one token, row-major: a square grid too
+    "idefics3": VisionLanguageFamily("Idefics3", False, _pooled_grid),
+    "smolvlm": VisionLanguageFamily("SmolVLM", False, _pooled_grid),
 }
 #: vision-language families attnviz refuses, by model_type, with the reason
 REFUSED_VLMS = {
@@ -80,16 +86,12 @@ REFUSED_VLMS = {
     "which attnviz does not map onto the picture yet",
     "qwen2_5_vl": "Qwen2.5-VL merges patches at a resolution of its own choosing (its processor needs torchvision), "
     "which attnviz does not map onto the picture yet",
-    "idefics3": "Idefics3 cuts the image into tiles plus a thumbnail and shuffles their pixels, which attnviz does "
-    "not map onto the picture yet",
-    "smolvlm": "SmolVLM cuts the image into tiles plus a thumbnail and shuffles their pixels, which attnviz does not "
-    "map onto the picture yet",
     "llava_next": "LLaVA-NeXT cuts the image into tiles of several resolutions, which attnviz does not map onto the "
     "picture yet",
     "llava_onevision": "LLaVA-OneVision cuts the image into tiles of several resolutions, which attnviz does not map "
     "onto the picture yet",
 }
-SUPPORTED_VLM_NAMES = "LLaVA, PaliGemma and Gemma 3"
+SUPPORTED_VLM_NAMES = "LLaVA, PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles)"
 
 
 def is_vision_language_type(config: Any) -> bool:
@@ -105,15 +107,26 @@ def is_vision_language_type(config: Any) -> bool:
 
 
 def is_vision_language_folder(path: Path) -> bool:
-    """Whether the model directory ``path`` holds a vision-language family attnviz reads (from its
-    ``config.json`` alone: nothing is imported or loaded)."""
+    """Whether the model directory ``path`` holds a vision-language family attnviz reads, saved with its image
+    processor (read from the JSON files alone: nothing is imported or loaded). Without an image processor the
+    model loads as the language model it also is (text only)."""
+    config = _json_object(path / "config.json")
+    if config.get("model_type") not in VLM_FAMILIES:
+        return False
+    return (path / "preprocessor_config.json").is_file() or "image_processor" in _json_object(
+        path / "processor_config.json"
+    )
+
+
+def _json_object(path: Path) -> dict:
+    """The JSON object in ``path``; empty when there is none (no file, not JSON, not an object)."""
     import json
 
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and config.get("model_type") in VLM_FAMILIES
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def vision_language_family(config: Any, source: str) -> VisionLanguageFamily:

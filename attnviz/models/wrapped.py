@@ -33,7 +33,7 @@ from attnviz.models.hf import HFModel
 from attnviz.models.hf_checks import refuse_unreadable_family
 from attnviz.models.placement import offloaded
 from attnviz.models.vlm import VisionLanguageModel
-from attnviz.models.vlm_families import is_vision_language_type, vision_language_family
+from attnviz.models.vlm_families import VLM_FAMILIES, is_vision_language_type, vision_language_family
 
 
 class _OnCoreWhileRunning:
@@ -116,8 +116,9 @@ class WrappedVisionLanguageModel(_OnCoreWhileRunning, VisionLanguageModel):
 def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) -> HFModel:
     """Make a transformers model the user loaded usable by every attnviz function that takes a loaded model.
 
-    ``tokenizer``: the model's tokenizer (a vision-language model's processor: tokenizer and image processor);
-    when None, the one saved with the model (``model.name_or_path``) is loaded. ``name``: shown in titles and reports (default: the
+    ``tokenizer``: the model's tokenizer, or a vision-language model's processor (tokenizer and image processor:
+    then it reads pictures inside its texts; with a tokenizer alone it reads text only); when None, the one saved
+    with the model (``model.name_or_path``) is loaded. ``name``: shown in titles and reports (default: the
     model's ``name_or_path``). The model is not changed: attnviz switches it onto its core only
     while one of its own calls runs (see the module docstring). Families that do not call
     transformers' attention interface raise :class:`~attnviz.common.errors.UnsupportedModelError`.
@@ -133,15 +134,16 @@ def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) ->
     register_attention()
     family = getattr(model.config, "model_type", type(model).__name__)
     name = name or _default_name(model)
-    if is_vision_language_type(model.config):
-        vision_language_family(model.config, name)  # refuses, by name, a family attnviz cannot map
     refuse_unreadable_family(model.config, type(model), name)
     configs = _attention_configs(model)
     loaded: WrappedModel | WrappedVisionLanguageModel
-    if is_vision_language_type(model.config):  # a text with a picture in it: the processor reads both
+    if _is_processor(tokenizer) and is_vision_language_type(model.config):  # reads pictures inside its texts
+        kind = vision_language_family(model.config, name)  # refuses, by name, a family attnviz cannot map
+        loaded = WrappedVisionLanguageModel(model, copy.deepcopy(tokenizer), kind, name=name, configs=configs)
+    elif tokenizer is None and model.config.model_type in VLM_FAMILIES and _saved_processor(model) is not None:
         kind = vision_language_family(model.config, name)
-        loaded = WrappedVisionLanguageModel(model, _own_processor(model, tokenizer), kind, name=name, configs=configs)
-    else:
+        loaded = WrappedVisionLanguageModel(model, _saved_processor(model), kind, name=name, configs=configs)
+    else:  # a language model (a vision-language model given a tokenizer reads text only)
         loaded = WrappedModel(model, _own_tokenizer(model, tokenizer), name=name, configs=configs)
     if not configs or not type(model)._can_set_attn_implementation():
         raise _unsupported(family)
@@ -187,29 +189,24 @@ def _attention_configs(model: nn.Module) -> list[Any]:
     return list(found.values())
 
 
-def _own_processor(model: nn.Module, processor: Any) -> Any:
-    """A copy of ``processor`` (or of the one saved with the model): a vision-language model's tokenizer and image
-    processor together."""
-    if processor is None:
-        source = getattr(model, "name_or_path", "") or ""
-        try:
-            from transformers import AutoProcessor
+def _is_processor(value: Any) -> bool:
+    """Whether ``value`` is a multimodal processor: a tokenizer and an image processor together."""
+    return getattr(value, "image_processor", None) is not None and getattr(value, "tokenizer", None) is not None
 
-            with quiet_third_party():
-                processor = (
-                    AutoProcessor.from_pretrained(source, trust_remote_code=False, local_files_only=True)
-                    if source
-                    else None
-                )
-        except Exception:  # noqa: BLE001 - any failure means the same thing to the user
-            processor = None
-    if getattr(processor, "image_processor", None) is None or getattr(processor, "tokenizer", None) is None:
-        given = "none could be loaded" if processor is None else f"got a {type(processor).__name__}"
-        raise InputError(
-            f"a vision-language model needs its processor (tokenizer and image processor together), {given}: "
-            "call attnviz.wrap(model, processor) with AutoProcessor.from_pretrained(...)"
-        )
-    return copy.deepcopy(processor)
+
+def _saved_processor(model: nn.Module) -> Any:
+    """The processor saved with ``model`` (``model.name_or_path``) when it has an image processor, else None."""
+    source = getattr(model, "name_or_path", "") or ""
+    if not source:
+        return None
+    try:
+        from transformers import AutoProcessor
+
+        with quiet_third_party():
+            processor = AutoProcessor.from_pretrained(source, trust_remote_code=False, local_files_only=True)
+    except Exception:  # noqa: BLE001 - no processor: the model reads text only
+        return None
+    return processor if _is_processor(processor) else None
 
 
 def _own_tokenizer(model: nn.Module, tokenizer: Any) -> Any:

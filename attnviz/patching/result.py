@@ -74,6 +74,8 @@ class PatchResult(NotebookDisplay):
     ablation_source: str = ""  # what the mean was taken over ("zero" when zeroed)
     forwards: int = 0  # patched and ablated forward passes run
     seconds: float = 0.0
+    #: an encoder-decoder's decoder tokens: ``position`` is then a decoder position (None for other models)
+    decoder_tokens: list[str] | None = None
 
     def top_heads(self, count: int = 5, by: str = "normalized_effect") -> list[HeadEffect]:
         """The ``count`` heads with the largest absolute ``by`` (``normalized_effect``, ``direct_logit_attribution``,
@@ -137,7 +139,8 @@ class PatchResult(NotebookDisplay):
         where = "every position" if len(self.positions) == len(self.tokens) else f"position {self.positions[0]}"
         line = (
             f"{self.direction} {self.patched} patching at {where}; logit({self.answer!r}) − "
-            f"logit({self.wrong!r}) at position {self.position} ({display_token(self.tokens[self.position])!r})"
+            f"logit({self.wrong!r}) at {'decoder ' if self.decoder_tokens is not None else ''}position {self.position} "
+            f"({display_token((self.decoder_tokens or self.tokens)[self.position])!r})"
         )
         if self.ablation is not None:
             line += f"; {self.ablation_source}"

@@ -182,6 +182,7 @@ def patch_heads(
         answer_token=answer_token,
         wrong_token=wrong_token,
         tokens=pair.tokens[0],
+        decoder_tokens=pair.target_tokens[0] if pair.target_tokens is not None else None,
         position=position,
         clean_logit_diff=clean_diff,
         corrupt_logit_diff=corrupt_diff,

@@ -96,6 +96,17 @@ def measure_model(
         images = loaded.own_images(toy_examples, seed)  # the toy's own task images
         if images is None:
             raise InputError(f"{loaded.name} is a vision model: give it images to measure on")
+    if images is not None and loaded.reads_pictures_in_text:  # each picture inside its text
+        if texts is None:
+            raise InputError(
+                f"{loaded.name} is a vision-language model: it reads each picture inside a text, so give one text "
+                "per image to measure on"
+            )
+        stats = compute_statistics(
+            loaded, texts, images=images, local_window=local_window, parallel=parallel, progress=progress,
+            weighting=weighting,
+        )  # fmt: skip
+        return stats, detect_heads(stats, thresholds)
     if images is not None:
         if texts is not None:
             raise InputError("give either images or texts to measure on, not both")

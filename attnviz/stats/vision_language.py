@@ -83,3 +83,20 @@ class ImageTokenShare:
             means[site] = mean
             stds[site] = (self._sums[site][1] / count - mean.square()).clamp(min=0).sqrt()
         return PictureStatistics(means, stds, max(self._counts.values(), default=0))
+
+
+def picture_summary(picture: PictureStatistics, *, top: int = 3) -> str:
+    """One line: the heads whose text queries read the picture most (their image share)."""
+    ranked = sorted(
+        (
+            (float(values[head]), site, head)
+            for site, values in picture.image_share.items()
+            for head in range(len(values))
+        ),
+        key=lambda item: -item[0],
+    )
+    heads = ", ".join(f"L{site.layer}H{head} ({share:.0%})" for share, site, head in ranked[:top])
+    return (
+        f"image share (the attention of each text query after the picture on the picture's tokens, over "
+        f"{picture.queries} queries): most in {heads}"
+    )

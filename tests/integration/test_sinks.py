@@ -198,4 +198,3 @@ def test_the_sink_share_in_json_and_in_the_table_only_where_there_are_sinks(sink
         table = head_table(stats, head_rows(stats, detect_heads(stats)))
         headers = [str(column.header) for column in table.columns]
         assert ("sinkw" in headers) == shown
-    assert headers.index("spec") == len(headers) - 2  # no sink column: the table as it was (then the flags)

@@ -22,7 +22,10 @@ PROMPTS = {
     "llava-full": "a red <image> cat",
     "paligemma": "a red cat",
     "gemma3": "look: <start_of_image> a red cat",  # the processor wraps the picture in line breaks and its markers
+    "idefics3": "look: <image> a red cat",  # … and Idefics3 in its own markers
 }
+#: what the processor writes before the picture's first token, after the text before the placeholder
+OPENING = {"gemma3": "\n\n<start_of_image>", "idefics3": "<fake_token_around_image><global-img>"}
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +36,7 @@ def vlm_dirs(tmp_path_factory):
         "llava-full": build_tiny_vlm("llava", root / "llava-full", strategy="full"),
         "paligemma": build_tiny_vlm("paligemma", root / "paligemma"),
         "gemma3": build_tiny_vlm("gemma3", root / "gemma3"),
+        "idefics3": build_tiny_vlm("idefics3", root / "idefics3"),
     }
 
 
@@ -56,8 +60,7 @@ def test_capture_equals_eager_and_maps_the_image_tokens(vlm_dirs, picture, famil
     prompt = PROMPTS[family]
     marker = "<start_of_image>" if family == "gemma3" else "<image>"
     before, _, _ = prompt.rpartition(marker)  # the picture's tokens come right after the text before it
-    if family == "gemma3":  # … and after the line breaks and the begin-of-image token the processor adds
-        before += "\n\n<start_of_image>"
+    before += OPENING.get(family, "")  # … and what the processor writes before them
     start = len(loaded.tokenizer(before, add_special_tokens=False)["input_ids"]) if before else 0
     result = attnviz.capture(loaded, prompt, image=picture)
     batch = vision_language_batch(loaded, [prompt], [picture])
@@ -72,7 +75,8 @@ def test_capture_equals_eager_and_maps_the_image_tokens(vlm_dirs, picture, famil
     # picture in 8-pixel patches, row-major (LLaVA's "full" strategy keeps CLIP's class token before them)
     grid = result.image_grid
     extra = ("cls",) if family == "llava-full" else ()
-    side, patch = (2, 16) if family == "gemma3" else (4, 8)  # Gemma 3 pools the 4×4 patches onto 2×2 tokens
+    # Gemma 3 pools the 4×4 patches onto 2×2 tokens, Idefics3 merges each 2×2 block (pixel shuffle)
+    side, patch = (2, 16) if family in ("gemma3", "idefics3") else (4, 8)
     shape = (grid.rows, grid.cols, grid.patch_size, grid.extra_kinds, grid.start)
     assert shape == (side, side, (patch, patch), extra, start)
     ids = batch.inputs["input_ids"][0].tolist()
@@ -162,13 +166,33 @@ def test_bad_input_and_refused_families(capsys, tmp_path, vlm_dirs, picture):
     assert_clean_error(result, "one picture per text")
     result = run_cli(capsys, "heatmap", "--model", "minilm", "a cat", "--image", image, "--out", tmp_path / "x.png")
     assert_clean_error(result, "minilm is a text model", "vision-language model")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_families_attnviz_cannot_map_read_text_and_refuse_a_picture_by_name(tmp_path, vlm_dirs, picture):
+    """A family whose image tokens attnviz cannot map (Mllama's cross-attention layers, Qwen2-VL's merged patches)
+    still reads text as its language model; a picture is refused with one line naming the family and the reason.
+    A readable family saved without its image processor reads text only, and says so."""
+    from types import SimpleNamespace
+
     import transformers
 
-    refused = tmp_path / "mllama"
-    transformers.MllamaConfig().save_pretrained(refused)
-    result = run_cli(capsys, "heatmap", "--model", refused, "a cat", "--image", image, "--out", tmp_path / "x.png")
-    assert_clean_error(result, "mllama", "cross-attention layers", "LLaVA, PaliGemma")
-    assert not (tmp_path / "x.png").exists()
+    from attnviz.models.vlm import vision_language_model_of
+
+    for config, reason in ((transformers.MllamaConfig(), "cross-attention layers"),
+                           (transformers.Qwen2VLConfig(), "merges patches")):  # fmt: skip
+        held = SimpleNamespace(name="held", model=SimpleNamespace(config=config), modality="text")
+        with pytest.raises(attnviz.AttnvizError, match=f"{config.model_type} vision-language model.*{reason}"):
+            vision_language_model_of(held)
+    import shutil
+
+    bare = tmp_path / "llava-without-processor"
+    shutil.copytree(vlm_dirs["llava"], bare)
+    (bare / "processor_config.json").unlink()
+    loaded = attnviz.load_model(str(bare), device="cpu")
+    assert attnviz.capture(loaded, "a red cat").num_layers() == 2
+    with pytest.raises(attnviz.AttnvizError, match="without its image processor"):
+        attnviz.capture(loaded, "a red cat", image=picture)
 
 
 def test_statistics_over_texts_with_pictures_equal_the_captures(vlm_dirs):
@@ -216,8 +240,10 @@ def test_wrap_takes_the_model_and_its_processor(vlm_dirs, picture):
         assert float((wrapped.layer(layer) - reference.layer(layer)).abs().max()) <= 1e-6
     assert model.config._attn_implementation == "eager"
     assert model.config.text_config._attn_implementation == "eager"
-    with pytest.raises(attnviz.AttnvizError, match="needs its processor"):
-        attnviz.wrap(model, processor.tokenizer)
+    text_only = attnviz.wrap(model, processor.tokenizer)  # a tokenizer alone: the language model, text only
+    assert attnviz.capture(text_only, "a red cat").tokens == loaded.encode(["a red cat"]).tokens[0]
+    with pytest.raises(attnviz.AttnvizError, match="without its image processor"):
+        attnviz.capture(text_only, "a red cat", image=picture)
 
 
 def _language_layers(directory):
@@ -293,3 +319,55 @@ def test_norm_weighting_with_a_picture_is_weight_times_the_moved_vector(vlm_dirs
         )  # fmt: skip  # [h, k]
         expected = outputs.attentions[index][0] * norms[:, None, :]  # [h, q, k]
         assert float((normed.layer(index) - expected).abs().max()) <= 1e-4
+
+
+def test_stats_command_reads_each_picture_inside_its_text(capsys, tmp_path, vlm_dirs):
+    import json
+
+    pictures = sample_images(2, seed=8, size=40)
+    paths = []
+    for index, picture in enumerate(pictures):
+        paths += ["--image", tmp_path / f"{index}.png"]
+        picture.save(tmp_path / f"{index}.png")
+    texts = ["a red cat", "USER: <image>\nthe blue car by the sea"]
+    out = tmp_path / "stats.json"
+    model = vlm_dirs["llava"]
+    result = run_cli(capsys, "stats", model, "--text", texts[0], "--text", texts[1], *paths, "--json", out)
+    assert result.exit_code == 0, result.stderr
+    assert "image share" in result.stderr
+    record = json.loads(out.read_text())
+    loaded = attnviz.load_model(str(model), device="cpu")
+    stats = attnviz.compute_statistics(loaded, texts, images=pictures, progress=False)
+    shares = {(head["layer"], head["head"]): head["image_share"] for head in record["picture"]["heads"]}
+    for site, values in stats.picture.image_share.items():
+        for head, value in enumerate(values.tolist()):
+            assert abs(shares[(site.layer, head)] - value) <= 1e-6
+    result = run_cli(capsys, "stats", model, *paths, "--json", tmp_path / "none.json")
+    assert_clean_error(result, "vision-language model", "one text per image")
+
+
+def test_patch_command_puts_the_picture_in_both_prompts(capsys, tmp_path, vlm_dirs, picture):
+    import json
+
+    image = tmp_path / "cat.png"
+    picture.save(image)
+    out = tmp_path / "patch.json"
+    model = vlm_dirs["llava"]
+    arguments = ("--clean", "a red cat", "--corrupt", "a red mat", "--answer", "a", "--wrong", "s")
+    result = run_cli(capsys, "patch", model, *arguments, "--image", image, "--json", out)
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(out.read_text())
+    loaded = attnviz.load_model(str(model), device="cpu")
+    expected = attnviz.patch_heads(loaded, clean="a red cat", corrupt="a red mat", answer="a", wrong="s", image=picture)
+    assert abs(record["clean_logit_diff"] - expected.clean_logit_diff) <= 1e-5
+    written = [head["patched_logit_diff"] for head in record["heads"]]
+    assert written == pytest.approx([effect.patched_logit_diff for effect in expected.heads], abs=1e-5)
+
+
+def test_a_picture_cut_into_tiles_is_refused_with_one_line(vlm_dirs, picture):
+    """Idefics3 keeps a picture within its ``max_image_size`` whole; one its processor cuts into tiles plus a
+    thumbnail (several runs of image tokens) is refused, saying how to keep it whole."""
+    loaded = attnviz.load_model(str(vlm_dirs["idefics3"]), device="cpu")
+    loaded.processor.image_processor.size = {"longest_edge": 64}  # resized to 64 pixels: 2×2 tiles of 32
+    with pytest.raises(attnviz.AttnvizError, match="5 runs of image tokens.*do_image_splitting=False"):
+        attnviz.capture(loaded, "a red cat", image=picture)

@@ -91,6 +91,24 @@ def test_heatmap_and_diff_say_they_show_norms(capsys, tiny_dirs, tiny_model_dirs
     assert set(record["heads"][0]["delta"]) == set(STATISTIC_NAMES)
 
 
+@pytest.mark.parametrize("family", ["t5", "bart", "gpt_neo"])
+def test_norm_weighting_works_on_encoder_decoders_and_eager_attention_families(
+    capsys, tiny_model_dirs, tmp_path, family
+):
+    from attnviz.captures.attention_capture import AttentionCapture
+
+    path = tmp_path / f"{family}.safetensors"
+    result = run_cli(capsys, "capture", TEXTS[0], "--model", str(tiny_model_dirs[family]), "--weighting", "norm",
+                     "--out", str(path))  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "physically prune" not in result.stderr
+    captured = AttentionCapture.load(path)
+    assert captured.weighting == "norm"
+    stack = "self" if family == "gpt_neo" else "encoder"
+    rows = captured.layer(0, stack)  # [h, q, k]: α·‖f(x_j)‖, not rows of weights summing to 1
+    assert not torch.allclose(rows.sum(-1), torch.ones_like(rows.sum(-1)))
+
+
 def test_explain_page_opens_offline_and_switches_colours(capsys, browser, tmp_path):
     from browser import PageRun
     from PIL import Image

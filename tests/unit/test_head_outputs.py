@@ -50,6 +50,10 @@ FAMILIES = {
                                              "num_experts_per_tok": 1, "moe_intermediate_size": 16,
                                              "shared_expert_intermediate_size": 16, "pad_token_id": 0},
                    {"self": "model.layers.{layer}.self_attn.o_proj"}),
+    # a sub-norm over the heads' outputs between the attention and o_proj
+    "bitnet": ("BitNetForCausalLM", {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                     "num_key_value_heads": 2, "intermediate_size": 64, "pad_token_id": 0},
+               {"self": "model.layers.{layer}.self_attn.o_proj"}),
 }  # fmt: skip
 INITIALIZER = {"t5": "initializer_factor", "opt": "init_std"}
 
@@ -127,7 +131,9 @@ def _reference_patching(model, family, pair, answer_ids, position, positions, he
     return diffs
 
 
-@pytest.mark.parametrize("family", ["gpt_neo", "bloom", "gpt_neox", "phi3", "opt", "distilbert", "t5", "qwen3_next"])
+@pytest.mark.parametrize(
+    "family", ["gpt_neo", "bloom", "gpt_neox", "phi3", "opt", "distilbert", "t5", "qwen3_next", "bitnet"]
+)
 def test_patched_heads_equal_a_pre_hook_on_the_output_projection(family_dirs, family):
     import attnviz
 
@@ -220,6 +226,10 @@ def test_norm_weighting_refuses_a_gated_model_by_name_and_pattern_patching_an_ea
     gated = attnviz_load(family_dirs["qwen3_next"])
     with pytest.raises(UnsupportedModelError, match=r"o_proj\) sits a query-dependent change.*norm-based weighting"):
         capture_batch(gated, ["the cat sat."], weighting="norm")
+    with pytest.raises(
+        UnsupportedModelError, match=r"sits something that changes each head's output \(.*attn_sub_norm"
+    ):
+        capture_batch(attnviz_load(family_dirs["bitnet"]), ["the cat sat."], weighting="norm")
     eager_only = attnviz_load(family_dirs["gpt_neo"])
     with pytest.raises(UnsupportedModelError, match="eager code.*cannot replace its patterns") as refused:
         attnviz.patch_heads(eager_only, clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, patched="pattern")

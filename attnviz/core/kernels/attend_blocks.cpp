@@ -149,10 +149,12 @@ struct OnlineRow {
 // output:  float32 [b, q, h, dv] contiguous: pattern·V.
 // key_weights, weighted: as attend_block_ (weighted [b, h, q]).
 // sinks, sink_share: as softmax_rows_ (sink_share [b, h, q]): each row's running max and sum start with its sink.
+// causal:  query position p sees keys ≤ p only (the causal triangle without a mask tensor; with a mask, both apply).
 void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optional<at::Tensor> mask_opt,
                   double scaling, int64_t query_start, at::Tensor stops, at::Tensor summary, int64_t reach,
                   at::Tensor columns, at::Tensor output, int64_t rows_per_task, int64_t key_tile,
-                  at::Tensor key_weights, at::Tensor weighted, OptionalTensor sinks, OptionalTensor sink_share) {
+                  at::Tensor key_weights, at::Tensor weighted, OptionalTensor sinks, OptionalTensor sink_share,
+                  bool causal) {
   TORCH_CHECK(query.scalar_type() == at::kFloat && query.dim() == 4 && query.stride(3) == 1);
   TORCH_CHECK(key.scalar_type() == at::kFloat && key.is_contiguous() && value.scalar_type() == at::kFloat &&
               value.is_contiguous() && key.dim() == 4 && value.dim() == 4 &&
@@ -251,6 +253,8 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
         float* x = tile + i * tile_stride;
         const int64_t position = query_start + first + i;
         const float* mrow = mask.at(bt, hd, first + i);
+        if (causal && key0 + width - 1 > position)  // keys after the query's own position: weight 0 (−inf scores)
+          std::fill(x + std::max<int64_t>(0, position + 1 - key0), x + width, lowest);
         const int64_t body = width - width % Wide::width;
         float tile_top;
         if (mrow) {
@@ -343,6 +347,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("scaling"), py::arg("query_start"), py::arg("stops"), py::arg("summary"), py::arg("reach"),
         py::arg("columns"), py::arg("output"), py::arg("rows_per_task"), py::arg("key_tile"),
         py::arg("key_weights"), py::arg("weighted"), py::arg("sinks") = py::none(),
-        py::arg("sink_share") = py::none());
+        py::arg("sink_share") = py::none(), py::arg("causal") = false);
   m.def("block_kernel_available", &block_kernel_available);
 }
