@@ -13,7 +13,14 @@ import html
 from pathlib import Path
 
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.render.circuit_graph import INPUT_PORTS, NEGATIVE, POSITIVE, draw_curve, node_positions
+from attnviz.render.circuit_graph import (
+    INPUT_PORTS,
+    NEGATIVE,
+    POSITIVE,
+    draw_curve,
+    node_positions,
+    verification_words,
+)
 from attnviz.render.figures import figure_png, subplots
 from attnviz.render.html_page import _script_json, write_page
 from attnviz.render.html_view import attention_view_html
@@ -150,7 +157,7 @@ def circuit_summary_html(result, *, links: bool = True) -> str:
         f"over {html.escape(repr(result.wrong))}</h1>"
         f"<p>clean: {html.escape(result.clean)} · corrupt: {html.escape(result.corrupt)}</p>"
         f"<p>logit difference: clean {result.clean_logit_diff:.3f}, corrupt {result.corrupt_logit_diff:.3f} · "
-        f"{html.escape(result.summary_line())}</p>"
+        f"{html.escape(result.summary_line() + verification_words(result))}</p>"
         "<p>Edges: red helps the answer, blue works against it; into a head, solid lines reach its query, dashed "
         f"its key, dotted its value. The slider sets how many of the top edges are kept.{hint}</p>"
         f"{graph}</section>\n"

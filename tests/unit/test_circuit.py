@@ -175,6 +175,9 @@ def test_atp_verifies_nodes_by_patching_their_output(tiny_models):
     verification = result.verification()
     assert len(verification["items"]) == 3
     assert verification["sign_agreement"] == 1.0
+    from attnviz.render.circuit_graph import verification_words
+
+    assert f"Pearson {verification['pearson']:.2f} with the scores, same sign in 100%" in verification_words(result)
 
 
 def test_per_position_scores_add_up_and_kl_runs_from_corrupt_to_clean(tiny_models):
