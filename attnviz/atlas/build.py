@@ -202,36 +202,21 @@ def build_head_atlas(
     if texts is None and loaded.own_examples(1, seed) is None:
         texts = load_texts()  # no own task: the shipped corpus, for the statistics and the examples alike
     comparison = None
+    measuring: dict[str, Any] = {
+        "toy_examples": toy_examples, "seed": seed, "progress": progress, "batch_size": batch_size,
+        "max_length": max_length, "weighting": weighting,
+    }  # fmt: skip
     if compare is not None:
         with status(f"loading {compare}"):
             other = load_model(compare, device=device, dtype=dtype)
         # one pass gives both the comparison and this model's statistics
-        comparison = compare_models(
-            loaded,
-            other,
-            texts,
-            toy_examples=toy_examples,
-            seed=seed,
-            progress=progress,
-            batch_size=batch_size,
-            max_length=max_length,
-            weighting=weighting,
-        )
+        comparison = compare_models(loaded, other, texts, **measuring)
         stats = comparison.stats_a
         detection = detect_heads(stats, thresholds)
         captured = example_captures(loaded, texts, examples, seed=seed, weighting=weighting)
     else:
         stats, detection, captured = measure_for_atlas(
-            loaded,
-            texts,
-            examples=examples,
-            thresholds=thresholds,
-            toy_examples=toy_examples,
-            seed=seed,
-            progress=progress,
-            batch_size=batch_size,
-            max_length=max_length,
-            weighting=weighting,
+            loaded, texts, examples=examples, thresholds=thresholds, **measuring
         )
     columns = dict(extra_columns or {})
     if scores is not None:

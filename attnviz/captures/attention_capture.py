@@ -11,6 +11,7 @@ or norm-based attention (:func:`~attnviz.captures.recording.capture_encoded`, wh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, overload
 
 from attnviz.captures.recording import capture_encoded, captures_from_patterns
@@ -89,6 +90,9 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
     elif loaded.modality == "image":
         from attnviz.captures.images import capture_images
 
+        words = [item for item in inputs if isinstance(item, str) and not Path(item).suffix and not Path(item).exists()]
+        if words:  # text, not a file name: refused with the vision model's own message
+            loaded.encode(words)
         if max_length is not None:
             raise ParameterError("max_length", f"{loaded.name} reads images: {{max_length}} applies to texts")
         captures = capture_images(loaded, inputs, targets=targets, **recording)
@@ -100,8 +104,7 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
                 raise TypeError(
                     f"{loaded.name} reads text: give a text or a list of texts, not a {type(text).__name__}"
                 )
-        batch = loaded.encode(inputs, targets=targets, max_length=max_length, truncate=truncate)
-        captures = capture_encoded(loaded, batch, **recording)
+        captures = capture_batch(loaded, inputs, targets=targets, max_length=max_length, truncate=truncate, **recording)
     return captures if several else captures[0]
 
 
@@ -119,7 +122,15 @@ def _targets(target: str | Sequence[str] | None, count: int, several: bool) -> l
 
 
 def capture_batch(
-    loaded: LoadedModel, texts: Sequence[str], *, targets: Sequence[str] | None = None, **options: Any
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    *,
+    targets: Sequence[str] | None = None,
+    max_length: int | None = None,
+    truncate: bool = True,
+    **recording: Any,
 ) -> list[AttentionCapture]:
-    """:func:`capture` of a list of texts (and decoder ``targets``, one per text): one capture per text."""
-    return capture(loaded, list(texts), target=targets, **options)
+    """Run ``texts`` through ``loaded`` and return one capture per text (padding trimmed); ``recording``:
+    ``layers``, ``heads``, ``stacks``, ``max_bytes``, ``weighting``, as :func:`capture` takes them."""
+    batch = loaded.encode(texts, targets=targets, max_length=max_length, truncate=truncate)
+    return capture_encoded(loaded, batch, **recording)

@@ -190,36 +190,23 @@ class _QueryRowObserver:
 
 
 def query_rows(
-    source: LoadedModel | AttentionCapture,
-    text: str | int | None = None,
-    query: QueryPosition = "last",
-    *,
-    layers: LayerSelection = None,
-    heads: HeadSelection = None,
-    stack: str | None = None,
-    target: str | None = None,
-    max_length: int | None = None,
-    truncate: bool = True,
+    source: LoadedModel | AttentionCapture, text: str | int | None = None, query: QueryPosition = "last", **options: Any
 ) -> QueryRows:
     """One query's attention over every key, per layer and head: ``query_rows(model, text, query)`` runs the model
     keeping only that row (any length: :func:`capture_query_rows`); ``query_rows(capture, query)`` takes it from a
     capture (:func:`query_rows_of_capture`; a capture holds its text, so its second argument is the query).
 
-    ``query``: a token position (negative counts from the end) or ``"last"`` (default); ``layers``: indices
-    (negative from the end), None for all; ``heads``: head numbers, None for all, or
-    :data:`~attnviz.common.selection.MEAN_OF_HEADS`; ``stack``, ``target``, ``max_length``, ``truncate``: as
-    :func:`capture_query_rows` takes them.
+    ``query``: a token position (negative counts from the end) or ``"last"`` (default). ``options``: ``layers``
+    (indices, negative from the end; None: all), ``heads`` (head numbers, None for all, or
+    :data:`~attnviz.common.selection.MEAN_OF_HEADS`), ``stack``; with a model also ``target``, ``max_length``,
+    ``truncate``, as :func:`capture_query_rows` takes them.
     """
     if isinstance(source, AttentionCapture):
-        if target is not None or max_length is not None:
-            raise ParameterError("target", "a capture already holds its texts: {target} and {max_length} run a model")
         chosen: Any = query if text is None else text  # the query, checked by resolve_query
-        return query_rows_of_capture(source, chosen, layers, heads, stack=stack)
+        return query_rows_of_capture(source, chosen, **options)
     if not isinstance(text, str):
         raise ParameterError("text", f"give the text whose query to keep: query_rows(model, text, query), not {text!r}")
-    return capture_query_rows(
-        source, text, query, layers, heads, stack=stack, target=target, max_length=max_length, truncate=truncate
-    )
+    return capture_query_rows(source, text, query, **options)
 
 
 def capture_query_rows(

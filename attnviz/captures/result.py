@@ -188,44 +188,22 @@ class AttentionCapture(NotebookDisplay):
     # -- attention from other tools ---------------------------------------------------------
 
     @classmethod
-    def from_attentions(
-        cls,
-        attentions: Any,
-        tokens: Sequence[str],
-        *,
-        cross_attentions: Any = None,
-        target_tokens: Sequence[str] | None = None,
-        decoder_attentions: Any = None,
-        causal: bool | None = None,
-        batch_index: int | None = None,
-        special: Sequence[bool] | None = None,
-        model: str = "external",
-    ) -> AttentionCapture:
+    def from_attentions(cls, attentions: Any, tokens: Sequence[str], **options: Any) -> AttentionCapture:
         """A capture of patterns another tool computed (transformers, TransformerLens, numpy).
 
         ``attentions``: per-layer patterns of the self-attention over ``tokens`` (the encoder's, for an
         encoder-decoder model) in any form :mod:`attnviz.captures.external` accepts, or a transformers
-        model output; ``cross_attentions`` / ``decoder_attentions``: an encoder-decoder model's cross- and
-        decoder self-attention, whose queries are ``target_tokens``. ``batch_index``: the example to take
-        from ``[batch, head, query, key]`` tensors holding several. ``causal``: None infers it from the
-        upper triangle (all zero: a causal model). ``special``: special-token flags (default: read off the
-        token strings). Raises :class:`~attnviz.common.errors.InputError` when a shape does not fit the
-        tokens or a row is not a distribution.
+        model output. ``options``, by keyword: ``cross_attentions`` / ``decoder_attentions``, an
+        encoder-decoder model's cross- and decoder self-attention, whose queries are ``target_tokens``;
+        ``batch_index``, the example to take from ``[batch, head, query, key]`` tensors holding several;
+        ``causal``, None infers it from the upper triangle (all zero: a causal model); ``special``,
+        special-token flags (default: read off the token strings); ``model``, the name the capture gives its
+        model (default ``"external"``). Raises :class:`~attnviz.common.errors.InputError` when a shape does
+        not fit the tokens or a row is not a distribution.
         """
         from attnviz.captures.external import capture_from_attentions
 
-        return capture_from_attentions(
-            cls,
-            attentions,
-            tokens,
-            cross_attentions=cross_attentions,
-            target_tokens=target_tokens,
-            decoder_attentions=decoder_attentions,
-            causal=causal,
-            batch_index=batch_index,
-            special=special,
-            model=model,
-        )
+        return capture_from_attentions(cls, attentions, tokens, **options)
 
     # -- file format -----------------------------------------------------------------------
 

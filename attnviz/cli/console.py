@@ -41,6 +41,8 @@ class StderrConsole(Console):
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if kwargs.get("soft_wrap") is None and not self.is_terminal and all(isinstance(o, str | Text) for o in objects):
             kwargs["soft_wrap"] = True  # text: one line as it was written
+        if not self.is_terminal and any(isinstance(o, Table) for o in objects):
+            kwargs.setdefault("crop", False)  # a caption stays whole on its one line (the table fits the width)
         super().print(*(self._with_own_captions(o) if isinstance(o, Table) else o for o in objects), **kwargs)
 
     def _with_own_captions(self, table: Table) -> RenderableType:
@@ -63,7 +65,7 @@ class StderrConsole(Console):
         (:func:`attnviz.common.cells.wrap_spans`); off a terminal, its own lines only."""
         text = self.render_str(text, style=style) if isinstance(text, str) else text
         if not self.is_terminal:
-            text.no_wrap = True
+            text.no_wrap, text.overflow = True, "ignore"  # one line, however long: a log is read with grep
             return text
         lines: list[Text] = []
         for line in text.split("\n"):

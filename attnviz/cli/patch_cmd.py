@@ -211,7 +211,7 @@ def _positions(value: str):
     text = value.strip().lower()
     if text in ("all", "last"):
         return text
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # "²" and "٣" are digits to isdigit, not to int
         return int(text)
     from attnviz.common.errors import InputError
 

@@ -16,7 +16,7 @@ CAPTION_STEPS = 1500
 def train_image_task(task, out, width, heads, layers, mlp_width, steps, batch_size, learning_rate, seed, eval_examples):
     """Train, measure (accuracy; where the class token or the caption's words look) and save; prints what it measured.
 
-    ``task`` is ``odd-patch`` or ``caption`` (whose ``layers`` are decoder layers); options left out (``None`` or 0)
+    ``task`` is ``odd-patch`` or ``caption`` (whose ``layers`` are decoder layers); options left out (``None``)
     take the task's defaults."""
     from attnviz.cli.console import console
     from attnviz.toy.odd_patch import check_odd_patch_output
@@ -37,7 +37,7 @@ def train_image_task(task, out, width, heads, layers, mlp_width, steps, batch_si
         )
         default_steps, train, save = DEFAULT_STEPS, train_odd_patch, save_odd_patch
     settings = TrainingSettings(
-        steps=steps or default_steps,
+        steps=steps if steps is not None else default_steps,  # 0 is refused, as by the token tasks
         batch_size=batch_size,
         learning_rate=learning_rate,
         seed=seed,
@@ -55,9 +55,11 @@ def train_image_task(task, out, width, heads, layers, mlp_width, steps, batch_si
 
 
 def _given_or_default(settings_class, **given):
-    """``settings_class`` with the values given, each left out (``None`` or 0) taking the class's default; validated."""
+    """``settings_class`` with the values given, each left out (``None``) taking the class's default; validated."""
     defaults = settings_class()
-    return settings_class(**{name: value or getattr(defaults, name) for name, value in given.items()}).validate()
+    return settings_class(
+        **{name: value if value is not None else getattr(defaults, name) for name, value in given.items()}
+    ).validate()
 
 
 def _model_words(task, model_settings) -> str:

@@ -228,6 +228,8 @@ def query_key_map(
     """
     if projection not in PROJECTIONS:
         raise ParameterError("projection", f"{{projection}} must be one of {', '.join(PROJECTIONS)}", projection)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:  # what t-SNE and numpy take
+        raise ParameterError("seed", f"{{seed}} must be a whole number from 0 to {2**32 - 1:,}, got {seed!r}", seed)
     for name, value, low in (("max_points", max_points, 4), ("links", links, 0), ("batch_size", batch_size, 1)):
         if value < low:
             raise ParameterError(name, f"{{{name}}} must be at least {low}, got {value}", value)

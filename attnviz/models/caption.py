@@ -185,7 +185,7 @@ class CaptionModel(VisionModel):
             for target in targets:
                 if not target.strip():
                     raise InputError("the caption is empty: give at least one word")
-                rows.append([start, *self.tokenizer(target, add_special_tokens=False)["input_ids"]])
+                rows.append([start, *self.caption_ids(target)])
         if len(rows) != len(batch):
             raise InputError(f"give one caption per image ({len(batch)} images, {len(rows)} captions)")
         self.check_caption_length(max(len(row) for row in rows), "the caption")
@@ -203,6 +203,28 @@ class CaptionModel(VisionModel):
         batch.target_special = [special for _, special, _ in labelled]
         batch.target_word_ids = [words for _, _, words in labelled]
         return batch
+
+    def caption_ids(self, target: str) -> list[int]:
+        """The token ids of caption ``target``; :class:`InputError` naming the words the tokenizer does not know
+        (each would be its unknown token: the overlays of ``<unk>`` say nothing of the word)."""
+        ids = list(self.tokenizer(target, add_special_tokens=False)["input_ids"])
+        unknown_id = getattr(self.tokenizer, "unk_token_id", None)
+        if unknown_id is None or unknown_id not in ids:
+            return ids
+        unknown = [
+            word for word in target.split() if unknown_id in self.tokenizer(word, add_special_tokens=False)["input_ids"]
+        ]
+        vocabulary = sorted(
+            token
+            for token in self.tokenizer.get_vocab()
+            if token not in set(getattr(self.tokenizer, "all_special_tokens", ()))
+        )
+        known = f": it knows {', '.join(vocabulary)}" if len(vocabulary) <= 40 else ""
+        raise InputError(
+            f"{self.name} does not know the word{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(word) for word in unknown or [target])} of the caption (each would be read as "
+            f"{self.tokenizer.unk_token}){known}"
+        )
 
     def caption_tokens(self, ids: Sequence[int]) -> tuple[list[str], list[bool], list[int | None]]:
         """(token strings, special flags, word ids) of decoder token ``ids``."""

@@ -376,15 +376,7 @@ class HFModel(LoadedModel):
     def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        *,
-        targets: Sequence[str] | None = None,
-        max_length: int | None = None,
-        truncate: bool = True,
-    ) -> EncodedBatch:
-        return encode_texts(self, texts, targets=targets, max_length=max_length, truncate=truncate)
+    encode = encode_texts  # (texts, *, targets, max_length, truncate): attnviz.models.hf_encoding
 
     # -- running --------------------------------------------------------------------------------
 

@@ -161,14 +161,7 @@ class VisionModel(LoadedModel):
         """``[b, H, W, 3]`` float32 in 0–1: the processed images as the model saw them (normalisation undone)."""
         return displayed_pixels(self.processor, pixels)
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        *,
-        targets: Sequence[str] | None = None,
-        max_length: int | None = None,
-        truncate: bool = True,
-    ) -> EncodedBatch:
+    def encode(self, texts: Sequence[str], **options: Any) -> EncodedBatch:
         raise InputError(f"{self.name} is a vision model: give it an image (--image PATH), not text")
 
     def token_counts(self, texts: Sequence[str], *, max_length: int | None = None) -> list[int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from attnviz.common.encoding import read_text
@@ -153,14 +153,8 @@ def staged_directory(path: str | os.PathLike) -> Iterator[Path]:
     Inside :func:`output_session` the rename waits for the end of the session.
     The caller has checked ``path`` (:func:`check_output_parent` at least).
     """
-    path = through_link(Path(path).expanduser())
-    _refuse_if_input(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    staging.remove_stale_temporaries(parent)
-    stage = _create(lambda: staging.new_temp_dir(parent, path.name), path)
-    with _writing(path, stage):
+    with _staged(path, staging.new_temp_dir) as stage:
         yield stage
-    staging.stage(staging.Staged(stage, path))
 
 
 @contextlib.contextmanager
@@ -171,14 +165,21 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     file keeps its mode; a new one gets the mode the umask gives. Inside
     :func:`output_session` the rename waits for the end of the session.
     """
+    with _staged(path, staging.new_temp_file) as tmp:
+        yield tmp
+
+
+@contextlib.contextmanager
+def _staged(path: str | os.PathLike, make: Callable[[Path, str], Path]) -> Iterator[Path]:
+    """The body of :func:`atomic_dir` and :func:`atomic_path`: ``make(parent, name)`` makes the temporary."""
     path = through_link(Path(path).expanduser())
     _refuse_if_input(path)
     parent = path.parent if str(path.parent) else Path(".")
     staging.remove_stale_temporaries(parent)
-    tmp = _create(lambda: staging.new_temp_file(parent, path.name), path)
-    with _writing(path, tmp):
-        yield tmp
-    staging.stage(staging.Staged(tmp, path))
+    stage = _create(lambda: make(parent, path.name), path)
+    with _writing(path, stage):
+        yield stage
+    staging.stage(staging.Staged(stage, path))
 
 
 def _create(make, path: Path) -> Path:

@@ -13,6 +13,17 @@ from attnviz.common.tokens import display_token
 from attnviz.outputs import files
 from attnviz.patching.choices import Ablation, Direction, Patched
 
+#: what :meth:`PatchResult.top_heads` ranks by: each number of a :class:`HeadEffect`, and short names for them
+RANKINGS = {
+    "normalized_effect": "normalized_effect",
+    "patched_logit_diff": "patched_logit_diff",
+    "direct_logit_attribution": "direct_logit_attribution",
+    "ablation_effect": "ablation_effect",
+    "effect": "normalized_effect",
+    "attribution": "direct_logit_attribution",
+    "ablation": "ablation_effect",
+}
+
 
 @dataclass(frozen=True)
 class HeadEffect:
@@ -79,7 +90,12 @@ class PatchResult(NotebookDisplay):
 
     def top_heads(self, count: int = 5, by: str = "normalized_effect") -> list[HeadEffect]:
         """The ``count`` heads with the largest absolute ``by`` (``normalized_effect``, ``direct_logit_attribution``,
-        ``ablation_effect``), largest first; heads without that number are left out."""
+        ``ablation_effect``, ``patched_logit_diff``; or ``effect``, ``attribution``, ``ablation``), largest first;
+        heads without that number are left out. :class:`ValueError` for any other ``by``."""
+
+        by = RANKINGS.get(by, by) if isinstance(by, str) else by
+        if by not in RANKINGS.values():
+            raise ValueError(f"by must be one of {', '.join(sorted(set(RANKINGS.values())))}, got {by!r}")
 
         def size(effect: HeadEffect) -> float:
             value = getattr(effect, by)

@@ -68,7 +68,13 @@ def patch_heads(
     ``image``: a picture in both prompts, for a vision-language model (its language model's heads are patched).
     Returns a :class:`PatchResult` (every head patched, in model order).
     """
+    for name, value in (("clean", clean), ("corrupt", corrupt), ("answer", answer), ("wrong", wrong)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    texts = _text_list(texts)
     _check_choices(positions, direction, patched, ablate, texts, batch_size)
+    if layers is not None:
+        layers = _layer_list(layers)
     loaded.check_patching()
     answer_id, answer_token = one_token(loaded, answer, "answer")
     wrong_id, wrong_token = one_token(loaded, wrong, "wrong")
@@ -109,6 +115,7 @@ def patch_heads(
         with readout.recording() if readout is not None else contextlib.nullcontext() as record:
             logits = loaded.forward(pair, context, logits=True).logits[:, position]  # [2, vocab]
         clean_diff, corrupt_diff = (logits[:, answer_id] - logits[:, wrong_id]).double().tolist()
+        _check_finite([clean_diff, corrupt_diff], "the clean and corrupt runs")
         if abs(clean_diff - corrupt_diff) < 1e-6 * max(1.0, abs(clean_diff)):
             raise InputError(
                 f"the clean and corrupt prompts give the same logit difference ({clean_diff:.4g}): there is nothing "
@@ -157,6 +164,7 @@ def patch_heads(
                     (answer_id, wrong_id), batch_size, lambda done: bar.update(task, advance=done),
                 )  # fmt: skip
 
+    _check_finite(patched_diffs + (ablated_diffs or []), "the patched runs")
     reference = corrupt_diff if direction == "denoising" else clean_diff
     identity = model_identity(loaded)
     effects = []
@@ -206,10 +214,48 @@ def _check_choices(positions, direction, patched, ablate, texts, batch_size) -> 
         raise ParameterError("ablate", f"{{ablate}} must be one of {', '.join(ABLATIONS)}", ablate)
     if ablate == "mean" and not texts:
         raise ParameterError("texts", "mean ablation needs a corpus to take each head's mean output over: give {texts}")
-    if not isinstance(positions, int) and positions not in ("all", "last"):
+    if isinstance(positions, bool) or (not isinstance(positions, int) and positions not in ("all", "last")):
         raise ParameterError("positions", "{positions} must be all, last or a token position (0, 1, …)", positions)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise ParameterError("batch_size", f"{{batch_size}} must be a whole number, got {batch_size!r}", batch_size)
     if batch_size < 1:
         raise ParameterError("batch_size", f"{{batch_size}} must be at least 1, got {batch_size}", batch_size)
+
+
+def _text_list(texts: Sequence[str] | None) -> list[str] | None:
+    """``texts`` read once into a list (a generator is fine), each a string; a lone string is refused (its
+    characters would be the corpus)."""
+    if texts is None:
+        return None
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of strings, not one string: give [text]")
+    listed = list(texts)
+    for text in listed:
+        if not isinstance(text, str):
+            raise TypeError(f"texts must hold strings, got {type(text).__name__} {text!r}")
+    return listed
+
+
+def _layer_list(layers: Sequence[int]) -> list[int]:
+    listed = list(layers)
+    if not listed:
+        raise ParameterError("layers", "{layers} is empty: give at least one layer, or None for every layer", listed)
+    for layer in listed:
+        if isinstance(layer, bool) or not isinstance(layer, int):
+            raise ParameterError("layers", f"{{layers}} must hold layer numbers, got {layer!r}", layer)
+    return listed
+
+
+def _check_finite(values: Sequence[float], what: str) -> None:
+    import math
+
+    bad = sum(not math.isfinite(value) for value in values)
+    if bad:
+        raise InputError(
+            f"{what} gave {plural(bad, 'logit difference')} that {'is' if bad == 1 else 'are'} not finite (NaN or "
+            "infinite): the model's logits overflow or its weights are broken; run it in float32 (--dtype float32) "
+            "or check the checkpoint"
+        )
 
 
 def one_token(loaded: LoadedModel, text: str, parameter: str) -> tuple[int, str]:
@@ -309,9 +355,8 @@ def _ablation_values(
     if ablate == "zero" or not texts:
         zeros = {}
         for site, (weight, _) in loaded.head_output_weights().items():
-            if site not in layout:
-                continue
-            zeros[site] = weight.new_zeros(1, layout[site], weight.shape[1] // layout[site])
+            if site in layout:  # the layers patched (``layers``), not every layer
+                zeros[site] = weight.new_zeros(1, layout[site], weight.shape[1] // layout[site])
         return zeros, "zero ablation (each head's output set to 0)"
     sums: dict[AttentionSite, Tensor] = {}
     counts: dict[AttentionSite, int] = {}

@@ -10,6 +10,7 @@ and head). One line of the figure says what is averaged.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
@@ -161,9 +162,15 @@ def caption_heatmap(
             draw_overlay(axes[r][c + 1], image, panel, grid, norm, cmap)
     figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="attention weight", shrink=0.8)
     caption = caption_text(capture)
-    line = averaging_line(capture, rows, vision_language=vision_language)
+    # wrapped to the figure's width (about 13 characters an inch at 9 points): a caption of one or two words makes
+    # a figure narrower than the line saying what is averaged, which would be cut off at both edges
+    characters = max(20, int(figure.get_figwidth() * 13))
     what = "written" if vision_language else "caption"
-    figure.suptitle(f"{model_title(capture)} · {what}: {caption}\n{line}", fontsize=9)
+    lines = [
+        f"{model_title(capture)} · {what}: {caption}",
+        averaging_line(capture, rows, vision_language=vision_language),
+    ]
+    figure.suptitle("\n".join(textwrap.fill(line, characters) for line in lines), fontsize=9)
     return figure
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.captures.vision_language import caption_view
 from attnviz.render.caption_overlay import written_words
-from attnviz.render.html_page import build_page, write_page
-from attnviz.render.image_view import encoded_layer, picture_payload
+from attnviz.render.html_page import write_page
+from attnviz.render.image_view import encoded_layer, picture_page, picture_payload
 from attnviz.render.selection import LayerSelection, resolve_layers
 
 
@@ -34,13 +34,7 @@ def caption_view_payload(capture: AttentionCapture, *, layers: LayerSelection = 
 
 def caption_view_html(capture: AttentionCapture, *, layers: LayerSelection = None) -> str:
     """The page as a string (for notebooks)."""
-    payload = caption_view_payload(capture, layers=layers)
-    return build_page(
-        f"attnviz · {payload['title']} · caption",
-        payload,
-        scripts=["common.js", "caption_view.js"],
-        styles=["image_view.css"],
-    )
+    return picture_page(caption_view_payload(capture, layers=layers), "caption")
 
 
 def write_caption_view(path: str | Path, capture: AttentionCapture, *, layers: LayerSelection = None) -> Path:

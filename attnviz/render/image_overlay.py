@@ -33,6 +33,9 @@ ImageView = Literal["heads", "rollout"]
 #: opacity of the heat overlay over the picture
 OVERLAY_ALPHA = 0.6
 _PANEL_INCHES = 2.6
+#: the grey range the picture is drawn in under an overlay (black 0 … white 1): dim and flat, so that the heat's
+#: colour alone tells the weight
+_UNDER_LOW, _UNDER_HIGH = 0.4, 0.7
 
 
 @dataclass
@@ -216,7 +219,10 @@ def draw_overlay(ax, image, panel: ImagePanel, grid: ImageGrid, norm, cmap, *, q
     height, width = image.shape[:2]
     patch_height, patch_width = grid.patch_size
     covered = (grid.cols * patch_width, grid.rows * patch_height)  # pixels the grid covers (a crop may leave a rim)
-    ax.imshow(image, extent=(0, width, height, 0), interpolation="bilinear")
+    # the picture in grey of low contrast under the heat: its own colours and brightness showing through would read
+    # as weights (a red shape under a cell of weight 0 looked as hot as a cell of 0.3); its shapes stay visible
+    under = _UNDER_LOW + (_UNDER_HIGH - _UNDER_LOW) * greyscale(image)
+    ax.imshow(under, extent=(0, width, height, 0), interpolation="bilinear", cmap="gray", vmin=0, vmax=1)
     ax.imshow(
         panel.patches.numpy(),
         extent=(0, covered[0], covered[1], 0),
@@ -236,6 +242,14 @@ def draw_overlay(ax, image, panel: ImagePanel, grid: ImageGrid, norm, cmap, *, q
     ax.set_title(panel.title, fontsize=8)
     if grid.num_extra:
         _draw_extras(ax, panel.extras, grid, norm, cmap)
+
+
+def greyscale(image):
+    """``[H, W, 3]`` (or ``[H, W]``) picture in 0–1 -> ``[H, W]`` luminance (ITU-R BT.601 weights)."""
+    import numpy as np
+
+    image = np.asarray(image, dtype=np.float32)
+    return image if image.ndim == 2 else image[..., :3] @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
 
 
 def _draw_extras(ax, extras: Tensor, grid: ImageGrid, norm, cmap) -> None:

@@ -63,22 +63,32 @@ def image_view_payload(capture: AttentionCapture, *, layers: LayerSelection = No
     }
 
 
-def write_image_view(path: str | Path, capture: AttentionCapture, *, layers: LayerSelection = None) -> Path:
-    """Write the self-contained page of an image capture (every layer unless ``layers`` picks some)."""
-    payload = image_view_payload(capture, layers=layers)
-    page = build_page(
-        f"attnviz · {payload['title']} · image",
+def image_view_html(capture: AttentionCapture, *, layers: LayerSelection = None) -> str:
+    """The self-contained page of an image capture as a string (every layer unless ``layers`` picks some)."""
+    return picture_page(image_view_payload(capture, layers=layers), "image")
+
+
+def picture_page(payload: dict, kind: str) -> str:
+    """The self-contained page of a picture's attention: ``kind`` (``image`` or ``caption``) names its script."""
+    return build_page(
+        f"attnviz · {payload['title']} · {kind}",
         payload,
-        scripts=["common.js", "image_view.js"],
+        scripts=["common.js", f"{kind}_view.js"],
         styles=["image_view.css"],
     )
-    return write_page(path, page)
+
+
+def write_image_view(path: str | Path, capture: AttentionCapture, *, layers: LayerSelection = None) -> Path:
+    """Write the self-contained page of an image capture (every layer unless ``layers`` picks some)."""
+    return write_page(path, image_view_html(capture, layers=layers))
 
 
 __all__: Sequence[str] = [
     "encoded_layer",
+    "image_view_html",
     "image_view_payload",
     "picture_data_url",
+    "picture_page",
     "picture_payload",
     "write_image_view",
 ]

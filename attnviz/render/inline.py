@@ -296,9 +296,9 @@ def circuit_view(result: Any) -> HtmlView:
 
 
 def show(result: Any) -> HtmlView:
-    """The inline view of any attnviz result: a capture (head and model view), statistics, flags, head functions,
-    head similarity, a pruning outcome or report, one query's strips, a head's query–key breakdown or map, a
-    patching run, a circuit, or a view already made."""
+    """The inline view of any attnviz result: a capture (head and model view; an image's or a captioned image's
+    own page), statistics, flags, head functions, head similarity, a pruning outcome or report, one query's
+    strips, a head's query–key breakdown or map, a patching run, a circuit, or a view already made."""
     if isinstance(result, HtmlView):
         return result
     if isinstance(result, AttentionCapture):
@@ -308,6 +308,10 @@ def show(result: Any) -> HtmlView:
             from attnviz.render.caption_view import caption_view_html
 
             return HtmlView(caption_view_html(result), title="attention: caption view", height=640)
+        if result.image_grid is not None:  # an image: point at a patch, see where it looks
+            from attnviz.render.image_view import image_view_html
+
+            return HtmlView(image_view_html(result), title="attention: image view", height=640)
         return head_view(result)
     kind = type(result).__name__
     builders: dict[str, Callable[[Any], HtmlView]] = {

@@ -240,6 +240,9 @@ def compute_image_statistics(
                 site.stack in _IMAGE_QUERY_STACKS or site.stack == "cross"
             ):  # no patch query (cannot happen with a grid of one patch)
                 numbers.mean[index] = numbers.std[index] = math.nan
+        if site.stack == "cross":  # a caption token and an image token share no position: no own, previous or
+            for name in _POSITIONAL:  # nearby token to measure, and no flag to raise from one
+                numbers.mean[STATISTIC_INDEX[name]] = numbers.std[STATISTIC_INDEX[name]] = math.nan
     shares = {site: sums.mean_std() for site, sums in sorted(grid_accumulator.sink.items())}
     stats.image = ImageHeadStatistics(
         grid=grid,
@@ -252,6 +255,8 @@ def compute_image_statistics(
     return stats
 
 
+#: statistics that compare a query's position with its keys': none between a caption and an image
+_POSITIONAL = ("diagonal", "previous_token", "local_ratio")
 #: stacks whose queries are the image's tokens (a vision model's self-attention, a captioner's encoder)
 _IMAGE_QUERY_STACKS = ("self", "encoder")
 

@@ -111,6 +111,8 @@ def measure_model(
         if texts is not None:
             raise InputError("give either images or texts to measure on, not both")
         vision_model_of(loaded)  # a text model is refused here, naming the models that read images
+    elif texts is not None and loaded.modality == "image":
+        raise InputError(f"{loaded.name} is a vision model: give it images to measure on, not text")
     own = loaded.own_examples(toy_examples, seed) if texts is None and images is None else None
     if own is not None:  # a toy's own task examples, ready encoded
         data, batching = None, {"batches": [own]}

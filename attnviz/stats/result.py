@@ -73,6 +73,12 @@ class HeadStatistics(NotebookDisplay):
             return False
         return self.original_head(site, head) in self.identity.masked_ids(site.stack, site.layer)
 
+    def stack_tokens(self, stack: str) -> int:
+        """The query positions ``stack`` measured (per layer): :attr:`num_tokens` for the first stack, a
+        captioner's caption tokens for its ``decoder`` and ``cross`` stacks (their queries are the caption's)."""
+        counts = [numbers.count for site, numbers in self.sites.items() if site.stack == stack]
+        return int(max(float(counts[0].max()), 0)) if counts else self.num_tokens
+
     @property
     def tokens_per_second(self) -> float | None:
         """Throughput of the corpus pass: real tokens over wall seconds (None when not timed)."""

@@ -159,10 +159,13 @@ def head_table(stats: HeadStatistics, rows, *, stack: str = "self", statistics: 
     if stats.carriers is not None and tuple(statistics) == shown_statistics(stats, STATISTIC_NAMES, stack):
         # the full table: room for them
         statistics = (*statistics, *CARRIER_FIELDS)
-    title = f"{stats.model} · {stack} attention · {plural(stats.num_examples, 'example')}, {plural(stats.num_tokens, 'token')}"
+    image_queries = stats.image is not None and stack in ("self", "encoder")  # distances on the patch grid
+    queries = plural(stats.stack_tokens(stack), "image token" if image_queries else "token")
+    title = f"{stats.model} · {stack} attention · {plural(stats.num_examples, 'example')}, {queries}"
     if stats.weighting == "norm":
         title += " · norm-based (α·‖f(x)‖, rows renormalised to sum 1)"
-    caption = " · ".join(LEGEND[name] for name in statistics) + " · " + FLAG_LEGEND
+    legend = {**LEGEND, "mean_distance": "dist mean distance (patches on the grid)"} if image_queries else LEGEND
+    caption = " · ".join(legend[name] for name in statistics) + " · " + FLAG_LEGEND
     table = per_head_table(title, caption, [HEADERS[name] for name in statistics], "flags")
     for layer, head, values, flags in rows:
         flag_text = tag_text((_FLAG_LABELS.get(flag, flag), _FLAG_STYLES.get(flag, "")) for flag in flags)

@@ -22,18 +22,19 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from attnviz.common.progress import quiet_third_party
 from attnviz.toy.odd_patch import (
-    check_model_sizes,
+    ToyImageModelSettings,
     eager_attention,
     normalised_pixels,
     save_image_task,
     toy_image_processor,
+    toy_vit_config,
     train_image_model,
 )
 from attnviz.toy.training import TrainingSettings
@@ -121,18 +122,14 @@ def task_images(count: int, seed: int) -> list[Image]:
 
 
 @dataclass(frozen=True)
-class CaptionModelSettings:
+class CaptionModelSettings(ToyImageModelSettings):
     """The toy captioner's size (stored in the checkpoint)."""
 
-    width: int = 64
-    num_heads: int = 4
+    MODEL: ClassVar[str] = "the caption model"
+
     encoder_layers: int = 2
     decoder_layers: int = 1
     mlp_width: int = 128
-
-    def validate(self) -> CaptionModelSettings:
-        check_model_sizes(self, "the caption model")
-        return self
 
 
 def build_tokenizer():
@@ -154,16 +151,7 @@ def build_caption_model(settings: CaptionModelSettings, seed: int = 0):
     import transformers
 
     settings.validate()
-    encoder_config = transformers.ViTConfig(
-        hidden_size=settings.width,
-        num_hidden_layers=settings.encoder_layers,
-        num_attention_heads=settings.num_heads,
-        intermediate_size=settings.mlp_width,
-        image_size=IMAGE_SIZE,
-        patch_size=PATCH_SIZE,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    encoder_config = toy_vit_config(settings, settings.encoder_layers)
     ids = {word: index for index, word in enumerate(VOCABULARY)}
     decoder_config = transformers.GPT2Config(  # type: ignore[call-arg]  # is_decoder goes to PretrainedConfig
         vocab_size=len(VOCABULARY),
@@ -241,7 +229,8 @@ def train_captioner(
     def batch_loss(step: int) -> tuple[Tensor, Callable[[], str]]:
         examples = draw_examples(settings.batch_size, random.Random(f"train:{settings.seed}:{step}"))
         pixels, inputs, labels = example_tensors(examples)
-        logits = model(pixel_values=pixels, decoder_input_ids=inputs).logits  # [b, 5, vocab]
+        mask = (inputs != model.config.pad_token_id).long()  # [b, 5]: the padding after each caption (no loss there)
+        logits = model(pixel_values=pixels, decoder_input_ids=inputs, decoder_attention_mask=mask).logits  # [b, 5, v]
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         return loss, lambda: f"loss {loss.item():.4f}"
 
@@ -262,11 +251,19 @@ def measure_captioner(model, examples: list[CaptionExample]) -> tuple[float, flo
     pixels, _, _ = example_tensors(examples)
     right = hits = total_words = 0
     with eager_attention(model), torch.no_grad():
+        # the image encoded once, without its patterns (only the decoder's cross-attention is read)
+        encoded = model.encoder(pixel_values=pixels)
         sequence = torch.full((len(examples), 1), ids[START], dtype=torch.long)  # [b, t]
         for _ in range(MAX_POSITIONS - 1):  # greedy, full recompute (five positions at most)
-            logits = model(pixel_values=pixels, decoder_input_ids=sequence).logits  # [b, t, vocab]
-            sequence = torch.cat([sequence, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-        outputs = model(pixel_values=pixels, decoder_input_ids=sequence[:, :-1], output_attentions=True)
+            mask = torch.ones_like(sequence)  # [b, t]: every written token counts, a written pad too
+            logits = model(encoder_outputs=encoded, decoder_input_ids=sequence, decoder_attention_mask=mask).logits
+            sequence = torch.cat([sequence, logits[:, -1].argmax(-1, keepdim=True)], dim=1)  # logits [b, t, vocab]
+        outputs = model(
+            encoder_outputs=encoded,
+            decoder_input_ids=sequence[:, :-1],
+            decoder_attention_mask=torch.ones_like(sequence[:, :-1]),
+            output_attentions=True,
+        )
     cross = outputs.cross_attentions[-1]  # [b, h, t, 1 + patches]
     peaks = cross[:, :, :, 1:].amax(dim=1).argmax(dim=-1)  # [b, t]: the patch each step looks at most
     for row, example in enumerate(examples):

@@ -193,16 +193,8 @@ class ToyModel(LoadedModel):
         """Heads at every site, from the module sizes (pruned layers included)."""
         return dict(sorted((site, module.heads) for site, module in self.model.attention_modules().items()))
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        *,
-        targets: Sequence[str] | None = None,
-        max_length: int | None = None,
-        truncate: bool = True,
-    ) -> EncodedBatch:
-        """Tokenise texts of the toy vocabulary into a right-padded batch with labels (see the module docstring)."""
-        return encode_toy_texts(self, texts, targets=targets, max_length=max_length, truncate=truncate)
+    #: (texts, *, targets, max_length, truncate): texts of the toy vocabulary as a right-padded batch with labels
+    encode = encode_toy_texts
 
     def forward(
         self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = True

@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
+
+if sys.version_info >= (3, 11):
+    from typing import Self
+else:  # pragma: no cover
+    from typing_extensions import Self
 
 from attnviz.common.errors import InputError
 from attnviz.common.progress import progress_bar, quiet_third_party
@@ -48,17 +54,28 @@ MIN_COLOUR_DISTANCE = 0.3
 
 
 @dataclass(frozen=True)
-class OddPatchModelSettings:
-    """The toy ViT's size (stored in the checkpoint)."""
+class ToyImageModelSettings:
+    """What every toy image model's size starts with (stored in the checkpoint, these fields first)."""
+
+    #: the model, as messages name it
+    MODEL: ClassVar[str] = "the toy image model"
 
     width: int = 64
     num_heads: int = 4
+
+    def validate(self) -> Self:
+        check_model_sizes(self, self.MODEL)
+        return self
+
+
+@dataclass(frozen=True)
+class OddPatchModelSettings(ToyImageModelSettings):
+    """The toy ViT's size (stored in the checkpoint)."""
+
+    MODEL: ClassVar[str] = "the odd-patch ViT"
+
     num_layers: int = 2
     mlp_width: int = 128
-
-    def validate(self) -> OddPatchModelSettings:
-        check_model_sizes(self, "the odd-patch ViT")
-        return self
 
 
 def check_model_sizes(settings: Any, model: str) -> None:
@@ -116,24 +133,36 @@ def task_images(count: int, seed: int) -> list[Image]:
     return odd_patch_images(count, seed)[0]
 
 
+def toy_vit_config(settings: Any, num_layers: int, **extra: Any):
+    """The ``ViTConfig`` of a toy image model (odd-patch's classifier, the captioner's encoder): ``settings``' width,
+    heads and MLP width, ``num_layers`` layers, 32×32 images in 8×8 patches, no dropout; ``extra``: more fields."""
+    import transformers
+
+    return transformers.ViTConfig(
+        hidden_size=settings.width,
+        num_hidden_layers=num_layers,
+        num_attention_heads=settings.num_heads,
+        intermediate_size=settings.mlp_width,
+        image_size=IMAGE_SIZE,
+        patch_size=PATCH_SIZE,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        **extra,
+    )
+
+
 @quiet_third_party()
 def build_odd_patch_model(settings: OddPatchModelSettings, seed: int = 0):
     """An untrained tiny ``ViTForImageClassification`` (16 classes) and its image processor."""
     import transformers
 
     settings.validate()
-    config = transformers.ViTConfig(  # type: ignore[call-arg]  # num_labels goes to PretrainedConfig
-        hidden_size=settings.width,
-        num_hidden_layers=settings.num_layers,
-        num_attention_heads=settings.num_heads,
-        intermediate_size=settings.mlp_width,
-        image_size=IMAGE_SIZE,
-        patch_size=PATCH_SIZE,
+    config = toy_vit_config(
+        settings,
+        settings.num_layers,
         num_labels=GRID * GRID,
         id2label={index: f"r{index // GRID}c{index % GRID}" for index in range(GRID * GRID)},
         label2id={f"r{index // GRID}c{index % GRID}": index for index in range(GRID * GRID)},
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
     )
     processor = toy_image_processor(IMAGE_SIZE)
     with torch.random.fork_rng(devices=[]):

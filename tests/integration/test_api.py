@@ -113,3 +113,21 @@ def test_heatmap_refuses_what_its_figure_does_not_draw(tiny_model_dirs):
         attnviz.heatmap(result.stacked())
     with pytest.raises(TypeError, match="reads text"):
         attnviz.capture(model, 42)
+
+
+def test_an_image_goes_through_the_same_calls():
+    import numpy as np
+
+    vision = attnviz.load_model("toy-odd-patch", device="cpu")
+    pixels = np.random.default_rng(3).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    result = attnviz.capture(vision, pixels)
+    assert result.image_grid is not None and result.extras["image"].shape == (32, 32, 3)
+    figure = attnviz.heatmap(result, layers=[-1], heads=[1])
+    grid = (result.image_grid.rows, result.image_grid.cols)
+    (drawn,) = [array for array in _images_of(figure) if array.shape == grid]  # head 1's overlay on the picture
+    cls_row = result.layer(-1)[1, 0, 1:].reshape(grid)  # the class token's attention over the patches
+    assert np.allclose(np.ma.getdata(drawn), cls_row.numpy())
+    view = attnviz.show(result)
+    assert view.title == "attention: image view" and "image_view" in view.html
+    stats = attnviz.compute_statistics(vision, [pixels, pixels[::-1]], progress=False)
+    assert stats.image is not None and stats.num_examples == 2

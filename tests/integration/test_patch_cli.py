@@ -65,6 +65,7 @@ def test_html_page_links_top_heads_to_the_clean_prompts_head_view(capsys, tmp_pa
         (["--answer", " marigold"], "--answer must be one token; ' marigold' is 2 tokens: 'mari' + '##gold'"),
         (["--corrupt", CORRUPT + " now"], "the clean prompt has 16 tokens and the corrupt prompt 17"),
         (["--positions", "middle"], "--positions must be all, last or a token position"),
+        (["--positions", "²"], "--positions must be all, last or a token position (0, 1, …), not '²'"),
         (["--positions", "40"], "--positions 40 is outside the prompt's 16 tokens"),
         (["--ablate", "mean"], "mean ablation needs a corpus"),
         (["--data", "notes.txt"], "--data is the corpus of --ablate mean"),

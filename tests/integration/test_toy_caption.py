@@ -78,3 +78,80 @@ def test_terminal_on_an_image_says_the_real_reason_first(capsys, tmp_path):
         assert len(result.error_lines()) == 1
     assert_clean_error(run_cli(capsys, *base, "--words"), "--terminal and --words do not apply to an image")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shapes.png"]
+
+
+def test_captioner_statistics_count_each_side_and_measure_no_positions_across(toy_caption, one_torch_thread):
+    import math
+
+    from attnviz.stats.detect import detect_heads
+    from attnviz.stats.images import compute_image_statistics
+    from attnviz.stats.tables import head_rows, head_table
+
+    images = [image for image, _, _ in independent_images(2, seed=7)]
+    stats = compute_image_statistics(toy_caption, images, progress=False)
+    grid = stats.image.grid
+    assert stats.stack_tokens("encoder") == 2 * grid.num_tokens == stats.num_tokens  # 17 image tokens each
+    captions = stats.stack_tokens("decoder")
+    assert captions == stats.stack_tokens("cross") and 2 * 2 <= captions <= 2 * 6  # start + words + end, per image
+    for site, head, values in stats.heads():
+        positional = [values[name] for name in ("diagonal", "previous_token", "local_ratio", "mean_distance")]
+        assert all(math.isnan(value) for value in positional) == (site.stack == "cross"), (site, values)
+    detection = detect_heads(stats)
+    cross_flags = [
+        flag for site, heads in detection.flags.items() if site.stack == "cross" for h in heads for flag in h
+    ]
+    assert not {"diagonal", "previous_token", "local"} & set(cross_flags)
+    title = head_table(stats, head_rows(stats, detection, stack="decoder"), stack="decoder").title
+    assert title.endswith(f"2 examples, {captions} tokens")
+    encoder = head_table(stats, head_rows(stats, detection, stack="encoder"), stack="encoder")
+    assert encoder.title.endswith(f"2 examples, {2 * grid.num_tokens} image tokens")
+    assert "dist mean distance (patches on the grid)" in encoder.caption
+
+
+def test_unknown_caption_words_are_named(capsys, tmp_path):
+    image, _, _ = independent_images(1, seed=5)[0]
+    image.save(tmp_path / "shapes.png")
+    args = ("heatmap", "--image", tmp_path / "shapes.png", "--model", "toy-caption", "--out", tmp_path / "c.png")
+    result = run_cli(capsys, *args, "--target", "purple cat")
+    assert_clean_error(
+        result,
+        "toy-caption does not know the words 'purple', 'cat' of the caption (each would be read as <unk>): "
+        "it knows blue, green, red, yellow",
+    )
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_overlay_colour_is_the_weight_alone(toy_caption, one_torch_thread):
+    """A patch of weight 0 looks the same over a red shape as over the grey ground, and the subtitle fits."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from attnviz.captures.captioning import caption_capture
+    from attnviz.render.caption_overlay import caption_heatmap, caption_rows
+
+    image, caption, patches = independent_images(1, seed=5)[0]
+    capture = caption_capture(toy_caption, image, target=caption)
+    capture = getattr(capture, "capture", capture)
+    figure = caption_heatmap(capture)
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    pixels = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)
+    height = pixels.shape[0]
+    compared = 0
+    for index, panel in enumerate(caption_rows(capture)[0].panels):
+        box = figure.axes[1 + index].get_window_extent()  # the word's overlay (axes[0] is the picture)
+
+        def colour(patch: int, box=box):
+            row, col = divmod(patch, 4)
+            x = int(box.x0 + (col + 0.5) * box.width / 4)
+            y = int(height - (box.y1 - (row + 0.5) * box.height / 4))
+            return pixels[y, x]
+
+        zero = [p for p in range(16) if float(panel.patches.flatten()[p]) < 0.005]
+        plain = [p for p in zero if p not in patches]
+        for patch in (p for p in zero if p in patches and plain):  # a coloured shape under a cell of weight 0 ...
+            # ... within a few levels of a cell of weight 0 over the grey ground: the picture's hue does not show
+            assert np.abs(colour(patch) - colour(plain[0])).max() <= 16, (panel.title, patch)
+            compared += 1
+    assert compared
+    title = figure._suptitle.get_window_extent(renderer=canvas.get_renderer())
+    assert title.x0 >= 0 and title.x1 <= figure.bbox.width  # not cut at either edge

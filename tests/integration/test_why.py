@@ -166,6 +166,11 @@ def test_stats_command_says_what_it_computed(capsys, tiny_dirs, tmp_path):
         (["--layer", "0", "--head", "0", "--query", "1", "--key", "3"], ("--key 3 is after the query 1",)),
         (["--layer", "0", "--head", "0", "--projection", "umap"], ("unknown projection 'umap'",)),
         (["--layer", "0", "--head", "0", "--out", "map.jpg"], (".jpg",)),
+        (
+            ["--layer", "0", "--head", "0", "--projection", "tsne", "--seed", "4294967296"],
+            ("--seed must be a whole number from 0 to 4,294,967,295, got 4294967296",),
+        ),
+        (["--layer", "0", "--head", "0", "--seed", "-1"], ("--seed must be a whole number from 0 to 4,294,967,295",)),
     ],
 )
 def test_bad_explain_input_gives_one_error_line(capsys, tiny_dirs, tmp_path, monkeypatch, arguments, fragments):

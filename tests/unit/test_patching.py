@@ -319,3 +319,41 @@ def test_patching_some_layers_gives_the_same_numbers_for_them(tiny_models):
         assert effect.direct_logit_attribution == pytest.approx(reference.direct_logit_attribution, abs=1e-9)
     with pytest.raises(ParameterError, match="the model has no layer 5"):
         patch_heads(loaded, clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, layers=[5])
+
+
+def test_odd_arguments_get_one_typed_error_or_the_same_numbers(tiny_models, tiny_dirs):
+    loaded = tiny_models["gpt2"]
+    pair = {"clean": CLEAN, "corrupt": CORRUPT, "answer": ANSWER, "wrong": WRONG}
+    full = patch_heads(loaded, **pair, ablate="zero")
+    # one layer with zero ablation: the same numbers as that layer's heads in the full run
+    first = patch_heads(loaded, **pair, layers=[0], ablate="zero")
+    assert [(h.layer, h.head) for h in first.heads] == [(h.layer, h.head) for h in full.heads if h.layer == 0]
+    for mine, theirs in zip(first.heads, [h for h in full.heads if h.layer == 0]):
+        assert mine.ablation_effect == pytest.approx(theirs.ablation_effect, abs=1e-6)
+    # a generator as the corpus of mean ablation: read once, the same numbers as a list
+    texts = ["the cat sat on the mat.", "a dog ran through the park and barked."]
+    listed = patch_heads(loaded, **pair, ablate="mean", texts=texts, layers=[1])
+    generated = patch_heads(loaded, **pair, ablate="mean", texts=(text for text in texts), layers=[1])
+    assert [h.ablation_effect for h in generated.heads] == pytest.approx([h.ablation_effect for h in listed.heads])
+    # ranking by a short name, and a clear error for an unknown one
+    assert full.top_heads(3, by="ablation") == full.top_heads(3, by="ablation_effect")
+    with pytest.raises(ValueError, match="by must be one of ablation_effect, direct_logit_attribution"):
+        full.top_heads(3, by="size")
+    with pytest.raises(ParameterError, match="layers is empty: give at least one layer"):
+        patch_heads(loaded, **pair, layers=[])
+    with pytest.raises(ParameterError, match="batch_size must be a whole number, got 2.5"):
+        patch_heads(loaded, **pair, batch_size=2.5)
+    with pytest.raises(TypeError, match="clean must be a string, got int 12345"):
+        patch_heads(loaded, **{**pair, "clean": 12345})
+    with pytest.raises(TypeError, match="texts must be a list of strings, not one string"):
+        patch_heads(loaded, **pair, ablate="mean", texts="the cat sat.")
+
+
+def test_non_finite_logits_are_named(tiny_dirs):
+    from attnviz.models.specs import load_model
+
+    broken = load_model(str(tiny_dirs["gpt2"]), device="cpu")
+    with torch.no_grad():
+        broken.model.lm_head.weight.fill_(float("nan"))
+    with pytest.raises(InputError, match="the clean and corrupt runs gave 2 logit differences that are not finite"):
+        patch_heads(broken, clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG)

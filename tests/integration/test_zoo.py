@@ -1,0 +1,225 @@
+"""Every family transformers ships, held to its own eager attention through attnviz's public API.
+
+``zoo.discover()`` finds the families in transformers' auto-model mappings, ``zoo.build`` makes a tiny seeded model of
+each (peaked attention), and each family is one test, so xdist spreads them over the workers. Per family, against
+``zoo_reference`` (transformers' eager attention, plain hooks, no attnviz code): captured patterns (≤ 1e-5), logits
+(≤ 1e-4), statistics, ``patch_heads`` against a forward pre-hook on the output projection, and norm weighting against
+α_ij·‖W_O^h v_j‖. A family that cannot be built generically is in ``UNBUILDABLE``; a check that fails today is in
+``KNOWN`` with its reason and the issue item that owns it. Anything else that is wrong or crashes fails the test, and
+so does a newly discovered family that neither passes nor is listed.
+
+``ZOO_RESULTS=FILE`` appends one JSON line per family with the outcome of every check (``zoo-failures`` tables).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import pytest
+import torch
+import zoo
+import zoo_reference as ref
+
+TEXT = "the cat sat on the mat because it was tired"
+TARGET = "a cat sat down"
+CLEAN = "mary and john went out, john gave it to"
+CORRUPT = "mary and john went out, mary gave it to"
+#: answer and wrong token, the first pair that is one token each in the family's tokenizer (some families read the
+#: saved WordPiece files with their own tokenizer class, which splits words into characters)
+ANSWERS = ((" mary", " john"), ("m", "j"))
+PATTERN_TOLERANCE, OUTPUT_TOLERANCE = 1e-5, 1e-4
+#: statistics: weights within 1e-5 move a mean distance (up to ~12 tokens) by ~1e-4, an entropy (−Σ a ln a, with
+#: ln a down to ~−20 on peaked rows) by ~1e-3: entropy differences are divided by ENTROPY_SPREAD before comparing
+STAT_TOLERANCE, ENTROPY_SPREAD = 1e-4, 10.0
+
+#: family -> why a tiny model cannot be built from its config's defaults
+UNBUILDABLE: dict[str, str] = {}
+#: family -> {check: reason (owning issue item)}: checks that fail today; remove an entry once its check passes
+KNOWN: dict[str, dict[str, str]] = {}
+
+
+@pytest.fixture(scope="session")
+def zoo_dirs(tmp_path_factory):
+    """``family -> directory``, each model built on first use and kept for the session."""
+    root = tmp_path_factory.mktemp("zoo")
+    built: dict[str, object] = {}
+
+    def directory(family: str):
+        if family not in built:
+            built[family] = zoo.build(family, root / family)
+        return built[family]
+
+    return directory
+
+
+def _largest(pairs) -> float:
+    """The largest absolute difference over ``(mine, reference)`` tensor pairs (shape mismatch: a ValueError)."""
+    worst = 0.0
+    for mine, expected in pairs:
+        if mine.shape != expected.shape:
+            raise ValueError(f"shape {tuple(mine.shape)} where eager has {tuple(expected.shape)}")
+        worst = max(worst, float((mine.double() - expected.double()).abs().max()))
+    return worst
+
+
+def _layers_of(capture, stack: str) -> list[torch.Tensor]:
+    return [capture.layer(layer, stack) for layer in capture.recorded_layers(stack)]
+
+
+def _compare_stacks(mine: dict, expected: dict) -> float:
+    if not any(expected.values()):
+        raise LookupError("eager attention returns no weights for this family (output_attentions gives none)")
+    for stack, layers in expected.items():
+        if len(mine.get(stack, [])) != len(layers):
+            raise ValueError(f"{len(mine.get(stack, []))} {stack} layers where eager has {len(layers)}")
+    return _largest(pair for stack, layers in expected.items() for pair in zip(mine[stack], layers))
+
+
+def _check_statistics(loaded, expected: dict) -> float:
+    import attnviz
+
+    stats = attnviz.compute_statistics(loaded, [TEXT], progress=False)
+    from attnviz.stats.definitions import STATISTIC_INDEX
+
+    pairs = []
+    for stack in ("self", "encoder"):
+        sites = sorted((s for s in stats.sites if s.stack == stack), key=lambda s: s.layer)
+        if stack not in expected:
+            continue
+        if len(sites) != len(expected[stack]):
+            raise ValueError(f"statistics of {len(sites)} {stack} layers where eager has {len(expected[stack])}")
+        for site, pattern in zip(sites, expected[stack]):
+            for name, value in ref.hand_statistics(pattern).items():
+                if value is not None:
+                    spread = ENTROPY_SPREAD if name == "entropy" else 1.0
+                    pairs.append((stats.sites[site].mean[STATISTIC_INDEX[name]] / spread, value / spread))
+    return _largest(pairs)
+
+
+def _check_patching(loaded, model, family: str) -> float:
+    import attnviz
+
+    mask = loaded.tokenizer.mask_token if zoo.is_masked_lm(family) else None
+    suffix = f" {mask}" if mask else ""
+    tokenizer = loaded.tokenizer
+    answer_text, wrong_text = next(
+        pair for pair in ANSWERS if all(len(tokenizer(t, add_special_tokens=False)["input_ids"]) == 1 for t in pair)
+    )
+    result = attnviz.patch_heads(
+        loaded, clean=CLEAN + suffix, corrupt=CORRUPT + suffix, answer=answer_text, wrong=wrong_text, batch_size=16
+    )
+    clean, corrupt = (tokenizer(t + suffix, return_tensors="pt")["input_ids"] for t in (CLEAN, CORRUPT))
+    answer, wrong = (tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (answer_text, wrong_text))
+    where = int((clean[0] == tokenizer.mask_token_id).nonzero()[0]) if mask else clean.shape[1] - 1
+    blocks = ref.run_blocks(model, clean)
+    heads = model.config.get_text_config().num_attention_heads
+    clean_heads, clean_logits = ref.head_inputs(model, clean, blocks)
+    _, corrupt_logits = ref.head_inputs(model, corrupt, blocks)
+    diff = lambda logits: float(logits[where, answer] - logits[where, wrong])
+    pairs = [(result.clean_logit_diff, diff(clean_logits)), (result.corrupt_logit_diff, diff(corrupt_logits))]
+    layers = sorted({h.layer for h in result.heads})
+    if len(layers) != len(blocks):
+        raise ValueError(f"patched {len(layers)} layers where the model has {len(blocks)} attention blocks")
+    for effect in result.heads:
+        number = layers.index(effect.layer)
+        logits = ref.patched_logits(model, corrupt, blocks[number][1], effect.head, heads, clean_heads[number])
+        pairs.append((effect.patched_logit_diff, diff(logits)))
+    return _largest((torch.tensor(mine), torch.tensor(expected)) for mine, expected in pairs)
+
+
+def _outcome(check, family: str, results: dict) -> None:
+    """Run one check: ``results[name]`` = "exact", "wrong: …", "refused: …" or "crash: …"."""
+    import attnviz
+
+    name, run, tolerance = check
+    try:
+        worst = run()
+    except attnviz.AttnvizError as exc:
+        message = str(exc)
+        results[name] = f"refused: {message}" if "\n" not in message else f"crash: multi-line refusal {message!r}"
+        return
+    except Exception as exc:  # noqa: BLE001 - every crash is a finding, reported with where it happened
+        where = exc.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        frame = f"{where.tb_frame.f_code.co_filename.split('site-packages/')[-1]}:{where.tb_lineno}" if where else ""
+        results[name] = f"crash: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''} at {frame}"
+        return
+    results[name] = "exact" if worst <= tolerance else f"wrong: max diff {worst:.3g}"
+
+
+def _checks(family: str, directory, model) -> list:
+    """``(name, run, tolerance)`` of every check after loading; each run returns its largest difference."""
+    import attnviz
+
+    loaded = _load(directory)
+    encoder_decoder = model.config.is_encoder_decoder
+    target = TARGET if encoder_decoder else None
+    batch = loaded.encode([TEXT], targets=None if target is None else [target])
+    logits, expected = ref.run_eager(model, dict(batch.inputs))
+
+    def patterns():
+        capture = attnviz.capture(loaded, TEXT, target=target)
+        return _compare_stacks({s: _layers_of(capture, s) for s in capture.stacks}, expected)
+
+    def outputs():
+        with torch.no_grad():
+            mine = loaded.forward(batch, logits=True).logits[0]
+        return _largest([(mine, logits)])
+
+    def norm():
+        capture = attnviz.capture(loaded, TEXT, target=target, weighting="norm")
+        reference = ref.norm_maps(model, dict(batch.inputs))
+        scale = max(float(m.abs().max()) for maps in reference.values() for m in maps)
+        return _compare_stacks({s: _layers_of(capture, s) for s in capture.stacks}, reference) / max(1.0, scale)
+
+    return [
+        ("patterns", patterns, PATTERN_TOLERANCE),
+        ("outputs", outputs, OUTPUT_TOLERANCE),
+        ("statistics", lambda: _check_statistics(loaded, expected), STAT_TOLERANCE),
+        ("patching", lambda: _check_patching(loaded, model, family), OUTPUT_TOLERANCE),
+        ("norm", norm, PATTERN_TOLERANCE),
+    ]
+
+
+def _load(directory):
+    import attnviz
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the eager fallback's notice
+        return attnviz.load_model(str(directory), device="cpu")
+
+
+@pytest.mark.parametrize("family", sorted(zoo.discover()))
+def test_family_equals_eager_attention(zoo_dirs, family):
+    if family in UNBUILDABLE:
+        pytest.skip(f"not built generically: {UNBUILDABLE[family]}")
+    results: dict[str, str] = {}
+    state: dict = {}
+
+    def build():
+        state["directory"] = zoo_dirs(family)
+        state["model"] = ref.eager_model(state["directory"], zoo.discover()[family])
+        return 0.0
+
+    _outcome(("build", build, 0.0), family, results)
+
+    def load():
+        state["checks"] = _checks(family, state["directory"], state["model"])
+        return 0.0
+
+    if "model" in state:
+        _outcome(("load", load, 0.0), family, results)
+    for check in state.get("checks", []):
+        _outcome(check, family, results)
+    if os.environ.get("ZOO_RESULTS"):
+        with open(os.environ["ZOO_RESULTS"], "a") as out:
+            out.write(json.dumps({"family": family, **results}) + "\n")
+    known = KNOWN.get(family, {})
+    unexpected = {c: r for c, r in results.items() if r != "exact" and c not in known}
+    fixed = [c for c in known if results.get(c) == "exact"]
+    if fixed:
+        warnings.warn(f"{family}: {', '.join(fixed)} now exact: remove them from KNOWN", stacklevel=1)
+    assert not unexpected, f"{family}: " + "; ".join(f"{c}: {r}" for c, r in unexpected.items())

@@ -1,0 +1,281 @@
+"""The zoo: a tiny seeded model of every transformers family that has softmax attention, found by transformers itself.
+
+Families come from transformers' own auto-model mappings (causal LM, masked LM, sequence-to-sequence), never from a
+hand list, so the next transformers release brings its new families into ``tests/integration/test_zoo.py`` without
+anyone adding them. A family is in the zoo when its modeling module calls transformers' attention interface
+(``ALL_ATTENTION_FUNCTIONS`` / ``eager_attention_forward``); the eager-only families attnviz falls back on
+(``EAGER_ONLY``) are added to those.
+
+A config is shrunk generically: the config class's defaults, then every size field it has set to a tiny value
+(``SIZES``: 2 layers, width 32, 4 heads of 8 dimensions, 2 key/value heads where the config has grouped-query
+attention, MiniLM's vocabulary of 30522 so its WordPiece tokenizer serves every model), in sub-configs too; per-layer
+lists keep one layer of each kind. Weights are drawn with a tenfold initializer range, so attention is peaked and a
+missing bias, soft-cap, sink or scale shows in the numbers. ``FAMILY_OVERRIDES`` holds the few fields a family needs
+besides, each with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: the auto-model mappings families are read from, in the order of preference of the class built for a family
+MAPPINGS = (
+    # before causal LM: BERT-style encoders and BART-style encoder-decoders also have a decoder-only class there
+    "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+)
+#: families that do not call the attention interface but return eager attention weights, which attnviz replays
+EAGER_ONLY = ("gpt_neo", "bloom", "falcon", "deberta-v2", "mpnet")
+VOCAB = 30522  # MiniLM's WordPiece vocabulary
+WIDTH, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN = 32, 2, 4, 2, 8, 64
+SHARPENING = 10.0  # initializer range ×10: peaked attention
+#: size field -> tiny value; a field is set only where the family's config has it
+SIZES: dict[str, Any] = {
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "word_embed_proj_dim"), WIDTH),
+    **dict.fromkeys(("embedding_size", "projection_dim"), WIDTH),
+    **dict.fromkeys(
+        ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers"), LAYERS
+    ),
+    **dict.fromkeys(("num_decoder_layers",), LAYERS),
+    **dict.fromkeys(
+        ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads"),
+        HEADS,
+    ),
+    **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), KV_HEADS),
+    **dict.fromkeys(("head_dim", "d_kv", "kv_channels", "attention_head_dim"), HEAD_DIM),
+    "rotary_dim": HEAD_DIM // 2,  # GPT-J-style partial rotary embedding (the real GPT-J: 64 of 256 dimensions)
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "hidden_dim"), FFN),
+    **dict.fromkeys(("n_inner",), FFN),
+    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size"), FFN // 2),
+    **dict.fromkeys(("moe_shared_expert_intermediate_size", "expert_intermediate_size"), FFN // 2),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4),
+    **dict.fromkeys(("num_experts_per_tok", "moe_topk", "top_k", "moe_k"), 2),
+    **dict.fromkeys(("n_group", "topk_group", "first_k_dense_replace"), 1),
+    # multi-head latent attention: a value head size that differs from the query/key one, as in the real models
+    "q_lora_rank": 16,
+    "kv_lora_rank": 16,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4,
+    "v_head_dim": 16,
+    "qk_head_dim": 12,  # qk_nope_head_dim + qk_rope_head_dim
+    # the recurrent half of hybrid stacks (linear attention, Mamba): small but consistent with width 32
+    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim", "mamba_head_dim", "ssm_state_size"), 8),
+    **dict.fromkeys(("linear_num_key_heads", "n_groups", "mamba_n_groups"), 2),
+    **dict.fromkeys(("mamba_d_head", "mamba_d_state", "mamba_headdim"), 8),
+    "n_mamba_heads": 8,
+    "mamba_d_ssm": 2 * WIDTH,  # the Mamba mixer's width: heads × head size
+    "attention_hidden_size": 2 * WIDTH,  # Zamba's shared block reads the hidden state and the embeddings side by side
+    "n_shared_experts": 1,
+    **dict.fromkeys(("kv_n_heads",), KV_HEADS),
+    **dict.fromkeys(("ffn_hidden_size",), FFN),
+    **dict.fromkeys(("attention_heads",), HEADS),  # Mllama's vision tower
+    "max_seq_len": 128,
+    # the key selector of DeepSeek-style sparse attention
+    "index_head_dim": HEAD_DIM,
+    "index_n_heads": 2,
+    # Gemma-3n-style per-layer inputs
+    "vocab_size_per_layer_input": VOCAB,
+    "hidden_size_per_layer_input": 8,
+    # separate sizes of sliding-window layers (Inkling-style)
+    **dict.fromkeys(("swa_num_attention_heads",), HEADS),
+    **dict.fromkeys(("swa_num_key_value_heads",), KV_HEADS),
+    **dict.fromkeys(("swa_head_dim",), HEAD_DIM),
+    "sliding_window_size": 4,
+    "unpadded_vocab_size": VOCAB,
+    **dict.fromkeys(("linear_num_value_heads", "mamba_num_heads", "mamba_n_heads"), 8),
+    "vocab_size": VOCAB,
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "max_target_positions"), 128),
+    "sliding_window": 4,  # shorter than the test input, so a window that is not applied shows
+    "attention_chunk_size": 4,
+    "pad_token_id": 0,
+    "bos_token_id": 101,  # MiniLM's [CLS] and [SEP] stand in for begin and end of sequence
+    "eos_token_id": 102,
+    "decoder_start_token_id": 101,
+    "sep_token_id": 102,
+    "cls_token_id": 101,
+}
+#: size fields that per-layer lists repeat
+REPEATED_SIZES = ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")
+#: size fields whose None means "none of it" (no window, no low-rank query): left None
+OPTIONAL_SIZES = ("sliding_window", "attention_chunk_size", "q_lora_rank")
+#: fields of the initial weights' spread, multiplied by SHARPENING
+SPREAD_FIELDS = ("initializer_range", "init_std", "initializer_factor")
+#: the fields that count a stack's layers: per-layer lists of that length are cut to the layers kept
+LAYER_COUNTS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers")
+#: fields a family needs besides the generic sizes, each with the reason
+FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
+    # GPT-Neo's attention_types must describe exactly num_layers layers: one global and one local
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]], "window_size": 4},
+    # the default config lists no layer types (real checkpoints do) and two dense layers: a convolution layer
+    # first, then softmax attention, as in the real stack
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
+    # M-RoPE rotates a multiple of 4 dimensions: with head size 8, a quarter is too few
+    "neomme": {"head_dim": 2 * HEAD_DIM},
+    # its last layers reuse the keys and values of earlier layers of their kind: two layers have no earlier one
+    "gemma3n_text": {"num_kv_shared_layers": 0},
+    # its layers are input, looped and output layers that must add up to the layer count: one of each, looped twice
+    # (its layer_types list attention and MLP sub-layers, two per layer: derived from the counts instead)
+    "dory": {
+        "num_hidden_layers": 3,
+        "n_input_layers": 1,
+        "n_recurrent_layers": 1,
+        "n_output_layers": 1,
+        "layer_types": None,
+    },
+    # the family allows one expert per token only
+    "zaya": {"num_experts_per_tok": 1},
+}
+
+
+def _modeling_source(model_type: str) -> str:
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    module = model_type_to_module_name(model_type)
+    try:
+        return inspect.getsource(importlib.import_module(f"transformers.models.{module}.modeling_{module}"))
+    except (ImportError, OSError, TypeError):
+        return ""
+
+
+def is_masked_lm(model_type: str) -> bool:
+    """Whether the class built for ``model_type`` reads its answer at a mask token (a masked-LM head)."""
+    from transformers.models.auto import modeling_auto
+
+    return model_type in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+def _causal_classes() -> set[str]:
+    from transformers.models.auto import modeling_auto
+
+    return set(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+
+
+def uses_attention_interface(model_type: str) -> bool:
+    """Whether the family's modeling code dispatches attention through transformers' interface."""
+    source = _modeling_source(model_type)
+    return "ALL_ATTENTION_FUNCTIONS" in source or "eager_attention_forward" in source
+
+
+@cache
+def discover() -> dict[str, str]:
+    """``{model_type: class name}`` of every family in :data:`MAPPINGS` with softmax attention (see module doc)."""
+    from transformers.models.auto import modeling_auto
+
+    found: dict[str, str] = {}
+    for mapping in MAPPINGS:
+        for model_type, class_name in getattr(modeling_auto, mapping).items():
+            if model_type not in found and (model_type in EAGER_ONLY or uses_attention_interface(model_type)):
+                found[model_type] = class_name
+    return dict(sorted(found.items()))
+
+
+def _kept_layers(kinds: list[Any]) -> list[int]:
+    """Indices of the per-layer entries to keep: the first layer and the first of another kind (else the second)."""
+    other = next((i for i, kind in enumerate(kinds) if kind != kinds[0]), 1)
+    return [0, other] if len(kinds) > 1 else [0]
+
+
+def _per_layer(key: str, value: Any) -> bool:
+    """Whether ``value`` may list one entry per layer: a list, or a pattern string (Nemotron-H's ``M-M*``)."""
+    return isinstance(value, list) or (isinstance(value, str) and "pattern" in key)
+
+
+def shrink(values: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """A tiny version of one config's ``to_dict()`` (sub-configs shrunk the same way)."""
+    counts = {values[name] for name in LAYER_COUNTS if isinstance(values.get(name), int)}
+    # per-layer lists repeat size fields (Laguna's heads per layer): their values shrink with the field
+    resized = {values[key]: SIZES[key] for key in REPEATED_SIZES if type(values.get(key)) is int}
+    tiny: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and "model_type" in value:  # a sub-config: text_config, vision_config, …
+            tiny[key] = shrink(value, value.get("model_type", model_type))
+        elif key in SIZES and (value is not None or key not in OPTIONAL_SIZES):
+            tiny[key] = SIZES[key]
+        elif key in SPREAD_FIELDS and isinstance(value, (int, float)):
+            tiny[key] = value * SHARPENING
+        elif _per_layer(key, value) and len(value) in counts and len(value) > LAYERS:
+            kept = [value[i] for i in _kept_layers(list(value))]
+            tiny[key] = (
+                "".join(kept) if isinstance(value, str) else [resized.get(v, v) if type(v) is int else v for v in kept]
+            )
+        elif key == "per_layer_config" and value:
+            # {layer number: settings}: the first special layer's settings go to layer 1, sizes shrunk (a larger
+            # head size stays larger, as in Gemma 4's global layers)
+            first = next(iter(value.values()))
+            tiny[key] = {"01": {k: (2 if k == "head_dim" else 1) * SIZES.get(k, v) for k, v in first.items()}}
+            _keep_full_heads(first, tiny[key]["01"])
+        elif key.endswith("_layers") and _layer_numbers(value, counts):
+            tiny[key] = [LAYERS - 1]  # layer numbers of a special kind (Mllama's cross-attention layers): the last
+        else:
+            tiny[key] = value
+    _keep_full_heads(values, tiny)
+    if "qk_rope_head_dim" in values and "head_dim" in values:
+        tiny["head_dim"] = SIZES["qk_rope_head_dim"]  # multi-head latent attention: the rotary part's size
+    if values.get("is_encoder_decoder") and "decoder_start_token_id" not in values:
+        tiny["decoder_start_token_id"] = SIZES["pad_token_id"]  # as in real T5 checkpoints, which all set it
+    tiny.update(FAMILY_OVERRIDES.get(model_type, {}))
+    return tiny
+
+
+def _keep_full_heads(values: dict[str, Any], tiny: dict[str, Any]) -> None:
+    """Grouped-query attention only where the family has it: as many key/value heads as query heads otherwise."""
+    kv = next((k for k in ("num_key_value_heads", "n_kv_heads", "num_kv_heads") if k in values), None)
+    heads = next((k for k in ("num_attention_heads", "n_head", "n_heads", "num_heads") if k in values), None)
+    if kv and heads and values[kv] is not None and values[kv] == values[heads]:
+        tiny[kv] = tiny[heads]
+
+
+def _layer_numbers(value: Any, counts: set[int]) -> bool:
+    """Whether ``value`` is a non-empty list of layer numbers of a stack with more layers than the zoo keeps."""
+    if not isinstance(value, list) or not value or not all(isinstance(v, int) for v in value):
+        return False
+    return any(max(value) < count for count in counts) and max(value) >= LAYERS
+
+
+def tiny_config(model_type: str):
+    """``(model class, config)`` of a tiny seeded ``model_type`` model."""
+    import transformers
+    from transformers import AutoConfig
+
+    class_name = discover().get(model_type) or model_type
+    model_class = getattr(transformers, class_name)
+    # a causal-LM mapping may name a text class whose config is the text sub-config (Llama4ForCausalLM)
+    config_class = getattr(model_class, "config_class", None)
+    defaults = config_class() if config_class is not None else AutoConfig.for_model(model_type)
+    values = shrink(defaults.to_dict(), model_type)
+    if "is_decoder" in values and class_name in _causal_classes():
+        values["is_decoder"] = True  # a BERT-style family's causal-LM class, as its real checkpoints set it
+    for key in ("transformers_version", "architectures", "_name_or_path", "model_type"):
+        values.pop(key, None)
+    config = type(defaults)(**values)
+    return model_class, config
+
+
+def build(model_type: str, path: Path) -> Path:
+    """Save a seeded tiny ``model_type`` model with MiniLM's tokenizer into ``path`` and return ``path``."""
+    import transformers
+
+    from attnviz.models.specs import minilm_path
+
+    model_class, config = tiny_config(model_type)
+    config.save_pretrained(path)
+    transformers.AutoTokenizer.from_pretrained(str(minilm_path())).save_pretrained(path)
+    # read back next to the config, as the family reads it: some add a token of their own (Qwen2's end of text)
+    tokens = len(transformers.AutoTokenizer.from_pretrained(str(path)))
+    text_config = config.get_text_config()
+    if getattr(text_config, "vocab_size", tokens) < tokens:
+        text_config.vocab_size = tokens
+    torch.manual_seed(0)
+    model = model_class._from_config(config, attn_implementation="eager")
+    model.save_pretrained(path)
+    return path

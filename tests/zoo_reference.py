@@ -1,0 +1,203 @@
+"""What transformers' own eager attention says about a zoo model: the reference ``test_zoo.py`` holds attnviz to.
+
+Nothing here imports attnviz's core: patterns and logits come from ``output_attentions=True`` under
+``attn_implementation="eager"``; each head's value vectors from a wrapper around the family's own
+``eager_attention_forward`` (the function the modeling code calls); patching from a plain forward pre-hook on each
+attention module's output projection, whose input is ``[b, q, heads × head_dim]`` with head ``h`` in columns
+``h·d … h·d+d−1``.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+#: module-name fragments of cross-attention modules (BERT-style, BART-style, T5-style, others)
+CROSS_NAMES = ("crossattention", "encoder_attn", "encdecattention", "cross_attn")
+
+
+def eager_model(directory, class_name: str):
+    import transformers
+
+    return getattr(transformers, class_name).from_pretrained(str(directory), attn_implementation="eager").eval()
+
+
+def stack_of(name: str, encoder_decoder: bool) -> str:
+    """attnviz's stack name for the attention module called ``name``."""
+    lowered = name.lower()
+    if not encoder_decoder:
+        return "self"
+    if any(part in lowered for part in CROSS_NAMES):
+        return "cross"
+    return "decoder" if "decoder" in lowered.split(".") else "encoder"
+
+
+def eager_patterns(outputs, encoder_decoder: bool) -> dict[str, list[torch.Tensor]]:
+    """``{stack: [[h, q, k] per attention layer]}`` (example 0) from the eager outputs; layers without attention left out."""
+    groups = (
+        {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "cross": "cross_attentions"}
+        if encoder_decoder
+        else {"self": "attentions"}
+    )
+    patterns: dict[str, list[torch.Tensor]] = {}
+    for stack, attribute in groups.items():
+        layers = [a for a in (getattr(outputs, attribute, None) or ()) if a is not None]
+        if any(not isinstance(a, torch.Tensor) for a in layers):
+            raise LookupError(f"eager {attribute} are not one [batch, head, query, key] tensor per layer")
+        patterns[stack] = [a[0].float() for a in layers]
+    return patterns
+
+
+def run_eager(model, inputs: dict) -> tuple[torch.Tensor, dict[str, list[torch.Tensor]]]:
+    """``(logits [q, vocab] of example 0, patterns by stack)``."""
+    with torch.no_grad():
+        outputs = model(**inputs, output_attentions=True, use_cache=False)
+    return outputs.logits[0].float(), eager_patterns(outputs, model.config.is_encoder_decoder)
+
+
+def hand_statistics(pattern: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-head means over queries ``[h]`` of a few statistics of one ``[h, q, k]`` pattern, as stats.md defines them."""
+    queries = torch.arange(pattern.shape[1], dtype=pattern.dtype)
+    keys = torch.arange(pattern.shape[2], dtype=pattern.dtype)
+    distance = (queries[:, None] - keys[None, :]).abs()  # [q, k]
+    logs = torch.where(pattern > 0, pattern.log(), torch.zeros_like(pattern))
+    return {
+        "entropy": -(pattern * logs).sum(-1).mean(-1),
+        "max_weight": pattern.amax(-1).mean(-1),
+        "first_token": pattern[..., 0].mean(-1),
+        "diagonal": pattern.diagonal(dim1=-2, dim2=-1).mean(-1) if pattern.shape[1] == pattern.shape[2] else None,
+        "mean_distance": (pattern * distance).sum(-1).mean(-1),
+    }
+
+
+def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The outermost modules whose class is an attention block and that hold a projection, in model order."""
+    found: list[tuple[str, nn.Module]] = []
+    for name, module in model.named_modules():
+        if not _is_attention_block(type(module).__name__) or any(name.startswith(outer + ".") for outer, _ in found):
+            continue
+        if output_projection(module) is not None:
+            found.append((name, module))
+    return found
+
+
+def _is_attention_block(class_name: str) -> bool:
+    """``LlamaAttention``, ``BertAttention``, ``T5Attention``: not a whole layer (``MllamaSelfAttentionDecoderLayer``)."""
+    return "Attention" in class_name and not any(word in class_name for word in ("Layer", "Block", "Model"))
+
+
+def output_projection(attention: nn.Module) -> nn.Module | None:
+    """The last linear map registered inside an attention block: its output projection (o_proj, out_proj, dense, …)."""
+    linear = [m for m in attention.modules() if isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"]
+    return linear[-1] if linear else None
+
+
+def projection_columns(projection: nn.Module) -> torch.Tensor:
+    """The projection's weight as ``[out, in]`` (GPT-2's Conv1D stores ``[in, out]``)."""
+    weight = projection.weight
+    return weight.t() if type(projection).__name__ == "Conv1D" else weight
+
+
+@contextmanager
+def recorded_values(model: nn.Module):
+    """Yield a list that fills with ``(module, weights [b, h, q, k], value [b, kv_heads, k, d_v])`` per eager call."""
+    calls: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
+    patched = []
+    owners = {type(sub).__module__ for _, block in attention_modules(model) for sub in block.modules()}
+    for module_name in owners:
+        namespace = sys.modules[module_name]
+        original = getattr(namespace, "eager_attention_forward", None)
+        if original is None:
+            continue
+
+        def wrapper(module, query, key, value, *args, _original=original, **kwargs):
+            output, weights = _original(module, query, key, value, *args, **kwargs)
+            calls.append((module, weights, value))
+            return output, weights
+
+        patched.append((namespace, original))
+        namespace.eager_attention_forward = wrapper  # type: ignore[attr-defined]
+    try:
+        yield calls
+    finally:
+        for namespace, original in patched:
+            namespace.eager_attention_forward = original  # type: ignore[attr-defined]
+
+
+def norm_maps(model, inputs: dict) -> dict[str, list[torch.Tensor]]:
+    """``{stack: [α_ij·‖W_O^h v_j‖ as [h, q, k] per layer]}`` of example 0, values from the eager function's input."""
+    names = {module: name for name, module in attention_modules(model)}
+    with recorded_values(model) as calls, torch.no_grad():
+        model(**inputs, use_cache=False)
+    if not calls:
+        raise LookupError("the family's modeling code has no eager_attention_forward to read values from")
+    maps: dict[str, list[torch.Tensor]] = {}
+    for module, weights, value in calls:
+        owner = next((m for m in names if any(sub is module for sub in m.modules())), None)
+        if owner is None:
+            raise LookupError(f"no attention block holds {type(module).__name__}")
+        weight = projection_columns(output_projection(owner))  # [hidden, h·d_v]
+        heads, size = weights.shape[1], value.shape[-1]
+        if weight.shape[1] != heads * size:
+            raise LookupError(f"{heads} heads of {size} values do not make the {weight.shape[1]} projection inputs")
+        value = value[0].float().repeat_interleave(heads // value.shape[1], dim=0)  # [h, k, d_v]
+        blocks = weight.reshape(weight.shape[0], heads, size).permute(1, 0, 2)  # [h, hidden, d_v]
+        norms = torch.einsum("hod,hkd->hko", blocks.float(), value).norm(dim=-1)  # [h, k]
+        stack = stack_of(names[owner], model.config.is_encoder_decoder)
+        maps.setdefault(stack, []).append(weights[0].float() * norms[:, None, :])
+    return maps
+
+
+def run_blocks(model, ids: torch.Tensor) -> list[tuple[str, nn.Module]]:
+    """The attention blocks that compute softmax attention in one run, in model order.
+
+    Blocks that call the family's eager attention function where it has one (a hybrid's linear-attention blocks are
+    named "Attention" too), else every attention block the run calls (a decoder-only class of an encoder-decoder
+    family has idle cross-attention blocks).
+    """
+    called: set[int] = set()
+    blocks = attention_modules(model)
+    handles = [block.register_forward_pre_hook(lambda m, a: called.add(id(m))) for _, block in blocks]
+    with recorded_values(model) as calls, torch.no_grad():
+        model(input_ids=ids, use_cache=False)
+    for handle in handles:
+        handle.remove()
+    if calls:
+        attending = {id(m) for module, _, _ in calls for m in [module]}
+        return [(n, b) for n, b in blocks if any(id(sub) in attending for sub in b.modules())]
+    return [(name, block) for name, block in blocks if id(block) in called]
+
+
+def head_inputs(model, ids: torch.Tensor, blocks) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
+    """Every attention block's output-projection input ``[q, h·d]`` and the logits ``[q, vocab]`` of one run."""
+    seen: dict[int, torch.Tensor] = {}
+    handles = [
+        output_projection(block).register_forward_pre_hook(
+            lambda m, args, layer=layer: seen.__setitem__(layer, args[0][0].clone())
+        )
+        for layer, (_, block) in enumerate(blocks)
+    ]
+    with torch.no_grad():
+        logits = model(input_ids=ids, use_cache=False).logits[0]
+    for handle in handles:
+        handle.remove()
+    return seen, logits
+
+
+def patched_logits(model, ids, block, head: int, heads: int, values: torch.Tensor) -> torch.Tensor:
+    """Logits ``[q, vocab]`` with one head's columns of ``block``'s output-projection input replaced by ``values``."""
+
+    def replace(module, args):
+        merged = args[0].clone()
+        size = merged.shape[-1] // heads
+        merged[0, :, head * size : (head + 1) * size] = values[:, head * size : (head + 1) * size]
+        return (merged, *args[1:])
+
+    handle = output_projection(block).register_forward_pre_hook(replace)
+    with torch.no_grad():
+        logits = model(input_ids=ids, use_cache=False).logits[0]
+    handle.remove()
+    return logits
