@@ -154,7 +154,7 @@ def top_table(result, *, top: int = 10) -> Any:
         header_style="bold",
         caption=(
             f"logit difference: clean {result.clean_logit_diff:.3f}, corrupt {result.corrupt_logit_diff:.3f} · "
-            f"{result.summary_line()}"
+            f"{result.summary_line()}{verification_words(result)}"
         ),
         caption_justify="left",
     )
@@ -166,3 +166,16 @@ def top_table(result, *, top: int = 10) -> Any:
         score = item.score if result.edges else item.attribution
         table.add_row(str(rank), item.label, f"{score:+.4f}")
     return table
+
+
+def verification_words(result) -> str:
+    """`` · path patching of the top K: Pearson r, same sign in S%`` when scores were verified, else nothing."""
+    verification = result.verification()
+    if verification is None:
+        return ""
+    pearson = verification["pearson"]
+    correlation = "n/a" if pearson is None else f"{pearson:.2f}"
+    return (
+        f" · exact path patching of the top {len(verification['items'])}: Pearson {correlation} with the scores, "
+        f"same sign in {verification['sign_agreement']:.0%}"
+    )

@@ -13,7 +13,14 @@ import html
 from pathlib import Path
 
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.render.circuit_graph import INPUT_PORTS, NEGATIVE, POSITIVE, draw_curve, node_positions
+from attnviz.render.circuit_graph import (
+    INPUT_PORTS,
+    NEGATIVE,
+    POSITIVE,
+    draw_curve,
+    node_positions,
+    verification_words,
+)
 from attnviz.render.figures import figure_png, subplots
 from attnviz.render.html_page import _script_json, write_page
 from attnviz.render.html_view import attention_view_html
@@ -24,8 +31,8 @@ MAX_SLIDER = 400
 
 _STYLE = (
     "#circuit-summary{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:12px 16px;color:#222}"
-    "#circuit-summary p{font-size:13px;margin:4px 0}#circuit-row{display:flex;flex-wrap:wrap;gap:16px}"
-    "#circuit-graph{border:1px solid #ddd;background:#fff}#circuit-curve{max-width:420px;height:auto}"
+    "#circuit-summary p{font-size:13px;margin:4px 0}#circuit-row{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}"
+    "#circuit-graph{border:1px solid #ddd;background:#fff}#circuit-curve{width:420px;max-width:100%;height:auto}"
     "#circuit-graph a{cursor:pointer}#circuit-graph text{font-size:9px;pointer-events:none}"
 )
 
@@ -34,7 +41,7 @@ _SCRIPT = """<script>
   var data = JSON.parse(document.getElementById("circuit-data").textContent);
   var svg = document.getElementById("circuit-graph");
   var NS = "http://www.w3.org/2000/svg";
-  var scaleX = 46, scaleY = 40, left = 40, top = 30;
+  var scaleX = 46, scaleY = 40, left = 60, top = 30;
   var xs = data.nodes.map(function (n) { return n.x; });
   var minX = Math.min.apply(null, xs), maxX = Math.max.apply(null, xs);
   var width = left * 2 + (maxX - minX) * scaleX, height = top * 2 + (data.layers + 1.6) * scaleY;
@@ -46,6 +53,9 @@ _SCRIPT = """<script>
     var e = document.createElementNS(NS, name);
     for (var key in attributes) { e.setAttribute(key, attributes[key]); }
     parent.appendChild(e); return e;
+  }
+  for (var layer = 0; layer < data.layers; layer++) {
+    element("text", {x: 8, y: py({y: layer}) + 3}, svg).textContent = "layer " + layer;
   }
   var edgeLayer = element("g", {}, svg);
   var nodeLayer = element("g", {}, svg);
@@ -147,7 +157,7 @@ def circuit_summary_html(result, *, links: bool = True) -> str:
         f"over {html.escape(repr(result.wrong))}</h1>"
         f"<p>clean: {html.escape(result.clean)} · corrupt: {html.escape(result.corrupt)}</p>"
         f"<p>logit difference: clean {result.clean_logit_diff:.3f}, corrupt {result.corrupt_logit_diff:.3f} · "
-        f"{html.escape(result.summary_line())}</p>"
+        f"{html.escape(result.summary_line() + verification_words(result))}</p>"
         "<p>Edges: red helps the answer, blue works against it; into a head, solid lines reach its query, dashed "
         f"its key, dotted its value. The slider sets how many of the top edges are kept.{hint}</p>"
         f"{graph}</section>\n"

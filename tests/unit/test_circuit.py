@@ -69,7 +69,12 @@ def hooked_run(model, family, ids, tokens, *, grad=False, change=None):
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_node_attributions_equal_autograd_through_hooks_and_edges_add_up_to_them(tiny_dirs, tiny_models, family):
+    torch_model = tiny_models[family].model
+    hooks = [(len(m._forward_hooks), len(m._forward_pre_hooks)) for m in torch_model.modules()]
     result = find_circuit(tiny_models[family], clean=CLEAN, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, method="eap")
+    # the model is left as it was: no gradients kept, no hook left behind
+    assert all(parameter.grad is None for parameter in torch_model.parameters())
+    assert [(len(m._forward_hooks), len(m._forward_pre_hooks)) for m in torch_model.modules()] == hooks
     model, (clean_ids, corrupt_ids), tokens = reference(tiny_dirs[family])
     clean_diff, clean, _ = hooked_run(model, family, clean_ids, tokens)
     corrupt_diff, corrupt, grads = hooked_run(model, family, corrupt_ids, tokens, grad=True)
@@ -175,6 +180,9 @@ def test_atp_verifies_nodes_by_patching_their_output(tiny_models):
     verification = result.verification()
     assert len(verification["items"]) == 3
     assert verification["sign_agreement"] == 1.0
+    from attnviz.render.circuit_graph import verification_words
+
+    assert f"Pearson {verification['pearson']:.2f} with the scores, same sign in 100%" in verification_words(result)
 
 
 def test_per_position_scores_add_up_and_kl_runs_from_corrupt_to_clean(tiny_models):
