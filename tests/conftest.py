@@ -11,6 +11,9 @@ import sys
 import warnings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Triton's kernels (attnviz/core/triton_rows.py) run on CPU tensors through its interpreter in the suite. Triton reads
+# this when it is first imported, which may happen in any test of a worker: so it is set before anything else.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # pytest -n N: each worker's share of the cores (torchrun's convention), so N workers never oversubscribe

@@ -18,6 +18,7 @@ from attnviz.captures.recording import capture_encoded, captures_from_patterns
 from attnviz.captures.result import AttentionCapture
 from attnviz.common.errors import ParameterError
 from attnviz.common.selection import HeadSelection, LayerSelection
+from attnviz.common.wording import plural
 from attnviz.core.choices import Weighting
 from attnviz.core.recorder import PatternRecorder
 from attnviz.models.base import LoadedModel
@@ -82,7 +83,9 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
         if target is not None:
             raise ParameterError("target", "{target} is a decoder text: a vision-language model takes one text")
         if len(pictures) != len(inputs):
-            raise ParameterError("image", f"a list of {len(inputs)} texts takes a list of {len(inputs)} {{image}}s")
+            raise ParameterError(
+                "image", f"a list of {plural(len(inputs), 'text')} takes a list of {len(inputs)} {{image}}s"
+            )
         captures = [
             capture_encoded(loaded, vision_language_batch(loaded, [text], [picture]), **recording)[0]
             for text, picture in zip(inputs, pictures)

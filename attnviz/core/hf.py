@@ -112,28 +112,32 @@ def _causal_without_mask(
     return bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
 
 
-def core_mask(
-    batch_size: int,
-    q_length: int,
-    kv_length: int,
-    q_offset: int = 0,
-    kv_offset: int = 0,
-    *,
-    allow_is_causal_skip: bool = False,
-    **kwargs,
-) -> Tensor | None:
+def core_mask(*args: Any, allow_is_causal_skip: bool = False, **kwargs: Any) -> Tensor | None:
     """The mask transformers builds for attnviz's attention: ``None`` where the mask would be the plain causal
     triangle (as many keys as queries, no padding, no window: the core then applies causality itself without a
-    ``[q, k]`` tensor, 268 MB at 8,192 tokens), else transformers' additive ``eager_mask``."""
+    ``[q, k]`` tensor, 268 MB at 8,192 tokens), else transformers' additive ``eager_mask``, called as transformers
+    called this function (its arguments changed across transformers 5 releases)."""
     from transformers import masking_utils
 
-    skippable = allow_is_causal_skip and _supports_sdpa(kwargs.get("config"))
-    if skippable and q_length == kv_length > 1 and q_offset == 0:
-        padding = masking_utils.prepare_padding_mask(kwargs.get("attention_mask"), kv_length, kv_offset)
-        window = kwargs.get("local_size")
-        if (padding is None or bool(padding.all())) and (window is None or kv_length < window):
-            return None
-    return masking_utils.eager_mask(batch_size, q_length, kv_length, q_offset, kv_offset, **kwargs)
+    if allow_is_causal_skip and not args and _supports_sdpa(kwargs.get("config")) and _plain_triangle(kwargs):
+        return None
+    return masking_utils.eager_mask(*args, **kwargs)
+
+
+def _plain_triangle(arguments: dict[str, Any]) -> bool:
+    """Whether the mask transformers asks for is exactly the causal triangle over all of its keys: as many keys as
+    queries from position 0, every key a real token (no padding), no window shorter than the input."""
+    queries, offset = arguments.get("q_length"), arguments.get("q_offset", 0)
+    positions = arguments.get("cache_position")  # earlier transformers 5 releases say it by positions
+    if queries is None and isinstance(positions, Tensor) and positions.numel():
+        queries, offset = positions.numel(), int(positions[0])
+    keys, window = arguments.get("kv_length"), arguments.get("local_size")
+    if not isinstance(queries, int) or queries != keys or queries <= 1 or offset != 0 or arguments.get("kv_offset", 0):
+        return False
+    padding = arguments.get("attention_mask")  # [b, k] booleans (True: a token), or None
+    if padding is not None and (padding.shape[-1] != keys or not bool(padding.all())):
+        return False
+    return window is None or keys < window
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelEr
 from attnviz.common.images import ImageGrid
 from attnviz.common.progress import quiet_third_party
 from attnviz.common.tokens import token_strings, word_ids_from_markers
+from attnviz.common.wording import plural
 from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
@@ -167,7 +168,7 @@ class VisionLanguageModel(HFModel):
         example where the texts before the pictures differ)."""
         images, texts = list(images), list(texts)
         if len(images) != len(texts) or not texts:
-            raise InputError(f"give one text per image ({len(images)} images, {len(texts)} texts)")
+            raise InputError(f"give one text per image ({plural(len(images), 'image')}, {plural(len(texts), 'text')})")
         for text in texts:
             if not text.strip():
                 raise InputError("the text is empty: give at least one word")

@@ -192,7 +192,7 @@ def _picture_batches(loaded: LoadedModel, texts: Sequence[str] | None, images: S
     texts, images = list(texts or []), list(images)
     if not texts or len(texts) != len(images):
         raise InputError(
-            f"give one text per picture ({len(texts)} texts, {len(images)} pictures): a vision-language model reads "
+            f"give one text per picture ({plural(len(texts), 'text')}, {plural(len(images), 'picture')}): a vision-language model reads "
             "each picture inside its text"
         )
     vision_language_batch(loaded, texts[:1], images[:1])  # a model that reads no pictures in text is refused now

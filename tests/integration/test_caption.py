@@ -147,7 +147,8 @@ def test_heatmap_draws_one_overlay_per_written_word(capsys, tmp_path, captioners
     assert capture.target_tokens[1:] == ["a", "Ġc", "at"]  # every caption token after the start token
     # one panel title each, the leading space marked as on every label
     assert [text for text in figure.texts if text in {"a", "␣c", "at"}] == ["a", "␣c", "at"]
-    assert any("layer 1: mean over its 4 heads" in text for text in figure.texts)  # what is averaged, said once
+    # what is averaged, said once (the subtitle wraps to the figure's width)
+    assert "layer 1: mean over its 4 heads" in " ".join(" ".join(figure.texts).split())
     assert figure.images == 1 + 3 + 3 + 1  # the picture, 3 overlays, 3 [CLS] cells, the colour bar
     # the numbers behind each overlay: the cross-attention row of the step that wrote the word, mean of heads
     rows = caption_rows(capture)

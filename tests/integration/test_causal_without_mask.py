@@ -50,18 +50,28 @@ def test_the_mask_is_left_out_only_for_the_plain_triangle():
         "allow_is_causal_skip": True,
         "config": transformers.LlamaConfig(),
     }
-    assert core_mask(1, 12, 12, attention_mask=torch.ones(1, 12, dtype=torch.bool), **plain) is None
+    assert (
+        core_mask(batch_size=1, q_length=12, kv_length=12, attention_mask=torch.ones(1, 12, dtype=torch.bool), **plain)
+        is None
+    )
     padded = torch.tensor([[True] * 9 + [False] * 3])  # transformers hands the 2-D mask over as booleans
-    built = core_mask(1, 12, 12, attention_mask=padded, **plain)
+    built = core_mask(batch_size=1, q_length=12, kv_length=12, attention_mask=padded, **plain)
     assert built.shape == (1, 1, 12, 12) and torch.equal(
         built[0, 0, :, :9], causal_mask(12, 9, torch.float32, "cpu")[0, 0]
     )
     assert (built[0, 0, :, 9:] == torch.finfo(torch.float32).min).all()  # padding keys hidden from every query
     windowed = {**plain, "mask_function": sliding_window_causal_mask_function(4), "local_size": 4}
-    assert core_mask(1, 12, 12, **windowed) is not None  # a window shorter than the input needs the mask
-    assert core_mask(1, 12, 12, **{**plain, "allow_is_causal_skip": False}) is not None  # transformers said no
+    assert (
+        core_mask(batch_size=1, q_length=12, kv_length=12, **windowed) is not None
+    )  # a window shorter than the input needs the mask
+    assert (
+        core_mask(batch_size=1, q_length=12, kv_length=12, **{**plain, "allow_is_causal_skip": False}) is not None
+    )  # transformers said no
     # a family transformers does not run on sdpa may mark a causal decoder is_causal=False: its mask always stays
-    assert core_mask(1, 12, 12, **{**plain, "config": transformers.NllbMoeConfig()}) is not None
+    assert (
+        core_mask(batch_size=1, q_length=12, kv_length=12, **{**plain, "config": transformers.NllbMoeConfig()})
+        is not None
+    )
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 
-# Triton reads it when it is imported: every kernel of this process then runs on CPU tensors (attnviz runs Triton
-# only on CUDA devices, so nothing else in the process changes)
-os.environ["TRITON_INTERPRET"] = "1"
+# Triton reads it when it is imported (tests/conftest.py sets it first): every kernel of this process then runs on CPU
+# tensors (attnviz runs Triton only on CUDA devices, so nothing else in the process changes)
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 import torch
