@@ -9,11 +9,14 @@ Builds LLaMA-architecture models with random weights (no download) in two layer 
 * ``stats``: :func:`attnviz.compute_statistics` on the same tokens: on the GPU every layer runs the Triton tile
   kernel (:mod:`attnviz.core.triton_rows`), which computes the output and each row's summary in one pass;
 
-and prints the ratio with each one's peak GPU memory. It also checks the pass's outputs against sdpa's logits.
-Targets: stats ≤ 1.3× sdpa at 2,048–32,768 tokens.
+and prints the ratio with each one's peak GPU memory. Targets: stats ≤ 1.3× sdpa at 2,048–32,768 tokens.
+
+``--tune`` first times the kernel alone, one layer's heads at ``--tune-tokens``, against torch's
+``scaled_dot_product_attention`` (causal, same dtype), for each launch in :data:`CANDIDATES`, and runs the
+model-level comparison with the fastest (to be written into ``attnviz.core.triton_rows.LAUNCH_CONFIGS``).
 
     python benchmarks/bench_stats_gpu.py                                   # both shapes, 2k–32k, fp32 and bf16
-    python benchmarks/bench_stats_gpu.py --shapes smollm2 --tokens 2048,8192 --dtypes bfloat16
+    python benchmarks/bench_stats_gpu.py --shapes smollm2 --tokens 2048,8192 --dtypes bfloat16 --tune
 """
 
 from __future__ import annotations
@@ -35,6 +38,60 @@ SHAPES = {
 }
 
 
+#: launches tried by --tune: (block_m, block_n, num_warps, num_stages)
+CANDIDATES = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 32, 4, 2), (64, 32, 4, 3), (128, 64, 4, 3)]
+
+
+def tune(shape: str, dtype: torch.dtype, length: int) -> None:
+    """Time the tile kernel alone (every statistic on: band, two key columns, a carrier's weights) for each launch
+    in :data:`CANDIDATES` against sdpa on one layer's heads, and keep the fastest in ``LAUNCH_CONFIGS``."""
+    import triton.testing
+
+    from attnviz.core import triton_rows
+    from attnviz.core.kernel_calls import RowSummary
+
+    heads, kv_heads = SHAPES[shape]["num_attention_heads"], SHAPES[shape]["num_key_value_heads"]
+    head_dim = SHAPES[shape]["hidden_size"] // heads
+    torch.manual_seed(0)
+    query = torch.randn(1, heads, length, head_dim, device="cuda", dtype=dtype)  # [b, h, q, d]
+    key, value = (torch.randn(1, kv_heads, length, head_dim, device="cuda", dtype=dtype) for _ in range(2))
+    output = torch.empty(1, length, heads, head_dim, device="cuda", dtype=dtype)  # [b, q, h, dv]
+    columns = (0, length - 1)
+    summary = RowSummary(torch.empty(RowSummary.buffer_shape(1, heads, length, 1, 2), device="cuda"), columns)
+    key_weights = torch.rand(1, heads, length, device="cuda")
+    weighted = torch.empty(1, heads, length, device="cuda")
+    sdpa = triton.testing.do_bench(
+        lambda: torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, enable_gqa=True)
+    )
+    best = None
+    for block_m, block_n, warps, stages in CANDIDATES:
+        launch = triton_rows.LaunchConfig(block_m, block_n, warps, stages)
+        times = {}
+        try:
+            for what, extra in (
+                ("plain", {}),
+                ("stats", {"summary": summary, "key_weights": key_weights, "weighted": weighted}),
+            ):
+                run = functools.partial(
+                    triton_rows.attend_rows_triton, query, key, value, head_dim**-0.5, output, causal=True,
+                    launch=launch, **extra,
+                )  # fmt: skip
+                times[what] = triton.testing.do_bench(run)
+        except Exception as error:  # noqa: BLE001  # a launch that needs more registers or shared memory than the GPU has
+            print(f"  tune {shape} {dtype} {launch}: {type(error).__name__}: {str(error)[:120]}")
+            continue
+        print(
+            f"  tune {shape} {str(dtype)[6:]} {length} tokens {block_m}x{block_n} w{warps} s{stages}: "
+            f"sdpa {sdpa:.3f} ms  kernel {times['plain']:.3f} ms ({times['plain'] / sdpa:.2f}x)  "
+            f"with statistics {times['stats']:.3f} ms ({times['stats'] / sdpa:.2f}x)"
+        )
+        if best is None or times["stats"] < best[0]:
+            best = (times["stats"], launch)
+    if best is not None:
+        print(f"  tune {shape} {str(dtype)[6:]}: fastest {best[1]}")
+        triton_rows.LAUNCH_CONFIGS[(dtype, max(16, head_dim))] = best[1]
+
+
 def build(shape: str, layers: int, dtype: torch.dtype, positions: int, device: str):
     """A random LLaMA model of ``shape`` (MiniLM's tokenizer, no download), and the same model wrapped by attnviz."""
     import transformers
@@ -46,7 +103,8 @@ def build(shape: str, layers: int, dtype: torch.dtype, positions: int, device: s
         **SHAPES[shape], num_hidden_layers=layers, vocab_size=30522, max_position_embeddings=positions + 8
     )
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()
+    with torch.device(device):  # drawn where it runs: an 8B-wide model's random init on the CPU takes a while
+        model = transformers.LlamaForCausalLM(config).to(dtype=dtype).eval()
     model.set_attn_implementation("sdpa")
     return model, attnviz.wrap(model, transformers.AutoTokenizer.from_pretrained(minilm_path()))
 
@@ -75,6 +133,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cuda", help="cuda; cpu only checks that the script runs")
+    parser.add_argument("--tune", action="store_true", help="time the kernel's launches first and use the fastest")
+    parser.add_argument("--tune-tokens", type=int, default=8192)
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA GPU (--device cpu only checks that it runs)")
@@ -85,6 +145,8 @@ def main() -> None:
     lengths = [int(value) for value in args.tokens.split(",")]
     for shape in args.shapes.split(","):
         for dtype_name in args.dtypes.split(","):
+            if args.tune and args.device == "cuda":
+                tune(shape, getattr(torch, dtype_name), args.tune_tokens)
             measure_shape(shape, dtype_name, lengths, args)
             if args.device == "cuda":
                 torch.cuda.empty_cache()

@@ -29,12 +29,35 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from attnviz.core.kernel_calls import RowSummary
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How the kernel is launched: ``block_m`` queries per program, keys in tiles of ``block_n``, and Triton's
+    ``num_warps`` and ``num_stages`` (software pipelining of the key/value loads)."""
+
+    block_m: int = 64
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+#: the launch per input dtype and head size (a power of two ≥ 16), where the default is not the fastest; measured
+#: on an H100-class GPU by ``benchmarks/bench_stats_gpu.py --tune`` (a tuning run may set entries for its own use)
+LAUNCH_CONFIGS: dict[tuple[torch.dtype, int], LaunchConfig] = {}
+
+
+def launch_config(dtype: torch.dtype, head_dim: int) -> LaunchConfig:
+    """The launch for inputs of ``dtype`` and ``head_dim`` (value size included): :data:`LAUNCH_CONFIGS` or the
+    default."""
+    return LAUNCH_CONFIGS.get((dtype, _power_of_two(head_dim, 16)), LaunchConfig())
 
 
 @functools.cache
@@ -82,7 +105,7 @@ def _kernel() -> Any:
         SUMMARY: tl.constexpr, REACH: tl.constexpr, BAND_P2: tl.constexpr,
         COLUMNS: tl.constexpr, COLUMNS_P2: tl.constexpr, WEIGHTS: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-        UPCAST: tl.constexpr, SINKS: tl.constexpr, SHARE: tl.constexpr,
+        UPCAST: tl.constexpr, SINKS: tl.constexpr, SHARE: tl.constexpr, PRECISION: tl.constexpr,
     ):  # fmt: skip
         block_m = tl.program_id(0)
         batch_head = tl.program_id(1)
@@ -136,7 +159,7 @@ def _kernel() -> Any:
             )  # [D, N]
             if UPCAST:
                 k = k.to(tl.float32)
-            s = tl.dot(q, k, out_dtype=tl.float32) * scaling  # [M, N]
+            s = tl.dot(q, k, input_precision=PRECISION, out_dtype=tl.float32) * scaling  # [M, N]
             if HAS_MASK:
                 s += tl.load(
                     Mask + b * smb + h * smh + rows[:, None] * smm + keys[None, :] * smn,
@@ -164,17 +187,22 @@ def _kernel() -> Any:
             if SUMMARY:
                 gap = tl.abs(rows[:, None] - keys[None, :]).to(tl.float32)
                 d_i = alpha * d_i + tl.sum(p * gap, 1)
-                for slot in tl.static_range(2 * REACH + 1):
-                    at = keys[None, :] == rows[:, None] - (slot - REACH)  # key i − o, o = slot − r
-                    value_at = tl.sum(tl.where(at & visible, s, 0.0), 1)
-                    hit = tl.sum((at & visible).to(tl.int32), 1) > 0
-                    band = tl.where((band_slots[None, :] == slot) & hit[:, None], value_at[:, None], band)
+                # the band's keys i − r … i + r lie in few tiles, each chosen column in one: skip the others
+                if (start <= block_m * BLOCK_M + BLOCK_M - 1 + REACH) & (
+                    start + BLOCK_N - 1 >= block_m * BLOCK_M - REACH
+                ):
+                    for slot in tl.static_range(2 * REACH + 1):
+                        at = keys[None, :] == rows[:, None] - (slot - REACH)  # key i − o, o = slot − r
+                        value_at = tl.sum(tl.where(at & visible, s, 0.0), 1)
+                        hit = tl.sum((at & visible).to(tl.int32), 1) > 0
+                        band = tl.where((band_slots[None, :] == slot) & hit[:, None], value_at[:, None], band)
                 for slot in tl.static_range(COLUMNS):
                     column = tl.load(Columns + slot)
-                    at = keys[None, :] == column
-                    value_at = tl.sum(tl.where(at & visible, s, 0.0), 1)
-                    hit = tl.sum((at & visible).to(tl.int32), 1) > 0
-                    picked = tl.where((column_slots[None, :] == slot) & hit[:, None], value_at[:, None], picked)
+                    if (column >= start) & (column < start + BLOCK_N):
+                        at = keys[None, :] == column
+                        value_at = tl.sum(tl.where(at & visible, s, 0.0), 1)
+                        hit = tl.sum((at & visible).to(tl.int32), 1) > 0
+                        picked = tl.where((column_slots[None, :] == slot) & hit[:, None], value_at[:, None], picked)
             if WEIGHTS:
                 key_weight = tl.load(KeyWeights + b * swb + h * swh + keys * swn, mask=key_ok, other=0.0)
                 w_i = alpha * w_i + tl.sum(p * key_weight[None, :], 1)
@@ -185,7 +213,7 @@ def _kernel() -> Any:
             )  # [N, DV]
             if UPCAST:
                 v = v.to(tl.float32)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, out_dtype=tl.float32)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32)
             m_i = m_new
         seen = l_i > 0
         inverse = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)  # rows that see no key give zeros
@@ -241,8 +269,7 @@ def attend_rows_triton(
     weighted: Tensor | None = None,
     sinks: Tensor | None = None,
     sink_share: Tensor | None = None,
-    block_m: int = 64,
-    block_n: int = 64,
+    launch: LaunchConfig | None = None,
 ) -> None:
     """Attention of every query, key tile by key tile, with the rows' summary; nothing of ``[q, k]`` is written.
 
@@ -256,6 +283,7 @@ def attend_rows_triton(
     ``sinks`` (``[h]`` logits, or None): each head's attention sink, one more softmax term without a value (its
     running max and sum start from it; the summary's entropy counts it); ``sink_share`` (float32 ``[b, h, q]``)
     then receives each row's weight on it. A row that may weigh no key gets zeros (with a sink: all on the sink).
+    ``launch``: tile sizes and warps (default: :func:`launch_config` of the inputs).
     """
     import triton
 
@@ -273,7 +301,8 @@ def attend_rows_triton(
     column_tensor = torch.tensor(columns or (0,), dtype=torch.int64, device=query.device)
     strides_of = lambda tensor, count: tensor.stride() if tensor is not None else (0,) * count
     summary_values = summary.values if summary is not None else None
-    grid = (triton.cdiv(query_len, block_m), batch * heads)
+    launch = launch or launch_config(query.dtype, max(head_dim, value_dim))
+    grid = (triton.cdiv(query_len, launch.block_m), batch * heads)
     _kernel()[grid](
         query, key, value,
         mask if mask is not None else dummy,
@@ -293,9 +322,12 @@ def attend_rows_triton(
         HAS_MASK=mask is not None, CAUSAL=causal, WINDOWED=bool(window), PADDED=key_start is not None,
         SUMMARY=summary is not None, REACH=reach, BAND_P2=_power_of_two(2 * reach + 1),
         COLUMNS=len(columns), COLUMNS_P2=_power_of_two(len(columns)), WEIGHTS=key_weights is not None,
-        BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_M=launch.block_m, BLOCK_N=launch.block_n,
         BLOCK_D=_power_of_two(head_dim, 16), BLOCK_DV=_power_of_two(value_dim, 16),
         # Triton's interpreter multiplies half-precision tiles wrongly (it reads their bits as integers)
         UPCAST=interpreting() and query.dtype != torch.float32,
         SINKS=sinks is not None, SHARE=sinks is not None and sink_share is not None,
+        # float32 products in full precision (a GPU would otherwise round their inputs to TF32's 10-bit mantissa)
+        PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
+        num_warps=launch.num_warps, num_stages=launch.num_stages,
     )  # fmt: skip

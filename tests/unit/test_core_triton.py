@@ -4,8 +4,8 @@ Each case compares :func:`attend_rows_triton` with attention computed in float64
 the CPU kernel is loaded, with :func:`attnviz.core.kernel_calls.attend_rows_`): outputs, every field of the row
 summary (max weight, entropy, distance, the band, the key columns) and the carriers' weighted sums, for grouped
 heads, a value size other than the query size, partial tiles, additive masks, and the mask described without a
-tensor (causal, a sliding window, padding). On a GPU the same kernel is compiled; `tests/integration/test_wrap_gpu.py`
-style checks run there when a GPU is present.
+tensor (causal, a sliding window, padding). With ``TRITON_INTERPRET=0`` on a machine with a CUDA GPU the same cases
+run the compiled kernel on the GPU (``TRITON_INTERPRET=0 pytest tests/unit/test_core_triton.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
 
 from attnviz.core.kernel_calls import RowSummary
-from attnviz.core.triton_rows import attend_rows_triton
+from attnviz.core.triton_rows import LaunchConfig, attend_rows_triton, interpreting
+
+if not interpreting() and not torch.cuda.is_available():
+    pytest.skip("TRITON_INTERPRET=0 and no CUDA GPU: nothing can run the kernel", allow_module_level=True)
+#: where the kernel runs: CPU tensors through the interpreter, or the GPU
+DEVICE = "cpu" if interpreting() else "cuda"
+SMALL_TILES = LaunchConfig(block_m=32, block_n=16)
+TINY_TILES = LaunchConfig(block_m=16, block_n=16)
 
 LOWEST = torch.finfo(torch.float32).min
 BATCH, HEADS, KV_HEADS, QUERIES, KEYS, QK_DIM, V_DIM = 2, 4, 2, 37, 37, 24, 20
@@ -62,24 +69,30 @@ def reference(query, key, value, key_weights, additive):
     }
 
 
+def on_device(**tensors):
+    return {name: None if tensor is None else tensor.to(DEVICE) for name, tensor in tensors.items()}
+
+
 def run(query, key, value, key_weights, dtype=torch.float32, **where):
-    output = torch.empty(BATCH, QUERIES, HEADS, V_DIM, dtype=dtype)
+    output = torch.empty(BATCH, QUERIES, HEADS, V_DIM, dtype=dtype, device=DEVICE)
     shape = RowSummary.buffer_shape(BATCH, HEADS, QUERIES, REACH, len(COLUMNS))
-    summary = RowSummary(torch.zeros(shape), COLUMNS)
-    weighted = torch.zeros(BATCH, HEADS, QUERIES)
-    cast = [tensor.to(dtype) for tensor in (query, key, value)]
+    summary = RowSummary(torch.zeros(shape, device=DEVICE), COLUMNS)
+    weighted = torch.zeros(BATCH, HEADS, QUERIES, device=DEVICE)
+    cast = [tensor.to(DEVICE, dtype) for tensor in (query, key, value)]
+    where = {name: value.to(DEVICE) if isinstance(value, torch.Tensor) else value for name, value in where.items()}
     attend_rows_triton(
-        *cast, QK_DIM**-0.5, output, summary=summary, key_weights=key_weights, weighted=weighted,
-        block_m=32, block_n=16, **where,
+        *cast, QK_DIM**-0.5, output, summary=summary, key_weights=key_weights.to(DEVICE), weighted=weighted,
+        launch=SMALL_TILES, **where,
     )  # fmt: skip
+    summary = RowSummary(summary.values.cpu(), COLUMNS)
     return {
-        "output": output.double(),
+        "output": output.double().cpu(),
         "max_weight": summary.max_weight,
         "entropy": summary.entropy,
         "distance": summary.distance,
         "band": summary.band,
         "columns": torch.stack([summary.column(column) for column in COLUMNS]),
-        "weighted": weighted,
+        "weighted": weighted.cpu(),
     }
 
 
@@ -154,14 +167,17 @@ def test_equals_the_cpu_tile_kernel(inputs):
     weighted = torch.zeros(BATCH, HEADS, QUERIES)
     stops = torch.tensor([KEYS] * -(-QUERIES // 128), dtype=torch.int64)
     attend_rows_(query, key, value, mask, QK_DIM**-0.5, stops, summary, output, key_weights, weighted)
-    triton_output = torch.empty_like(output)
-    triton_summary, triton_weighted = RowSummary(torch.zeros(shape), COLUMNS), torch.zeros_like(weighted)
+    triton_output = torch.empty_like(output, device=DEVICE)
+    triton_summary = RowSummary(torch.zeros(shape, device=DEVICE), COLUMNS)
+    triton_weighted = torch.zeros_like(weighted, device=DEVICE)
+    moved = on_device(query=query, key=key, value=value, mask=mask, key_weights=key_weights)
     attend_rows_triton(
-        query, key, value, QK_DIM**-0.5, triton_output, mask=mask, summary=triton_summary,
-        key_weights=key_weights, weighted=triton_weighted, block_m=16, block_n=16,
+        moved["query"], moved["key"], moved["value"], QK_DIM**-0.5, triton_output, mask=moved["mask"],
+        summary=triton_summary, key_weights=moved["key_weights"], weighted=triton_weighted, launch=TINY_TILES,
     )  # fmt: skip
-    computed = {"output": triton_output.double(), "max_weight": triton_summary.max_weight}
-    computed |= {"entropy": triton_summary.entropy, "weighted": triton_weighted}
+    triton_summary = RowSummary(triton_summary.values.cpu(), COLUMNS)
+    computed = {"output": triton_output.double().cpu(), "max_weight": triton_summary.max_weight}
+    computed |= {"entropy": triton_summary.entropy, "weighted": triton_weighted.cpu()}
     assert (computed["output"] - output.double()).abs().max() <= 2e-6
     assert (computed["max_weight"] - summary.max_weight).abs().max() <= 2e-6
     assert (computed["entropy"] - summary.entropy).abs().max() <= 1e-5
@@ -187,10 +203,16 @@ def test_attention_sinks_equal_the_cpu_tile_kernel(inputs):
         output, summary = torch.empty(BATCH, QUERIES, HEADS, V_DIM), RowSummary(torch.zeros(shape), COLUMNS)
         weighted, share = torch.zeros(BATCH, HEADS, QUERIES), torch.full((BATCH, HEADS, QUERIES), float("nan"))
         if triton:
+            moved = on_device(query=query, key=key, value=value, mask=mask, key_weights=key_weights, sinks=sinks)
+            output, weighted, share = output.to(DEVICE), weighted.to(DEVICE), share.to(DEVICE)
+            summary = RowSummary(summary.values.to(DEVICE), COLUMNS)
             attend_rows_triton(
-                query, key, value, QK_DIM**-0.5, output, mask=mask, summary=summary, key_weights=key_weights,
-                weighted=weighted, sinks=sinks, sink_share=share, block_m=16, block_n=16,
+                moved["query"], moved["key"], moved["value"], QK_DIM**-0.5, output, mask=moved["mask"],
+                summary=summary, key_weights=moved["key_weights"], weighted=weighted, sinks=moved["sinks"],
+                sink_share=share, launch=TINY_TILES,
             )  # fmt: skip
+            output, weighted, share = output.cpu(), weighted.cpu(), share.cpu()
+            summary = RowSummary(summary.values.cpu(), COLUMNS)
         else:
             stops = torch.tensor([KEYS] * -(-QUERIES // 128), dtype=torch.int64)
             attend_rows_(
