@@ -272,12 +272,6 @@ def _attend_in_tiles(
     """
     batch, heads, query_len, _ = query.shape
     key_len = key.shape[2]
-    # the keys each run of TILE_ROWS queries can weigh (TILE_ROWS read at the call, as attend_rows_ reads it)
-    rows_per_tile = kernel_calls.TILE_ROWS
-    if causal:
-        stops = [_rounded_width(stop, key_len) for stop in causal_stops(rows_per_tile, query_len, key_len)]
-    else:
-        stops = [_rounded_width(stop, key_len) for stop in key_stops(mask, rows_per_tile, query_len, key_len)]
     summarised = [observer for observer in observers if getattr(observer, "accepts_summary", False)]
     summary = None
     if summarised and site is not None:
@@ -296,6 +290,13 @@ def _attend_in_tiles(
     if sinks is not None:
         sink_share = _workspace.get("sink_share", (batch, heads, query_len), torch.float32, query.device)
     if query.device.type == "cpu":
+        # the keys each run of TILE_ROWS queries can weigh (TILE_ROWS read at the call, as attend_rows_ reads it);
+        # the GPU's kernel finds them itself (reading a mask's stops back from a GPU would wait for it)
+        rows_per_tile = kernel_calls.TILE_ROWS
+        if causal:
+            stops = [_rounded_width(stop, key_len) for stop in causal_stops(rows_per_tile, query_len, key_len)]
+        else:
+            stops = [_rounded_width(stop, key_len) for stop in key_stops(mask, rows_per_tile, query_len, key_len)]
         attend_rows_(
             query,
             key,

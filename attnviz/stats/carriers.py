@@ -93,6 +93,7 @@ class TokenCarriers:
         self._seen: set[AttentionSite] = set()
         self._grams = {site: projection_gram(heads) for site, heads in self.projections.items()}  # site -> [h, d, d]
         self._batch: EncodedBatch | None = None
+        self._key_masks: dict[tuple[str, torch.device], Tensor] = {}  # the batch's real-key masks by stack, device
         self._site: AttentionSite | None = None
         self._norms: Tensor | None = None  # [b, h, k] of the call in progress
         # One flat float32 buffer for every call's norms, grown to the largest [b, h, k] asked for. The norms live
@@ -103,6 +104,7 @@ class TokenCarriers:
 
     def begin_batch(self, batch: EncodedBatch) -> None:
         self._batch = batch
+        self._key_masks = {}
 
     def observe_inputs(
         self, site: AttentionSite, query: Tensor | None, key: Tensor | None, value: Tensor, scaling: float | None
@@ -114,12 +116,22 @@ class TokenCarriers:
         out = self._norms_out(value, projections.shape[0])
         norms = value_norms(value, projections, out, gram=self._grams[site])  # [b, h, k]
         self._norms = norms
-        keys = self._batch.key_padding_mask(site.stack).to(norms.device)[:, None, :]  # [b, 1, k] real keys
+        keys = self._key_mask(site.stack, norms.device)[:, None, :]  # [b, 1, k] real keys
         first = norms[:, :, 0].double().sum(0)  # [h]
         others = torch.where(keys[..., 1:], norms[..., 1:], 0.0).double().sum(dim=(0, 2))  # [h]
         heads = norms.shape[1]
+        _, key_lengths = self._batch.query_key_lengths(site.stack)
+        # counts from the lengths the host holds: reading them off the device would wait for the GPU at every layer
         self._add(site, 0, first, float(norms.shape[0]), heads)
-        self._add(site, 1, others, float(keys[..., 1:].sum()), heads)
+        self._add(site, 1, others, float(sum(max(0, min(length, norms.shape[2]) - 1) for length in key_lengths)), heads)
+
+    def _key_mask(self, stack: str, device: torch.device) -> Tensor:
+        """The batch's ``[b, k]`` real-key mask of ``stack`` on ``device``, made once per batch."""
+        assert self._batch is not None
+        key = (stack, device)
+        if key not in self._key_masks:
+            self._key_masks[key] = self._batch.key_padding_mask(stack).to(device)
+        return self._key_masks[key]
 
     def _norms_out(self, value: Tensor, heads: int) -> Tensor:
         """A ``[b, h, k]`` float32 view of the reused norms buffer for ``value`` ``[b, kvh, k, d]``."""
@@ -170,16 +182,19 @@ class TokenCarriers:
         positions = torch.arange(query_start, query_start + rows, device=device)  # [blk]
         real = positions[None, :] < torch.tensor(query_lengths, device=device)[:, None]  # [b, blk]
         real = real[:, None, :]  # [b, 1, blk]
-        count = float(real.sum())
+        count = float(sum(max(0, min(length, query_start + rows) - query_start) for length in query_lengths))
         heads = weight_share.shape[1]
         self._add(site, 2, torch.where(real, weight_share, 0.0).double().sum(dim=(0, 2)), count, heads)
         self._add(site, 3, torch.where(real, norm_share, 0.0).double().sum(dim=(0, 2)), count, heads)
 
     def _add(self, site: AttentionSite, field: int, sums: Tensor, count: float, heads: int) -> None:
+        # the sums stay on the model's device until the result (a copy to the host would wait for the GPU)
         if site not in self._sums:
             self._sums[site], self._counts[site] = _zeros(len(CARRIER_FIELDS), heads), _zeros(len(CARRIER_FIELDS))
+        if self._sums[site].device != sums.device:
+            self._sums[site] = self._sums[site].to(sums.device)
         self._seen.add(site)
-        self._sums[site][field] += sums.cpu()
+        self._sums[site][field] += sums
         self._counts[site][field] += count
 
     def merge_across(self, parallel: DataParallel, layout: Mapping[AttentionSite, int]) -> None:
@@ -189,7 +204,8 @@ class TokenCarriers:
         sites = sorted(site for site in layout if site in self.projections)
         local = []
         for site in sites:
-            local.append(self._sums.get(site, torch.zeros(len(CARRIER_FIELDS), layout[site], dtype=torch.float64)))
+            sums = self._sums.get(site)
+            local.append(sums.cpu() if sums is not None else _zeros(len(CARRIER_FIELDS), layout[site]))
             local.append(self._counts.get(site, torch.zeros(len(CARRIER_FIELDS), dtype=torch.float64)))
         merged = parallel.sum(local)
         self._sums = {site: merged[2 * n] for n, site in enumerate(sites)}
@@ -200,7 +216,7 @@ class TokenCarriers:
         means = {}
         for site in sorted(self._seen):
             counts = self._counts[site][:, None]  # [4, 1]
-            means[site] = torch.where(counts > 0, self._sums[site] / counts.clamp(min=1), math.nan)
+            means[site] = torch.where(counts > 0, self._sums[site].cpu() / counts.clamp(min=1), math.nan)
         return CarrierStatistics(means)
 
 
