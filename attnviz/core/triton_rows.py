@@ -5,7 +5,7 @@
 the band of weights around the diagonal, the weights on chosen key columns) and the weighted sums of the carriers —
 tile by tile of keys, flash-attention style, so that no pattern is ever written. Each program takes one head's
 ``BLOCK_M`` queries and walks the keys in tiles of ``BLOCK_N`` with a running maximum ``m`` and sum ``l``; the
-summary's sums are rescaled with them::
+summary's sums are rescaled with them (:mod:`attnviz.core.triton_kernel` holds the kernel, in base-2 logits)::
 
     l = Σ_j e^{s_j − m}            max weight = 1 / l          (the largest weight is e^{m − m} / l)
     T = Σ_j e^{s_j − m}(s_j − m)    entropy    = ln l − T / l   (−Σ_j p_j ln p_j with p_j = e^{s_j − m} / l)
@@ -30,7 +30,6 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -80,172 +79,6 @@ def triton_applies(query: Tensor) -> bool:
     """Whether the core runs :func:`attend_rows_triton` for ``query``: on a CUDA device, where Triton is installed
     (on the CPU the core has its own tile kernel; the interpreter is for tests, which call the kernel directly)."""
     return query.device.type == "cuda" and triton_available()
-
-
-@functools.cache
-def _kernel() -> Any:
-    """The ``@triton.jit`` kernel, defined on first use so that importing attnviz never imports Triton."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def attend_rows_kernel(
-        Q, K, V, Mask, Out, Summary, Columns, KeyWeights, Weighted, KeyStart, KeyStop, Sinks, SinkShare,
-        sqb, sqh, sqm, sqd,
-        skb, skh, skn, skd,
-        svb, svh, svn, svd,
-        smb, smh, smm, smn,
-        sob, som, soh, sod,
-        ssf, ssb, ssh, ssm,
-        swb, swh, swn,
-        sxb, sxh, sxm,
-        szb, szh, szm,
-        heads, n_rep, q_len, k_len, head_dim, value_dim, scaling, window,
-        HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr, PADDED: tl.constexpr,
-        SUMMARY: tl.constexpr, REACH: tl.constexpr, BAND_P2: tl.constexpr,
-        COLUMNS: tl.constexpr, COLUMNS_P2: tl.constexpr, WEIGHTS: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-        UPCAST: tl.constexpr, SINKS: tl.constexpr, SHARE: tl.constexpr, PRECISION: tl.constexpr,
-    ):  # fmt: skip
-        block_m = tl.program_id(0)
-        batch_head = tl.program_id(1)
-        b = batch_head // heads
-        h = batch_head % heads
-        kvh = h // n_rep
-        rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [M] query positions
-        dims = tl.arange(0, BLOCK_D)
-        vdims = tl.arange(0, BLOCK_DV)
-        row_ok = rows < q_len
-        q = tl.load(
-            Q + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :] * sqd,
-            mask=row_ok[:, None] & (dims[None, :] < head_dim),
-            other=0.0,
-        )  # [M, D]
-        if UPCAST:
-            q = q.to(tl.float32)
-        offset = k_len - q_len  # causal: query i sees keys j <= i + offset (a longer key side holds the past)
-        first = block_m * 0  # the key tiles this block of queries can weigh: [first, last)
-        last = k_len + first
-        if PADDED:
-            first = tl.load(KeyStart + b).to(tl.int32)
-            last = tl.load(KeyStop + b).to(tl.int32)
-        if CAUSAL:
-            last = tl.minimum(last, (block_m + 1) * BLOCK_M + offset)
-        if WINDOWED:
-            first = tl.maximum(first, block_m * BLOCK_M + offset - window + 1)
-        first = tl.maximum(first, 0) // BLOCK_N * BLOCK_N
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        key_max = tl.full([BLOCK_M], float("-inf"), tl.float32)  # the largest logit of a key (the sink's may be larger)
-        if SINKS:  # the head's sink is each row's first term: the running max at its logit, Σ exp = 1
-            sink = tl.load(Sinks + h).to(tl.float32)
-            m_i = tl.zeros([BLOCK_M], tl.float32) + sink
-            l_i = tl.zeros([BLOCK_M], tl.float32) + 1.0
-        t_i = tl.zeros([BLOCK_M], tl.float32)
-        d_i = tl.zeros([BLOCK_M], tl.float32)
-        w_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-        band = tl.full([BLOCK_M, BAND_P2], float("-inf"), tl.float32)  # raw logits of keys i − o, o = −r … r
-        band_slots = tl.arange(0, BAND_P2)
-        picked = tl.full([BLOCK_M, COLUMNS_P2], float("-inf"), tl.float32)  # raw logits of the chosen keys
-        column_slots = tl.arange(0, COLUMNS_P2)
-        for start in range(first, last, BLOCK_N):
-            keys = start + tl.arange(0, BLOCK_N)  # [N] key positions
-            key_ok = keys < k_len
-            k = tl.load(
-                K + b * skb + kvh * skh + keys[None, :] * skn + dims[:, None] * skd,
-                mask=key_ok[None, :] & (dims[:, None] < head_dim),
-                other=0.0,
-            )  # [D, N]
-            if UPCAST:
-                k = k.to(tl.float32)
-            s = tl.dot(q, k, input_precision=PRECISION, out_dtype=tl.float32) * scaling  # [M, N]
-            if HAS_MASK:
-                s += tl.load(
-                    Mask + b * smb + h * smh + rows[:, None] * smm + keys[None, :] * smn,
-                    mask=row_ok[:, None] & key_ok[None, :],
-                    other=0.0,
-                ).to(tl.float32)
-            visible = key_ok[None, :] & (keys[None, :] >= 0)
-            if PADDED:
-                visible &= (keys[None, :] >= tl.load(KeyStart + b)) & (keys[None, :] < tl.load(KeyStop + b))
-            if CAUSAL:
-                visible &= keys[None, :] <= rows[:, None] + offset
-            if WINDOWED:
-                visible &= keys[None, :] > rows[:, None] + offset - window
-            visible &= s != float("-inf")  # a key the mask hides with -inf (or a lowest value that overflowed)
-            s = tl.where(visible, s, float("-inf"))
-            key_max = tl.maximum(key_max, tl.max(s, 1))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no visible key yet
-            alpha = tl.where(m_i == float("-inf"), 0.0, tl.exp(m_i - m_safe))
-            shift = tl.where(m_i == float("-inf"), 0.0, m_i - m_safe)
-            centred = tl.where(visible, s - m_safe[:, None], 0.0)
-            p = tl.where(visible, tl.exp(centred), 0.0)  # [M, N]
-            t_i = alpha * (t_i + shift * l_i) + tl.sum(p * centred, 1)
-            l_i = alpha * l_i + tl.sum(p, 1)
-            if SUMMARY:
-                gap = tl.abs(rows[:, None] - keys[None, :]).to(tl.float32)
-                d_i = alpha * d_i + tl.sum(p * gap, 1)
-                # the band's keys i − r … i + r lie in few tiles, each chosen column in one: skip the others
-                if (start <= block_m * BLOCK_M + BLOCK_M - 1 + REACH) & (
-                    start + BLOCK_N - 1 >= block_m * BLOCK_M - REACH
-                ):
-                    for slot in tl.static_range(2 * REACH + 1):
-                        at = keys[None, :] == rows[:, None] - (slot - REACH)  # key i − o, o = slot − r
-                        value_at = tl.sum(tl.where(at & visible, s, 0.0), 1)
-                        hit = tl.sum((at & visible).to(tl.int32), 1) > 0
-                        band = tl.where((band_slots[None, :] == slot) & hit[:, None], value_at[:, None], band)
-                for slot in tl.static_range(COLUMNS):
-                    column = tl.load(Columns + slot)
-                    if (column >= start) & (column < start + BLOCK_N):
-                        at = keys[None, :] == column
-                        value_at = tl.sum(tl.where(at & visible, s, 0.0), 1)
-                        hit = tl.sum((at & visible).to(tl.int32), 1) > 0
-                        picked = tl.where((column_slots[None, :] == slot) & hit[:, None], value_at[:, None], picked)
-            if WEIGHTS:
-                key_weight = tl.load(KeyWeights + b * swb + h * swh + keys * swn, mask=key_ok, other=0.0)
-                w_i = alpha * w_i + tl.sum(p * key_weight[None, :], 1)
-            v = tl.load(
-                V + b * svb + kvh * svh + keys[:, None] * svn + vdims[None, :] * svd,
-                mask=key_ok[:, None] & (vdims[None, :] < value_dim),
-                other=0.0,
-            )  # [N, DV]
-            if UPCAST:
-                v = v.to(tl.float32)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32)
-            m_i = m_new
-        seen = l_i > 0
-        inverse = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)  # rows that see no key give zeros
-        out = acc * inverse[:, None]
-        tl.store(
-            Out + b * sob + rows[:, None] * som + h * soh + vdims[None, :] * sod,
-            out.to(Out.dtype.element_ty),
-            mask=row_ok[:, None] & (vdims[None, :] < value_dim),
-        )
-        m_final = tl.where(m_i == float("-inf"), 0.0, m_i)
-        if SUMMARY:
-            base = Summary + b * ssb + h * ssh + rows * ssm
-            if SINKS:
-                tl.store(base, tl.exp(key_max - m_final) * inverse, mask=row_ok)  # max weight of a key
-            else:
-                tl.store(base, inverse, mask=row_ok)  # max weight
-            tl.store(base + ssf, tl.where(seen, tl.log(tl.where(seen, l_i, 1.0)) - t_i * inverse, 0.0), mask=row_ok)
-            tl.store(base + 2 * ssf, d_i * inverse, mask=row_ok)
-            weights = tl.exp(band - m_final[:, None]) * inverse[:, None]  # [M, BAND_P2]
-            for slot in tl.static_range(2 * REACH + 1):
-                value = tl.sum(tl.where(band_slots[None, :] == slot, weights, 0.0), 1)
-                tl.store(base + (3 + slot) * ssf, value, mask=row_ok)
-            weights = tl.exp(picked - m_final[:, None]) * inverse[:, None]  # [M, COLUMNS_P2]
-            for slot in tl.static_range(COLUMNS):
-                value = tl.sum(tl.where(column_slots[None, :] == slot, weights, 0.0), 1)
-                tl.store(base + (4 + 2 * REACH + slot) * ssf, value, mask=row_ok)
-        if WEIGHTS:
-            tl.store(Weighted + b * sxb + h * sxh + rows * sxm, w_i * inverse, mask=row_ok)
-        if SHARE:
-            tl.store(SinkShare + b * szb + h * szh + rows * szm, tl.exp(sink - m_final) * inverse, mask=row_ok)
-
-    return attend_rows_kernel
 
 
 def _power_of_two(value: int, least: int = 1) -> int:
@@ -303,7 +136,9 @@ def attend_rows_triton(
     summary_values = summary.values if summary is not None else None
     launch = launch or launch_config(query.dtype, max(head_dim, value_dim))
     grid = (triton.cdiv(query_len, launch.block_m), batch * heads)
-    _kernel()[grid](
+    from attnviz.core.triton_kernel import attend_rows_kernel
+
+    attend_rows_kernel[grid](
         query, key, value,
         mask if mask is not None else dummy,
         output,

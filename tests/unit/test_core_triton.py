@@ -227,3 +227,74 @@ def test_attention_sinks_equal_the_cpu_tile_kernel(inputs):
     ).abs().max() <= 1e-5
     assert (triton_share - share).abs().max() <= 2e-6
     assert share[:, 3].min() > 0.99 and share[1, :, :5].min() > 0.999 and share[0, 0].max() < 0.5
+
+
+def band_weights(pattern: torch.Tensor, offset: int) -> torch.Tensor:
+    """``pattern[..., i, i − offset]`` ``[b, h, q]``, 0 where that key does not exist."""
+    queries, keys = pattern.shape[-2:]
+    column = torch.arange(queries) - offset
+    inside = (column >= 0) & (column < keys)
+    picked = pattern.gather(-1, column.clamp(0, keys - 1).expand(*pattern.shape[:-1])[..., None])[..., 0]
+    return torch.where(inside, picked, 0.0)
+
+
+@pytest.mark.parametrize("past", [0, 19], ids=["same-length", "past-keys"])
+@pytest.mark.parametrize("sinks", [False, True], ids=["no-sinks", "sinks"])
+def test_long_causal_rows_through_interior_tiles(past, sinks):
+    """A causal pass of 100 queries over 100 (+19 past) keys in 16-wide tiles, no mask tensor: most tiles are
+    interior (every key visible to every query of the block, the distance from the cheaper formula), the band and the
+    columns cross tile boundaries; against float64 from the definition, each head's sink as one more softmax term."""
+    generator = torch.Generator().manual_seed(1)
+    queries, keys, heads, kv_heads, dim = 100, 100 + past, 4, 2, 32
+    query = torch.randn(1, heads, queries, dim, generator=generator) * 2
+    key = torch.randn(1, kv_heads, keys, dim, generator=generator) * 2
+    value = torch.randn(1, kv_heads, keys, dim, generator=generator)
+    key_weights = torch.rand(1, heads, keys, generator=generator)
+    sink_logits = torch.tensor([-1.0, 0.5, 2.0, 4.0]) if sinks else None
+    columns = (0, 17, 40)
+    # float64 reference: [b, h, q, k (+ sink)]
+    logits = query.double() @ key.double().repeat_interleave(2, 1).transpose(-1, -2) * dim**-0.5
+    hidden = torch.ones(queries, keys, dtype=torch.bool).triu(1 + past)
+    logits = logits.masked_fill(hidden, float("-inf"))
+    if sinks:
+        logits = torch.cat([logits, sink_logits.double()[None, :, None, None].expand(1, heads, queries, 1)], -1)
+    weights = torch.softmax(logits, -1)
+    share = weights[..., -1] if sinks else None
+    pattern = weights[..., :keys]
+    rows, cols = torch.arange(queries)[:, None], torch.arange(keys)[None, :]
+    full = weights.clamp_min(1e-300)
+    expected = {
+        "output": (pattern @ value.double().repeat_interleave(2, 1)).transpose(1, 2),
+        "max_weight": pattern.max(-1).values,
+        "entropy": -(weights * full.log()).sum(-1),
+        "distance": (pattern * (rows - cols).abs()).sum(-1),
+        "columns": torch.stack([pattern[..., column] for column in columns]),
+        "weighted": (pattern * key_weights.double()[:, :, None, :]).sum(-1),
+        "band": torch.stack([band_weights(pattern, offset) for offset in (-1, 0, 1)]),
+    }
+    output = torch.empty(1, queries, heads, dim, device=DEVICE)
+    summary = RowSummary(torch.zeros(RowSummary.buffer_shape(1, heads, queries, 1, 3), device=DEVICE), columns)
+    weighted = torch.zeros(1, heads, queries, device=DEVICE)
+    sink_share = torch.zeros(1, heads, queries, device=DEVICE)
+    attend_rows_triton(
+        query.to(DEVICE), key.to(DEVICE), value.to(DEVICE), dim**-0.5, output, causal=True, summary=summary,
+        key_weights=key_weights.to(DEVICE), weighted=weighted,
+        sinks=sink_logits.to(DEVICE) if sinks else None, sink_share=sink_share if sinks else None,
+        launch=LaunchConfig(block_m=16, block_n=16),
+    )  # fmt: skip
+    summary = RowSummary(summary.values.cpu(), columns)
+    computed = {
+        "output": output.double().cpu(),
+        "max_weight": summary.max_weight,
+        "entropy": summary.entropy,
+        "distance": summary.distance,
+        "columns": torch.stack([summary.column(column) for column in columns]),
+        "weighted": weighted.cpu(),
+        "band": summary.band,
+    }
+    for name, value_expected in expected.items():
+        scale = 100.0 if name == "distance" else 1.0
+        difference = float((computed[name].double() - value_expected).abs().max())
+        assert difference <= 3e-5 * scale, (name, difference)
+    if sinks:
+        assert float((sink_share.cpu().double() - share).abs().max()) <= 2e-6

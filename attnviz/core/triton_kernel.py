@@ -1,0 +1,271 @@
+"""The Triton source of the GPU tile kernel; :mod:`attnviz.core.triton_rows` launches it and says what it computes.
+
+Each program takes one head's ``BLOCK_M`` queries and walks the keys in tiles of ``BLOCK_N``, in three runs: the
+tiles before and after the interior are *checked* (an additive mask, padding, causality, a window: which keys each
+query may weigh is worked out per element), the interior tiles, whose every key every query of the block may weigh,
+are not. In the interior the mean distance also comes cheaper: there every key ``j`` is at most the query ``i``, so
+``Σ p_j |i − j| = i Σ p_j − Σ p_j j``.
+
+Logits are kept in base 2 (multiplied by ``log2 e``, so ``exp2`` stands for ``exp``): the running maximum ``m``, the
+band's and the columns' logits and the sink. The entropy's sum ``T = Σ p_j (s_j − m)`` is then in bits, and turned
+into nats at the end (``ln l − ln 2 · T / l``).
+
+This module imports Triton: :mod:`attnviz.core.triton_rows` imports it on first use only, so that importing attnviz
+never imports Triton.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def key_tile(
+    acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max,
+    q, K, V, Mask, KeyWeights, Columns, KeyStart, KeyStop,
+    b, h, kvh, rows, block_start, start, dims, vdims, band_slots, column_slots,
+    skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
+    q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
+    CHECKED: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
+    PADDED: tl.constexpr, SUMMARY: tl.constexpr, REACH: tl.constexpr, COLUMNS: tl.constexpr,
+    WEIGHTS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One tile of ``BLOCK_N`` keys from ``start``: the running sums updated (see the module docstring)."""
+    keys = start + tl.arange(0, BLOCK_N)  # [N] key positions
+    if CHECKED:
+        key_ok = keys < k_len
+        k = tl.load(
+            K + b * skb + kvh * skh + keys[None, :] * skn + dims[:, None] * skd,
+            mask=key_ok[None, :] & (dims[:, None] < head_dim),
+            other=0.0,
+        )  # [D, N]
+    else:  # an interior tile lies wholly inside the keys
+        k = tl.load(
+            K + b * skb + kvh * skh + keys[None, :] * skn + dims[:, None] * skd,
+            mask=dims[:, None] < head_dim,
+            other=0.0,
+        )  # [D, N]
+    if UPCAST:
+        k = k.to(tl.float32)
+    s = tl.dot(q, k, input_precision=PRECISION, out_dtype=tl.float32) * qk_scale  # [M, N], base-2 logits
+    if CHECKED:
+        if HAS_MASK:
+            additive = tl.load(
+                Mask + b * smb + h * smh + rows[:, None] * smm + keys[None, :] * smn,
+                mask=(rows[:, None] < q_len) & key_ok[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            # in base 2, the lowest float32 (transformers' "hidden") would overflow to -inf, and a row that hides
+            # every key would then weigh none instead of all alike (as softmax does): keep it finite
+            s += tl.where(additive == float("-inf"), float("-inf"), tl.maximum(additive, -2.0e38)) * 1.4426950408889634
+        visible = key_ok[None, :] & (keys[None, :] >= 0)
+        if PADDED:
+            visible &= (keys[None, :] >= tl.load(KeyStart + b)) & (keys[None, :] < tl.load(KeyStop + b))
+        if CAUSAL:
+            visible &= keys[None, :] <= rows[:, None] + offset
+        if WINDOWED:
+            visible &= keys[None, :] > rows[:, None] + offset - window
+        visible &= s != float("-inf")  # a key the mask hides with -inf (or a lowest value that overflowed)
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no visible key yet
+        centred = tl.where(visible, s - m_safe[:, None], 0.0)
+        p = tl.where(visible, tl.exp2(centred), 0.0)  # [M, N]
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = m_new
+        centred = s - m_new[:, None]
+        p = tl.exp2(centred)  # [M, N]
+    key_max = tl.maximum(key_max, tl.max(s, 1))
+    alpha = tl.where(m_i == float("-inf"), 0.0, tl.exp2(m_i - m_safe))
+    shift = tl.where(m_i == float("-inf"), 0.0, m_i - m_safe)
+    tile_sum = tl.sum(p, 1)
+    t_i = alpha * (t_i + shift * l_i) + tl.sum(p * centred, 1)
+    l_i = alpha * l_i + tile_sum
+    if SUMMARY:
+        if CHECKED:
+            gap = tl.abs(rows[:, None] - keys[None, :]).to(tl.float32)
+            d_i = alpha * d_i + tl.sum(p * gap, 1)
+        else:  # every key j ≤ query i: Σ p_j (i − j)
+            d_i = alpha * d_i + rows.to(tl.float32) * tile_sum - tl.sum(p * keys.to(tl.float32)[None, :], 1)
+        # the band's keys i − r … i + r lie in few tiles, each chosen column in one: skip the others
+        if (start <= block_start + BLOCK_M - 1 + REACH) & (start + BLOCK_N - 1 >= block_start - REACH):
+            for slot in tl.static_range(2 * REACH + 1):
+                at = keys[None, :] == rows[:, None] - (slot - REACH)  # key i − o, o = slot − r
+                if CHECKED:
+                    at &= visible
+                value_at = tl.sum(tl.where(at, s, 0.0), 1)
+                hit = tl.sum(at.to(tl.int32), 1) > 0
+                band = tl.where((band_slots[None, :] == slot) & hit[:, None], value_at[:, None], band)
+        for slot in tl.static_range(COLUMNS):
+            column = tl.load(Columns + slot)
+            if (column >= start) & (column < start + BLOCK_N):
+                at = (keys[None, :] == column) & (rows[:, None] >= 0)  # [M, N]
+                if CHECKED:
+                    at &= visible
+                value_at = tl.sum(tl.where(at, s, 0.0), 1)
+                hit = tl.sum(at.to(tl.int32), 1) > 0
+                picked = tl.where((column_slots[None, :] == slot) & hit[:, None], value_at[:, None], picked)
+    if WEIGHTS:
+        if CHECKED:
+            key_weight = tl.load(KeyWeights + b * swb + h * swh + keys * swn, mask=key_ok, other=0.0)
+        else:
+            key_weight = tl.load(KeyWeights + b * swb + h * swh + keys * swn)
+        w_i = alpha * w_i + tl.sum(p * key_weight[None, :], 1)
+    if CHECKED:
+        v = tl.load(
+            V + b * svb + kvh * svh + keys[:, None] * svn + vdims[None, :] * svd,
+            mask=key_ok[:, None] & (vdims[None, :] < value_dim),
+            other=0.0,
+        )  # [N, DV]
+    else:
+        v = tl.load(
+            V + b * svb + kvh * svh + keys[:, None] * svn + vdims[None, :] * svd,
+            mask=vdims[None, :] < value_dim,
+            other=0.0,
+        )  # [N, DV]
+    if UPCAST:
+        v = v.to(tl.float32)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32)
+    return acc, m_new, l_i, t_i, d_i, w_i, band, picked, key_max
+
+
+@triton.jit
+def attend_rows_kernel(
+    Q, K, V, Mask, Out, Summary, Columns, KeyWeights, Weighted, KeyStart, KeyStop, Sinks, SinkShare,
+    sqb, sqh, sqm, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    smb, smh, smm, smn,
+    sob, som, soh, sod,
+    ssf, ssb, ssh, ssm,
+    swb, swh, swn,
+    sxb, sxh, sxm,
+    szb, szh, szm,
+    heads, n_rep, q_len, k_len, head_dim, value_dim, scaling, window,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr, PADDED: tl.constexpr,
+    SUMMARY: tl.constexpr, REACH: tl.constexpr, BAND_P2: tl.constexpr,
+    COLUMNS: tl.constexpr, COLUMNS_P2: tl.constexpr, WEIGHTS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    UPCAST: tl.constexpr, SINKS: tl.constexpr, SHARE: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    # the longest causal blocks (the last queries) first, so that short ones fill the GPU's tail
+    block_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    batch_head = tl.program_id(1)
+    b = batch_head // heads
+    h = batch_head % heads
+    kvh = h // n_rep
+    block_start = block_m * BLOCK_M
+    rows = block_start + tl.arange(0, BLOCK_M)  # [M] query positions
+    dims = tl.arange(0, BLOCK_D)
+    vdims = tl.arange(0, BLOCK_DV)
+    row_ok = rows < q_len
+    q = tl.load(
+        Q + b * sqb + h * sqh + rows[:, None] * sqm + dims[None, :] * sqd,
+        mask=row_ok[:, None] & (dims[None, :] < head_dim),
+        other=0.0,
+    )  # [M, D]
+    if UPCAST:
+        q = q.to(tl.float32)
+    qk_scale = scaling * 1.4426950408889634  # base-2 logits
+    offset = k_len - q_len  # causal: query i sees keys j <= i + offset (a longer key side holds the past)
+    # the keys this block may weigh, [first, last), and those every one of its queries may weigh, the interior
+    first = block_m * 0
+    last = k_len + first
+    inner_first = first
+    inner_last = k_len // BLOCK_N * BLOCK_N + first
+    if PADDED:
+        first = tl.load(KeyStart + b).to(tl.int32)
+        last = tl.load(KeyStop + b).to(tl.int32)
+        inner_first = first
+        inner_last = last // BLOCK_N * BLOCK_N
+    if CAUSAL:
+        last = tl.minimum(last, block_start + BLOCK_M + offset)
+    if CAUSAL or SUMMARY:  # interior keys j ≤ every query i (and ≤ i + offset): the cheap distance holds
+        inner_last = tl.minimum(inner_last, tl.minimum(block_start, block_start + offset + 1) // BLOCK_N * BLOCK_N)
+    if WINDOWED:
+        first = tl.maximum(first, block_start + offset - window + 1)
+        inner_first = tl.maximum(inner_first, block_start + BLOCK_M + offset - window)
+    first = tl.maximum(first, 0) // BLOCK_N * BLOCK_N
+    inner_first = (tl.maximum(inner_first, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+    if HAS_MASK:  # an additive mask may hide any key
+        inner_first = last
+    inner_first = tl.minimum(tl.maximum(inner_first, first), last)
+    inner_last = tl.maximum(tl.minimum(inner_last, last), inner_first)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    key_max = tl.full([BLOCK_M], float("-inf"), tl.float32)  # the largest logit of a key (the sink's may be larger)
+    if SINKS:  # the head's sink is each row's first term: the running max at its logit, Σ exp = 1
+        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        m_i = tl.zeros([BLOCK_M], tl.float32) + sink
+        l_i = tl.zeros([BLOCK_M], tl.float32) + 1.0
+    t_i = tl.zeros([BLOCK_M], tl.float32)
+    d_i = tl.zeros([BLOCK_M], tl.float32)
+    w_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    band = tl.full([BLOCK_M, BAND_P2], float("-inf"), tl.float32)  # logits of keys i − o, o = −r … r
+    band_slots = tl.arange(0, BAND_P2)
+    picked = tl.full([BLOCK_M, COLUMNS_P2], float("-inf"), tl.float32)  # logits of the chosen keys
+    column_slots = tl.arange(0, COLUMNS_P2)
+    for start in range(first, inner_first, BLOCK_N):
+        acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max = key_tile(
+            acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max,
+            q, K, V, Mask, KeyWeights, Columns, KeyStart, KeyStop,
+            b, h, kvh, rows, block_start, start, dims, vdims, band_slots, column_slots,
+            skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
+            q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
+            True, HAS_MASK, CAUSAL, WINDOWED, PADDED, SUMMARY, REACH, COLUMNS, WEIGHTS, UPCAST, PRECISION,
+            BLOCK_M, BLOCK_N,
+        )  # fmt: skip
+    for start in range(inner_first, inner_last, BLOCK_N):
+        acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max = key_tile(
+            acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max,
+            q, K, V, Mask, KeyWeights, Columns, KeyStart, KeyStop,
+            b, h, kvh, rows, block_start, start, dims, vdims, band_slots, column_slots,
+            skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
+            q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
+            False, HAS_MASK, CAUSAL, WINDOWED, PADDED, SUMMARY, REACH, COLUMNS, WEIGHTS, UPCAST, PRECISION,
+            BLOCK_M, BLOCK_N,
+        )  # fmt: skip
+    for start in range(inner_last, last, BLOCK_N):
+        acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max = key_tile(
+            acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max,
+            q, K, V, Mask, KeyWeights, Columns, KeyStart, KeyStop,
+            b, h, kvh, rows, block_start, start, dims, vdims, band_slots, column_slots,
+            skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
+            q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
+            True, HAS_MASK, CAUSAL, WINDOWED, PADDED, SUMMARY, REACH, COLUMNS, WEIGHTS, UPCAST, PRECISION,
+            BLOCK_M, BLOCK_N,
+        )  # fmt: skip
+    seen = l_i > 0
+    inverse = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)  # rows that see no key give zeros
+    out = acc * inverse[:, None]
+    tl.store(
+        Out + b * sob + rows[:, None] * som + h * soh + vdims[None, :] * sod,
+        out.to(Out.dtype.element_ty),
+        mask=row_ok[:, None] & (vdims[None, :] < value_dim),
+    )
+    m_final = tl.where(m_i == float("-inf"), 0.0, m_i)
+    if SUMMARY:
+        base = Summary + b * ssb + h * ssh + rows * ssm
+        if SINKS:
+            tl.store(base, tl.exp2(key_max - m_final) * inverse, mask=row_ok)  # max weight of a key
+        else:
+            tl.store(base, inverse, mask=row_ok)  # max weight
+        entropy = tl.log(tl.where(seen, l_i, 1.0)) - 0.6931471805599453 * t_i * inverse
+        tl.store(base + ssf, tl.where(seen, entropy, 0.0), mask=row_ok)
+        tl.store(base + 2 * ssf, d_i * inverse, mask=row_ok)
+        weights = tl.exp2(band - m_final[:, None]) * inverse[:, None]  # [M, BAND_P2]
+        for slot in tl.static_range(2 * REACH + 1):
+            value = tl.sum(tl.where(band_slots[None, :] == slot, weights, 0.0), 1)
+            tl.store(base + (3 + slot) * ssf, value, mask=row_ok)
+        weights = tl.exp2(picked - m_final[:, None]) * inverse[:, None]  # [M, COLUMNS_P2]
+        for slot in tl.static_range(COLUMNS):
+            value = tl.sum(tl.where(column_slots[None, :] == slot, weights, 0.0), 1)
+            tl.store(base + (4 + 2 * REACH + slot) * ssf, value, mask=row_ok)
+    if WEIGHTS:
+        tl.store(Weighted + b * sxb + h * sxh + rows * sxm, w_i * inverse, mask=row_ok)
+    if SHARE:
+        tl.store(SinkShare + b * szb + h * szh + rows * szm, tl.exp2(sink - m_final) * inverse, mask=row_ok)
