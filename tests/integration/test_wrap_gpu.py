@@ -57,11 +57,11 @@ def test_model_dispatched_with_device_map(tiny_model_dirs):
     directory = tiny_model_dirs["llama"]
     model = transformers.LlamaForCausalLM.from_pretrained(directory, dtype=torch.bfloat16, device_map="auto")
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-    placement = dict(model.hf_device_map)
+    placement = getattr(model, "hf_device_map", None)  # transformers before 5.2x leaves it unset on one device
     inputs = on_device(inputs_of(tokenizer, TEXTS[0]), "cuda")
     before = plain_outputs(model, inputs)
     capture = attnviz.capture(attnviz.wrap(model, tokenizer), TEXTS[0])
-    assert model.hf_device_map == placement
+    assert getattr(model, "hf_device_map", None) == placement
     assert model.config._attn_implementation == "sdpa"
     assert torch.equal(plain_outputs(model, inputs), before)
     for layer, eager in enumerate(eager_patterns(model, inputs)["self"]):
