@@ -104,7 +104,7 @@ def _cross_identity(capture: AttentionCapture, stack: str):
     if identity is None:
         return None
     tables = {
-        field.name: {"cross": value for name, value in getattr(identity, field.name).items() if name == stack}
+        field.name: ({"cross": getattr(identity, field.name)[stack]} if stack in getattr(identity, field.name) else {})
         for field in dataclasses.fields(identity)
     }
     return type(identity)(**tables)

@@ -220,7 +220,9 @@ class VisionLanguageModel(HFModel):
             # numpy warns inside some processors (PaliGemma's copies its tensors into training labels)
             with quiet_image_processors(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
-                encoded = self.processor(text=prompts, images=images, padding=True, return_tensors="pt")
+                # a family that reads pictures through cross-attention takes a list of pictures per text
+                pictures = [[image] for image in images] if self.family.cross_attention else images
+                encoded = self.processor(text=prompts, images=pictures, padding=True, return_tensors="pt")
         except Exception as exc:  # a picture the image processor cannot resize, a text it cannot tokenise
             raise InputError(f"{self.name}'s processor cannot read this input: {reason(exc)}") from exc
         return {key: value for key, value in encoded.items() if key not in _NOT_INPUTS}
@@ -289,10 +291,10 @@ class VisionLanguageModel(HFModel):
 def same_grid(grids: list[ImageGrid]) -> ImageGrid:
     """The one image grid of a batch's examples; refused where their pictures sit or are cut differently."""
     if any(grid != grids[0] for grid in grids):
-        raise InputError((
+        raise InputError(
             "the pictures of one batch sit at different places in their texts or are cut into different tiles: "
             "encode them one by one"
-        ))
+        )
     return grids[0]
 
 

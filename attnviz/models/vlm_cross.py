@@ -13,8 +13,8 @@ it as a captioner (:mod:`attnviz.models.caption`) whose source side is the pictu
   picture's keys, both numbered by the model's own layers (the self-attention layers lack the cross-attention
   layers' numbers and the other way round). The vision tower runs through the core too, unrecorded.
 
-A text token before the placeholder reads no tile: the model adds no mask to its row, so its cross-attention is
-spread evenly over every key, the empty tiles' too (what eager attention computes); the model then drops that row's
+A text token before the placeholder reads no tile: the model leaves its row unmasked, so its cross-attention
+spreads over every key, the empty tiles' too (what eager attention computes); the model then drops that row's
 feed-forward output. Each cross-attention layer scales its output by ``tanh`` of a learned gate: the direct logit
 attribution of its heads includes that gate; norm weighting is ``α_ij·‖W_O^h v_j‖`` as for every head.
 
@@ -130,7 +130,9 @@ class CrossAttentionVisionLanguageModel(VisionLanguageModel):
         weights = super().head_output_weights()
         gates = self._gates()
         return {
-            site: (weight * gates[site], None if bias is None else bias * gates[site]) if site in gates else (weight, bias)
+            site: (weight * gates[site], None if bias is None else bias * gates[site])
+            if site in gates
+            else (weight, bias)
             for site, (weight, bias) in weights.items()
         }
 
