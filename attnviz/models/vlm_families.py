@@ -102,10 +102,12 @@ VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
 }
 #: vision-language families attnviz refuses, by model_type, with the reason
 REFUSED_VLMS = {
-    "qwen2_vl": "Qwen2-VL merges patches at a resolution of its own choosing (its processor needs torchvision), "
-    "which attnviz does not map onto the picture yet",
-    "qwen2_5_vl": "Qwen2.5-VL merges patches at a resolution of its own choosing (its processor needs torchvision), "
-    "which attnviz does not map onto the picture yet",
+    "qwen2_vl": "Qwen2-VL merges patches at a resolution of its own choosing, and its processor cannot be built "
+    "without torchvision (its image processor has a Pillow path, its video processor has none), so attnviz does "
+    "not map it onto the picture yet",
+    "qwen2_5_vl": "Qwen2.5-VL merges patches at a resolution of its own choosing, and its processor cannot be built "
+    "without torchvision (its image processor has a Pillow path, its video processor has none), so attnviz does "
+    "not map it onto the picture yet",
     "llava_next": "LLaVA-NeXT cuts the image into tiles of several resolutions, which attnviz does not map onto the "
     "picture yet",
     "llava_onevision": "LLaVA-OneVision cuts the image into tiles of several resolutions, which attnviz does not map "
