@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tiny_vision import tiny_caption_tokenizer
 
-VLM_FAMILIES = ("llava", "paligemma", "gemma3", "idefics3")
+VLM_FAMILIES = ("llava", "paligemma", "gemma3", "idefics3", "mllama")
 IMAGE_SIZE = 32
 PATCH = 8
 
@@ -152,10 +152,34 @@ def tiny_vlm(family: str, *, strategy: str = "default"):
             image_token_id=tokenizer.image_token_id,
         )  # fmt: skip
         model_class = transformers.Idefics3ForConditionalGeneration
+    elif family == "mllama":
+        tokenizer = _tokenizer("<|image|>", "<|python_tag|>")
+        # pictures are cut into up to 4 tiles of 16 pixels (the aspect ratio closest to the picture's), each tile
+        # a 2×2 grid of 8-pixel patches after its class token; cross-attention layer 1 between self-attention 0 and 2
+        image_processor = transformers.MllamaImageProcessorPil(size={"height": 16, "width": 16}, max_image_tiles=4)
+        processor = transformers.MllamaProcessor(image_processor=image_processor, tokenizer=tokenizer)
+        vision = transformers.MllamaVisionConfig(
+            hidden_size=32, num_hidden_layers=2, num_global_layers=1, attention_heads=4, intermediate_size=64,
+            image_size=16, patch_size=PATCH, max_num_tiles=4, intermediate_layers_indices=[0], vision_output_dim=64,
+            initializer_range=0.2,
+        )  # fmt: skip
+        text = transformers.MllamaTextConfig(
+            hidden_size=48, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+            vocab_size=len(tokenizer), initializer_range=0.2, max_position_embeddings=128, cross_attention_layers=[1],
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=None,
+        )  # fmt: skip
+        config = transformers.MllamaConfig(
+            vision_config=vision, text_config=text, image_token_id=tokenizer.convert_tokens_to_ids("<|image|>")
+        )
+        model_class = transformers.MllamaForConditionalGeneration
     else:
         raise ValueError(f"unknown vision-language family {family!r}")
     torch.manual_seed(0)
     model = model_class(config).eval()
+    with torch.no_grad():  # Mllama's gates start closed (tanh 0): open them, so the picture reaches the text
+        for name, parameter in model.named_parameters():
+            if name.endswith(("_gate", ".gate", "gate_attn", "gate_ffn")):
+                parameter.fill_(0.8)
     return model, processor
 
 

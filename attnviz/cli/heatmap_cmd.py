@@ -313,7 +313,8 @@ def heatmap(
         result = capture_text(text, target, model, running, generation=generation, **recording)
     if layer is None and result.identity is not None and result.identity.is_subset():
         # the default "last layer" of a capture of some layers is the last one it holds
-        held = result.recorded_layers(stack or result.stacks[0])
+        pictured = result.image_grid is not None and "cross" in result.stacks  # drawn word by word: its cross layers
+        held = result.recorded_layers(stack or ("cross" if pictured else result.stacks[0]))
         layers = held[-1:] if not html else None
         if terminal and layers:
             one_layer = layers[0]

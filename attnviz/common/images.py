@@ -33,20 +33,35 @@ MIN_SIDE = 2
 
 @dataclass(frozen=True)
 class ImageGrid:
-    """How a vision transformer's tokens cover the image: extra tokens first, then ``rows × cols`` patches."""
+    """How a vision transformer's tokens cover the image: extra tokens first, then ``rows × cols`` patches.
+
+    A picture cut into ``tiles`` (Mllama: ``tile rows × tile cols`` tiles of the processed canvas, each read as
+    a picture of its own) orders its tokens tile by tile, row-major over the tiles: each tile's extra tokens, then
+    its own patches row-major; ``padding`` tokens follow (the empty tiles the model reads and masks). Patches are
+    still named by their place on the whole canvas, ``r{row}c{col}``.
+    """
 
     rows: int
     cols: int
-    extra_kinds: tuple[str, ...]  # kinds of the tokens before the patches, in order ("cls", "register", …)
+    extra_kinds: tuple[str, ...]  # kinds of the tokens before the patches (of each tile), in order ("cls", …)
     patch_size: tuple[int, int] = (1, 1)  # pixels per patch (height, width) of the resized image
     #: position of the first image token in the model's token sequence: 0 for a vision model, where the image is
     #: the whole input; where the image sits inside a text (a vision-language model), the extra tokens and the
     #: patches are the positions ``start … start + num_tokens - 1``
     start: int = 0
+    tiles: tuple[int, int] = (1, 1)  # (tile rows, tile cols) the picture was cut into, each a block of the grid
+    padding: int = 0  # tokens of empty tiles after the picture's (masked by the model)
+    #: where a text reads the picture through cross-attention (Mllama), the text position of its placeholder
+    #: token: the text after it reads the picture
+    placeholder: int | None = None
+
+    @property
+    def num_tiles(self) -> int:
+        return self.tiles[0] * self.tiles[1]
 
     @property
     def num_extra(self) -> int:
-        return len(self.extra_kinds)
+        return len(self.extra_kinds) * self.num_tiles
 
     @property
     def num_patches(self) -> int:
@@ -54,14 +69,22 @@ class ImageGrid:
 
     @property
     def num_tokens(self) -> int:
-        return self.num_extra + self.num_patches
+        return self.num_extra + self.num_patches + self.padding
 
     @property
     def has_class_token(self) -> bool:
         return bool(self.extra_kinds) and self.extra_kinds[0] == "cls"
 
-    def token_labels(self) -> list[str]:
-        """``[CLS]`` (and the other extra tokens) then ``r{row}c{col}`` row-major."""
+    def _tile_shape(self) -> tuple[int, int]:
+        """(patch rows, patch cols) of one tile."""
+        return self.rows // self.tiles[0], self.cols // self.tiles[1]
+
+    def _tile_tokens(self) -> int:
+        """Tokens of one tile: its extra tokens and its patches."""
+        rows, cols = self._tile_shape()
+        return len(self.extra_kinds) + rows * cols
+
+    def _extra_labels(self) -> list[str]:
         labels, registers = [], 0
         for kind in self.extra_kinds:
             if kind == "register":
@@ -69,7 +92,39 @@ class ImageGrid:
                 registers += 1
             else:
                 labels.append(EXTRA_LABELS[kind])
-        return labels + [f"r{row}c{col}" for row in range(self.rows) for col in range(self.cols)]
+        return labels
+
+    def token_labels(self) -> list[str]:
+        """``[CLS]`` (and the other extra tokens) then ``r{row}c{col}`` row-major; tile by tile where the picture
+        was cut into tiles (each tile's extra tokens numbered by tile, ``[CLS]1``), then ``[PAD]`` tokens."""
+        extras = self._extra_labels()
+        if self.num_tiles == 1:
+            patches = [f"r{row}c{col}" for row in range(self.rows) for col in range(self.cols)]
+            return extras + patches + ["[PAD]"] * self.padding
+        labels: list[str] = [""] * (self.num_tokens - self.padding)
+        for index, label in zip(self.extra_indices(), extras * self.num_tiles, strict=True):
+            labels[index] = f"{label}{index // self._tile_tokens()}"
+        for index, (row, col) in zip(self.patch_indices(), self._cells(), strict=True):
+            labels[index] = f"r{row}c{col}"
+        return labels + ["[PAD]"] * self.padding
+
+    def _cells(self) -> list[tuple[int, int]]:
+        return [(row, col) for row in range(self.rows) for col in range(self.cols)]
+
+    def patch_indices(self) -> list[int]:
+        """Token index of every patch, row-major over the whole picture (``[rows·cols]``)."""
+        return [self._patch_index(row, col) for row, col in self._cells()]
+
+    def extra_indices(self) -> list[int]:
+        """Token index of every extra token, tile by tile (``[num_extra]``)."""
+        per_tile = self._tile_tokens()
+        return [tile * per_tile + kind for tile in range(self.num_tiles) for kind in range(len(self.extra_kinds))]
+
+    def _patch_index(self, row: int, col: int) -> int:
+        tile_rows, tile_cols = self._tile_shape()
+        tile = (row // tile_rows) * self.tiles[1] + col // tile_cols
+        inside = (row % tile_rows) * tile_cols + col % tile_cols
+        return tile * self._tile_tokens() + len(self.extra_kinds) + inside
 
     def patch_token(self, row: int, col: int) -> int:
         """Token index of patch ``(row, col)``; a clear error outside the grid."""
@@ -78,7 +133,7 @@ class ImageGrid:
                 f"patch ({row}, {col}) is outside the {self.rows}×{self.cols} patch grid: "
                 f"use a row 0–{self.rows - 1} and a column 0–{self.cols - 1}"
             )
-        return self.num_extra + row * self.cols + col
+        return self._patch_index(row, col)
 
     @property
     def positions(self) -> range:
@@ -92,7 +147,10 @@ class ImageGrid:
             "extra_kinds": list(self.extra_kinds),
             "patch_size": list(self.patch_size),
         }
-        return values | ({"start": self.start} if self.start else {})
+        optional = {"start": self.start, "tiles": list(self.tiles), "padding": self.padding}
+        optional |= {"placeholder": self.placeholder}
+        defaults = {"start": 0, "tiles": [1, 1], "padding": 0, "placeholder": None}
+        return values | {key: value for key, value in optional.items() if value != defaults[key]}
 
     @classmethod
     def from_dict(cls, values: object) -> ImageGrid:
@@ -105,12 +163,21 @@ class ImageGrid:
             raise ValueError("the image grid's rows and cols are not positive integers")
         if not isinstance(kinds, list) or any(kind not in EXTRA_LABELS for kind in kinds):
             raise ValueError(f"the image grid's extra_kinds are not a list of {', '.join(EXTRA_LABELS)}")
-        if not (isinstance(patch, list) and len(patch) == 2 and all(isinstance(p, int) and p >= 1 for p in patch)):
+        if not _positive_pair(patch):
             raise ValueError("the image grid's patch_size is not two positive integers")
-        start = values.get("start", 0)
-        if not (isinstance(start, int) and start >= 0):
-            raise ValueError("the image grid's start is not a position")
-        return cls(rows, cols, tuple(kinds), (patch[0], patch[1]), start)
+        start, padding = values.get("start", 0), values.get("padding", 0)
+        tiles, placeholder = values.get("tiles", [1, 1]), values.get("placeholder")
+        if not all(isinstance(value, int) and value >= 0 for value in (start, padding)):
+            raise ValueError("the image grid's start or padding is not a position")
+        if not _positive_pair(tiles) or rows % tiles[0] or cols % tiles[1]:
+            raise ValueError("the image grid's tiles are not two positive integers dividing its rows and cols")
+        if placeholder is not None and not (isinstance(placeholder, int) and placeholder >= 0):
+            raise ValueError("the image grid's placeholder is not a position")
+        return cls(rows, cols, tuple(kinds), (patch[0], patch[1]), start, (tiles[0], tiles[1]), padding, placeholder)
+
+
+def _positive_pair(values: object) -> bool:
+    return isinstance(values, list) and len(values) == 2 and all(isinstance(v, int) and v >= 1 for v in values)
 
 
 def open_image(source: str | os.PathLike | bytes, *, name: str | None = None) -> Image:

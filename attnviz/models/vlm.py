@@ -91,7 +91,12 @@ def load_vision_language_model(
     if not device_map:
         model.to(device)
     model.eval()
-    loaded = VisionLanguageModel(model, processor, family, name=name or source)
+    if family.cross_attention:
+        from attnviz.models.vlm_cross import CrossAttentionVisionLanguageModel
+
+        loaded: VisionLanguageModel = CrossAttentionVisionLanguageModel(model, processor, family, name=name or source)
+    else:
+        loaded = VisionLanguageModel(model, processor, family, name=name or source)
     loaded.check_weights()
     loaded.check_layout()
     return loaded
@@ -166,6 +171,36 @@ class VisionLanguageModel(HFModel):
         """One batch of ``texts``, each with its picture from ``images`` (a prompt that names no image gets the
         processor's image placeholder before it). Every example of a batch has the same image grid (one batch per
         example where the texts before the pictures differ)."""
+        inputs = self.processed(images, texts)
+        pixels = inputs["pixel_values"]  # [b, 3, H, W]; Idefics3, SmolVLM: [b, tiles, 3, H, W]
+        if pixels.dim() == 5:
+            pixels = pixels[:, -1]  # one tile (more are refused below): the picture as the model saw it
+        grids, tokens, special, word_ids = [], [], [], []
+        for index in range(len(texts)):
+            ids = self.text_ids(inputs, index)
+            grid = self.grid_of(ids, pixels.shape[-2], pixels.shape[-1])
+            labels, flags, _ = self.text_tokens(ids)
+            labels[grid.start : grid.start + grid.num_tokens] = grid.token_labels()
+            # words of the text only: an image token is no piece of a word
+            pictured = [flag or position in grid.positions for position, flag in enumerate(flags)]
+            words = word_ids_from_markers(labels, pictured)
+            grids.append(grid)
+            tokens.append(labels)
+            special.append(flags)
+            word_ids.append(words)
+        return EncodedBatch(
+            inputs=self.on_device(inputs),
+            tokens=tokens,
+            special=special,
+            word_ids=word_ids,
+            truncated=[False] * len(texts),
+            image_grid=same_grid(grids),
+            images=displayed_pixels(self.processor.image_processor, pixels),
+        )
+
+    def processed(self, images: Sequence[Image], texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        """The processor's model inputs for ``texts``, each with its picture (one placeholder per text, the
+        processor's own before a text that names none); one InputError for anything it cannot read."""
         images, texts = list(images), list(texts)
         if len(images) != len(texts) or not texts:
             raise InputError(f"give one text per image ({plural(len(images), 'image')}, {plural(len(texts), 'text')})")
@@ -185,45 +220,32 @@ class VisionLanguageModel(HFModel):
             # numpy warns inside some processors (PaliGemma's copies its tensors into training labels)
             with quiet_image_processors(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
-                encoded = self.processor(text=prompts, images=images, padding=True, return_tensors="pt")
+                # a family that reads pictures through cross-attention takes a list of pictures per text
+                pictures = [[image] for image in images] if self.family.cross_attention else images
+                encoded = self.processor(text=prompts, images=pictures, padding=True, return_tensors="pt")
         except Exception as exc:  # a picture the image processor cannot resize, a text it cannot tokenise
             raise InputError(f"{self.name}'s processor cannot read this input: {reason(exc)}") from exc
-        inputs = {key: value for key, value in encoded.items() if key not in _NOT_INPUTS}
-        pixels = inputs["pixel_values"]  # [b, 3, H, W]; Idefics3, SmolVLM: [b, tiles, 3, H, W]
-        if pixels.dim() == 5:
-            pixels = pixels[:, -1]  # one tile (more are refused below): the picture as the model saw it
-        grids, tokens, special, word_ids = [], [], [], []
-        for index in range(len(texts)):
-            length = int(inputs["attention_mask"][index].sum())
-            ids = inputs["input_ids"][index, :length].tolist()
-            grid = self.grid_of(ids, pixels.shape[-2], pixels.shape[-1])
-            labels = token_strings(self.tokenizer, ids)
-            labels[grid.start : grid.start + grid.num_tokens] = grid.token_labels()
-            special_ids = set(self.tokenizer.all_special_ids) - {self.image_token_id}
-            flags = [token_id in special_ids for token_id in ids]
-            # words of the text only: an image token is no piece of a word
-            pictured = [flag or position in grid.positions for position, flag in enumerate(flags)]
-            words = word_ids_from_markers(labels, pictured)
-            grids.append(grid)
-            tokens.append(labels)
-            special.append(flags)
-            word_ids.append(words)
-        if any(grid != grids[0] for grid in grids):
-            raise InputError("the pictures of one batch sit at different places in their texts: encode them one by one")
+        return {key: value for key, value in encoded.items() if key not in _NOT_INPUTS}
+
+    def text_ids(self, inputs: dict[str, torch.Tensor], index: int) -> list[int]:
+        """The token ids of example ``index`` of processed ``inputs``, without its padding."""
+        length = int(inputs["attention_mask"][index].sum())
+        return inputs["input_ids"][index, :length].tolist()
+
+    def text_tokens(self, ids: Sequence[int]) -> tuple[list[str], list[bool], list[int | None]]:
+        """Token strings, special flags (the image token is not special) and word ids of a text's ``ids``."""
+        labels = token_strings(self.tokenizer, ids)
+        special_ids = set(self.tokenizer.all_special_ids) - {self.image_token_id}
+        flags = [token_id in special_ids for token_id in ids]
+        return labels, flags, word_ids_from_markers(labels, flags)
+
+    def on_device(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``inputs`` on the model's device, the pixels in its dtype."""
         dtype = next(self.model.parameters()).dtype
-        device = self.device
-        return EncodedBatch(
-            inputs={
-                key: value.to(device, dtype) if key == "pixel_values" else value.to(device)
-                for key, value in inputs.items()
-            },
-            tokens=tokens,
-            special=special,
-            word_ids=word_ids,
-            truncated=[False] * len(texts),
-            image_grid=grids[0],
-            images=displayed_pixels(self.processor.image_processor, pixels),
-        )
+        return {
+            key: value.to(self.device, dtype) if key == "pixel_values" else value.to(self.device)
+            for key, value in inputs.items()
+        }
 
     def grid_of(self, ids: Sequence[int], height: int, width: int) -> ImageGrid:
         """Where the image tokens of one encoded text sit, and how they cover a ``height × width`` picture."""
@@ -264,6 +286,16 @@ class VisionLanguageModel(HFModel):
     def answer_position(self, batch: EncodedBatch, index: int) -> int:
         """The last token: the language model's next-token prediction is read there."""
         return batch.lengths[index] - 1
+
+
+def same_grid(grids: list[ImageGrid]) -> ImageGrid:
+    """The one image grid of a batch's examples; refused where their pictures sit or are cut differently."""
+    if any(grid != grids[0] for grid in grids):
+        raise InputError(
+            "the pictures of one batch sit at different places in their texts or are cut into different tiles: "
+            "encode them one by one"
+        )
+    return grids[0]
 
 
 def vision_language_model_of(loaded: Any) -> VisionLanguageModel:

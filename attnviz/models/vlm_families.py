@@ -13,7 +13,12 @@ processor's output and the model's config, never from a guess:
   (``mm_tokens_per_image``), so each token covers a square of the picture; Idefics3 and SmolVLM merge each
   ``s × s`` block of patches into one token (pixel shuffle), row-major, which makes the same kind of grid. Their
   processors may cut a large picture into tiles plus a thumbnail (several runs of image tokens): that is refused
-  with one line (a picture within ``max_image_size`` stays whole).
+  with one line (a picture within ``max_image_size`` stays whole);
+* ``tiled`` (Mllama): the text holds one placeholder token and reads the picture through cross-attention layers
+  between its self-attention layers. The processor cuts the picture into the tiles of the aspect ratio closest to
+  it (``aspect_ratio_ids``), each read as a ``p × p`` patch grid after its class token; the tiles' patches make
+  one grid over the whole canvas. The keys are the tokens of every tile the model has room for
+  (``max_num_tiles``), the empty ones padding it masks.
 
 The count of image tokens in the text is checked against the grid; anything else is refused with one line.
 """
@@ -42,6 +47,8 @@ class VisionLanguageFamily:
     grid: Callable[[Any, int, int, int], tuple[int, int, tuple[int, int], tuple[str, ...]]]
     #: what follows the image placeholder that a prompt naming no image gets before it
     separator: str = ""
+    #: the text reads the picture through cross-attention layers (Mllama), not as image tokens in it
+    cross_attention: bool = False
 
 
 def _patch_grid(config: Any, height: int, width: int, tokens: int):
@@ -69,6 +76,20 @@ def _pooled_grid(config: Any, height: int, width: int, tokens: int):
     return side, side, (height // side, width // side), ()
 
 
+def _tiled_grid(config: Any, height: int, width: int, tokens: int):
+    """The patches of every tile of a ``height × width`` canvas of tiles, each tile's class token before them;
+    ``tokens``: the keys of every tile the model has room for."""
+    vision = config.vision_config
+    tile, patch = int(vision.image_size), int(vision.patch_size)
+    per_tile = (tile // patch) ** 2 + 1
+    if height % tile or width % tile or tokens != int(vision.max_num_tiles) * per_tile:
+        raise UnsupportedModelError(
+            f"its picture became {tokens} keys on a {height}×{width} canvas, which do not make tiles of {tile} "
+            f"pixels in {patch}×{patch} patches; attnviz cannot map them onto the picture"
+        )
+    return height // patch, width // patch, (patch, patch), ("cls",)
+
+
 #: model_type -> how attnviz reads it
 VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
     "llava": VisionLanguageFamily("LLaVA", False, _patch_grid, separator="\n"),
@@ -77,21 +98,24 @@ VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
     # pixel shuffle merges each s × s block of the tower's patches into one token, row-major: a square grid too
     "idefics3": VisionLanguageFamily("Idefics3", False, _pooled_grid),
     "smolvlm": VisionLanguageFamily("SmolVLM", False, _pooled_grid),
+    "mllama": VisionLanguageFamily("Mllama", False, _tiled_grid, cross_attention=True),
 }
 #: vision-language families attnviz refuses, by model_type, with the reason
 REFUSED_VLMS = {
-    "mllama": "Mllama reads the image through cross-attention layers between its self-attention layers, which "
-    "attnviz does not map onto the picture yet",
-    "qwen2_vl": "Qwen2-VL merges patches at a resolution of its own choosing (its processor needs torchvision), "
-    "which attnviz does not map onto the picture yet",
-    "qwen2_5_vl": "Qwen2.5-VL merges patches at a resolution of its own choosing (its processor needs torchvision), "
-    "which attnviz does not map onto the picture yet",
+    "qwen2_vl": "Qwen2-VL merges patches at a resolution of its own choosing, and its processor cannot be built "
+    "without torchvision (its image processor has a Pillow path, its video processor has none), so attnviz does "
+    "not map it onto the picture yet",
+    "qwen2_5_vl": "Qwen2.5-VL merges patches at a resolution of its own choosing, and its processor cannot be built "
+    "without torchvision (its image processor has a Pillow path, its video processor has none), so attnviz does "
+    "not map it onto the picture yet",
     "llava_next": "LLaVA-NeXT cuts the image into tiles of several resolutions, which attnviz does not map onto the "
     "picture yet",
     "llava_onevision": "LLaVA-OneVision cuts the image into tiles of several resolutions, which attnviz does not map "
     "onto the picture yet",
 }
-SUPPORTED_VLM_NAMES = "LLaVA, PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles)"
+SUPPORTED_VLM_NAMES = (
+    "LLaVA, PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles), and Mllama"
+)
 
 
 def is_vision_language_type(config: Any) -> bool:

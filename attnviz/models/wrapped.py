@@ -144,10 +144,10 @@ def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) ->
     configs = _attention_configs(model)
     loaded: WrappedModel | WrappedVisionLanguageModel
     if _is_processor(tokenizer) and is_vision_language_type(model.config):  # reads pictures inside its texts
-        kind = vision_language_family(model.config, name)  # refuses, by name, a family attnviz cannot map
+        kind = _wrappable_family(model.config, name)  # refuses, by name, a family attnviz cannot map
         loaded = WrappedVisionLanguageModel(model, copy.deepcopy(tokenizer), kind, name=name, configs=configs)
     elif tokenizer is None and model.config.model_type in VLM_FAMILIES and _saved_processor(model) is not None:
-        kind = vision_language_family(model.config, name)
+        kind = _wrappable_family(model.config, name)
         loaded = WrappedVisionLanguageModel(model, _saved_processor(model), kind, name=name, configs=configs)
     else:  # a language model (a vision-language model given a tokenizer reads text only)
         loaded = WrappedModel(model, _own_tokenizer(model, tokenizer), name=name, configs=configs)
@@ -171,6 +171,18 @@ def _default_name(model: nn.Module) -> str:
         return type(model).__name__
     path = Path(source)
     return "/".join(path.parts[-2:]) if path.is_absolute() else source
+
+
+def _wrappable_family(config: Any, name: str) -> Any:
+    """The vision-language family of ``config``; refused, by name, where attnviz cannot map it or reads it from its
+    directory only (a picture read through cross-attention layers)."""
+    kind = vision_language_family(config, name)
+    if kind.cross_attention:
+        raise UnsupportedModelError(
+            f"{name} reads its picture through cross-attention layers: attnviz reads such a model from its saved "
+            "directory (model.save_pretrained(directory); processor.save_pretrained(directory))"
+        )
+    return kind
 
 
 def _unsupported(family: str) -> UnsupportedModelError:

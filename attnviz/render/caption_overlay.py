@@ -56,6 +56,14 @@ def caption_text(capture: AttentionCapture) -> str:
     return " ".join(word_label(tokens, group) for group in groups)
 
 
+def cross_layers(capture: AttentionCapture, layers: LayerSelection) -> list[int]:
+    """The chosen layers of the ``cross`` stack (None: all it holds; a model whose cross-attention layers sit
+    between its self-attention layers, Mllama, holds those only)."""
+    held = capture.recorded_layers("cross")
+    count = capture.num_layers("cross")
+    return resolve_layers(layers, count, None if held == list(range(count)) else held)
+
+
 @dataclass
 class CaptionRow:
     """One row of overlays: a layer and a head (or the mean of heads), one panel per written word."""
@@ -79,7 +87,7 @@ def caption_rows(
     if not words:
         raise InputError("the caption has no token after the start token: give a caption or let the model write")
     rows = []
-    for layer in resolve_layers(layers, capture.num_layers("cross")):
+    for layer in cross_layers(capture, layers):
         pattern = capture.layer(layer, "cross")  # [head, query, key]: caption tokens × image tokens
         ids = capture.identity.ids("cross", layer, pattern.shape[0]) if capture.identity else list(range(len(pattern)))
         picked = MeanOfHeads() if heads is None else resolve_heads(None if heads == "all" else heads, ids)
@@ -111,8 +119,8 @@ def averaging_line(capture: AttentionCapture, rows: list[CaptionRow], *, vision_
             f"one token earlier; the rest of its weight goes to the text) · {what}"
         )
     return (
-        f"each word: the cross-attention over the image of the decoder step that wrote it (the query one token "
-        f"earlier) · {what}"
+        f"each word: the cross-attention over the image of the step that wrote it (the query one token earlier) · "
+        f"{what}"
     )
 
 
@@ -131,7 +139,9 @@ def caption_heatmap(
 
     style = style or FigureStyle()
     style.check()
-    vision_language = is_vision_language_capture(capture)
+    grid = capture.image_grid
+    # a text with the picture in it: its self-attention's rows give the rest of their weight to the text
+    vision_language = is_vision_language_capture(capture) and grid is not None and grid.placeholder is None
     capture = caption_view(capture)
     grid = image_grid_of(capture)
     rows = caption_rows(capture, layers=layers, heads=heads)
@@ -180,7 +190,7 @@ def peak_patches(capture: AttentionCapture, *, layer: int = -1) -> list[tuple[st
     capture = caption_view(capture)
     grid = image_grid_of(capture)
     pattern = capture.layer(layer, "cross")  # [head, query, key]
-    strongest = pattern[:, :, grid.num_extra :].amax(dim=0)  # [query, patches]
+    strongest = pattern[:, :, grid.patch_indices()].amax(dim=0)  # [query, patches] row-major over the picture
     peaks = []
     for row, label in written_words(capture):
         index = int(torch.argmax(strongest[row]))

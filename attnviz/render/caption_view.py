@@ -12,10 +12,10 @@ from pathlib import Path
 
 from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.captures.vision_language import caption_view
-from attnviz.render.caption_overlay import written_words
+from attnviz.render.caption_overlay import cross_layers, written_words
 from attnviz.render.html_page import write_page
 from attnviz.render.image_view import encoded_layer, picture_page, picture_payload
-from attnviz.render.selection import LayerSelection, resolve_layers
+from attnviz.render.selection import LayerSelection
 
 
 def caption_view_payload(capture: AttentionCapture, *, layers: LayerSelection = None) -> dict:
@@ -27,7 +27,7 @@ def caption_view_payload(capture: AttentionCapture, *, layers: LayerSelection = 
     rows = [row for row, _ in words]
     encoded = [
         encoded_layer(capture, layer, "cross", capture.layer(layer, "cross")[:, rows])  # [head, word, key]
-        for layer in resolve_layers(layers, capture.num_layers("cross"))
+        for layer in cross_layers(capture, layers)
     ]
     return {**picture_payload(capture), "words": [label for _, label in words], "layers": encoded}
 

@@ -79,8 +79,8 @@ def query_row(pattern: Tensor, grid: ImageGrid, query: Literal["mean"] | int) ->
 
 def split_keys(weights: Tensor, grid: ImageGrid) -> tuple[Tensor, Tensor]:
     """``[key]`` weights -> (``[rows, cols]`` on the patches, ``[extras]`` on the extra tokens)."""
-    patches = weights[grid.num_extra :].reshape(grid.rows, grid.cols)  # [rows, cols], row-major patches
-    return patches.float(), weights[: grid.num_extra].float()
+    patches = weights[grid.patch_indices()].reshape(grid.rows, grid.cols)  # [rows, cols], row-major patches
+    return patches.float(), weights[grid.extra_indices()].float()
 
 
 def image_panels(

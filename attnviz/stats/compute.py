@@ -182,6 +182,8 @@ def compute_statistics(
     stats.weighting = weighting
     stats.carriers = carriers.result() if carriers is not None else None
     stats.picture = pictures.result() if pictures is not None else None
+    if stats.picture is not None and not stats.picture.queries:  # no picture among the text's tokens (Mllama)
+        stats.picture = None
     return stats
 
 

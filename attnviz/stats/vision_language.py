@@ -56,7 +56,10 @@ class ImageTokenShare:
         self._counts: dict[AttentionSite, int] = {}
 
     def begin_batch(self, batch: EncodedBatch) -> None:
-        self._grid, self._lengths = batch.image_grid, batch.lengths
+        grid = batch.image_grid
+        # a picture read through cross-attention (Mllama) has no tokens in the text to share the text's attention
+        self._grid = grid if grid is not None and grid.placeholder is None else None
+        self._lengths = batch.lengths
 
     def observe(self, site: AttentionSite | None, pattern: Tensor, query_start: int) -> None:
         """``pattern``: ``[b, h, rows, k]``, the rows of queries ``query_start …``."""
