@@ -65,9 +65,10 @@ def load_audio_processor(source: str) -> Any:
 def check_audio_processor(processor: Any, name: str) -> None:
     """Refuse anything but a processor with a feature extractor and a tokenizer (a WhisperProcessor)."""
     if getattr(processor, "feature_extractor", None) is None or getattr(processor, "tokenizer", None) is None:
+        given = "none was given or saved with it" if processor is None else f"not a {type(processor).__name__}"
         raise InputError(
-            f"{name} reads audio: give its processor (WhisperProcessor: feature extractor and tokenizer), not a "
-            f"{type(processor).__name__}"
+            f"{name} reads audio: it needs its processor (a WhisperProcessor: feature extractor and tokenizer), "
+            f"{given}; call attnviz.wrap(model, processor)"
         )
 
 

@@ -91,6 +91,11 @@ def compute_statistics(
 
     The result records the wall time of the pass (``seconds``) and so its throughput.
     """
+    if loaded.modality == "audio":
+        raise UnsupportedModelError(
+            f"{loaded.name} reads audio: statistics are measured over texts or images, not audio (every input fills "
+            "a 30 s window mostly of padding); capture each file instead: attnviz.capture(model, 'clip.wav')"
+        )
     if texts is not None:
         warnings.warn("compute_statistics(texts=...) is now compute_statistics(model, data)", DeprecationWarning, 2)
         data = texts if data is None else data
