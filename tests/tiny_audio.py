@@ -23,7 +23,10 @@ def tiny_whisper_tokenizer():
     trainer = ByteLevelBPETokenizer()
     trainer.train_from_iterator([_CAPTION_TEXT] * 4, vocab_size=300, special_tokens=[SPECIALS[0]])
     model = json.loads(trainer._tokenizer.to_str())["model"]
-    tokenizer = transformers.WhisperTokenizer(vocab=model["vocab"], merges=[tuple(pair) if isinstance(pair, list) else tuple(pair.split(" ")) for pair in model["merges"]])
+    tokenizer = transformers.WhisperTokenizer(
+        vocab=model["vocab"],
+        merges=[tuple(pair) if isinstance(pair, list) else tuple(pair.split(" ")) for pair in model["merges"]],
+    )
     tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIALS[1:])})
     return tokenizer
 

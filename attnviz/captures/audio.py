@@ -53,14 +53,15 @@ def capture_audio(
         if isinstance(source, str) and not Path(source).suffix and not Path(source).exists():
             audio.encode([source])  # a text, not a file name: refused saying what the model reads
     waveforms = [as_waveform(source, audio.sampling_rate) for source in sources]  # all read before the model runs
-    options = {"all_frames": all_frames, "truncate": truncate}
     if targets is not None:
-        return capture_encoded(audio, audio.encode_audio(waveforms, targets=targets, **options), **recording)
+        batch = audio.encode_audio(waveforms, targets=targets, all_frames=all_frames, truncate=truncate)
+        return capture_encoded(audio, batch, **recording)
     if recording.get("weighting", "weights") != "weights":
         raise InputError("norm weighting applies to a given transcript: give it as the target")
-    chosen = {key: recording.get(key) for key in ("layers", "heads", "stacks")}
+    chosen: dict[str, Any] = {key: recording.get(key) for key in ("layers", "heads", "stacks")}
+    chosen |= {"all_frames": all_frames, "truncate": truncate}
     return [
-        transcribe_capture(audio, waveform, max_new_tokens=DEFAULT_WRITTEN_TOKENS, **options, **chosen).capture
+        transcribe_capture(audio, waveform, max_new_tokens=DEFAULT_WRITTEN_TOKENS, **chosen).capture
         for waveform in waveforms
     ]
 

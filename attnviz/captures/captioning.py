@@ -86,7 +86,9 @@ def write_caption(
     """Let the captioner write up to ``max_new_tokens`` tokens about ``picture``, capturing every step; it stops at
     its end token or where its decoder's positions end (whichever comes first)."""
     batch = captioner.encode_images([picture])  # the decoder side: the start token alone
-    return write_target(captioner, batch, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, seed=seed)
+    return write_target(
+        captioner, batch, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, seed=seed
+    )
 
 
 def write_target(

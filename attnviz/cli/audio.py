@@ -66,7 +66,9 @@ def capture_audio_option(
         loaded = audio_model_of(load_model(model, device=running.device, dtype=running.dtype))
     waveform = resample(samples, rate, loaded.sampling_rate)
     if target is not None:
-        batch = loaded.encode_audio([waveform], targets=[target], all_frames=all_frames, truncate=not running.no_truncate)
+        batch = loaded.encode_audio(
+            [waveform], targets=[target], all_frames=all_frames, truncate=not running.no_truncate
+        )
         return capture_encoded(loaded, batch, max_bytes=max_bytes, **recording)[0]
     generation = generation or {"max_new_tokens": DEFAULT_WRITTEN_TOKENS}
     with status(f"writing up to {generation['max_new_tokens']} tokens"):

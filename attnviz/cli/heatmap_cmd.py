@@ -218,7 +218,9 @@ def heatmap(
     byte_limit = max_bytes_value(
         running.max_bytes
     )  # every option is checked before any model runs, whichever path draws
-    if query is not None and image is None and audio is None:  # a text's query position draws strips (attnviz/cli/strips.py)
+    if (
+        query is not None and image is None and audio is None
+    ):  # a text's query position draws strips (attnviz/cli/strips.py)
         from attnviz.cli.strips import query_strips
 
         style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)

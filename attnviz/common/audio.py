@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import wave
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from torch import Tensor
 from attnviz.common.errors import InputError, reason
 
 #: what attnviz reads as audio: a ``.wav`` path, or a waveform ``[samples]`` at the model's sampling rate
-AudioSource = Union[str, os.PathLike, np.ndarray, Tensor]
+AudioSource = str | os.PathLike | np.ndarray | Tensor
 #: file suffixes read as audio
 AUDIO_SUFFIXES = (".wav", ".wave")
 
@@ -44,7 +44,8 @@ def read_wav(path: str | os.PathLike) -> tuple[Tensor, int]:
             channels, width, rate = handle.getnchannels(), handle.getsampwidth(), handle.getframerate()
             data = handle.readframes(handle.getnframes())
     except (wave.Error, EOFError) as exc:
-        raise InputError(f"{path} is not a PCM wav file attnviz can read ({reason(exc)}): give a .wav file") from exc
+        why = "it ends before its header does" if isinstance(exc, EOFError) else reason(exc)
+        raise InputError(f"{path} is not a PCM wav file attnviz can read ({why}): give a 16-bit PCM .wav file") from exc
     except OSError as exc:
         raise InputError(f"cannot read audio file {path}: {reason(exc)}") from exc
     if width not in (1, 2, 3, 4) or channels < 1 or rate < 1:

@@ -53,7 +53,7 @@ def load_audio_processor(source: str) -> Any:
 
     try:
         processor = AutoProcessor.from_pretrained(source, trust_remote_code=False, local_files_only=True)
-    except Exception as exc:  # noqa: BLE001 - any failure means the same thing to the user
+    except Exception as exc:  # any failure means the same thing to the user
         raise ModelSpecError(
             f"cannot load the processor of audio model {source!r}: {first_line(exc)} (save it into the model "
             "directory with WhisperProcessor.save_pretrained(directory))"

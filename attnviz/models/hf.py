@@ -91,7 +91,9 @@ def load_hf_model(
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
         refuse_unreadable_family(config, model_class_for(config), source)  # before its tokenizer is looked for
-        audio = _audio_family(config)  # Whisper: its processor (feature extractor and tokenizer) in the tokenizer's place
+        audio = _audio_family(
+            config
+        )  # Whisper: its processor (feature extractor and tokenizer) in the tokenizer's place
         tokenizer = audio[1](source) if audio else transformers.AutoTokenizer.from_pretrained(source, **extra)
     except AttnvizError:
         raise
