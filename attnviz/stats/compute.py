@@ -64,7 +64,8 @@ def compute_statistics(
         data: texts to encode with ``loaded.encode``, longest first, in batches of at most
             ``batch_size`` examples and ``max_tokens_per_batch`` padded tokens (truncated to
             ``max_length`` tokens); for a vision model or captioner, images (paths, bytes, PIL images or
-            arrays), read ``batch_size`` at a time (:func:`attnviz.stats.images.compute_image_statistics`).
+            arrays), read ``batch_size`` at a time (:func:`attnviz.stats.images.compute_image_statistics`). An audio
+            model (Whisper) is refused: each input would be mostly the padding of its 30 s window.
         texts: the earlier name of ``data`` (deprecated).
         batches: encoded batches to use instead of ``texts`` (toy models' task data).
         local_window: ``w`` of the ``local_ratio`` statistic.
