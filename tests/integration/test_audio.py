@@ -145,7 +145,9 @@ def test_cli_heatmap_and_capture(whisper, loaded, clip, capsys, tmp_path):
     assert {"0.00s", "0.32s", "mat"} <= set(figure.texts), figure.texts
     assert any("cross-attention" in text for text in figure.texts)
     assert "50 time frames (0.00s–0.98s)" in " ".join(result.stderr.split())
-    result = run_cli(capsys, "heatmap", "--audio", clip, "--model", whisper, "--generate", "3", "--out", tmp_path / "w.png")
+    result = run_cli(
+        capsys, "heatmap", "--audio", clip, "--model", whisper, "--generate", "3", "--out", tmp_path / "w.png"
+    )
     assert result.exit_code == 0 and "transcript:" in result.stderr and png_pixels(tmp_path / "w.png").shape[0] > 100
     out = tmp_path / "burst.safetensors"
     result = run_cli(capsys, "capture", "--audio", clip, "--model", whisper, "--target", TRANSCRIPT, "--out", out)
