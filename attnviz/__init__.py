@@ -1,7 +1,7 @@
 """attnviz: see what a transformer's attention heads do, and which of them matter.
 
 The whole public surface, in the order data flows through it (the input decides the modality: a text, texts, an
-image, or an image with its caption)::
+image, an image with its caption, or a wav file with its transcript for Whisper)::
 
     import attnviz
 

@@ -51,6 +51,7 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
     max_bytes: int | None = None,
     weighting: Weighting = "weights",
     image: Any = None,
+    all_frames: bool = False,
 ) -> AttentionCapture | list[AttentionCapture]:
     """Capture the attention patterns of ``loaded`` on ``x``: every one by default.
 
@@ -65,6 +66,11 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
     models, ``stacks``: record only those (None: all); ``max_bytes``: refuse, before the model runs, a capture
     larger than that; ``weighting="norm"``: norm-based attention ``α_ij·‖f_h(x_j)‖`` instead of the weights
     (:func:`~attnviz.captures.recording.capture_encoded`). ``max_length``/``truncate``: how texts are cut.
+
+    Audio (Whisper, :mod:`attnviz.captures.audio`): ``x`` is a ``.wav`` path or a 1-D float waveform at the model's
+    sampling rate (or a list of them), ``target`` its transcript (teacher-forced); without one, the model writes it
+    (greedy). The source side is the encoder's time frames (``0.42s``), those covering the audio only unless
+    ``all_frames`` (Whisper pads every input to 30 s; the weights are the model's own either way).
 
     ``image``: for a vision-language model, the picture inside the text ``x`` (one per text for a list of texts): the
     text names it with the processor's image token, or it goes before the text
@@ -90,6 +96,12 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
             capture_encoded(loaded, vision_language_batch(loaded, [text], [picture]), **recording)[0]
             for text, picture in zip(inputs, pictures)
         ]  # one batch per text: the pictures may sit at different places in their texts
+    elif loaded.modality == "audio":  # Whisper: wav files or waveforms, with their transcripts or writing them
+        from attnviz.captures.audio import capture_audio
+
+        if max_length is not None:
+            raise ParameterError("max_length", f"{loaded.name} reads audio: {{max_length}} applies to texts")
+        captures = capture_audio(loaded, inputs, targets=targets, all_frames=all_frames, truncate=truncate, **recording)
     elif loaded.modality == "image" or (
         loaded.reads_pictures_in_text and not any(isinstance(item, str) for item in inputs)
     ):  # a vision model's images, or pictures alone for a vision-language model: its vision tower's attention
@@ -105,12 +117,23 @@ def capture(  # type: ignore[misc]  # the overloads take the options below as **
         for text in inputs:
             if not isinstance(text, str):
                 if not isinstance(text, (int, float)):  # an image, say: refused naming the models that read them
-                    vision_model_of(loaded)
+                    _refuse_for_text_model(loaded, text)
                 raise TypeError(
                     f"{loaded.name} reads text: give a text or a list of texts, not a {type(text).__name__}"
                 )
         captures = capture_batch(loaded, inputs, targets=targets, max_length=max_length, truncate=truncate, **recording)
     return captures if several else captures[0]
+
+
+def _refuse_for_text_model(loaded: LoadedModel, value: Any) -> None:
+    """Refuse audio or an image given to a text model, naming the models that read it."""
+    from attnviz.common.audio import is_audio_source
+
+    if is_audio_source(value):
+        from attnviz.captures.audio import audio_model_of
+
+        audio_model_of(loaded)
+    vision_model_of(loaded)
 
 
 def _targets(target: str | Sequence[str] | None, count: int, several: bool) -> list[str] | None:

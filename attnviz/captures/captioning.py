@@ -32,9 +32,9 @@ from attnviz.captures.generation import (
 from attnviz.captures.images import ImageSource, as_pil_image, capture_images
 from attnviz.captures.result import AttentionCapture
 from attnviz.common.selection import HeadSelection, LayerSelection
-from attnviz.core import CONTEXT_KWARG
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.caption import CaptionModel, captioner_of
+from attnviz.models.decoder_side import WritesText
 
 
 def caption_capture(
@@ -85,46 +85,65 @@ def write_caption(
 ) -> Generation:
     """Let the captioner write up to ``max_new_tokens`` tokens about ``picture``, capturing every step; it stops at
     its end token or where its decoder's positions end (whichever comes first)."""
-    check_generation_settings(max_new_tokens, sample, temperature)
-    if captioner.max_length is not None:  # the decoder's positions bound what it can write (start token included)
-        max_new_tokens = min(max_new_tokens, captioner.max_length - 1)
     batch = captioner.encode_images([picture])  # the decoder side: the start token alone
-    model = captioner.model
-    recorder = _StepRecorder()
-    context = captioner.context([recorder])
+    return write_target(
+        captioner, batch, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, seed=seed
+    )
+
+
+def write_target(
+    writer: WritesText,
+    batch: EncodedBatch,
+    *,
+    max_new_tokens: int,
+    sample: bool = False,
+    temperature: float = 1.0,
+    seed: int | None = None,
+) -> Generation:
+    """Let a model that writes about its source (a captioner, Whisper) write up to ``max_new_tokens`` tokens after
+    the decoder prefix of ``batch`` (one example, its source encoded once), capturing every step; it stops at its end
+    token or where its decoder's positions end. The capture's source side is the batch's (its tokens, image grid and
+    picture); ``generated_from`` is the first written token's position."""
+    check_generation_settings(max_new_tokens, sample, temperature)
+    sequence = batch.inputs["decoder_input_ids"][0].tolist()  # the prefix, then each new token
+    prefix = len(sequence)
+    if writer.max_length is not None:  # the decoder's positions bound what it can write (prefix included)
+        max_new_tokens = min(max_new_tokens, writer.max_length - prefix)
+    model = writer.model
+    source_len = len(batch.tokens[0])
+    recorder = _StepRecorder(source_len)  # the source's positions past its tokens (padding frames) are left out
+    context = writer.context([recorder])  # type: ignore[attr-defined]  # a LoadedModel
     cache = cache_argument(model)
-    sequence = [int(batch.inputs["decoder_input_ids"][0, 0])]  # the start token, then each new one
-    with torch.no_grad(), captioner.cross_context(context):
-        encoded = model.encoder(pixel_values=batch.inputs["pixel_values"], **captioner.context_arguments(context))
+    with torch.no_grad(), writer.running(), writer.cross_context(context):  # type: ignore[attr-defined]
+        encoded = writer.encode_source(batch, context)
         generated = write_tokens(
             lambda step_input, past: model(
                 encoder_outputs=encoded,
                 decoder_input_ids=step_input,
                 use_cache=True,
-                **{cache: past, "decoder_" + CONTEXT_KWARG: context},
+                **{cache: past, **writer.decoder_arguments(context)},
             ),
             recorder,
             sequence,
             cache=cache,
-            eos_ids=_eos_ids(model) | _eos_ids(model.decoder),
+            eos_ids=_eos_ids(model) | _eos_ids(getattr(model, "decoder", model)),
             max_new_tokens=max_new_tokens,
             sample=sample,
             temperature=temperature,
             seed=seed,
-            device=captioner.device,
+            device=batch.inputs["decoder_input_ids"].device,
         )
-    grid = batch.image_grid
-    assert grid is not None
     capture = written_target_capture(
-        captioner.name,
+        writer.name,
         batch,
         recorder,
-        grid.num_tokens,
-        captioner.caption_tokens(sequence),
-        image_grid=grid,
+        source_len,
+        writer.caption_tokens(sequence),
+        image_grid=batch.image_grid,
         extras={} if batch.images is None else {"image": batch.images[0].detach().to("cpu", torch.float32)},
+        generated_from=prefix,
     )
-    text = captioner.tokenizer.decode(generated, skip_special_tokens=True)
+    text = writer.tokenizer.decode(generated, skip_special_tokens=True)
     return Generation(capture=capture, text=text, token_ids=generated)
 
 

@@ -56,8 +56,11 @@ class Generation:
 class _StepRecorder:
     """Observer that keeps each step's rows: ``rows[site]`` is a list of (first query position, ``[h, q, k]``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, source_len: int | None = None) -> None:
         self.rows: dict[AttentionSite, list[tuple[int, Tensor]]] = defaultdict(list)
+        #: the source positions kept (encoder rows and columns, cross columns); None: all of them. Whisper's
+        #: encoder runs over 30 s of frames, of which the audio's own are kept (the rest is padding)
+        self.source_len = source_len
         #: position of the step's first query on the decoder axis (set by the loop before each step)
         self.offset = 0
 
@@ -65,7 +68,12 @@ class _StepRecorder:
         if site is None:
             return
         offset = 0 if site.stack == "encoder" else self.offset
-        self.rows[site].append((offset + query_start, pattern[0].detach().float().cpu()))  # [h, blk, k]
+        block = pattern[0]  # [h, blk, k]
+        if self.source_len is not None and site.stack in ("encoder", "cross"):
+            block = block[:, :, : self.source_len]
+            if site.stack == "encoder":
+                block = block[:, : max(0, self.source_len - query_start)]
+        self.rows[site].append((offset + query_start, block.detach().float().cpu()))  # [h, blk, k]
 
     def assemble(self, query_len: int, key_lens: dict[str, int]) -> dict[str, list[Tensor]]:
         """Per stack, per layer ``[head, query, key]`` with every step's rows in place (unseen cells 0)."""
@@ -325,6 +333,7 @@ def written_target_capture(
     what it wrote) from ``target``, the patterns of every step from ``recorder``; ``fields``: more capture fields."""
     tokens, special, words = target
     patterns = recorder.assemble(len(tokens), {"encoder": source_len, "decoder": len(tokens), "cross": source_len})
+    fields.setdefault("generated_from", 1)  # after the decoder start token
     return AttentionCapture(
         model=name,
         tokens=batch.tokens[0],
@@ -335,6 +344,5 @@ def written_target_capture(
         target_tokens=tokens,
         target_special=special,
         target_word_ids=words,
-        generated_from=1,
         **fields,
     )

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from attnviz.captures.choices import CAPTURE_BITS
+from attnviz.cli.audio import AllFramesOption, AudioOption
 from attnviz.cli.images import ImageOption
 from attnviz.cli.option_groups import (
     GENERATION_OPTIONS,
@@ -64,6 +65,7 @@ def capture(
     ] = DEFAULT_BITS,
     model: ModelOption = "minilm",
     image: ImageOption = None,
+    audio: AudioOption = None,
     target: TargetOption = None,
     with_rollout: Annotated[
         bool,
@@ -106,6 +108,7 @@ def capture(
     running: RunOptions = RUN_OPTIONS,
     device_map: DeviceMapOption = None,
     generating: GenerationOptions = GENERATION_OPTIONS,
+    all_frames: AllFramesOption = False,
     weighting: WeightingOption = "weights",
 ) -> None:
     """Save the attention patterns of TEXT as a safetensors file (one \\[head, query, key] tensor per layer).
@@ -127,6 +130,8 @@ def capture(
       attnviz capture "The cat sat on the mat." --weighting norm --out cat-norm.safetensors
 
       attnviz capture --image shapes.png --model toy-caption --generate 4 --out caption.safetensors
+
+      attnviz capture --audio speech.wav --model ./whisper-tiny --out speech.safetensors
     """
     from attnviz.cli.capturing import capture_text, max_bytes_value, print_summary
     from attnviz.cli.selection import parse_head_option, parse_layer_option
@@ -141,8 +146,21 @@ def capture(
     byte_limit = max_bytes_value(running.max_bytes)
     partial = layers is not None or heads is not None or stack is not None
     norm = weighting.value == "norm"
-    if norm and (image is not None or generating.generate is not None or with_rollout):
-        raise InputError("--weighting norm captures a text: --image, --generate and --rollout do not apply")
+    if norm and (image is not None or audio is not None or generating.generate is not None or with_rollout):
+        raise InputError("--weighting norm captures a text: --image, --audio, --generate and --rollout do not apply")
+    if audio is not None:  # Whisper on a sound (attnviz/cli/audio.py): every stack over its time frames
+        from attnviz.cli.audio import capture_audio_option, print_audio_summary
+
+        chosen = {"layers": layers, "heads": heads, "stacks": [stack_value(stack)] if stack else None}
+        others = {"TEXT": text, "--image": image, "--rollout": with_rollout}
+        result = capture_audio_option(
+            audio, model, running, target, generating, others=others, all_frames=all_frames, max_bytes=byte_limit,
+            **chosen,
+        )  # fmt: skip
+        path = result.save(out, bits=int(bits.value))
+        print_audio_summary(result, stack_value(stack) or "cross")
+        print(path)
+        return
     if image is not None:
         from attnviz.cli.images import capture_image_option, print_image_summary
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.audio import AllFramesOption, AudioOption
 from attnviz.cli.figure_options import CmapOption, ColourScale, DpiOption, ScaleOption, VmaxOption
 from attnviz.cli.images import ImageOption, QueryOption, check_image_options
 from attnviz.cli.option_groups import (
@@ -49,6 +50,7 @@ def heatmap(
     ] = None,
     model: ModelOption = "minilm",
     image: ImageOption = None,
+    audio: AudioOption = None,
     query: QueryOption = None,
     layer: Annotated[
         str | None,
@@ -142,6 +144,7 @@ def heatmap(
     ] = None,
     running: RunOptions = RUN_OPTIONS,
     generating: GenerationOptions = GENERATION_OPTIONS,
+    all_frames: AllFramesOption = False,
     weighting: WeightingOption = "weights",
     terminal: Annotated[
         bool,
@@ -184,6 +187,8 @@ def heatmap(
       attnviz heatmap "The cat sat on the mat." --weighting norm --out cat-norm.png
 
       attnviz heatmap --image shapes.png --model toy-caption --generate 4
+
+      attnviz heatmap --audio speech.wav --model ./whisper-tiny --target " Hello there."
     """
     from attnviz.captures.attention_capture import AttentionCapture
     from attnviz.cli.capturing import (
@@ -205,7 +210,7 @@ def heatmap(
     norm = check_weighting(
         weighting.value,
         query=query,
-        image=image,
+        image=image or audio,
         generate=generating.generate,
         view=view.value,
         from_capture=from_capture,
@@ -213,7 +218,9 @@ def heatmap(
     byte_limit = max_bytes_value(
         running.max_bytes
     )  # every option is checked before any model runs, whichever path draws
-    if query is not None and image is None:  # a text's query position draws strips (attnviz/cli/strips.py)
+    if (
+        query is not None and image is None and audio is None
+    ):  # a text's query position draws strips (attnviz/cli/strips.py)
         from attnviz.cli.strips import query_strips
 
         style = FigureStyle(scale=scale.value, vmax=vmax, cmap=cmap)
@@ -248,7 +255,17 @@ def heatmap(
         if stack not in (None, "cross"):
             raise InputError("--cross and --stack disagree: give one of them")
         stack = "cross"
-    if image is not None:
+    if audio is not None:  # Whisper on a sound (attnviz/cli/audio.py): its cross-attention over time by default
+        from attnviz.cli.audio import capture_audio_option
+
+        stack = stack or "cross"
+        chosen = {"layers": layers, "heads": None if html else heads, "stacks": [stack]}
+        others = {"TEXT": text, "--image": image, "--from-capture": from_capture, "--query": query}
+        result = capture_audio_option(
+            audio, model, running, target, generating, others=others, all_frames=all_frames, max_bytes=byte_limit,
+            **chosen,
+        )  # fmt: skip
+    elif image is not None:
         if from_capture is not None:
             raise InputError("--image draws an image: give no --from-capture with it")
         from attnviz.cli.images import capture_image_option, parse_query
@@ -333,6 +350,9 @@ def heatmap(
         raise InputError("--query picks a query patch of an image: give --image (or a capture of an image)")
     if stack in ("decoder", "cross") and not result.encoder_decoder:
         raise InputError(f"{result.model} is not an encoder-decoder model: it has no {stack} attention")
+    summary = print_summary
+    if audio is not None:
+        from attnviz.cli.audio import print_audio_summary as summary
     if terminal:
         from attnviz.cli.console import in_colour, view_console
         from attnviz.render.terminal import terminal_heatmap
@@ -350,7 +370,7 @@ def heatmap(
                 colour=in_colour(screen),
             )
         )
-        print_summary(result, stack)
+        summary(result, stack)
         return
     if view != HeatmapView.heads:
         from attnviz.render.heads_plots import capture_rollout_figure
@@ -368,7 +388,7 @@ def heatmap(
             result, layers=layers, heads=heads, stack=stack, words=words, annotate=annotate, style=style
         )
         path = save_figure(figure, out, dpi=dpi)
-    print_summary(result, stack)
+    summary(result, stack)
     print(path)
 
 

@@ -125,7 +125,8 @@ TargetOption = Annotated[
     str | None,
     typer.Option(
         "--target",
-        help="Decoder text of an encoder-decoder model, or the caption of --image for an image captioner. "
+        help="Decoder text of an encoder-decoder model, the caption of --image for an image captioner, or the "
+        "transcript of --audio for Whisper. "
         'Example: --target "Le chat"',
         rich_help_panel=INPUT_PANEL,
     ),

@@ -26,7 +26,9 @@ class PatternRecorder:
 
     ``sites``: site -> head positions to keep (None: all heads); None keeps every site.
     ``lengths``: stack -> ``(batch, query length, key length)`` of its padded patterns; with it each
-    site's tensor is allocated once and filled block by block (peak: the kept patterns, once).
+    site's tensor is allocated once and filled block by block (peak: the kept patterns, once). A model whose
+    sequence is longer than those lengths (Whisper's encoder runs over 30 s of frames, padding after the audio)
+    has its leading queries and keys kept.
     """
 
     def __init__(
@@ -61,11 +63,14 @@ class PatternRecorder:
             count = pattern.shape[1] if heads is None else len(heads)
             target = torch.empty(batch, count, queries, keys, dtype=torch.float32)  # [b, h_kept, q, k]
             self._filled[site] = target
-        rows, width = pattern.shape[2], pattern.shape[3]
+        # a sequence longer than the lengths keeps its leading queries and keys (Whisper's frames past the audio)
+        rows, width = min(pattern.shape[2], queries - query_start), min(pattern.shape[3], keys)
+        if rows <= 0:
+            return
         stop = query_start + rows
         positions = range(pattern.shape[1]) if heads is None else heads
         for slot, head in enumerate(positions):  # one head at a time: no block-sized temporaries
-            target[:, slot, query_start:stop, :width].copy_(pattern[:, head])
+            target[:, slot, query_start:stop, :width].copy_(pattern[:, head, :rows, :width])
         if width < keys:
             target[:, :, query_start:stop, width:].zero_()
 

@@ -68,8 +68,9 @@ class LoadedModel(ABC):
     encoder_decoder: bool = False
     #: longest input the model accepts (positions), or None when unbounded
     max_length: int | None = None
-    #: what the model reads: text (token sequences) or images (a vision transformer, see attnviz.models.vision)
-    modality: Literal["text", "image"] = "text"
+    #: what the model reads: text (token sequences), images (a vision transformer, see attnviz.models.vision) or audio
+    #: (Whisper, attnviz.models.audio)
+    modality: Literal["text", "image", "audio"] = "text"
     #: reads a picture inside a text (a vision-language model, :mod:`attnviz.models.vlm`) as well as text alone
     reads_pictures_in_text: bool = False
     #: a pruned model: the original number of each head its weights hold, from its checked pruning record

@@ -25,6 +25,7 @@ from torch import nn
 from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch
+from attnviz.models.decoder_side import WritesText, decoder_positions
 from attnviz.models.placement import Placement
 from attnviz.models.vision import VisionModel
 from attnviz.models.vision_families import (
@@ -132,7 +133,7 @@ def check_image_size(processor: Any, encoder_config: Any, source: str) -> None:
     )
 
 
-class CaptionModel(VisionModel):
+class CaptionModel(VisionModel, WritesText):
     """A ``VisionEncoderDecoderModel``: reads an image, writes (or is given) a caption; stacks encoder, decoder, cross."""
 
     encoder_decoder = True
@@ -140,17 +141,8 @@ class CaptionModel(VisionModel):
     def __init__(self, model: nn.Module, processor: Any, tokenizer: Any, *, name: str, extra_kinds: tuple[str, ...]):
         super().__init__(model, processor, name=name, extra_kinds=extra_kinds)
         self.tokenizer = tokenizer
-        decoder_config = self.model.config.decoder
-        limit = next(
-            (
-                getattr(decoder_config, field)
-                for field in ("max_position_embeddings", "n_positions", "max_target_positions")
-                if isinstance(getattr(decoder_config, field, None), int)
-            ),
-            None,
-        )
         #: decoder positions (start token + caption tokens); None when the decoder has no limit
-        self.max_length = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None
+        self.max_length = decoder_positions(self.model.config.decoder)
 
     def check_patching(self) -> None:
         raise UnsupportedModelError(
@@ -164,22 +156,7 @@ class CaptionModel(VisionModel):
         height, width = (size, size) if isinstance(size, int) else tuple(size or (0, 0))
         return int(height), int(width)
 
-    @property
-    def start_id(self) -> int:
-        """The decoder start token (the config's ``decoder_start_token_id``, else the tokenizer's BOS)."""
-        for source in (self.model.config, getattr(self.model, "generation_config", None)):
-            value = getattr(source, "decoder_start_token_id", None)
-            if value is not None:
-                return int(value)
-        value = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.cls_token_id
-        if value is None:
-            raise UnsupportedModelError(
-                f"{self.name}: its config names no decoder_start_token_id and its tokenizer no BOS token, so the "
-                "caption cannot start"
-            )
-        return int(value)
-
-    # -- encoding -----------------------------------------------------------------------------
+    # -- encoding (the decoder side: attnviz.models.decoder_side) ---------------------------------------
 
     def encode_images(
         self,
@@ -190,77 +167,14 @@ class CaptionModel(VisionModel):
     ) -> EncodedBatch:
         """The images (as :meth:`VisionModel.encode_images`) and the decoder's side: the start token, then each
         caption's tokens (teacher forcing), from ``targets`` (texts) or ``token_ids``; else the start token alone."""
-        batch = super().encode_images(images)
-        start = self.start_id
-        if token_ids is not None:
-            rows = [[start, *ids] for ids in token_ids]
-        elif targets is None:
-            rows = [[start] for _ in range(len(batch))]
-        else:
-            targets = list(targets)
-            if len(targets) != len(batch):
-                raise InputError(f"give one caption per image ({len(batch)} images, {len(targets)} captions)")
-            rows = []
-            for target in targets:
-                if not target.strip():
-                    raise InputError("the caption is empty: give at least one word")
-                rows.append([start, *self.caption_ids(target)])
-        if len(rows) != len(batch):
-            raise InputError(f"give one caption per image ({len(batch)} images, {len(rows)} captions)")
-        self.check_caption_length(max(len(row) for row in rows), "the caption")
-        width = max(len(row) for row in rows)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else start
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)  # [b, t], padded on the right
-        mask = torch.zeros((len(rows), width), dtype=torch.long)  # [b, t]
-        for index, row in enumerate(rows):
-            ids[index, : len(row)] = torch.tensor(row)
-            mask[index, : len(row)] = 1
-        batch.inputs["decoder_input_ids"] = ids.to(self.device)
-        batch.inputs["decoder_attention_mask"] = mask.to(self.device)
-        labelled = [self.caption_tokens(row) for row in rows]
-        batch.target_tokens = [tokens for tokens, _, _ in labelled]
-        batch.target_special = [special for _, special, _ in labelled]
-        batch.target_word_ids = [words for _, _, words in labelled]
-        return batch
+        return self.add_decoder_side(super().encode_images(images), targets, token_ids)
 
-    def caption_ids(self, target: str) -> list[int]:
-        """The token ids of caption ``target``; :class:`InputError` naming the words the tokenizer does not know
-        (each would be its unknown token: the overlays of ``<unk>`` say nothing of the word)."""
-        ids = list(self.tokenizer(target, add_special_tokens=False)["input_ids"])
-        unknown_id = getattr(self.tokenizer, "unk_token_id", None)
-        if unknown_id is None or unknown_id not in ids:
-            return ids
-        unknown = [
-            word for word in target.split() if unknown_id in self.tokenizer(word, add_special_tokens=False)["input_ids"]
-        ]
-        vocabulary = sorted(
-            token
-            for token in self.tokenizer.get_vocab()
-            if token not in set(getattr(self.tokenizer, "all_special_tokens", ()))
-        )
-        known = f": it knows {', '.join(vocabulary)}" if len(vocabulary) <= 40 else ""
-        raise InputError(
-            f"{self.name} does not know the word{'s' if len(unknown) > 1 else ''} "
-            f"{', '.join(repr(word) for word in unknown or [target])} of the caption (each would be read as "
-            f"{self.tokenizer.unk_token}){known}"
-        )
+    def encode_source(self, batch: EncodedBatch, context: AttentionContext) -> Any:
+        """The image encoder's output on ``batch``'s pictures."""
+        return self.model.encoder(pixel_values=batch.inputs["pixel_values"], **self.context_arguments(context))
 
-    def caption_tokens(self, ids: Sequence[int]) -> tuple[list[str], list[bool], list[int | None]]:
-        """(token strings, special flags, word ids) of decoder token ``ids``."""
-        from attnviz.common.tokens import token_strings, word_ids_from_markers
-
-        tokens = token_strings(self.tokenizer, ids)  # byte-level tokens decoded, as every model encodes
-        special_ids = set(self.tokenizer.all_special_ids) | {self.start_id}
-        special = [token_id in special_ids for token_id in ids]
-        return tokens, special, word_ids_from_markers(tokens, special)
-
-    def check_caption_length(self, positions: int, what: str) -> None:
-        """Refuse ``positions`` decoder positions (start token included) beyond what the decoder allows."""
-        if self.max_length is not None and positions > self.max_length:
-            raise InputError(
-                f"{what} needs {positions} decoder positions (the start token included), but {self.name}'s decoder "
-                f"allows {self.max_length}: give a shorter caption"
-            )
+    def decoder_arguments(self, context: AttentionContext) -> dict[str, Any]:
+        return {"decoder_" + CONTEXT_KWARG: context}
 
     # -- running ------------------------------------------------------------------------------
 

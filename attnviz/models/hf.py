@@ -29,7 +29,7 @@ from attnviz.models.hf_checks import (
 )
 from attnviz.models.hf_encoding import encode_texts
 from attnviz.models.hf_inputs import text_probe_batches, text_timing_batch
-from attnviz.models.hf_loading import load_hf_weights, model_class_for
+from attnviz.models.hf_loading import load_hf_weights, model_class_for, switch_to_eager
 from attnviz.models.hf_patching import (
     check_hf_patching,
     hf_answer_position,
@@ -91,7 +91,10 @@ def load_hf_model(
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
         refuse_unreadable_family(config, model_class_for(config), source)  # before its tokenizer is looked for
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
+        audio = _audio_family(
+            config
+        )  # Whisper: its processor (feature extractor and tokenizer) in the tokenizer's place
+        tokenizer = audio[1](source) if audio else transformers.AutoTokenizer.from_pretrained(source, **extra)
     except AttnvizError:
         raise
     except Exception as exc:  # OSError, ValueError, tokenizers' own exceptions on a damaged tokenizer.json, …
@@ -106,14 +109,15 @@ def load_hf_model(
     if not device_map:  # accelerate has placed the layers itself
         model.to(device)
     model.eval()
-    loaded = HFModel(model, tokenizer, name=name or source, fallback=fallback)
+    make: Any = audio[0] if audio else HFModel
+    loaded = make(model, tokenizer, name=name or source, fallback=fallback)
     loaded.check_weights()  # before the first forward pass (the layout below) reads them
     with running_on_text(config.model_type, source):  # the probe passes below: a model that needs more than text
         if not fallback and (model.config._attn_implementation != ATTENTION_NAME or _misses_stacks(loaded)):
             # The name was accepted but no attention call (or none of a whole stack: BigBird-Pegasus' encoder)
             # reached the core: the family, or that stack, does not use the interface.
-            _switch_to_eager(model)
-            loaded = HFModel(model, tokenizer, name=name or source, fallback=True)
+            switch_to_eager(model)
+            loaded = make(model, tokenizer, name=name or source, fallback=True)
         loaded.layout()
     if not loaded.layout():
         kinds = sorted({str(kind) for kind in getattr(config, "layer_types", None) or ()})
@@ -368,21 +372,17 @@ class HFModel(LoadedModel):
         return self._output_projections
 
 
+def _audio_family(config: Any) -> tuple[Any, Any] | None:
+    """``(AudioModel, load_audio_processor)`` for an audio family attnviz reads (Whisper), else None."""
+    from attnviz.models import audio
+
+    return (audio.AudioModel, audio.load_audio_processor) if audio.reads_audio(config.model_type) else None
+
+
 def _misses_stacks(loaded: HFModel) -> bool:
     """Whether the probe pass found no attention site at all, or, in an encoder-decoder model, none of one stack."""
     found = {site.stack for site in loaded.layout()}
     return not found or (loaded.encoder_decoder and not {"encoder", "decoder", "cross"} <= found)
-
-
-def _switch_to_eager(model: nn.Module) -> None:
-    """Eager attention for a family that accepted attnviz's name but does not call the interface. Some (BLOOM)
-    ignore ``set_attn_implementation``; their configs must still say eager, or their masks would be built by
-    attnviz's mask function, which leaves the plain causal triangle to the core."""
-    model.set_attn_implementation("eager")  # type: ignore[operator]
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if getattr(config, "_attn_implementation", "eager") != "eager":
-            config._attn_implementation = "eager"  # type: ignore[union-attr]
 
 
 def _forward_parameters(module: nn.Module) -> set[str]:

@@ -37,6 +37,8 @@ def refuse_custom_code(source: str) -> None:
 #: what a model class reads first (``main_input_name``) when it reads sound: spectrogram frames (Whisper,
 #: Speech2Text) or the waveform itself (wav2vec 2.0, HuBERT)
 _AUDIO_INPUTS = ("input_features", "input_values")
+#: the audio families attnviz reads (attnviz.models.audio)
+_READ_AUDIO = ("whisper",)
 
 
 #: text families whose attention attnviz cannot show as a pattern over tokens, with the reason
@@ -50,13 +52,13 @@ _REFUSED_FAMILIES = {
 
 def refuse_unreadable_family(config, model_class, source: str) -> None:
     """Refuse, naming the reason, a model whose attention attnviz cannot show over text tokens: one that reads
-    audio, or LongT5 with transient-global attention (its keys include summaries of blocks, not only tokens)."""
+    audio (but Whisper), or LongT5 with transient-global attention (its keys include summaries of blocks, not only tokens)."""
     model_type = getattr(config, "model_type", type(config).__name__)
     reads = getattr(model_class, "main_input_name", "input_ids")
-    if reads in _AUDIO_INPUTS:
+    if reads in _AUDIO_INPUTS and model_type not in _READ_AUDIO:
         raise UnsupportedModelError(
-            f"model {source!r} is a {model_type} model, which reads audio ({reads}), not text: attnviz shows the "
-            "attention of text and image models"
+            f"model {source!r} is a {model_type} model, which reads audio ({reads}): attnviz shows the attention "
+            "of text and image models, and of Whisper among audio models"
         )
     if model_type in _REFUSED_FAMILIES:
         raise UnsupportedModelError(f"model {source!r} is a {model_type} model: {_REFUSED_FAMILIES[model_type]}")

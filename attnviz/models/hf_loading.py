@@ -64,3 +64,14 @@ def load_hf_weights(cls: Any, source: str, *, dtype: torch.dtype, extra: dict[st
                 ) from exc
             raise ModelSpecError(f"cannot load the weights of model {source!r}: {first_line(exc)}") from exc
     return model, info, fallback
+
+
+def switch_to_eager(model: Any) -> None:
+    """Eager attention for a family that accepted attnviz's name but does not call the interface. Some (BLOOM)
+    ignore ``set_attn_implementation``; their configs must still say eager, or their masks would be built by
+    attnviz's mask function, which leaves the plain causal triangle to the core."""
+    model.set_attn_implementation("eager")
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "_attn_implementation", "eager") != "eager":
+            config._attn_implementation = "eager"  # type: ignore[union-attr]

@@ -88,7 +88,7 @@ class VisionModel(LoadedModel):
 
     """A transformers vision transformer whose attention runs through attnviz's core; reads images, not text."""
 
-    modality: Literal["text", "image"] = "image"
+    modality: Literal["text", "image", "audio"] = "image"
     #: the toy image task the model was trained on (``odd-patch``), whose examples it can draw; None otherwise
     image_task: str | None = None
     #: the pruned checkpoint directory this model was read from (see :mod:`attnviz.models.vision_pruning`)

@@ -28,6 +28,7 @@ from torch import nn
 from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.common.progress import quiet_third_party
 from attnviz.core import ATTENTION_NAME, AttentionContext, register_attention
+from attnviz.models.audio import AudioModel, check_audio_processor, reads_audio
 from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
 from attnviz.models.hf_checks import refuse_unreadable_family
@@ -119,11 +120,23 @@ class WrappedVisionLanguageModel(_OnCoreWhileRunning, VisionLanguageModel):
         )
 
 
+class WrappedAudioModel(_OnCoreWhileRunning, AudioModel):
+    """A user's Whisper with its processor; attnviz's core is switched in only inside :meth:`running`."""
+
+    def __init__(self, model: nn.Module, processor: Any, *, name: str, configs: list[Any]):
+        super().__init__(model, processor, name=name)
+        self._configs = configs
+
+    def with_model(self, model: nn.Module) -> WrappedAudioModel:
+        return WrappedAudioModel(model, self.processor, name=self.name, configs=_attention_configs(model))
+
+
 def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) -> HFModel:
     """Make a transformers model the user loaded usable by every attnviz function that takes a loaded model.
 
     ``tokenizer``: the model's tokenizer, or a vision-language model's processor (tokenizer and image processor:
-    then it reads pictures inside its texts; with a tokenizer alone it reads text only); when None, the one saved
+    then it reads pictures inside its texts; with a tokenizer alone it reads text only), or Whisper's processor
+    (feature extractor and tokenizer: it reads audio); when None, the one saved
     with the model (``model.name_or_path``) is loaded. ``name``: shown in titles and reports (default: the
     model's ``name_or_path``). The model is not changed: attnviz switches it onto its core only
     while one of its own calls runs (see the module docstring). Families that do not call
@@ -142,8 +155,12 @@ def wrap(model: nn.Module, tokenizer: Any = None, *, name: str | None = None) ->
     name = name or _default_name(model)
     refuse_unreadable_family(model.config, type(model), name)
     configs = _attention_configs(model)
-    loaded: WrappedModel | WrappedVisionLanguageModel
-    if _is_processor(tokenizer) and is_vision_language_type(model.config):  # reads pictures inside its texts
+    loaded: WrappedModel | WrappedVisionLanguageModel | WrappedAudioModel
+    if reads_audio(family):  # Whisper: its processor (feature extractor and tokenizer), given or saved with it
+        processor = tokenizer if tokenizer is not None else _saved_processor(model, "feature_extractor")
+        check_audio_processor(processor, name)
+        loaded = WrappedAudioModel(model, copy.deepcopy(processor), name=name, configs=configs)
+    elif _is_processor(tokenizer) and is_vision_language_type(model.config):  # reads pictures inside its texts
         kind = _wrappable_family(model.config, name)  # refuses, by name, a family attnviz cannot map
         loaded = WrappedVisionLanguageModel(model, copy.deepcopy(tokenizer), kind, name=name, configs=configs)
     elif tokenizer is None and model.config.model_type in VLM_FAMILIES and _saved_processor(model) is not None:
@@ -212,8 +229,9 @@ def _is_processor(value: Any) -> bool:
     return getattr(value, "image_processor", None) is not None and getattr(value, "tokenizer", None) is not None
 
 
-def _saved_processor(model: nn.Module) -> Any:
-    """The processor saved with ``model`` (``model.name_or_path``) when it has an image processor, else None."""
+def _saved_processor(model: nn.Module, part: str = "image_processor") -> Any:
+    """The processor saved with ``model`` (``model.name_or_path``) when it has ``part`` (an image processor, a
+    feature extractor) and a tokenizer, else None."""
     source = getattr(model, "name_or_path", "") or ""
     if not source:
         return None
@@ -224,7 +242,7 @@ def _saved_processor(model: nn.Module) -> Any:
             processor = AutoProcessor.from_pretrained(source, trust_remote_code=False, local_files_only=True)
     except Exception:  # noqa: BLE001 - no processor: the model reads text only
         return None
-    return processor if _is_processor(processor) else None
+    return processor if getattr(processor, part, None) is not None and hasattr(processor, "tokenizer") else None
 
 
 def _own_tokenizer(model: nn.Module, tokenizer: Any) -> Any:
@@ -252,4 +270,4 @@ def _own_tokenizer(model: nn.Module, tokenizer: Any) -> Any:
     return copy.deepcopy(tokenizer)
 
 
-__all__ = ["WrappedModel", "WrappedVisionLanguageModel", "wrap"]
+__all__ = ["WrappedAudioModel", "WrappedModel", "WrappedVisionLanguageModel", "wrap"]

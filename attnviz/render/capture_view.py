@@ -105,7 +105,7 @@ def capture_panels(
     else:
         per_row = " (one row per layer)" if any(len(row) > 1 for row in rows) else ""
         title = f"{name} · {STACK_TITLES[stack]}layers {_ranges(layer_indices)}{per_row}"
-    if capture.generated_from is not None:
+    if capture.generated_from is not None and stack != "encoder":  # the encoder's source was not generated
         title += " · generated after the dashed line"
     if capture.weighting == "norm":
         title += " · norm-based α·‖f(x)‖"

@@ -64,7 +64,8 @@ def compute_statistics(
         data: texts to encode with ``loaded.encode``, longest first, in batches of at most
             ``batch_size`` examples and ``max_tokens_per_batch`` padded tokens (truncated to
             ``max_length`` tokens); for a vision model or captioner, images (paths, bytes, PIL images or
-            arrays), read ``batch_size`` at a time (:func:`attnviz.stats.images.compute_image_statistics`).
+            arrays), read ``batch_size`` at a time (:func:`attnviz.stats.images.compute_image_statistics`). An audio
+            model (Whisper) is refused: each input would be mostly the padding of its 30 s window.
         texts: the earlier name of ``data`` (deprecated).
         batches: encoded batches to use instead of ``texts`` (toy models' task data).
         local_window: ``w`` of the ``local_ratio`` statistic.
@@ -91,6 +92,11 @@ def compute_statistics(
 
     The result records the wall time of the pass (``seconds``) and so its throughput.
     """
+    if loaded.modality == "audio":
+        raise UnsupportedModelError(
+            f"{loaded.name} reads audio: statistics are measured over texts or images, not audio (every input fills "
+            "a 30 s window mostly of padding); capture each file instead: attnviz.capture(model, 'clip.wav')"
+        )
     if texts is not None:
         warnings.warn("compute_statistics(texts=...) is now compute_statistics(model, data)", DeprecationWarning, 2)
         data = texts if data is None else data
