@@ -13,9 +13,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar, get_type_hints
-
-import typer
+from typing import Any, TypeVar, get_type_hints
 
 from attnviz.cli.options import (
     DEFAULT_MAX_BYTES,
@@ -33,6 +31,7 @@ from attnviz.cli.options import (
     SampleSeedOption,
     TemperatureOption,
     TextOption,
+    option,
 )
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -170,8 +169,8 @@ class TextInputs:
         return corpus_from_options(self.data, self.text, text_files)
 
 
-def _prompt(option: str, help_text: str) -> Any:
-    return Annotated[str, typer.Option(option, help=help_text, rich_help_panel=INPUT_PANEL, show_default=False)]
+def _prompt(flag: str, help_text: str) -> Any:
+    return option(str, flag, help=help_text, panel=INPUT_PANEL, show_default=False)
 
 
 @dataclass(frozen=True)
