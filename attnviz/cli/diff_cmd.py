@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from attnviz.cli.diff_output import STDOUT, show_checkpoints, show_inputs, show_models, write_outputs
-from attnviz.cli.option_groups import TEXT_INPUTS, TextInputs, expand_option_groups
+from attnviz.cli.option_groups import MODEL_DEVICE, TEXT_INPUTS, ModelDevice, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     MODEL_PANEL,
@@ -16,8 +16,6 @@ from attnviz.cli.options import (
     OUTPUT_PANEL,
     VIEW_PANEL,
     BatchSizeOption,
-    DeviceOption,
-    DtypeOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
     NoTruncateOption,
@@ -61,8 +59,7 @@ def diff(
         "Example: --by-statistics",
         panel=DIFF_PANEL,
     ) = False,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    model_device: ModelDevice = MODEL_DEVICE,
     device_b: option(
         str | None,
         "--device-b",
@@ -177,8 +174,8 @@ def diff(
         with status(f"loading {spec}"):
             return load_model(
                 spec,
-                device=(device_b or device) if second else device,
-                dtype=(dtype_b or dtype) if second else dtype,
+                device=(device_b or model_device.device) if second else model_device.device,
+                dtype=(dtype_b or model_device.dtype) if second else model_device.dtype,
             )
 
     result: Any

@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.option_groups import MODEL_DEVICE, ModelDevice, expand_option_groups
 from attnviz.cli.options import (
     OUTPUT_PANEL,
     VIEW_PANEL,
     DataOption,
-    DeviceOption,
-    DtypeOption,
     choice_enum,
     choice_option,
     option,
@@ -25,6 +24,7 @@ PAGE_SUFFIXES = (".html", ".htm")
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
+@expand_option_groups
 def explain(
     model: Annotated[
         str, typer.Argument(help="Model spec: minilm, smollm2, a Hugging Face directory, … Example: smollm2")
@@ -76,8 +76,7 @@ def explain(
         "(a self-contained page) or .png/.svg/.pdf (a figure); repeat for both. Example: --out why.html --out why.png",
         panel=OUTPUT_PANEL,
     ) = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    model_device: ModelDevice = MODEL_DEVICE,
 ) -> None:
     """Why a head attends: the query and key vectors behind one weight, and the head's queries and keys mapped together.
 
@@ -108,7 +107,7 @@ def explain(
         raise InputError("the text is empty: give at least one word")
     corpus = corpus_from_options(data, None) if data is not None else [text]
     with status(f"loading {model}"):
-        loaded = load_model(model, device=device, dtype=dtype)
+        loaded = load_model(model, **model_device.loading())
     breakdown = explain_logit(loaded, text, layer=layer, head=head, query=query, key=key)
     mapping = None
     if outputs:

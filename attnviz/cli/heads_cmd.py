@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from attnviz.cli.option_groups import MODEL_DEVICE, ModelDevice, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
@@ -14,8 +15,6 @@ from attnviz.cli.options import (
     BatchSizeOption,
     CheckpointArgument,
     CsvOption,
-    DeviceOption,
-    DtypeOption,
     JsonOption,
     LimitOption,
     MaxLengthOption,
@@ -41,6 +40,7 @@ def _threshold(flag: str, help_text: str):
     return option(float | None, flag, help=help_text, panel=LABEL_PANEL, show_default=False, min=0.0, max=1.0)
 
 
+@expand_option_groups
 def heads(
     checkpoint: CheckpointArgument = "minilm",
     length: option(
@@ -68,8 +68,7 @@ def heads(
     ) = None,
     text: TextOption = None,
     max_length: MaxLengthOption = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    model_device: ModelDevice = MODEL_DEVICE,
     induction_min: _threshold(
         "--induction-min", "induction if the score is ≥ this (0.3). Example: --induction-min 0.5"
     ) = None,
@@ -170,7 +169,7 @@ def heads(
     texts = corpus_from_options(data, text)
 
     with status(f"loading {checkpoint}"):
-        loaded = load_model(checkpoint, device=device, dtype=dtype)
+        loaded = load_model(checkpoint, **model_device.loading())
     stack = stack_value(stack)
     if stack is not None and stack not in loaded.stacks():  # before the probes run
         raise InputError(f"{loaded.name} has no {stack} attention; it has {', '.join(loaded.stacks())}")

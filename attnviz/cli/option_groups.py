@@ -133,20 +133,26 @@ class BatchOptions:
 
 
 @dataclass(frozen=True)
-class ModelPlacement:
-    """Where and in which precision a command loads its model, a big one spread over devices (``--device-map``)."""
+class ModelDevice:
+    """Where and in which precision a command loads its model."""
 
     device: DeviceOption = "auto"
     dtype: DtypeOption = "auto"
+
+    def loading(self) -> dict[str, Any]:
+        """``device=…, dtype=…`` as the library's loading calls take them."""
+        return {"device": self.device, "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class ModelPlacement(ModelDevice):
+    """:class:`ModelDevice`, and a big model spread over devices (``--device-map``)."""
+
     device_map: DeviceMapOption = None
 
     def loading(self) -> dict[str, Any]:
         """``device=…, dtype=…, device_map=…`` as the library's loading calls take them."""
-        return {
-            "device": self.device,
-            "dtype": self.dtype,
-            "device_map": self.device_map.value if self.device_map else None,
-        }
+        return {**super().loading(), "device_map": self.device_map.value if self.device_map else None}
 
     def session(self) -> Any:
         """The command's processes (one, or torchrun's): :func:`attnviz.cli.distributed.cli_session`."""
@@ -216,3 +222,4 @@ PROMPT_PAIR: Any = OptionGroup(PromptPair)
 BATCH_OPTIONS: Any = OptionGroup(BatchOptions)
 TEXT_INPUTS: Any = OptionGroup(TextInputs)
 PLACEMENT: Any = OptionGroup(ModelPlacement)
+MODEL_DEVICE: Any = OptionGroup(ModelDevice)
