@@ -5,22 +5,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnviz.common.lazy import lazy_exports
+from attnviz.common.lazy import exports_by_module, lazy_exports
 
 if TYPE_CHECKING:
-    from attnviz.circuit.pairs import PromptPair, read_pairs
-    from attnviz.circuit.result import CircuitResult, EdgeScore, NodeScore
-    from attnviz.circuit.run import find_circuit
+    from attnviz.circuit.pairs import PromptPair as PromptPair
+    from attnviz.circuit.pairs import read_pairs as read_pairs
+    from attnviz.circuit.result import CircuitResult as CircuitResult
+    from attnviz.circuit.result import EdgeScore as EdgeScore
+    from attnviz.circuit.result import NodeScore as NodeScore
+    from attnviz.circuit.run import find_circuit as find_circuit
 
-_EXPORTS = {
-    "CircuitResult": "attnviz.circuit.result",
-    "EdgeScore": "attnviz.circuit.result",
-    "NodeScore": "attnviz.circuit.result",
-    "PromptPair": "attnviz.circuit.pairs",
-    "read_pairs": "attnviz.circuit.pairs",
-    "find_circuit": "attnviz.circuit.run",
-}
+_EXPORTS = exports_by_module(
+    {
+        "attnviz.circuit.pairs": ("PromptPair", "read_pairs"),
+        "attnviz.circuit.result": ("CircuitResult", "EdgeScore", "NodeScore"),
+        "attnviz.circuit.run": ("find_circuit",),
+    }
+)
 
-__all__ = ["CircuitResult", "EdgeScore", "NodeScore", "PromptPair", "find_circuit", "read_pairs"]
+__all__ = list(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

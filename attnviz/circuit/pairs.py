@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from attnviz.common.errors import InputError
+from attnviz.common.texts import json_records
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.patching.run import aligned_answer_position, one_token
 
@@ -55,13 +56,11 @@ def read_pairs(path: str | os.PathLike) -> list[PromptPair]:
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"cannot read the pairs file {path}: {error}") from error
     pairs = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise InputError(f"{path}, line {number}: not JSON ({error.msg}); write one object a line") from error
+
+    def not_json(number: int, error: json.JSONDecodeError) -> str:
+        return f"{path}, line {number}: not JSON ({error.msg}); write one object a line"
+
+    for number, record in json_records(enumerate(lines, start=1), not_json):
         pairs.append(pair_of(record, f"{path}, line {number}"))
     if not pairs:
         raise InputError(f"{path} holds no pairs: write one {{{', '.join(map(repr, PAIR_FIELDS))}}} object a line")

@@ -13,7 +13,8 @@ from attnviz.cli.options import (
     OUTPUT_PANEL,
     JsonOption,
     choice_enum,
-    choice_parser,
+    choice_option,
+    option,
 )
 from attnviz.heads.choices import ALIGNMENT_ROWS
 
@@ -34,54 +35,43 @@ def align(
             show_default=False,
         ),
     ],
-    data: Annotated[
+    data: option(
         Path,
-        typer.Option(
-            "--data",
-            "-d",
-            help='JSON Lines, one pair per line: {"source": ..., "target": ..., "alignment": "0-0 1-2 2?1"} '
-            "(Pharaoh links over whitespace words; i?j, i-j?, ipj possible). '-' reads standard input. "
-            "Example: --data pairs.jsonl",
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ],
-    threshold: Annotated[
+        "--data",
+        "-d",
+        help='JSON Lines, one pair per line: {"source": ..., "target": ..., "alignment": "0-0 1-2 2?1"} '
+        "(Pharaoh links over whitespace words; i?j, i-j?, ipj possible). '-' reads standard input. "
+        "Example: --data pairs.jsonl",
+        panel=INPUT_PANEL,
+        show_default=False,
+    ),
+    threshold: option(
         float,
-        typer.Option(
-            "--threshold",
-            min=0.0,
-            max=1.0,
-            help="Weight at or above which the threshold variant links a target word to a source word. "
-            "Example: --threshold 0.5",
-            rich_help_panel=ALIGN_PANEL,
-        ),
-    ] = 0.3,
-    rows: Annotated[
+        "--threshold",
+        min=0.0,
+        max=1.0,
+        help="Weight at or above which the threshold variant links a target word to a source word. "
+        "Example: --threshold 0.5",
+        panel=ALIGN_PANEL,
+    ) = 0.3,
+    rows: choice_option(
         RowChoice,
-        typer.Option(
-            "--rows",
-            parser=choice_parser(RowChoice, "row choice"),
-            help="Decoder rows of a target word: 'predicting' (the step that predicts it) or 'reading' "
-            "(the step that reads it). Example: --rows reading",
-            rich_help_panel=ALIGN_PANEL,
-        ),
-    ] = RowChoice.predicting,
-    limit: Annotated[
-        int | None,
-        typer.Option(
-            "--limit", min=1, help="Show only the N best heads. Example: --limit 10", rich_help_panel=OUTPUT_PANEL
-        ),
-    ] = None,
+        "--rows",
+        "row choice",
+        help="Decoder rows of a target word: 'predicting' (the step that predicts it) or 'reading' "
+        "(the step that reads it). Example: --rows reading",
+        panel=ALIGN_PANEL,
+    ) = RowChoice.predicting,
+    limit: option(
+        int | None, "--limit", min=1, help="Show only the N best heads. Example: --limit 10", panel=OUTPUT_PANEL
+    ) = None,
     json_path: JsonOption = None,
-    plot: Annotated[
+    plot: option(
         Path | None,
-        typer.Option(
-            "--plot",
-            help="Layer × head picture of the AER (.png, .svg, .pdf). Example: --plot align.png",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
+        "--plot",
+        help="Layer × head picture of the AER (.png, .svg, .pdf). Example: --plot align.png",
+        panel=OUTPUT_PANEL,
+    ) = None,
     batching: BatchOptions = BATCH_OPTIONS,
 ) -> None:
     """Score every cross-attention head (and layer mean) by its alignment error rate against gold word alignments.

@@ -2,35 +2,29 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from attnviz.cli.options import INPUT_PANEL, VIEW_PANEL
+from attnviz.cli.options import INPUT_PANEL, VIEW_PANEL, option
 
 if TYPE_CHECKING:
     from attnviz.cli.option_groups import GenerationOptions, RunOptions
 
-AudioOption = Annotated[
+AudioOption = option(
     str | None,
-    typer.Option(
-        "--audio",
-        help="A .wav file (PCM, mono or stereo, any rate: resampled) for Whisper: with --target TEXT the attention "
-        "on that transcript, else on the transcript it writes (--generate N tokens, 48 by default). Example: "
-        "--audio speech.wav --model ./whisper-tiny",
-        show_default=False,
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
-AllFramesOption = Annotated[
+    "--audio",
+    help="A .wav file (PCM, mono or stereo, any rate: resampled) for Whisper: with --target TEXT the attention "
+    "on that transcript, else on the transcript it writes (--generate N tokens, 48 by default). Example: "
+    "--audio speech.wav --model ./whisper-tiny",
+    panel=INPUT_PANEL,
+    show_default=False,
+)
+AllFramesOption = option(
     bool,
-    typer.Option(
-        "--all-frames",
-        help="Audio: keep all of Whisper's time frames (its 30 s window, the padding after the audio included) "
-        "instead of those that cover the audio. Example: --all-frames",
-        rich_help_panel=VIEW_PANEL,
-    ),
-]
+    "--all-frames",
+    help="Audio: keep all of Whisper's time frames (its 30 s window, the padding after the audio included) "
+    "instead of those that cover the audio. Example: --all-frames",
+    panel=VIEW_PANEL,
+)
 
 
 def capture_audio_option(

@@ -26,7 +26,8 @@ from attnviz.cli.options import (
     TargetOption,
     WeightingOption,
     choice_enum,
-    choice_parser,
+    choice_option,
+    option,
     stack_value,
 )
 
@@ -37,15 +38,13 @@ DEFAULT_BITS = Bits("32")
 
 @expand_option_groups
 def capture(
-    out: Annotated[
+    out: option(
         Path,
-        typer.Option(
-            "--out",
-            "-o",
-            help="Output .safetensors file (format: docs/file-formats.md). Example: --out cat.safetensors",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ],
+        "--out",
+        "-o",
+        help="Output .safetensors file (format: docs/file-formats.md). Example: --out cat.safetensors",
+        panel=OUTPUT_PANEL,
+    ),
     text: Annotated[
         str | None,
         typer.Argument(
@@ -53,58 +52,49 @@ def capture(
             show_default=False,
         ),
     ] = None,
-    bits: Annotated[
+    bits: choice_option(
         Bits,
-        typer.Option(
-            "--bits",
-            parser=choice_parser(Bits, "number of bits"),
-            help="Bits per weight: 32 exact float32; 16 float16; 8 one byte per weight plus one scale per row "
-            "(error at most row max / 510, file about 4x smaller). Example: --bits 8",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = DEFAULT_BITS,
+        "--bits",
+        "number of bits",
+        help="Bits per weight: 32 exact float32; 16 float16; 8 one byte per weight plus one scale per row "
+        "(error at most row max / 510, file about 4x smaller). Example: --bits 8",
+        panel=OUTPUT_PANEL,
+    ) = DEFAULT_BITS,
     model: ModelOption = "minilm",
     image: ImageOption = None,
     audio: AudioOption = None,
     target: TargetOption = None,
-    with_rollout: Annotated[
+    with_rollout: option(
         bool,
-        typer.Option(
-            "--rollout",
-            help="Also store the attention rollout as the float32 tensor 'rollout' [query, key] (the encoder's for "
-            "encoder-decoder models). Example: --rollout",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = False,
-    layer: Annotated[
+        "--rollout",
+        help="Also store the attention rollout as the float32 tensor 'rollout' [query, key] (the encoder's for "
+        "encoder-decoder models). Example: --rollout",
+        panel=OUTPUT_PANEL,
+    ) = False,
+    layer: option(
         str,
-        typer.Option(
-            "--layer",
-            "-l",
-            help="Layers to record: index, negative index, comma list, or 'all'; the file keeps the model's "
-            "layer numbers. Example: --layer 3",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = "all",
-    head: Annotated[
+        "--layer",
+        "-l",
+        help="Layers to record: index, negative index, comma list, or 'all'; the file keeps the model's "
+        "layer numbers. Example: --layer 3",
+        panel=VIEW_PANEL,
+    ) = "all",
+    head: option(
         str,
-        typer.Option(
-            "--head",
-            help="Heads to record in each chosen layer: index, comma list, or 'all'. Example: --head 2",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = "all",
-    stack: Annotated[
-        StackChoice | None,
-        typer.Option(
-            "--stack",
-            parser=choice_parser(StackChoice, "stack"),
-            help="Encoder-decoder models: record only this stack, encoder, decoder or cross (default: all). "
-            "Example: --stack cross",
-            show_default=False,
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
+        "--head",
+        help="Heads to record in each chosen layer: index, comma list, or 'all'. Example: --head 2",
+        panel=VIEW_PANEL,
+    ) = "all",
+    stack: choice_option(
+        StackChoice,
+        "--stack",
+        "stack",
+        help="Encoder-decoder models: record only this stack, encoder, decoder or cross (default: all). "
+        "Example: --stack cross",
+        show_default=False,
+        panel=VIEW_PANEL,
+        optional=True,
+    ) = None,
     running: RunOptions = RUN_OPTIONS,
     device_map: DeviceMapOption = None,
     generating: GenerationOptions = GENERATION_OPTIONS,

@@ -16,6 +16,7 @@ from attnviz.cli.options import (
     JsonOption,
     choice_enum,
     choice_parser,
+    option,
 )
 
 CIRCUIT_PANEL = "Circuit"
@@ -38,16 +39,14 @@ def circuit(
         ),
     ] = "smollm2",
     prompts: PromptPair = PROMPT_PAIR,
-    pairs: Annotated[
+    pairs: option(
         Path | None,
-        typer.Option(
-            "--pairs",
-            help='Prompt pairs instead of one: JSON Lines, one {"clean", "corrupt", "answer", "wrong"} a line; '
-            "scores are averaged over them. Example: --pairs ioi.jsonl",
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
+        "--pairs",
+        help='Prompt pairs instead of one: JSON Lines, one {"clean", "corrupt", "answer", "wrong"} a line; '
+        "scores are averaged over them. Example: --pairs ioi.jsonl",
+        panel=INPUT_PANEL,
+        show_default=False,
+    ) = None,
     method: Annotated[
         Method,
         _circuit_option(
@@ -92,28 +91,20 @@ def circuit(
         _circuit_option("--edges", "Top edges written to the JSON: a number, or all. Example: --edges all"),
     ] = "200",
     batching: BatchOptions = BATCH_OPTIONS,
-    top: Annotated[
-        int,
-        typer.Option("--top", min=1, help="Top edges to list. Example: --top 20", rich_help_panel=VIEW_PANEL),
-    ] = 10,
-    terminal: Annotated[
-        bool,
-        typer.Option(
-            "--terminal", help="List the top edges in the terminal. Example: --terminal", rich_help_panel=VIEW_PANEL
-        ),
-    ] = False,
+    top: option(int, "--top", min=1, help="Top edges to list. Example: --top 20", panel=VIEW_PANEL) = 10,
+    terminal: option(
+        bool, "--terminal", help="List the top edges in the terminal. Example: --terminal", panel=VIEW_PANEL
+    ) = False,
     json_path: JsonOption = None,
-    out: Annotated[
+    out: option(
         Path | None,
-        typer.Option(
-            "--out",
-            "-o",
-            help="Figure (.png, .svg, .pdf): the circuit drawn layer by layer beside its faithfulness curve; or a "
-            "page (.html) with a slider for the edges kept where a click on a head opens its attention on the "
-            "clean prompt. Example: --out circuit.html",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
+        "--out",
+        "-o",
+        help="Figure (.png, .svg, .pdf): the circuit drawn layer by layer beside its faithfulness curve; or a "
+        "page (.html) with a slider for the edges kept where a click on a head opens its attention on the "
+        "clean prompt. Example: --out circuit.html",
+        panel=OUTPUT_PANEL,
+    ) = None,
 ) -> None:
     """Which heads feed which, through their queries, keys or values, so that the model gives this answer: edge attribution patching and faithful circuits.
 

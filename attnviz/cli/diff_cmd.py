@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from attnviz.cli.diff_output import STDOUT, show_checkpoints, show_inputs, show_models, write_outputs
-from attnviz.cli.option_groups import TEXT_INPUTS, TextInputs, expand_option_groups
+from attnviz.cli.option_groups import MODEL_DEVICE, TEXT_INPUTS, ModelDevice, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     MODEL_PANEL,
@@ -16,14 +16,13 @@ from attnviz.cli.options import (
     OUTPUT_PANEL,
     VIEW_PANEL,
     BatchSizeOption,
-    DeviceOption,
-    DtypeOption,
     MaxLengthOption,
     MaxTokensPerBatchOption,
     NoTruncateOption,
     StackOption,
     ToyExamplesOption,
     WeightingOption,
+    option,
     parse_device,
     parse_dtype,
     stack_value,
@@ -45,118 +44,92 @@ def diff(
         ),
     ],
     inputs: TextInputs = TEXT_INPUTS,
-    against: Annotated[
+    against: option(
         str | None,
-        typer.Option(
-            "--against",
-            help="Compare one model on --text and on this text (a minimal pair). "
-            'Example: --text "The keys to the cabinet are" --against "The keys to the cabinet is"',
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    by_statistics: Annotated[
+        "--against",
+        help="Compare one model on --text and on this text (a minimal pair). "
+        'Example: --text "The keys to the cabinet are" --against "The keys to the cabinet is"',
+        panel=INPUT_PANEL,
+        show_default=False,
+    ) = None,
+    by_statistics: option(
         bool,
-        typer.Option(
-            "--by-statistics",
-            help="Compare per-head statistics only (no divergence): for models whose heads or tokenizers differ. "
-            "Example: --by-statistics",
-            rich_help_panel=DIFF_PANEL,
-        ),
-    ] = False,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
-    device_b: Annotated[
+        "--by-statistics",
+        help="Compare per-head statistics only (no divergence): for models whose heads or tokenizers differ. "
+        "Example: --by-statistics",
+        panel=DIFF_PANEL,
+    ) = False,
+    model_device: ModelDevice = MODEL_DEVICE,
+    device_b: option(
         str | None,
-        typer.Option(
-            "--device-b",
-            parser=parse_device,
-            metavar="<device>",
-            help="Device of model B (default: --device). Example: --device-b cpu",
-            rich_help_panel=MODEL_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    dtype_b: Annotated[
+        "--device-b",
+        parser=parse_device,
+        metavar="<device>",
+        help="Device of model B (default: --device). Example: --device-b cpu",
+        panel=MODEL_PANEL,
+        show_default=False,
+    ) = None,
+    dtype_b: option(
         str | None,
-        typer.Option(
-            "--dtype-b",
-            parser=parse_dtype,
-            metavar="<dtype>",
-            help="Precision of model B (default: --dtype): compare a model with itself in another precision. "
-            "Example: attnviz diff minilm minilm --dtype-b bfloat16",
-            rich_help_panel=MODEL_PANEL,
-            show_default=False,
-        ),
-    ] = None,
+        "--dtype-b",
+        parser=parse_dtype,
+        metavar="<dtype>",
+        help="Precision of model B (default: --dtype): compare a model with itself in another precision. "
+        "Example: attnviz diff minilm minilm --dtype-b bfloat16",
+        panel=MODEL_PANEL,
+        show_default=False,
+    ) = None,
     batch_size: BatchSizeOption = 8,
     max_tokens_per_batch: MaxTokensPerBatchOption = None,
     max_length: MaxLengthOption = None,
     no_truncate: NoTruncateOption = False,
     toy_examples: ToyExamplesOption = 128,
-    seed: Annotated[
-        int,
-        typer.Option("--seed", help="Seed of the toy task examples. Example: --seed 1", rich_help_panel=INPUT_PANEL),
-    ] = 0,
+    seed: option(int, "--seed", help="Seed of the toy task examples. Example: --seed 1", panel=INPUT_PANEL) = 0,
     local_window: LocalWindowOption = 2,
     weighting: WeightingOption = "weights",
     stack: StackOption = None,
-    layer: Annotated[
+    layer: option(
         int | None,
-        typer.Option(
-            "--layer",
-            help="Two inputs: the layer the figure shows (default: that of the head that changed most). "
-            "Example: --layer 3",
-            rich_help_panel=VIEW_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    head: Annotated[
+        "--layer",
+        help="Two inputs: the layer the figure shows (default: that of the head that changed most). Example: --layer 3",
+        panel=VIEW_PANEL,
+        show_default=False,
+    ) = None,
+    head: option(
         int | None,
-        typer.Option(
-            "--head",
-            min=0,
-            help="Two inputs: the head the figure shows (default: the head that changed most). Example: --head 5",
-            rich_help_panel=VIEW_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    limit: Annotated[
-        int,
-        typer.Option(
-            "--limit", "-n", min=0, help="Heads listed as changed most. Example: --limit 20", rich_help_panel=VIEW_PANEL
-        ),
-    ] = 10,
-    json_path: Annotated[
+        "--head",
+        min=0,
+        help="Two inputs: the head the figure shows (default: the head that changed most). Example: --head 5",
+        panel=VIEW_PANEL,
+        show_default=False,
+    ) = None,
+    limit: option(
+        int, "--limit", "-n", min=0, help="Heads listed as changed most. Example: --limit 20", panel=VIEW_PANEL
+    ) = 10,
+    json_path: option(
         Path | None,
-        typer.Option(
-            "--json",
-            help="Write the comparison as JSON (one entry per head; see docs/diff.md); '-' writes to stdout. "
-            "Example: --json diff.json",
-            rich_help_panel=OUTPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    csv_path: Annotated[
+        "--json",
+        help="Write the comparison as JSON (one entry per head; see docs/diff.md); '-' writes to stdout. "
+        "Example: --json diff.json",
+        panel=OUTPUT_PANEL,
+        show_default=False,
+    ) = None,
+    csv_path: option(
         Path | None,
-        typer.Option(
-            "--csv",
-            help="Write one row per head as CSV; '-' writes to stdout. Example: --csv diff.csv",
-            rich_help_panel=OUTPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    out: Annotated[
+        "--csv",
+        help="Write one row per head as CSV; '-' writes to stdout. Example: --csv diff.csv",
+        panel=OUTPUT_PANEL,
+        show_default=False,
+    ) = None,
+    out: option(
         Path | None,
-        typer.Option(
-            "--out",
-            "-o",
-            help="Figure (.png, .svg, .pdf) or self-contained page (.html): the divergence grid of two models, "
-            "A | B | B − A of two inputs, a line per head across checkpoints. Example: --out diff.html",
-            rich_help_panel=OUTPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
+        "--out",
+        "-o",
+        help="Figure (.png, .svg, .pdf) or self-contained page (.html): the divergence grid of two models, "
+        "A | B | B − A of two inputs, a line per head across checkpoints. Example: --out diff.html",
+        panel=OUTPUT_PANEL,
+        show_default=False,
+    ) = None,
 ) -> None:
     """What changed between two models, checkpoints, precisions or inputs: head by head.
 
@@ -201,8 +174,8 @@ def diff(
         with status(f"loading {spec}"):
             return load_model(
                 spec,
-                device=(device_b or device) if second else device,
-                dtype=(dtype_b or dtype) if second else dtype,
+                device=(device_b or model_device.device) if second else model_device.device,
+                dtype=(dtype_b or model_device.dtype) if second else model_device.dtype,
             )
 
     result: Any

@@ -7,14 +7,14 @@ from typing import Annotated
 
 import typer
 
+from attnviz.cli.option_groups import MODEL_DEVICE, ModelDevice, expand_option_groups
 from attnviz.cli.options import (
     OUTPUT_PANEL,
     VIEW_PANEL,
     DataOption,
-    DeviceOption,
-    DtypeOption,
     choice_enum,
-    choice_parser,
+    choice_option,
+    option,
 )
 from attnviz.heads.choices import PROJECTIONS
 
@@ -24,6 +24,7 @@ PAGE_SUFFIXES = (".html", ".htm")
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
+@expand_option_groups
 def explain(
     model: Annotated[
         str, typer.Argument(help="Model spec: minilm, smollm2, a Hugging Face directory, … Example: smollm2")
@@ -34,69 +35,48 @@ def explain(
     ],
     layer: Annotated[int, typer.Option("--layer", "-l", help="Layer (negative from the end). Example: --layer 3")],
     head: Annotated[int, typer.Option("--head", help="Head of that layer. Example: --head 2", show_default=False)],
-    query: Annotated[
-        str,
-        typer.Option(
-            "--query",
-            "-q",
-            help="Query position: a token index or 'last'. Example: --query 5",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = "last",
-    key: Annotated[
-        str,
-        typer.Option(
-            "--key", "-k", help="Key position: a token index or 'last'. Example: --key 0", rich_help_panel=VIEW_PANEL
-        ),
-    ] = "0",
+    query: option(
+        str, "--query", "-q", help="Query position: a token index or 'last'. Example: --query 5", panel=VIEW_PANEL
+    ) = "last",
+    key: option(
+        str, "--key", "-k", help="Key position: a token index or 'last'. Example: --key 0", panel=VIEW_PANEL
+    ) = "0",
     data: DataOption = None,
-    projection: Annotated[
+    projection: choice_option(
         ProjectionChoice,
-        typer.Option(
-            "--projection",
-            parser=choice_parser(ProjectionChoice, "projection"),
-            help="How the map places queries and keys in 2-D: pca (an SVD, the same every time) or tsne "
-            "(scikit-learn, placed with --seed). Example: --projection tsne",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = "pca",
-    seed: Annotated[
+        "--projection",
+        "projection",
+        help="How the map places queries and keys in 2-D: pca (an SVD, the same every time) or tsne "
+        "(scikit-learn, placed with --seed). Example: --projection tsne",
+        panel=VIEW_PANEL,
+    ) = "pca",
+    seed: option(
         int,
-        typer.Option(
-            "--seed",
-            min=0,
-            max=2**32 - 1,  # what t-SNE takes
-            help="Seed of t-SNE and of the tokens drawn above --points. Example: --seed 1",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = 0,
-    points: Annotated[
+        "--seed",
+        min=0,
+        max=2**32 - 1,
+        help="Seed of t-SNE and of the tokens drawn above --points. Example: --seed 1",
+        panel=VIEW_PANEL,
+    ) = 0,
+    points: option(
+        int, "--points", min=4, help="Most queries + keys on the map. Example: --points 1000", panel=VIEW_PANEL
+    ) = 2000,
+    links: option(
         int,
-        typer.Option(
-            "--points", min=4, help="Most queries + keys on the map. Example: --points 1000", rich_help_panel=VIEW_PANEL
-        ),
-    ] = 2000,
-    links: Annotated[
-        int,
-        typer.Option(
-            "--links",
-            min=0,
-            help="Strongest query → key weights drawn on the map. Example: --links 100",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = 60,
-    out: Annotated[
+        "--links",
+        min=0,
+        help="Strongest query → key weights drawn on the map. Example: --links 100",
+        panel=VIEW_PANEL,
+    ) = 60,
+    out: option(
         list[Path] | None,
-        typer.Option(
-            "--out",
-            "-o",
-            help="Write the breakdown and the map of the head's queries and keys over TEXT (or --data): .html "
-            "(a self-contained page) or .png/.svg/.pdf (a figure); repeat for both. Example: --out why.html --out why.png",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+        "--out",
+        "-o",
+        help="Write the breakdown and the map of the head's queries and keys over TEXT (or --data): .html "
+        "(a self-contained page) or .png/.svg/.pdf (a figure); repeat for both. Example: --out why.html --out why.png",
+        panel=OUTPUT_PANEL,
+    ) = None,
+    model_device: ModelDevice = MODEL_DEVICE,
 ) -> None:
     """Why a head attends: the query and key vectors behind one weight, and the head's queries and keys mapped together.
 
@@ -127,7 +107,7 @@ def explain(
         raise InputError("the text is empty: give at least one word")
     corpus = corpus_from_options(data, None) if data is not None else [text]
     with status(f"loading {model}"):
-        loaded = load_model(model, device=device, dtype=dtype)
+        loaded = load_model(model, **model_device.loading())
     breakdown = explain_logit(loaded, text, layer=layer, head=head, query=query, key=key)
     mapping = None
     if outputs:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
+from attnviz.cli.option_groups import MODEL_DEVICE, ModelDevice, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
@@ -15,8 +15,6 @@ from attnviz.cli.options import (
     BatchSizeOption,
     CheckpointArgument,
     CsvOption,
-    DeviceOption,
-    DtypeOption,
     JsonOption,
     LimitOption,
     MaxLengthOption,
@@ -24,7 +22,8 @@ from attnviz.cli.options import (
     StackOption,
     TextOption,
     choice_enum,
-    choice_parser,
+    choice_option,
+    option,
     stack_value,
 )
 from attnviz.heads.labels import SCORE_NAMES
@@ -37,51 +36,39 @@ SIMILARITY_PANEL = "Head similarity"
 ScoreName = choice_enum("ScoreName", SCORE_NAMES)
 
 
-def _threshold(option: str, help_text: str):
-    return Annotated[
-        float | None,
-        typer.Option(option, help=help_text, rich_help_panel=LABEL_PANEL, show_default=False, min=0.0, max=1.0),
-    ]
+def _threshold(flag: str, help_text: str):
+    return option(float | None, flag, help=help_text, panel=LABEL_PANEL, show_default=False, min=0.0, max=1.0)
 
 
+@expand_option_groups
 def heads(
     checkpoint: CheckpointArgument = "minilm",
-    length: Annotated[
+    length: option(
         int | None,
-        typer.Option(
-            "--length",
-            "-T",
-            min=2,
-            help="T: random tokens per block; each probe is [BOS] + the block twice (default 50; toy models: their "
-            "task's longest sequence). Example: --length 30",
-            rich_help_panel=PROBE_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    sequences: Annotated[
-        int,
-        typer.Option(
-            "--sequences", min=1, help="Probe sequences. Example: --sequences 32", rich_help_panel=PROBE_PANEL
-        ),
-    ] = 16,
-    seed: Annotated[
-        int, typer.Option("--seed", help="Seed of the probe tokens. Example: --seed 1", rich_help_panel=PROBE_PANEL)
-    ] = 0,
+        "--length",
+        "-T",
+        min=2,
+        help="T: random tokens per block; each probe is [BOS] + the block twice (default 50; toy models: their "
+        "task's longest sequence). Example: --length 30",
+        panel=PROBE_PANEL,
+        show_default=False,
+    ) = None,
+    sequences: option(
+        int, "--sequences", min=1, help="Probe sequences. Example: --sequences 32", panel=PROBE_PANEL
+    ) = 16,
+    seed: option(int, "--seed", help="Seed of the probe tokens. Example: --seed 1", panel=PROBE_PANEL) = 0,
     batch_size: BatchSizeOption = 16,
-    data: Annotated[
+    data: option(
         Path | None,
-        typer.Option(
-            "--data",
-            "-d",
-            help='Corpus (one example per line, or JSON Lines with "text"): adds the statistics and flags of '
-            "'attnviz stats' over it, and head similarity is computed over it. Example: --data notes.txt",
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
+        "--data",
+        "-d",
+        help='Corpus (one example per line, or JSON Lines with "text"): adds the statistics and flags of '
+        "'attnviz stats' over it, and head similarity is computed over it. Example: --data notes.txt",
+        panel=INPUT_PANEL,
+    ) = None,
     text: TextOption = None,
     max_length: MaxLengthOption = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    model_device: ModelDevice = MODEL_DEVICE,
     induction_min: _threshold(
         "--induction-min", "induction if the score is ≥ this (0.3). Example: --induction-min 0.5"
     ) = None,
@@ -94,64 +81,52 @@ def heads(
     next_token_min: _threshold(
         "--next-token-min", "next-token if the score is ≥ this (0.5). Example: --next-token-min 0.7"
     ) = None,
-    sort: Annotated[
-        ScoreName | None,
-        typer.Option(
-            "--sort",
-            parser=choice_parser(ScoreName, "probe score"),
-            help="Sort the table by a probe score, largest first. Example: --sort induction",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
+    sort: choice_option(
+        ScoreName,
+        "--sort",
+        "probe score",
+        help="Sort the table by a probe score, largest first. Example: --sort induction",
+        panel=VIEW_PANEL,
+        optional=True,
+    ) = None,
     ascending: AscendingOption = False,
-    labelled_only: Annotated[
-        bool,
-        typer.Option(
-            "--labelled-only", help="List only heads with a label. Example: --labelled-only", rich_help_panel=VIEW_PANEL
-        ),
-    ] = False,
+    labelled_only: option(
+        bool, "--labelled-only", help="List only heads with a label. Example: --labelled-only", panel=VIEW_PANEL
+    ) = False,
     limit: LimitOption = None,
     no_table: NoTableOption = False,
     stack: StackOption = None,
     json_path: JsonOption = None,
     csv_path: CsvOption = None,
-    plot: Annotated[
+    plot: option(
         Path | None,
-        typer.Option(
-            "--plot",
-            "-p",
-            help="Figure (.png, .svg, .pdf): a layer × head panel per probe score. Example: --plot heads.png",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
-    similarity: Annotated[
+        "--plot",
+        "-p",
+        help="Figure (.png, .svg, .pdf): a layer × head panel per probe score. Example: --plot heads.png",
+        panel=OUTPUT_PANEL,
+    ) = None,
+    similarity: option(
         Path | None,
-        typer.Option(
-            "--similarity",
-            help="Figure of the mean Jensen–Shannon divergence between heads (clustered heatmap coloured by layer, "
-            "and a 2-D MDS map), over --data/--text or else the probes; --json then holds the matrix. "
-            "Example: --similarity similarity.png",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
-    similarity_examples: Annotated[
+        "--similarity",
+        help="Figure of the mean Jensen–Shannon divergence between heads (clustered heatmap coloured by layer, "
+        "and a 2-D MDS map), over --data/--text or else the probes; --json then holds the matrix. "
+        "Example: --similarity similarity.png",
+        panel=OUTPUT_PANEL,
+    ) = None,
+    similarity_examples: option(
         int,
-        typer.Option(
-            "--similarity-examples",
-            min=1,
-            help="Examples the divergence is averaged over. Example: --similarity-examples 16",
-            rich_help_panel=SIMILARITY_PANEL,
-        ),
-    ] = 8,
-    similarity_tokens: Annotated[
+        "--similarity-examples",
+        min=1,
+        help="Examples the divergence is averaged over. Example: --similarity-examples 16",
+        panel=SIMILARITY_PANEL,
+    ) = 8,
+    similarity_tokens: option(
         int,
-        typer.Option(
-            "--similarity-tokens",
-            min=2,
-            help="Examples are cut to this many tokens for the divergence. Example: --similarity-tokens 32",
-            rich_help_panel=SIMILARITY_PANEL,
-        ),
-    ] = 64,
+        "--similarity-tokens",
+        min=2,
+        help="Examples are cut to this many tokens for the divergence. Example: --similarity-tokens 32",
+        panel=SIMILARITY_PANEL,
+    ) = 64,
 ) -> None:
     """What each head does: induction, duplicate-token, previous-token (and next-token) heads, from probes.
 
@@ -194,7 +169,7 @@ def heads(
     texts = corpus_from_options(data, text)
 
     with status(f"loading {checkpoint}"):
-        loaded = load_model(checkpoint, device=device, dtype=dtype)
+        loaded = load_model(checkpoint, **model_device.loading())
     stack = stack_value(stack)
     if stack is not None and stack not in loaded.stacks():  # before the probes run
         raise InputError(f"{loaded.name} has no {stack} attention; it has {', '.join(loaded.stacks())}")

@@ -25,7 +25,8 @@ from attnviz.cli.options import (
     StackChoice,
     TargetOption,
     WeightingOption,
-    choice_parser,
+    choice_option,
+    option,
     stack_value,
 )
 
@@ -52,109 +53,90 @@ def heatmap(
     image: ImageOption = None,
     audio: AudioOption = None,
     query: QueryOption = None,
-    layer: Annotated[
+    layer: option(
         str | None,
-        typer.Option(
-            "--layer",
-            "-l",
-            help="Layer index, negative index, comma list, or 'all' (default: the last layer; every layer in "
-            ".html pages). Example: --layer 0,-1",
-            show_default=False,
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
-    head: Annotated[
+        "--layer",
+        "-l",
+        help="Layer index, negative index, comma list, or 'all' (default: the last layer; every layer in "
+        ".html pages). Example: --layer 0,-1",
+        show_default=False,
+        panel=VIEW_PANEL,
+    ) = None,
+    head: option(
         str | None,
-        typer.Option(
-            "--head",
-            help="Head index, comma list, 'all', or 'mean' (average over heads); default all (for a captioned "
-            "image: the mean). Example: --head 3",
-            show_default=False,
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
-    out: Annotated[
+        "--head",
+        help="Head index, comma list, 'all', or 'mean' (average over heads); default all (for a captioned "
+        "image: the mean). Example: --head 3",
+        show_default=False,
+        panel=VIEW_PANEL,
+    ) = None,
+    out: option(
         Path,
-        typer.Option(
-            "--out",
-            "-o",
-            help="Output file; .png, .svg or .pdf figure, or .html interactive page (head view and model view) "
-            "by suffix. Example: --out view.html",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = Path("heatmap.png"),
-    annotate: Annotated[
+        "--out",
+        "-o",
+        help="Output file; .png, .svg or .pdf figure, or .html interactive page (head view and model view) "
+        "by suffix. Example: --out view.html",
+        panel=OUTPUT_PANEL,
+    ) = Path("heatmap.png"),
+    annotate: option(
         bool | None,
-        typer.Option(
-            "--annotate/--no-annotate",
-            help="Print weights in the cells (default: on for a single heatmap of at most 20 tokens). "
-            "Example: --no-annotate",
-            show_default=False,
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
-    words: Annotated[
+        "--annotate/--no-annotate",
+        help="Print weights in the cells (default: on for a single heatmap of at most 20 tokens). "
+        "Example: --no-annotate",
+        show_default=False,
+        panel=VIEW_PANEL,
+    ) = None,
+    words: option(
         bool,
-        typer.Option(
-            "--words",
-            help="Merge sub-word pieces into words: attention to a word is the sum over its pieces, "
-            "from a word the mean. Example: --words",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = False,
-    cross: Annotated[
+        "--words",
+        help="Merge sub-word pieces into words: attention to a word is the sum over its pieces, "
+        "from a word the mean. Example: --words",
+        panel=VIEW_PANEL,
+    ) = False,
+    cross: option(
         bool,
-        typer.Option(
-            "--cross",
-            help="Encoder-decoder models: show cross-attention of --target tokens over TEXT tokens. "
-            'Example: --cross --target "Le chat"',
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = False,
-    stack: Annotated[
-        StackChoice | None,
-        typer.Option(
-            "--stack",
-            parser=choice_parser(StackChoice, "stack"),
-            help="Encoder-decoder models: encoder, decoder or cross (default encoder; --cross means cross). "
-            "Example: --stack decoder",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = None,
-    view: Annotated[
+        "--cross",
+        help="Encoder-decoder models: show cross-attention of --target tokens over TEXT tokens. "
+        'Example: --cross --target "Le chat"',
+        panel=VIEW_PANEL,
+    ) = False,
+    stack: choice_option(
+        StackChoice,
+        "--stack",
+        "stack",
+        help="Encoder-decoder models: encoder, decoder or cross (default encoder; --cross means cross). "
+        "Example: --stack decoder",
+        panel=VIEW_PANEL,
+        optional=True,
+    ) = None,
+    view: choice_option(
         HeatmapView,
-        typer.Option(
-            "--view",
-            parser=choice_parser(HeatmapView, "view"),
-            help="heads: the patterns of --layer/--head; rollout: attention rollout through every layer "
-            "(Abnar & Zuidema 2020; the encoder's for encoder-decoder models); flow: attention flow, the max-flow "
-            "variant (at most 32 tokens). Example: --view rollout",
-            rich_help_panel=VIEW_PANEL,
-        ),
-    ] = HeatmapView.heads,
+        "--view",
+        "view",
+        help="heads: the patterns of --layer/--head; rollout: attention rollout through every layer "
+        "(Abnar & Zuidema 2020; the encoder's for encoder-decoder models); flow: attention flow, the max-flow "
+        "variant (at most 32 tokens). Example: --view rollout",
+        panel=VIEW_PANEL,
+    ) = HeatmapView.heads,
     target: TargetOption = None,
-    from_capture: Annotated[
+    from_capture: option(
         Path | None,
-        typer.Option(
-            "--from-capture",
-            help="Render a capture saved by 'attnviz capture' instead of running a model. "
-            "Example: --from-capture cat.safetensors",
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
+        "--from-capture",
+        help="Render a capture saved by 'attnviz capture' instead of running a model. "
+        "Example: --from-capture cat.safetensors",
+        panel=INPUT_PANEL,
+    ) = None,
     running: RunOptions = RUN_OPTIONS,
     generating: GenerationOptions = GENERATION_OPTIONS,
     all_frames: AllFramesOption = False,
     weighting: WeightingOption = "weights",
-    terminal: Annotated[
+    terminal: option(
         bool,
-        typer.Option(
-            "--terminal",
-            help="Draw one head (or --head mean) in the terminal instead of writing a file. "
-            "Example: --layer 0 --head 3 --terminal",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = False,
+        "--terminal",
+        help="Draw one head (or --head mean) in the terminal instead of writing a file. "
+        "Example: --layer 0 --head 3 --terminal",
+        panel=OUTPUT_PANEL,
+    ) = False,
     scale: ScaleOption = ColourScale.linear,
     vmax: VmaxOption = None,
     cmap: CmapOption = "viridis",

@@ -4,37 +4,31 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
+from attnviz.cli.options import INPUT_PANEL, option
 
-from attnviz.cli.options import INPUT_PANEL
-
-ImageOption = Annotated[
+ImageOption = option(
     str | None,
-    typer.Option(
-        "--image",
-        help="A PNG or JPEG image for a vision model (ViT, DeiT, DINOv2, CLIP/SigLIP vision tower, toy-odd-patch), "
-        "an image captioner (VisionEncoderDecoderModel, toy-caption: with --target or --generate) or, with a TEXT, "
-        "a vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM: the picture inside the text; --generate N "
-        "lets it "
-        "write); '-' reads it from standard input. Example: --image cat.png --model toy-odd-patch",
-        show_default=False,
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
-QueryOption = Annotated[
+    "--image",
+    help="A PNG or JPEG image for a vision model (ViT, DeiT, DINOv2, CLIP/SigLIP vision tower, toy-odd-patch), "
+    "an image captioner (VisionEncoderDecoderModel, toy-caption: with --target or --generate) or, with a TEXT, "
+    "a vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM: the picture inside the text; --generate N "
+    "lets it "
+    "write); '-' reads it from standard input. Example: --image cat.png --model toy-odd-patch",
+    show_default=False,
+    panel=INPUT_PANEL,
+)
+QueryOption = option(
     str | None,
-    typer.Option(
-        "--query",
-        help="Text: one query's attention over every key as strips, one per layer and head (any length): a token "
-        "position, negative from the end, or last. Images: whose attention to draw: cls (the class token; the default "
-        "when the model has one), mean (the mean over patch queries; the default otherwise) or ROW,COL (one patch). "
-        "Example: --query last",
-        show_default=False,
-        rich_help_panel="What to show",
-    ),
-]
+    "--query",
+    help="Text: one query's attention over every key as strips, one per layer and head (any length): a token "
+    "position, negative from the end, or last. Images: whose attention to draw: cls (the class token; the default "
+    "when the model has one), mean (the mean over patch queries; the default otherwise) or ROW,COL (one patch). "
+    "Example: --query last",
+    show_default=False,
+    panel="What to show",
+)
 
 
 def images_from_options(folder: Path | None, files: list[str] | None) -> list[Path] | None:

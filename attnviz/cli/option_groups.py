@@ -13,9 +13,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar, get_type_hints
-
-import typer
+from typing import Any, TypeVar, get_type_hints
 
 from attnviz.cli.options import (
     DEFAULT_MAX_BYTES,
@@ -33,6 +31,7 @@ from attnviz.cli.options import (
     SampleSeedOption,
     TemperatureOption,
     TextOption,
+    option,
 )
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -134,20 +133,26 @@ class BatchOptions:
 
 
 @dataclass(frozen=True)
-class ModelPlacement:
-    """Where and in which precision a command loads its model, a big one spread over devices (``--device-map``)."""
+class ModelDevice:
+    """Where and in which precision a command loads its model."""
 
     device: DeviceOption = "auto"
     dtype: DtypeOption = "auto"
+
+    def loading(self) -> dict[str, Any]:
+        """``device=…, dtype=…`` as the library's loading calls take them."""
+        return {"device": self.device, "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class ModelPlacement(ModelDevice):
+    """:class:`ModelDevice`, and a big model spread over devices (``--device-map``)."""
+
     device_map: DeviceMapOption = None
 
     def loading(self) -> dict[str, Any]:
         """``device=…, dtype=…, device_map=…`` as the library's loading calls take them."""
-        return {
-            "device": self.device,
-            "dtype": self.dtype,
-            "device_map": self.device_map.value if self.device_map else None,
-        }
+        return {**super().loading(), "device_map": self.device_map.value if self.device_map else None}
 
     def session(self) -> Any:
         """The command's processes (one, or torchrun's): :func:`attnviz.cli.distributed.cli_session`."""
@@ -170,8 +175,8 @@ class TextInputs:
         return corpus_from_options(self.data, self.text, text_files)
 
 
-def _prompt(option: str, help_text: str) -> Any:
-    return Annotated[str, typer.Option(option, help=help_text, rich_help_panel=INPUT_PANEL, show_default=False)]
+def _prompt(flag: str, help_text: str) -> Any:
+    return option(str, flag, help=help_text, panel=INPUT_PANEL, show_default=False)
 
 
 @dataclass(frozen=True)
@@ -217,3 +222,4 @@ PROMPT_PAIR: Any = OptionGroup(PromptPair)
 BATCH_OPTIONS: Any = OptionGroup(BatchOptions)
 TEXT_INPUTS: Any = OptionGroup(TextInputs)
 PLACEMENT: Any = OptionGroup(ModelPlacement)
+MODEL_DEVICE: Any = OptionGroup(ModelDevice)

@@ -24,6 +24,30 @@ VIEW_PANEL = "What to show"
 DIRECTORY_METAVAR = "DIR"
 
 
+def option(annotation: Any, *flags: str, help: str, panel: str, **extra: Any) -> Any:
+    """``Annotated[annotation, typer.Option(*flags, …)]``: a command option listed under ``panel`` in ``--help``
+    (``extra``: more of ``typer.Option``'s arguments, such as ``min``, ``metavar`` or ``show_default``)."""
+    return Annotated[annotation, typer.Option(*flags, help=help, rich_help_panel=panel, **extra)]
+
+
+def choice_option(
+    choices: type[Enum],
+    flag: str,
+    what: str,
+    *,
+    help: str,
+    panel: str,
+    optional: bool = False,
+    aliases: dict[str, str] | None = None,
+    **extra: Any,
+) -> Any:
+    """An :func:`option` taking one member of ``choices`` (an Enum of :func:`choice_enum`), any case, parsed by
+    :func:`choice_parser` (``what``: its name in the error, ``aliases``: former names); ``optional``: None when left
+    out."""
+    annotation = choices | None if optional else choices
+    return option(annotation, flag, help=help, panel=panel, parser=choice_parser(choices, what, aliases), **extra)
+
+
 MODEL_SPECS = (
     "'minilm' (default, BERT encoder), 'smollm2' (LLaMA-architecture causal LM), a Hugging Face model directory, "
     "a .gguf file, a hub id in the local cache, or an attnviz toy or pruned checkpoint directory"
@@ -34,12 +58,9 @@ CheckpointArgument = Annotated[
     typer.Argument(help=f"Model spec: {MODEL_SPECS}. Example: smollm2"),
 ]
 
-ModelOption = Annotated[
-    str,
-    typer.Option(
-        "--model", "-m", help=f"Model spec: {MODEL_SPECS}. Example: --model smollm2", rich_help_panel=MODEL_PANEL
-    ),
-]
+ModelOption = option(
+    str, "--model", "-m", help=f"Model spec: {MODEL_SPECS}. Example: --model smollm2", panel=MODEL_PANEL
+)
 
 
 #: the forms --device takes; the library (attnviz.models.specs.resolve_device) accepts the same
@@ -59,18 +80,16 @@ def complete_device(incomplete: str) -> list[str]:
     return [form for form in ("auto", "cpu", "cuda", "cuda:0", "cuda:1") if form.startswith(incomplete.lower())]
 
 
-DeviceOption = Annotated[
+DeviceOption = option(
     str,
-    typer.Option(
-        "--device",
-        parser=parse_device,
-        metavar="<device>",  # the forms are listed in the help: a long metavar squeezes the help column
-        autocompletion=complete_device,
-        help="Where the model runs: auto (CUDA when available, else the CPU), cpu, cuda, or cuda:N for GPU number N. "
-        "Example: --device cpu",
-        rich_help_panel=MODEL_PANEL,
-    ),
-]
+    "--device",
+    parser=parse_device,
+    metavar="<device>",
+    autocompletion=complete_device,
+    help="Where the model runs: auto (CUDA when available, else the CPU), cpu, cuda, or cuda:N for GPU number N. "
+    "Example: --device cpu",
+    panel=MODEL_PANEL,
+)
 
 
 def parse_dtype(value: Any) -> str:
@@ -87,50 +106,42 @@ def complete_dtype(incomplete: str) -> list[str]:
     return [name for name in DTYPE_NAMES if name.startswith(incomplete.lower())]
 
 
-DtypeOption = Annotated[
+DtypeOption = option(
     str,
-    typer.Option(
-        "--dtype",
-        parser=parse_dtype,
-        metavar="<dtype>",
-        autocompletion=complete_dtype,
-        help="Precision of the weights: auto (float32, exact patterns), float32, float16 or bfloat16 (half the "
-        "memory; fp32, fp16 and bf16 work too). Example: --dtype bfloat16",
-        rich_help_panel=MODEL_PANEL,
-    ),
-]
+    "--dtype",
+    parser=parse_dtype,
+    metavar="<dtype>",
+    autocompletion=complete_dtype,
+    help="Precision of the weights: auto (float32, exact patterns), float32, float16 or bfloat16 (half the "
+    "memory; fp32, fp16 and bf16 work too). Example: --dtype bfloat16",
+    panel=MODEL_PANEL,
+)
 
 
-MaxLengthOption = Annotated[
+MaxLengthOption = option(
     int | None,
-    typer.Option(
-        "--max-length",
-        min=1,
-        help="Truncate inputs to this many tokens (default: the model's maximum). Example: --max-length 128",
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
+    "--max-length",
+    min=1,
+    help="Truncate inputs to this many tokens (default: the model's maximum). Example: --max-length 128",
+    panel=INPUT_PANEL,
+)
 
-NoTruncateOption = Annotated[
+NoTruncateOption = option(
     bool,
-    typer.Option(
-        "--no-truncate",
-        help="Refuse inputs longer than the maximum length instead of truncating them with a warning. "
-        "Example: --no-truncate",
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
+    "--no-truncate",
+    help="Refuse inputs longer than the maximum length instead of truncating them with a warning. "
+    "Example: --no-truncate",
+    panel=INPUT_PANEL,
+)
 
-TargetOption = Annotated[
+TargetOption = option(
     str | None,
-    typer.Option(
-        "--target",
-        help="Decoder text of an encoder-decoder model, the caption of --image for an image captioner, or the "
-        "transcript of --audio for Whisper. "
-        'Example: --target "Le chat"',
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
+    "--target",
+    help="Decoder text of an encoder-decoder model, the caption of --image for an image captioner, or the "
+    "transcript of --audio for Whisper. "
+    'Example: --target "Le chat"',
+    panel=INPUT_PANEL,
+)
 
 
 class DeviceMap(str, Enum):
@@ -139,176 +150,129 @@ class DeviceMap(str, Enum):
     auto = "auto"
 
 
-DeviceMapOption = Annotated[
-    DeviceMap | None,
-    typer.Option(
-        "--device-map",
-        parser=choice_parser(DeviceMap, "device map"),
-        help="auto: spread a model too big for one device over the GPUs and CPU memory (accelerate); "
-        "means the CPU on machines without CUDA. Overrides --device. Example: --device-map auto",
-        rich_help_panel=MODEL_PANEL,
-        show_default=False,
-    ),
-]
+DeviceMapOption = choice_option(
+    DeviceMap,
+    "--device-map",
+    "device map",
+    help="auto: spread a model too big for one device over the GPUs and CPU memory (accelerate); "
+    "means the CPU on machines without CUDA. Overrides --device. Example: --device-map auto",
+    panel=MODEL_PANEL,
+    show_default=False,
+    optional=True,
+)
 
-MaxTokensPerBatchOption = Annotated[
+MaxTokensPerBatchOption = option(
     int | None,
-    typer.Option(
-        "--max-tokens-per-batch",
-        min=1,
-        help="Most padded tokens (examples × longest) per forward pass; examples are sorted by length so "
-        "little goes to padding (default: no token limit, only --batch-size). Example: --max-tokens-per-batch 4096",
-        rich_help_panel=INPUT_PANEL,
-        show_default=False,
-    ),
-]
+    "--max-tokens-per-batch",
+    min=1,
+    help="Most padded tokens (examples × longest) per forward pass; examples are sorted by length so "
+    "little goes to padding (default: no token limit, only --batch-size). Example: --max-tokens-per-batch 4096",
+    panel=INPUT_PANEL,
+    show_default=False,
+)
 
 GENERATION_PANEL = "Generation"
 
-GenerateOption = Annotated[
+GenerateOption = option(
     int | None,
-    typer.Option(
-        "--generate",
-        min=1,
-        help="Let a causal LM or encoder-decoder model continue TEXT (an image captioner: describe --image) by up "
-        "to N tokens (greedy unless --sample) and capture every step's attention, key/value cache included. "
-        "Example: --generate 20",
-        rich_help_panel=GENERATION_PANEL,
-    ),
-]
+    "--generate",
+    min=1,
+    help="Let a causal LM or encoder-decoder model continue TEXT (an image captioner: describe --image) by up "
+    "to N tokens (greedy unless --sample) and capture every step's attention, key/value cache included. "
+    "Example: --generate 20",
+    panel=GENERATION_PANEL,
+)
 
-SampleOption = Annotated[
+SampleOption = option(
     bool,
-    typer.Option(
-        "--sample",
-        help="With --generate: draw each token from softmax(logits / temperature) instead of taking the argmax. "
-        "Example: --sample --temperature 0.8 --seed 1",
-        rich_help_panel=GENERATION_PANEL,
-    ),
-]
+    "--sample",
+    help="With --generate: draw each token from softmax(logits / temperature) instead of taking the argmax. "
+    "Example: --sample --temperature 0.8 --seed 1",
+    panel=GENERATION_PANEL,
+)
 
-TemperatureOption = Annotated[
+TemperatureOption = option(
     float,
-    typer.Option(
-        "--temperature",
-        help="With --sample: divides the logits; below 1 is more conservative. Example: --temperature 0.7",
-        rich_help_panel=GENERATION_PANEL,
-    ),
-]
+    "--temperature",
+    help="With --sample: divides the logits; below 1 is more conservative. Example: --temperature 0.7",
+    panel=GENERATION_PANEL,
+)
 
-SampleSeedOption = Annotated[
+SampleSeedOption = option(
     int | None,
-    typer.Option(
-        "--seed",
-        help="With --sample: random seed, so the same seed writes the same text. Example: --seed 42",
-        rich_help_panel=GENERATION_PANEL,
-    ),
-]
+    "--seed",
+    help="With --sample: random seed, so the same seed writes the same text. Example: --seed 42",
+    panel=GENERATION_PANEL,
+)
 
 
-BatchSizeOption = Annotated[
+BatchSizeOption = option(
+    int, "--batch-size", "-b", min=1, help="Examples per forward pass. Example: --batch-size 16", panel=INPUT_PANEL
+)
+
+ToyExamplesOption = option(
     int,
-    typer.Option(
-        "--batch-size",
-        "-b",
-        min=1,
-        help="Examples per forward pass. Example: --batch-size 16",
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
+    "--toy-examples",
+    min=1,
+    help="Toy checkpoints (without --data): task examples to draw. Example: --toy-examples 256",
+    panel=INPUT_PANEL,
+)
 
-ToyExamplesOption = Annotated[
-    int,
-    typer.Option(
-        "--toy-examples",
-        min=1,
-        help="Toy checkpoints (without --data): task examples to draw. Example: --toy-examples 256",
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
-
-DataOption = Annotated[
+DataOption = option(
     Path | None,
-    typer.Option(
-        "--data",
-        "-d",
-        help='Text file, one example per line, or JSON Lines with a "text" field (default: the shipped '
-        "English corpus; toy checkpoints: their task); '-' reads standard input. Example: --data reviews.jsonl",
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
+    "--data",
+    "-d",
+    help='Text file, one example per line, or JSON Lines with a "text" field (default: the shipped '
+    "English corpus; toy checkpoints: their task); '-' reads standard input. Example: --data reviews.jsonl",
+    panel=INPUT_PANEL,
+)
 
-TextFileOption = Annotated[
+TextFileOption = option(
     list[Path] | None,
-    typer.Option(
-        "--text-file",
-        help="A file read whole as one text, every line of it (a long context; --data reads one example per "
-        "line); repeatable; '-' reads standard input. Example: --text-file book.txt",
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
+    "--text-file",
+    help="A file read whole as one text, every line of it (a long context; --data reads one example per "
+    "line); repeatable; '-' reads standard input. Example: --text-file book.txt",
+    panel=INPUT_PANEL,
+)
 
-TextOption = Annotated[
+TextOption = option(
     list[str] | None,
-    typer.Option(
-        "--text",
-        "-t",
-        help='An example given inline (repeatable). Example: --text "The cat sat on the mat."',
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
+    "--text",
+    "-t",
+    help='An example given inline (repeatable). Example: --text "The cat sat on the mat."',
+    panel=INPUT_PANEL,
+)
 
 
 # -- tables of per-head results (stats, heads) and their files ------------------------------------------------
 
-LimitOption = Annotated[
-    int | None,
-    typer.Option(
-        "--limit",
-        "-n",
-        min=0,
-        help="Show at most this many table rows. Example: --limit 20",
-        rich_help_panel=VIEW_PANEL,
-    ),
-]
+LimitOption = option(
+    int | None, "--limit", "-n", min=0, help="Show at most this many table rows. Example: --limit 20", panel=VIEW_PANEL
+)
 
-AscendingOption = Annotated[
-    bool,
-    typer.Option(
-        "--ascending",
-        help="With --sort: smallest first. Example: --sort entropy --ascending",
-        rich_help_panel=VIEW_PANEL,
-    ),
-]
+AscendingOption = option(
+    bool, "--ascending", help="With --sort: smallest first. Example: --sort entropy --ascending", panel=VIEW_PANEL
+)
 
-NoTableOption = Annotated[
-    bool,
-    typer.Option(
-        "--no-table",
-        help="Skip the per-head table (grid and summary only). Example: --no-table",
-        rich_help_panel=VIEW_PANEL,
-    ),
-]
+NoTableOption = option(
+    bool, "--no-table", help="Skip the per-head table (grid and summary only). Example: --no-table", panel=VIEW_PANEL
+)
 
-JsonOption = Annotated[
+JsonOption = option(
     Path | None,
-    typer.Option(
-        "--json",
-        help="Write the results as JSON (fields: docs/file-formats.md). Example: --json results.json",
-        rich_help_panel=OUTPUT_PANEL,
-        show_default=False,
-    ),
-]
+    "--json",
+    help="Write the results as JSON (fields: docs/file-formats.md). Example: --json results.json",
+    panel=OUTPUT_PANEL,
+    show_default=False,
+)
 
-CsvOption = Annotated[
+CsvOption = option(
     Path | None,
-    typer.Option(
-        "--csv",
-        help="Write one row per head as CSV. Example: --csv results.csv",
-        rich_help_panel=OUTPUT_PANEL,
-        show_default=False,
-    ),
-]
+    "--csv",
+    help="Write one row per head as CSV. Example: --csv results.csv",
+    panel=OUTPUT_PANEL,
+    show_default=False,
+)
 
 
 #: an attention stack (see :data:`attnviz.core.stacks.STACKS`)
@@ -320,44 +284,39 @@ def stack_value(choice: StackChoice | None) -> str | None:
     return choice.value if choice is not None else None
 
 
-StackOption = Annotated[
-    StackChoice | None,
-    typer.Option(
-        "--stack",
-        parser=choice_parser(StackChoice, "stack"),
-        help="Encoder-decoder models: the stack to show, encoder, decoder or cross (default: all). "
-        "Example: --stack decoder",
-        rich_help_panel=VIEW_PANEL,
-        show_default=False,
-    ),
-]
+StackOption = choice_option(
+    StackChoice,
+    "--stack",
+    "stack",
+    help="Encoder-decoder models: the stack to show, encoder, decoder or cross (default: all). "
+    "Example: --stack decoder",
+    panel=VIEW_PANEL,
+    show_default=False,
+    optional=True,
+)
 
 
 #: the default of ``--max-bytes``: most memory a capture's patterns may take
 DEFAULT_MAX_BYTES = "4GB"
 
-MaxBytesOption = Annotated[
+MaxBytesOption = option(
     str,
-    typer.Option(
-        "--max-bytes",
-        help="Refuse, before the model runs, a capture whose attention weights (float32) would take more memory "
-        "than this (512MB, 4GB, 1.5GiB, …); --layer and --head record less. Example: --max-bytes 8GB",
-        rich_help_panel=INPUT_PANEL,
-    ),
-]
+    "--max-bytes",
+    help="Refuse, before the model runs, a capture whose attention weights (float32) would take more memory "
+    "than this (512MB, 4GB, 1.5GiB, …); --layer and --head record less. Example: --max-bytes 8GB",
+    panel=INPUT_PANEL,
+)
 
 
 #: what an attention map holds (see :data:`attnviz.core.choices.WEIGHTINGS`)
 WeightingChoice = choice_enum("WeightingChoice", WEIGHTINGS)
 
-WeightingOption = Annotated[
+WeightingOption = choice_option(
     WeightingChoice,
-    typer.Option(
-        "--weighting",
-        parser=choice_parser(WeightingChoice, "weighting"),
-        help="weights: the softmax weights α_ij; norm: each weight times the norm of the value vector it moves, "
-        "α_ij·‖f_h(x_j)‖ (Kobayashi et al. 2020: how much each key changes the head's output). "
-        "Example: --weighting norm",
-        rich_help_panel=VIEW_PANEL,
-    ),
-]
+    "--weighting",
+    "weighting",
+    help="weights: the softmax weights α_ij; norm: each weight times the norm of the value vector it moves, "
+    "α_ij·‖f_h(x_j)‖ (Kobayashi et al. 2020: how much each key changes the head's output). "
+    "Example: --weighting norm",
+    panel=VIEW_PANEL,
+)

@@ -14,7 +14,8 @@ from attnviz.cli.options import (
     VIEW_PANEL,
     JsonOption,
     choice_enum,
-    choice_parser,
+    choice_option,
+    option,
 )
 from attnviz.patching.choices import ABLATIONS, DIRECTIONS, PATCHED
 
@@ -39,89 +40,70 @@ def patch(
         ),
     ] = "smollm2",
     prompts: PromptPair = PROMPT_PAIR,
-    positions: Annotated[
+    positions: option(
         str,
-        typer.Option(
-            "--positions",
-            help="Where to put the patched head output: all positions, the last one, or one token position N "
-            "(0-based). Example: --positions last",
-            rich_help_panel=PATCH_PANEL,
-        ),
-    ] = "all",
-    direction: Annotated[
+        "--positions",
+        help="Where to put the patched head output: all positions, the last one, or one token position N "
+        "(0-based). Example: --positions last",
+        panel=PATCH_PANEL,
+    ) = "all",
+    direction: choice_option(
         Direction,
-        typer.Option(
-            "--direction",
-            parser=choice_parser(Direction, "direction"),
-            help="denoising: the corrupt run gets one head from the clean run; noising: the clean run gets one "
-            "head from the corrupt run. Example: --direction noising",
-            rich_help_panel=PATCH_PANEL,
-        ),
-    ] = "denoising",
-    what: Annotated[
+        "--direction",
+        "direction",
+        help="denoising: the corrupt run gets one head from the clean run; noising: the clean run gets one "
+        "head from the corrupt run. Example: --direction noising",
+        panel=PATCH_PANEL,
+    ) = "denoising",
+    what: choice_option(
         Patched,
-        typer.Option(
-            "--what",
-            parser=choice_parser(Patched, "what to patch"),
-            help="Patch each head's output (the vector entering the output projection) or its attention pattern. "
-            "Example: --what pattern",
-            rich_help_panel=PATCH_PANEL,
-        ),
-    ] = "output",
-    ablate: Annotated[
-        Ablation | None,
-        typer.Option(
-            "--ablate",
-            parser=choice_parser(Ablation, "ablation"),
-            help="Also ablate each head in the clean run: set its output to zero, or to its mean over the "
-            "positions of --data. Example: --ablate zero",
-            rich_help_panel=PATCH_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    data: Annotated[
+        "--what",
+        "what to patch",
+        help="Patch each head's output (the vector entering the output projection) or its attention pattern. "
+        "Example: --what pattern",
+        panel=PATCH_PANEL,
+    ) = "output",
+    ablate: choice_option(
+        Ablation,
+        "--ablate",
+        "ablation",
+        help="Also ablate each head in the clean run: set its output to zero, or to its mean over the "
+        "positions of --data. Example: --ablate zero",
+        panel=PATCH_PANEL,
+        show_default=False,
+        optional=True,
+    ) = None,
+    data: option(
         Path | None,
-        typer.Option(
-            "--data",
-            "-d",
-            help='With --ablate mean: the corpus (one example per line, or JSON Lines with "text"). '
-            "Example: --data notes.txt",
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
+        "--data",
+        "-d",
+        help='With --ablate mean: the corpus (one example per line, or JSON Lines with "text"). '
+        "Example: --data notes.txt",
+        panel=INPUT_PANEL,
+    ) = None,
     batching: BatchOptions = BATCHING,
-    top: Annotated[
-        int,
-        typer.Option("--top", min=1, help="Top heads to name and list. Example: --top 10", rich_help_panel=VIEW_PANEL),
-    ] = 5,
-    terminal: Annotated[
-        bool,
-        typer.Option(
-            "--terminal", help="List the top heads in the terminal. Example: --terminal", rich_help_panel=VIEW_PANEL
-        ),
-    ] = False,
-    image: Annotated[
+    top: option(int, "--top", min=1, help="Top heads to name and list. Example: --top 10", panel=VIEW_PANEL) = 5,
+    terminal: option(
+        bool, "--terminal", help="List the top heads in the terminal. Example: --terminal", panel=VIEW_PANEL
+    ) = False,
+    image: option(
         str | None,
-        typer.Option(
-            "--image",
-            help="A vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM): the picture inside both prompts (where they name "
-            "the image token, else before them); its language model's heads are patched. Example: --image cat.png",
-            show_default=False,
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
+        "--image",
+        help="A vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM): the picture inside both prompts (where they name "
+        "the image token, else before them); its language model's heads are patched. Example: --image cat.png",
+        show_default=False,
+        panel=INPUT_PANEL,
+    ) = None,
     json_path: JsonOption = None,
-    out: Annotated[
+    out: option(
         Path | None,
-        typer.Option(
-            "--out",
-            "-o",
-            help="Figure (.png, .svg, .pdf): normalised effects beside direct logit attributions per layer and "
-            "head; or a page (.html) that also links each top head to its attention on the clean prompt. "
-            "Example: --out patch.png",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
+        "--out",
+        "-o",
+        help="Figure (.png, .svg, .pdf): normalised effects beside direct logit attributions per layer and "
+        "head; or a page (.html) that also links each top head to its attention on the clean prompt. "
+        "Example: --out patch.png",
+        panel=OUTPUT_PANEL,
+    ) = None,
 ) -> None:
     """Which heads make the model give this answer on this prompt: activation patching, ablation and direct logit attribution, for every layer and head.
 

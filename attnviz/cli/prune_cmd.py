@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
@@ -16,7 +15,8 @@ from attnviz.cli.options import (
     MaxLengthOption,
     MaxTokensPerBatchOption,
     choice_enum,
-    choice_parser,
+    choice_option,
+    option,
 )
 from attnviz.prune.choices import METHODS, SCOPES
 
@@ -31,204 +31,161 @@ MEASURE_PANEL = "Measuring"
 @expand_option_groups
 def prune(
     checkpoint: CheckpointArgument = "minilm",
-    out: Annotated[
+    out: option(
         Path | None,
-        typer.Option(
-            "--out",
-            "-o",
-            metavar=DIRECTORY_METAVAR,
-            help="Directory for the pruned checkpoint (new or empty, or add --force). Example: --out pruned-minilm",
-            rich_help_panel=OUTPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    ratio: Annotated[
+        "--out",
+        "-o",
+        metavar=DIRECTORY_METAVAR,
+        help="Directory for the pruned checkpoint (new or empty, or add --force). Example: --out pruned-minilm",
+        panel=OUTPUT_PANEL,
+        show_default=False,
+    ) = None,
+    ratio: option(
         float | None,
-        typer.Option(
-            "--ratio",
-            help="Fraction of all heads to remove, between 0 and 1. Example: --ratio 0.3",
-            rich_help_panel=HOW_MUCH_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    count: Annotated[
+        "--ratio",
+        help="Fraction of all heads to remove, between 0 and 1. Example: --ratio 0.3",
+        panel=HOW_MUCH_PANEL,
+        show_default=False,
+    ) = None,
+    count: option(
         int | None,
-        typer.Option(
-            "--count",
-            help="Number of heads to remove (instead of --ratio). Example: --count 20",
-            rich_help_panel=HOW_MUCH_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    min_score: Annotated[
+        "--count",
+        help="Number of heads to remove (instead of --ratio). Example: --count 20",
+        panel=HOW_MUCH_PANEL,
+        show_default=False,
+    ) = None,
+    min_score: option(
         float | None,
-        typer.Option(
-            "--min-score",
-            help="Stop before quality falls below this fraction of the original (perplexity: 1/ppl; accuracy; "
-            "cosine similarity; agreement of image classes), checked after each step. Example: --min-score 0.9",
-            rich_help_panel=HOW_MUCH_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    importance: Annotated[
+        "--min-score",
+        help="Stop before quality falls below this fraction of the original (perplexity: 1/ppl; accuracy; "
+        "cosine similarity; agreement of image classes), checked after each step. Example: --min-score 0.9",
+        panel=HOW_MUCH_PANEL,
+        show_default=False,
+    ) = None,
+    importance: choice_option(
         ImportanceMethod,
-        typer.Option(
-            "--importance",
-            parser=choice_parser(ImportanceMethod, "importance method"),
-            help="How heads are scored: gradient (Michel et al.), ablation, entropy, confidence or random. "
-            "Example: --importance ablation",
-            rich_help_panel=HOW_PANEL,
-        ),
-    ] = "gradient",
-    strategy: Annotated[
+        "--importance",
+        "importance method",
+        help="How heads are scored: gradient (Michel et al.), ablation, entropy, confidence or random. "
+        "Example: --importance ablation",
+        panel=HOW_PANEL,
+    ) = "gradient",
+    strategy: choice_option(
         Scope,
-        typer.Option(
-            "--strategy",
-            parser=choice_parser(Scope, "strategy"),
-            help="global (least important heads of the whole model) or per-layer (the same share from every "
-            "layer). Example: --strategy per-layer",
-            rich_help_panel=HOW_PANEL,
-        ),
-    ] = "global",
-    iterative: Annotated[
+        "--strategy",
+        "strategy",
+        help="global (least important heads of the whole model) or per-layer (the same share from every "
+        "layer). Example: --strategy per-layer",
+        panel=HOW_PANEL,
+    ) = "global",
+    iterative: option(
         bool,
-        typer.Option(
-            "--iterative/--one-shot",
-            help="Re-score the remaining heads after each of --steps steps (Michel et al.), or rank once. "
-            "Example: --iterative",
-            rich_help_panel=HOW_PANEL,
-        ),
-    ] = False,
-    steps: Annotated[
+        "--iterative/--one-shot",
+        help="Re-score the remaining heads after each of --steps steps (Michel et al.), or rank once. "
+        "Example: --iterative",
+        panel=HOW_PANEL,
+    ) = False,
+    steps: option(
         int | None,
-        typer.Option(
-            "--steps",
-            min=1,
-            help="Steps to reach the target (re-scoring with --iterative, checks with --min-score); default: "
-            "steps of 10 percent of the heads, as Michel et al. Example: --steps 4",
-            rich_help_panel=HOW_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    seed: Annotated[
+        "--steps",
+        min=1,
+        help="Steps to reach the target (re-scoring with --iterative, checks with --min-score); default: "
+        "steps of 10 percent of the heads, as Michel et al. Example: --steps 4",
+        panel=HOW_PANEL,
+        show_default=False,
+    ) = None,
+    seed: option(
         int,
-        typer.Option(
-            "--seed",
-            help="Seed of random importance, encoder probes and toy task data. Example: --seed 1",
-            rich_help_panel=HOW_PANEL,
-        ),
-    ] = 0,
+        "--seed",
+        help="Seed of random importance, encoder probes and toy task data. Example: --seed 1",
+        panel=HOW_PANEL,
+    ) = 0,
     inputs: TextInputs = TEXT_INPUTS,
-    eval_data: Annotated[
+    eval_data: option(
         Path | None,
-        typer.Option(
-            "--eval-data",
-            help="Held-out text to measure quality on (default: the scoring text). Example: --eval-data heldout.txt",
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    images_dir: Annotated[
+        "--eval-data",
+        help="Held-out text to measure quality on (default: the scoring text). Example: --eval-data heldout.txt",
+        panel=INPUT_PANEL,
+        show_default=False,
+    ) = None,
+    images_dir: option(
         Path | None,
-        typer.Option(
-            "--images",
-            metavar=DIRECTORY_METAVAR,
-            help="Vision classifiers: a folder of images (PNG, JPEG, …) to judge heads on; no labels needed, the "
-            "model's own predictions are the target. Example: --images photos/",
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    image: Annotated[
+        "--images",
+        metavar=DIRECTORY_METAVAR,
+        help="Vision classifiers: a folder of images (PNG, JPEG, …) to judge heads on; no labels needed, the "
+        "model's own predictions are the target. Example: --images photos/",
+        panel=INPUT_PANEL,
+        show_default=False,
+    ) = None,
+    image: option(
         list[str] | None,
-        typer.Option(
-            "--image",
-            metavar="<path>",
-            help="Vision classifiers: one image to judge heads on (repeat it for more). Example: --image a.png",
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    eval_images: Annotated[
+        "--image",
+        metavar="<path>",
+        help="Vision classifiers: one image to judge heads on (repeat it for more). Example: --image a.png",
+        panel=INPUT_PANEL,
+        show_default=False,
+    ) = None,
+    eval_images: option(
         Path | None,
-        typer.Option(
-            "--eval-images",
-            metavar=DIRECTORY_METAVAR,
-            help="Vision classifiers: a folder of held-out images to measure quality on (default: the scoring "
-            "images). Example: --eval-images heldout/",
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    batch_size: Annotated[
+        "--eval-images",
+        metavar=DIRECTORY_METAVAR,
+        help="Vision classifiers: a folder of held-out images to measure quality on (default: the scoring "
+        "images). Example: --eval-images heldout/",
+        panel=INPUT_PANEL,
+        show_default=False,
+    ) = None,
+    batch_size: option(
         int | None,
-        typer.Option(
-            "--batch-size",
-            min=1,
-            help="Examples per forward pass (default: 8 texts, 16 images, 64 toy examples). Example: --batch-size 4",
-            rich_help_panel=INPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
+        "--batch-size",
+        min=1,
+        help="Examples per forward pass (default: 8 texts, 16 images, 64 toy examples). Example: --batch-size 4",
+        panel=INPUT_PANEL,
+        show_default=False,
+    ) = None,
     max_tokens_per_batch: MaxTokensPerBatchOption = None,
-    toy_examples: Annotated[
+    toy_examples: option(
         int,
-        typer.Option(
-            "--toy-examples",
-            min=1,
-            help="Toy models (toy-odd-patch too): task examples drawn for scoring, and as many "
-            "(another seed) for evaluation. Example: --toy-examples 512",
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = 256,
+        "--toy-examples",
+        min=1,
+        help="Toy models (toy-odd-patch too): task examples drawn for scoring, and as many "
+        "(another seed) for evaluation. Example: --toy-examples 512",
+        panel=INPUT_PANEL,
+    ) = 256,
     max_length: MaxLengthOption = 256,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Replace an existing non-empty --out directory. Example: --force",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = False,
-    json_path: Annotated[
+    force: option(
+        bool, "--force", help="Replace an existing non-empty --out directory. Example: --force", panel=OUTPUT_PANEL
+    ) = False,
+    json_path: option(
         Path | None,
-        typer.Option(
-            "--json",
-            help="Also write the report as JSON. Example: --json prune-report.json",
-            rich_help_panel=OUTPUT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    transformers_copy: Annotated[
+        "--json",
+        help="Also write the report as JSON. Example: --json prune-report.json",
+        panel=OUTPUT_PANEL,
+        show_default=False,
+    ) = None,
+    transformers_copy: option(
         bool,
-        typer.Option(
-            "--transformers-copy/--no-transformers-copy",
-            help="Also write OUT/transformers-masked: a second checkpoint, as large as the model read (88 MB more "
-            "for minilm), with zeroed head weights, that plain transformers loads. Example: --transformers-copy",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = False,
-    latency_tokens: Annotated[
+        "--transformers-copy/--no-transformers-copy",
+        help="Also write OUT/transformers-masked: a second checkpoint, as large as the model read (88 MB more "
+        "for minilm), with zeroed head weights, that plain transformers loads. Example: --transformers-copy",
+        panel=OUTPUT_PANEL,
+    ) = False,
+    latency_tokens: option(
         int,
-        typer.Option(
-            "--latency-tokens",
-            min=1,
-            help="Input length for the latency measurement (text models; a vision model is timed on one image). "
-            "Example: --latency-tokens 512",
-            rich_help_panel=MEASURE_PANEL,
-        ),
-    ] = 256,
-    latency_repeats: Annotated[
+        "--latency-tokens",
+        min=1,
+        help="Input length for the latency measurement (text models; a vision model is timed on one image). "
+        "Example: --latency-tokens 512",
+        panel=MEASURE_PANEL,
+    ) = 256,
+    latency_repeats: option(
         int,
-        typer.Option(
-            "--latency-repeats",
-            min=1,
-            help="Rounds of timing: each times both models once, in alternation; the fastest round of each "
-            "is reported with the range, and a difference only when the rounds agree on it. "
-            "Example: --latency-repeats 20",
-            rich_help_panel=MEASURE_PANEL,
-        ),
-    ] = 10,
+        "--latency-repeats",
+        min=1,
+        help="Rounds of timing: each times both models once, in alternation; the fastest round of each "
+        "is reported with the range, and a difference only when the rounds agree on it. "
+        "Example: --latency-repeats 20",
+        panel=MEASURE_PANEL,
+    ) = 10,
     placement: ModelPlacement = PLACEMENT,
 ) -> None:
     """Remove the least important attention heads and write a physically smaller checkpoint.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -13,6 +13,7 @@ from attnviz.cli.options import (
     OUTPUT_PANEL,
     CheckpointArgument,
     WeightingOption,
+    option,
 )
 
 REPORT_PANEL = "Report"
@@ -25,43 +26,34 @@ BATCHING: Any = OptionGroup(BatchOptions, batch_size=8)
 @expand_option_groups
 def report(
     checkpoint: CheckpointArgument = "minilm",
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out", "-o", help="The page to write (.html). Example: --out atlas.html", rich_help_panel=OUTPUT_PANEL
-        ),
-    ] = Path("report.html"),
+    out: option(
+        Path, "--out", "-o", help="The page to write (.html). Example: --out atlas.html", panel=OUTPUT_PANEL
+    ) = Path("report.html"),
     inputs: TextInputs = TEXT_INPUTS,
-    prune_report: Annotated[
+    prune_report: option(
         Path | None,
-        typer.Option(
-            "--prune-report",
-            help="JSON written by 'attnviz prune --json': adds each head's importance score. "
-            "Example: --prune-report prune.json",
-            rich_help_panel=REPORT_PANEL,
-        ),
-    ] = None,
-    examples: Annotated[
+        "--prune-report",
+        help="JSON written by 'attnviz prune --json': adds each head's importance score. "
+        "Example: --prune-report prune.json",
+        panel=REPORT_PANEL,
+    ) = None,
+    examples: option(
         int,
-        typer.Option(
-            "--examples",
-            min=0,
-            max=20,
-            help="Example texts whose patterns the page shows for a clicked head. Example: --examples 5",
-            rich_help_panel=REPORT_PANEL,
-        ),
-    ] = 3,
-    compare: Annotated[
+        "--examples",
+        min=0,
+        max=20,
+        help="Example texts whose patterns the page shows for a clicked head. Example: --examples 5",
+        panel=REPORT_PANEL,
+    ) = 3,
+    compare: option(
         str | None,
-        typer.Option(
-            "--compare",
-            help="Another model spec (a fine-tuned, pruned or half-precision copy, a later checkpoint): adds each "
-            "head's divergence from it and the change of every statistic as sortable columns. "
-            "Example: --compare pruned-minilm",
-            rich_help_panel=REPORT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
+        "--compare",
+        help="Another model spec (a fine-tuned, pruned or half-precision copy, a later checkpoint): adds each "
+        "head's divergence from it and the change of every statistic as sortable columns. "
+        "Example: --compare pruned-minilm",
+        panel=REPORT_PANEL,
+        show_default=False,
+    ) = None,
     batching: BatchOptions = BATCHING,
     weighting: WeightingOption = "weights",
 ) -> None:

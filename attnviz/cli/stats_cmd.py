@@ -23,6 +23,7 @@ from attnviz.cli.options import (
     TextFileOption,
     ToyExamplesOption,
     WeightingOption,
+    option,
     stack_value,
 )
 from attnviz.cli.stats_options import (
@@ -62,32 +63,25 @@ def stats(
     ] = None,
     inputs: TextInputs = TEXT_INPUTS,
     text_files: TextFileOption = None,
-    images_dir: Annotated[
+    images_dir: option(
         Path | None,
-        typer.Option(
-            "--images",
-            help="Vision models: a folder of images (PNG, JPEG, …) to measure on, read a batch at a time. "
-            "Example: --images photos/",
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
-    image: Annotated[
+        "--images",
+        help="Vision models: a folder of images (PNG, JPEG, …) to measure on, read a batch at a time. "
+        "Example: --images photos/",
+        panel=INPUT_PANEL,
+    ) = None,
+    image: option(
         list[str] | None,
-        typer.Option(
-            "--image",
-            help="Vision models: one image to measure on (repeat it for more); a vision-language model reads the "
-            "images inside the texts (--text, --data), one per text in order. Example: --image a.png --image b.png",
-            show_default=False,
-            rich_help_panel=INPUT_PANEL,
-        ),
-    ] = None,
+        "--image",
+        help="Vision models: one image to measure on (repeat it for more); a vision-language model reads the "
+        "images inside the texts (--text, --data), one per text in order. Example: --image a.png --image b.png",
+        show_default=False,
+        panel=INPUT_PANEL,
+    ) = None,
     batch_size: BatchSizeOption = 8,
     max_tokens_per_batch: MaxTokensPerBatchOption = None,
     toy_examples: ToyExamplesOption = 128,
-    seed: Annotated[
-        int,
-        typer.Option("--seed", help="Seed of the toy task examples. Example: --seed 1", rich_help_panel=INPUT_PANEL),
-    ] = 0,
+    seed: option(int, "--seed", help="Seed of the toy task examples. Example: --seed 1", panel=INPUT_PANEL) = 0,
     max_length: MaxLengthOption = None,
     no_truncate: NoTruncateOption = False,
     placement: ModelPlacement = PLACEMENT,
@@ -113,32 +107,26 @@ def stats(
     limit: LimitOption = None,
     color_by: ColorByOption = "normalized_entropy",
     no_table: NoTableOption = False,
-    json_path: Annotated[
+    json_path: option(
         Path | None,
-        typer.Option(
-            "--json",
-            help="Write the results as JSON (fields: docs/file-formats.md); '-' writes to stdout. Example: --json stats.json",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
-    csv_path: Annotated[
+        "--json",
+        help="Write the results as JSON (fields: docs/file-formats.md); '-' writes to stdout. Example: --json stats.json",
+        panel=OUTPUT_PANEL,
+    ) = None,
+    csv_path: option(
         Path | None,
-        typer.Option(
-            "--csv",
-            help="Write one row per head as CSV; '-' writes to stdout. Example: --csv -",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
-    plot: Annotated[
+        "--csv",
+        help="Write one row per head as CSV; '-' writes to stdout. Example: --csv -",
+        panel=OUTPUT_PANEL,
+    ) = None,
+    plot: option(
         Path | None,
-        typer.Option(
-            "--plot",
-            "-p",
-            help="Figure (.png, .svg, .pdf): layer × head heatmap per statistic with flagged heads marked; with "
-            "several checkpoints, each statistic across them. Example: --plot stats.png",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
+        "--plot",
+        "-p",
+        help="Figure (.png, .svg, .pdf): layer × head heatmap per statistic with flagged heads marked; with "
+        "several checkpoints, each statistic across them. Example: --plot stats.png",
+        panel=OUTPUT_PANEL,
+    ) = None,
 ) -> None:
     """Per-head attention statistics over a corpus, and the heads that look collapsed or unfocused.
 

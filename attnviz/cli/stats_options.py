@@ -6,11 +6,7 @@ The closed sets come from the library's light modules (:mod:`attnviz.stats.defin
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
-from attnviz.cli.options import VIEW_PANEL, choice_enum, choice_parser
+from attnviz.cli.options import VIEW_PANEL, choice_enum, choice_option, option
 from attnviz.stats.definitions import STATISTIC_NAMES
 from attnviz.stats.thresholds import PRESET_ALIASES, PRESETS
 
@@ -20,68 +16,57 @@ STATS_PANEL = "Statistics"
 Statistic = choice_enum("Statistic", STATISTIC_NAMES)
 Preset = choice_enum("Preset", PRESETS)
 
-PresetOption = Annotated[
+PresetOption = choice_option(
     Preset,
-    typer.Option(
-        "--preset",
-        parser=choice_parser(Preset, "threshold preset", PRESET_ALIASES),
-        help="Threshold set: normalized (entropy divided by its largest value, so flags mean the same at any "
-        "length; default) or absolute (fixed limits: collapsed if mean entropy < 1.0 nats, unfocused if mean "
-        "max weight < 0.3; these depend on the text length). Example: --preset absolute",
-        rich_help_panel=STATS_PANEL,
-    ),
-]
+    "--preset",
+    "threshold preset",
+    help="Threshold set: normalized (entropy divided by its largest value, so flags mean the same at any "
+    "length; default) or absolute (fixed limits: collapsed if mean entropy < 1.0 nats, unfocused if mean "
+    "max weight < 0.3; these depend on the text length). Example: --preset absolute",
+    panel=STATS_PANEL,
+    aliases=PRESET_ALIASES,
+)
 
-SortStatisticOption = Annotated[
-    Statistic | None,
-    typer.Option(
-        "--sort",
-        parser=choice_parser(Statistic, "statistic"),
-        metavar="<statistic>",  # the names are listed in the help
-        help=f"Sort the table by a statistic, largest first: {', '.join(STATISTIC_NAMES)}. Example: --sort entropy",
-        rich_help_panel=VIEW_PANEL,
-        show_default=False,
-    ),
-]
-
-ColorByOption = Annotated[
+SortStatisticOption = choice_option(
     Statistic,
-    typer.Option(
-        "--color-by",
-        parser=choice_parser(Statistic, "statistic"),
-        metavar="<statistic>",  # the names are listed in the help
-        help=f"Statistic that colours the layer × head overview: {', '.join(STATISTIC_NAMES)}. "
-        "Example: --color-by first_token",
-        rich_help_panel=VIEW_PANEL,
-    ),
-]
+    "--sort",
+    "statistic",
+    metavar="<statistic>",
+    help=f"Sort the table by a statistic, largest first: {', '.join(STATISTIC_NAMES)}. Example: --sort entropy",
+    panel=VIEW_PANEL,
+    show_default=False,
+    optional=True,
+)
 
-LocalWindowOption = Annotated[
+ColorByOption = choice_option(
+    Statistic,
+    "--color-by",
+    "statistic",
+    metavar="<statistic>",
+    help=f"Statistic that colours the layer × head overview: {', '.join(STATISTIC_NAMES)}. "
+    "Example: --color-by first_token",
+    panel=VIEW_PANEL,
+)
+
+LocalWindowOption = option(
     int,
-    typer.Option(
-        "--local-window",
-        "-w",
-        min=0,
-        help="w of local_ratio: mass within ±w positions. Example: -w 3",
-        rich_help_panel=STATS_PANEL,
-    ),
-]
+    "--local-window",
+    "-w",
+    min=0,
+    help="w of local_ratio: mass within ±w positions. Example: -w 3",
+    panel=STATS_PANEL,
+)
 
-FlaggedOnlyOption = Annotated[
+FlaggedOnlyOption = option(
     bool,
-    typer.Option(
-        "--flagged-only",
-        help="List only heads with a flag. Example: --flagged-only --sort max_weight",
-        rich_help_panel=VIEW_PANEL,
-    ),
-]
+    "--flagged-only",
+    help="List only heads with a flag. Example: --flagged-only --sort max_weight",
+    panel=VIEW_PANEL,
+)
 
 
-def _threshold(option: str, help_text: str):
-    return Annotated[
-        float | None,
-        typer.Option(option, help=help_text, rich_help_panel=DETECT_PANEL, show_default=False),
-    ]
+def _threshold(flag: str, help_text: str):
+    return option(float | None, flag, help=help_text, panel=DETECT_PANEL, show_default=False)
 
 
 CollapsedMaxWeight = _threshold(
@@ -125,25 +110,21 @@ LocalRatioMin = _threshold(
     "--local-ratio-min", "local if mean weight within ±w positions ≥ this (0.8). Example: --local-ratio-min 0.9"
 )
 
-ByPositionOption = Annotated[
+ByPositionOption = option(
     bool,
-    typer.Option(
-        "--by-position",
-        help="Also measure each head along the input: sink mass, entropy, mean distance and the share on the "
-        "16 most recent tokens, per bucket of query positions; in --json (by_position), a long CSV next to --csv "
-        "(NAME.by-position.csv) and a figure next to --plot (NAME.by-position.png). Example: --by-position",
-        rich_help_panel=STATS_PANEL,
-    ),
-]
+    "--by-position",
+    help="Also measure each head along the input: sink mass, entropy, mean distance and the share on the "
+    "16 most recent tokens, per bucket of query positions; in --json (by_position), a long CSV next to --csv "
+    "(NAME.by-position.csv) and a figure next to --plot (NAME.by-position.png). Example: --by-position",
+    panel=STATS_PANEL,
+)
 
-BucketSizeOption = Annotated[
+BucketSizeOption = option(
     int | None,
-    typer.Option(
-        "--bucket-size",
-        help="Query positions per --by-position bucket (at least 1; larger than the input: one bucket). "
-        "Default: the smallest power of two ≥ 16 giving at most 32 buckets over the longest text "
-        "(256 at 8,192 tokens). Needs --by-position. Example: --bucket-size 128",
-        rich_help_panel=STATS_PANEL,
-        show_default=False,
-    ),
-]
+    "--bucket-size",
+    help="Query positions per --by-position bucket (at least 1; larger than the input: one bucket). "
+    "Default: the smallest power of two ≥ 16 giving at most 32 buckets over the longest text "
+    "(256 at 8,192 tokens). Needs --by-position. Example: --bucket-size 128",
+    panel=STATS_PANEL,
+    show_default=False,
+)

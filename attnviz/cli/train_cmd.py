@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.options import DIRECTORY_METAVAR, OUTPUT_PANEL, DeviceOption, choice_enum, choice_parser
+from attnviz.cli.options import (
+    DIRECTORY_METAVAR,
+    OUTPUT_PANEL,
+    DeviceOption,
+    choice_enum,
+    choice_option,
+    choice_parser,
+    option,
+)
 from attnviz.common.wording import layers_and_heads, plural
 from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES
 from attnviz.toy.tasks import IMAGE_TASKS, TASKS
@@ -35,199 +43,149 @@ def train(
             show_default=False,
         ),
     ],
-    out: Annotated[
+    out: option(
         Path | None,
-        typer.Option(
-            "--out",
-            "-o",
-            metavar=DIRECTORY_METAVAR,
-            help="Checkpoint directory to write (default: toy-TASK-trained, which no shipped model is called). "
-            "Example: --out my-reverse",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
-    checkpoint_every: Annotated[
+        "--out",
+        "-o",
+        metavar=DIRECTORY_METAVAR,
+        help="Checkpoint directory to write (default: toy-TASK-trained, which no shipped model is called). "
+        "Example: --out my-reverse",
+        panel=OUTPUT_PANEL,
+    ) = None,
+    checkpoint_every: option(
         int | None,
-        typer.Option(
-            "--checkpoint-every",
-            min=1,
-            help="Also save a checkpoint every N steps, under OUT/steps/ (a series for attnviz stats). "
-            "Example: --checkpoint-every 100",
-            rich_help_panel=OUTPUT_PANEL,
-        ),
-    ] = None,
-    architecture: Annotated[
-        Architecture | None,
-        typer.Option(
-            "--architecture",
-            parser=choice_parser(Architecture, "architecture"),
-            help="Which stacks the model has (default: the task's; reverse is encoder-decoder). "
-            "Example: --architecture decoder",
-            rich_help_panel=TASK_PANEL,
-        ),
-    ] = None,
-    lengths: Annotated[
+        "--checkpoint-every",
+        min=1,
+        help="Also save a checkpoint every N steps, under OUT/steps/ (a series for attnviz stats). "
+        "Example: --checkpoint-every 100",
+        panel=OUTPUT_PANEL,
+    ) = None,
+    architecture: choice_option(
+        Architecture,
+        "--architecture",
+        "architecture",
+        help="Which stacks the model has (default: the task's; reverse is encoder-decoder). "
+        "Example: --architecture decoder",
+        panel=TASK_PANEL,
+        optional=True,
+    ) = None,
+    lengths: option(
         str | None,
-        typer.Option(
-            "--lengths",
-            help="Shortest and longest item count of the random examples, MIN:MAX (induction: of the half that "
-            "repeats). Example: --lengths 3:8",
-            rich_help_panel=TASK_PANEL,
-        ),
-    ] = None,
-    symbols: Annotated[
+        "--lengths",
+        help="Shortest and longest item count of the random examples, MIN:MAX (induction: of the half that "
+        "repeats). Example: --lengths 3:8",
+        panel=TASK_PANEL,
+    ) = None,
+    symbols: option(
         int | None,
-        typer.Option(
-            "--symbols",
-            help="Distinct symbols the items are drawn from. Example: --symbols 10",
-            rich_help_panel=TASK_PANEL,
-        ),
-    ] = None,
-    width: Annotated[
+        "--symbols",
+        help="Distinct symbols the items are drawn from. Example: --symbols 10",
+        panel=TASK_PANEL,
+    ) = None,
+    width: option(
+        int | None, "--width", help="Residual stream width d_model (default 64). Example: --width 64", panel=SIZE_PANEL
+    ) = None,
+    heads: option(
         int | None,
-        typer.Option(
-            "--width",
-            help="Residual stream width d_model (default 64). Example: --width 64",
-            rich_help_panel=SIZE_PANEL,
-        ),
-    ] = None,
-    heads: Annotated[
+        "--heads",
+        help="Heads per attention layer; must divide the width (default 4). Example: --heads 4",
+        panel=SIZE_PANEL,
+    ) = None,
+    layers: option(
         int | None,
-        typer.Option(
-            "--heads",
-            help="Heads per attention layer; must divide the width (default 4). Example: --heads 4",
-            rich_help_panel=SIZE_PANEL,
-        ),
-    ] = None,
-    layers: Annotated[
+        "--layers",
+        help="Layers of the encoder and of the decoder (default 2; induction needs 2). Example: --layers 2",
+        panel=SIZE_PANEL,
+    ) = None,
+    mlp_width: option(
         int | None,
-        typer.Option(
-            "--layers",
-            help="Layers of the encoder and of the decoder (default 2; induction needs 2). Example: --layers 2",
-            rich_help_panel=SIZE_PANEL,
-        ),
-    ] = None,
-    mlp_width: Annotated[
-        int | None,
-        typer.Option(
-            "--mlp-width",
-            help="MLP hidden width; 0 for an attention-only model (default 4 × width; induction 0). "
-            "Example: --mlp-width 128",
-            rich_help_panel=SIZE_PANEL,
-        ),
-    ] = None,
-    absolute_positions: Annotated[
+        "--mlp-width",
+        help="MLP hidden width; 0 for an attention-only model (default 4 × width; induction 0). "
+        "Example: --mlp-width 128",
+        panel=SIZE_PANEL,
+    ) = None,
+    absolute_positions: option(
         bool | None,
-        typer.Option(
-            "--absolute-positions/--no-absolute-positions",
-            help="Add learned absolute position embeddings (default on; induction off). "
-            "Example: --no-absolute-positions",
-            rich_help_panel=SIZE_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    attention: Annotated[
-        AttentionVariant | None,
-        typer.Option(
-            "--attention",
-            parser=choice_parser(AttentionVariant, "attention variant"),
-            help="Attention variant (default scaled-dot; induction: relative). Example: --attention performer",
-            rich_help_panel=VARIANT_PANEL,
-        ),
-    ] = None,
-    window: Annotated[
+        "--absolute-positions/--no-absolute-positions",
+        help="Add learned absolute position embeddings (default on; induction off). Example: --no-absolute-positions",
+        panel=SIZE_PANEL,
+        show_default=False,
+    ) = None,
+    attention: choice_option(
+        AttentionVariant,
+        "--attention",
+        "attention variant",
+        help="Attention variant (default scaled-dot; induction: relative). Example: --attention performer",
+        panel=VARIANT_PANEL,
+        optional=True,
+    ) = None,
+    window: option(
         int | None,
-        typer.Option(
-            "--window",
-            help="local/strided/longformer/bigbird: keys with |i−j| ≤ window are visible (default 2). "
-            "Example: --window 2",
-            rich_help_panel=VARIANT_PANEL,
-        ),
-    ] = None,
-    stride: Annotated[
+        "--window",
+        help="local/strided/longformer/bigbird: keys with |i−j| ≤ window are visible (default 2). Example: --window 2",
+        panel=VARIANT_PANEL,
+    ) = None,
+    stride: option(
         int | None,
-        typer.Option(
-            "--stride",
-            help="strided: every stride-th key is visible too (default 4). Example: --stride 4",
-            rich_help_panel=VARIANT_PANEL,
-        ),
-    ] = None,
-    global_tokens: Annotated[
+        "--stride",
+        help="strided: every stride-th key is visible too (default 4). Example: --stride 4",
+        panel=VARIANT_PANEL,
+    ) = None,
+    global_tokens: option(
         int | None,
-        typer.Option(
-            "--global-tokens",
-            help="longformer/bigbird: leading positions that see and are seen by all (default 1). "
-            "Example: --global-tokens 1",
-            rich_help_panel=VARIANT_PANEL,
-        ),
-    ] = None,
-    block_size: Annotated[
+        "--global-tokens",
+        help="longformer/bigbird: leading positions that see and are seen by all (default 1). "
+        "Example: --global-tokens 1",
+        panel=VARIANT_PANEL,
+    ) = None,
+    block_size: option(
         int | None,
-        typer.Option(
-            "--block-size",
-            help="bigbird: tokens per random block (default 4). Example: --block-size 4",
-            rich_help_panel=VARIANT_PANEL,
-        ),
-    ] = None,
-    random_blocks: Annotated[
+        "--block-size",
+        help="bigbird: tokens per random block (default 4). Example: --block-size 4",
+        panel=VARIANT_PANEL,
+    ) = None,
+    random_blocks: option(
         int | None,
-        typer.Option(
-            "--random-blocks",
-            help="bigbird: random key blocks per query block (default 1). Example: --random-blocks 1",
-            rich_help_panel=VARIANT_PANEL,
-        ),
-    ] = None,
-    max_relative_position: Annotated[
+        "--random-blocks",
+        help="bigbird: random key blocks per query block (default 1). Example: --random-blocks 1",
+        panel=VARIANT_PANEL,
+    ) = None,
+    max_relative_position: option(
         int | None,
-        typer.Option(
-            "--max-relative-position",
-            help="relative: offsets j−i are clipped to ±this (default 8; induction 2). "
-            "Example: --max-relative-position 8",
-            rich_help_panel=VARIANT_PANEL,
-        ),
-    ] = None,
-    features: Annotated[
+        "--max-relative-position",
+        help="relative: offsets j−i are clipped to ±this (default 8; induction 2). Example: --max-relative-position 8",
+        panel=VARIANT_PANEL,
+    ) = None,
+    features: option(
         int | None,
-        typer.Option(
-            "--features",
-            help="performer: random features per head (default 32). Example: --features 64",
-            rich_help_panel=VARIANT_PANEL,
-        ),
-    ] = None,
-    steps: Annotated[
+        "--features",
+        help="performer: random features per head (default 32). Example: --features 64",
+        panel=VARIANT_PANEL,
+    ) = None,
+    steps: option(
         int | None,
-        typer.Option(
-            "--steps",
-            help="Optimisation steps (default: the task's, 600). Example: --steps 1500",
-            rich_help_panel=TRAINING_PANEL,
-        ),
-    ] = None,
-    batch_size: Annotated[
+        "--steps",
+        help="Optimisation steps (default: the task's, 600). Example: --steps 1500",
+        panel=TRAINING_PANEL,
+    ) = None,
+    batch_size: option(
+        int, "--batch-size", help="Random examples per step. Example: --batch-size 64", panel=TRAINING_PANEL
+    ) = 64,
+    learning_rate: option(
+        float, "--lr", help="Peak AdamW learning rate. Example: --lr 0.003", panel=TRAINING_PANEL
+    ) = 3e-3,
+    seed: option(
         int,
-        typer.Option(
-            "--batch-size", help="Random examples per step. Example: --batch-size 64", rich_help_panel=TRAINING_PANEL
-        ),
-    ] = 64,
-    learning_rate: Annotated[
-        float,
-        typer.Option("--lr", help="Peak AdamW learning rate. Example: --lr 0.003", rich_help_panel=TRAINING_PANEL),
-    ] = 3e-3,
-    seed: Annotated[
+        "--seed",
+        help="Seeds weights and examples: the same seed gives the same model. Example: --seed 1",
+        panel=TRAINING_PANEL,
+    ) = 0,
+    eval_examples: option(
         int,
-        typer.Option(
-            "--seed",
-            help="Seeds weights and examples: the same seed gives the same model. Example: --seed 1",
-            rich_help_panel=TRAINING_PANEL,
-        ),
-    ] = 0,
-    eval_examples: Annotated[
-        int,
-        typer.Option(
-            "--eval-examples",
-            help="Held-out examples for the final accuracy. Example: --eval-examples 1000",
-            rich_help_panel=TRAINING_PANEL,
-        ),
-    ] = 1000,
+        "--eval-examples",
+        help="Held-out examples for the final accuracy. Example: --eval-examples 1000",
+        panel=TRAINING_PANEL,
+    ) = 1000,
     device: DeviceOption = "cpu",
 ) -> None:
     """Train a toy transformer on a synthetic task with a known attention solution, and save it.

@@ -48,3 +48,8 @@ def lazy_exports(
         return sorted(set(exports) | set(vars(sys.modules[package])))
 
     return __getattr__, __dir__
+
+
+def exports_by_module(modules: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    """The ``exports`` of :func:`lazy_exports` (public name -> module) from each module's public names."""
+    return {name: module for module, names in modules.items() for name in names}

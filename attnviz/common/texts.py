@@ -7,9 +7,10 @@ JSON Lines (``.jsonl``) with a ``text`` field on every line.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from attnviz.common.encoding import check_utf8, read_text
 from attnviz.common.errors import InputError, ParameterError
@@ -55,11 +56,7 @@ def parse_examples(content: str, what: str, where: str, *, jsonl: bool) -> list[
         raise InputError(f"{what} is empty: put one example per line")
     if jsonl:
         examples = []
-        for number, line in lines:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where}:{number}: not valid JSON ({exc.msg})") from exc
+        for number, record in json_records(lines, lambda number, exc: f"{where}:{number}: not valid JSON ({exc.msg})"):
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise InputError(f'{where}:{number}: each JSONL line needs a string "text" field')
             # JSON escapes can spell lone surrogates (\ud800), which are no text any tokenizer reads
@@ -70,6 +67,21 @@ def parse_examples(content: str, what: str, where: str, *, jsonl: bool) -> list[
             raise InputError(f"{what} has only empty texts")
         return examples
     return [line.strip() for _, line in lines]
+
+
+def json_records(
+    numbered_lines: Iterable[tuple[int, str]], not_json: Callable[[int, json.JSONDecodeError], str]
+) -> Iterator[tuple[int, Any]]:
+    """``(line number, decoded object)`` of each non-blank line of JSON Lines; a line that is not JSON raises
+    :class:`InputError` with the message ``not_json(line number, error)``."""
+    for number, line in numbered_lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InputError(not_json(number, error)) from error
+        yield number, record
 
 
 def load_texts(data: str | Path | None = None, texts: Sequence[str] | None = None) -> list[str]:

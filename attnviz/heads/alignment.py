@@ -38,6 +38,7 @@ from torch import Tensor
 from attnviz.captures.attention_capture import AttentionCapture, capture_batch
 from attnviz.common.encoding import check_utf8
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
+from attnviz.common.texts import json_records
 from attnviz.common.tokens import merge_words, word_groups, word_piece
 from attnviz.heads.choices import RowChoice
 from attnviz.models.base import LoadedModel
@@ -175,13 +176,10 @@ def read_alignment_pairs(path: str | Path | None = None, *, text: str | None = N
         raise InputError("give an alignment data file or its text")
     content = text if text is not None else read_text_file(path, "alignment data file")  # type: ignore[arg-type]
     pairs = []
-    for number, line in enumerate(content.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{name}:{number}: not valid JSON ({exc.msg})") from exc
+    numbered_lines = enumerate(content.splitlines(), start=1)
+    for number, record in json_records(
+        numbered_lines, lambda number, exc: f"{name}:{number}: not valid JSON ({exc.msg})"
+    ):
         if not isinstance(record, dict) or not all(
             isinstance(record.get(key), str) for key in ("source", "target", "alignment")
         ):

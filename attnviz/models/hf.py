@@ -41,7 +41,7 @@ from attnviz.models.objective import LanguageModelObjective, Objective, Represen
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
 from attnviz.models.placement import Placement
 from attnviz.models.probing import ProbeBatch
-from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
+from attnviz.models.pruned_format import save_pruned_copy
 from attnviz.models.readers import ResidualReaders
 from attnviz.models.readout import Readout
 from attnviz.models.repeats import find_repeated_stacks
@@ -275,16 +275,7 @@ class HFModel(LoadedModel):
         self, directory: str | os.PathLike, pruned: PrunedCopy, *, source: str, transformers_copy: bool = False
     ) -> tuple[Path, Path | None]:
         """The pruned-checkpoint format of :mod:`attnviz.models.pruned_format` (with the masked-weights copy)."""
-        path = save_pruned_checkpoint(
-            directory,
-            source=source,
-            original=self,
-            pruned=pruned.model,
-            plans=pruned.plans or {},
-            removed=pruned.removed,
-            transformers_copy=transformers_copy,
-        )
-        return path, (path / TRANSFORMERS_COPY if transformers_copy else None)
+        return save_pruned_copy(directory, pruned, source=source, original=self, transformers_copy=transformers_copy)
 
     def source_paths(self) -> list[Path]:
         sources = [getattr(self.model.config, "_name_or_path", None) or getattr(self.model, "name_or_path", None)]

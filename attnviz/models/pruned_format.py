@@ -43,7 +43,7 @@ from typing import Any
 
 from attnviz.common.progress import quiet_third_party
 from attnviz.core import AttentionSite
-from attnviz.models.base import PRUNED_MARKER, LoadedModel
+from attnviz.models.base import PRUNED_MARKER, LoadedModel, PrunedCopy
 from attnviz.models.identity import original_layout
 from attnviz.models.physical import SitePlan, find_attention_blocks, masked_weights_model
 from attnviz.outputs.files import staged_directory
@@ -151,3 +151,28 @@ def save_pruned_checkpoint(
             preprocessor.save_pretrained(tmp / TRANSFORMERS_COPY)
 
     return write_directory_atomically(Path(out), write)
+
+
+def save_pruned_copy(
+    out: str | os.PathLike,
+    pruned: PrunedCopy,
+    *,
+    source: str,
+    original: LoadedModel,
+    transformers_copy: bool = False,
+    **options: Any,
+) -> tuple[Path, Path | None]:
+    """:func:`save_pruned_checkpoint` of what ``original.remove_heads`` made (``options``: its ``preprocessor``,
+    ``save_options``, ``extra_files``) -> (the directory, its masked-weights copy or None), as ``save_pruned``
+    returns them."""
+    path = save_pruned_checkpoint(
+        out,
+        source=source,
+        original=original,
+        pruned=pruned.model,
+        plans=pruned.plans or {},
+        removed=pruned.removed,
+        transformers_copy=transformers_copy,
+        **options,
+    )
+    return path, (path / TRANSFORMERS_COPY if transformers_copy else None)

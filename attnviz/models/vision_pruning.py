@@ -161,7 +161,7 @@ def save_pruned_vision_model(
     Its weights keep transformers' in-memory names (``save_original_format=False``), which the loader
     reads back tensor by tensor; the masked-weights copy is an ordinary checkpoint in the original format.
     """
-    from attnviz.models.pruned_format import TRANSFORMERS_COPY, save_pruned_checkpoint
+    from attnviz.models.pruned_format import save_pruned_copy
 
     extra_files = {}
     if original.image_task is not None:
@@ -169,16 +169,13 @@ def save_pruned_vision_model(
 
         record = {"task": original.image_task, "pruned_from": source}
         extra_files[IMAGE_TASK_FILE] = json.dumps(record, indent=2) + "\n"
-    path = save_pruned_checkpoint(
+    return save_pruned_copy(
         directory,
+        pruned,
         source=source,
         original=original,
-        pruned=pruned.model,
-        plans=pruned.plans or {},
-        removed=pruned.removed,
         transformers_copy=transformers_copy,
         preprocessor=original.processor,
         save_options={"save_original_format": False},
         extra_files=extra_files,
     )
-    return path, (path / TRANSFORMERS_COPY if transformers_copy else None)

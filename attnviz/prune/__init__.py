@@ -19,52 +19,38 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnviz.common.lazy import lazy_exports
+from attnviz.common.lazy import exports_by_module, lazy_exports
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time each name is imported on first use
-    from attnviz.models.head_sets import RemovedHeads, removal_mask
-    from attnviz.models.objective import Objective, Quality
-    from attnviz.prune.choices import METHODS, SCOPES
-    from attnviz.prune.export import PruneReport
-    from attnviz.prune.importance import HeadImportance, compute_importance
-    from attnviz.prune.pipeline import PruneConfig, PruneOutcome, check_prunable, prune_model, save_outcome
-    from attnviz.prune.strategy import PruneStrategy
+    from attnviz.models.head_sets import RemovedHeads as RemovedHeads
+    from attnviz.models.head_sets import removal_mask as removal_mask
+    from attnviz.models.objective import Objective as Objective
+    from attnviz.models.objective import Quality as Quality
+    from attnviz.prune.choices import METHODS as METHODS
+    from attnviz.prune.choices import SCOPES as SCOPES
+    from attnviz.prune.export import PruneReport as PruneReport
+    from attnviz.prune.importance import HeadImportance as HeadImportance
+    from attnviz.prune.importance import compute_importance as compute_importance
+    from attnviz.prune.pipeline import PruneConfig as PruneConfig
+    from attnviz.prune.pipeline import PruneOutcome as PruneOutcome
+    from attnviz.prune.pipeline import check_prunable as check_prunable
+    from attnviz.prune.pipeline import prune_model as prune_model
+    from attnviz.prune.pipeline import save_outcome as save_outcome
+    from attnviz.prune.strategy import PruneStrategy as PruneStrategy
 
 #: public name -> module that defines it
-_EXPORTS = {
-    "METHODS": "attnviz.prune.choices",
-    "SCOPES": "attnviz.prune.choices",
-    "HeadImportance": "attnviz.prune.importance",
-    "Objective": "attnviz.models.objective",
-    "PruneConfig": "attnviz.prune.pipeline",
-    "PruneOutcome": "attnviz.prune.pipeline",
-    "PruneReport": "attnviz.prune.export",
-    "PruneStrategy": "attnviz.prune.strategy",
-    "Quality": "attnviz.models.objective",
-    "RemovedHeads": "attnviz.models.head_sets",
-    "check_prunable": "attnviz.prune.pipeline",
-    "compute_importance": "attnviz.prune.importance",
-    "prune_model": "attnviz.prune.pipeline",
-    "removal_mask": "attnviz.models.head_sets",
-    "save_outcome": "attnviz.prune.pipeline",
-}
+_EXPORTS = exports_by_module(
+    {
+        "attnviz.models.head_sets": ("RemovedHeads", "removal_mask"),
+        "attnviz.models.objective": ("Objective", "Quality"),
+        "attnviz.prune.choices": ("METHODS", "SCOPES"),
+        "attnviz.prune.export": ("PruneReport",),
+        "attnviz.prune.importance": ("HeadImportance", "compute_importance"),
+        "attnviz.prune.pipeline": ("PruneConfig", "PruneOutcome", "check_prunable", "prune_model", "save_outcome"),
+        "attnviz.prune.strategy": ("PruneStrategy",),
+    }
+)
 
-__all__ = [
-    "METHODS",
-    "SCOPES",
-    "HeadImportance",
-    "Objective",
-    "PruneConfig",
-    "PruneOutcome",
-    "PruneReport",
-    "PruneStrategy",
-    "Quality",
-    "RemovedHeads",
-    "check_prunable",
-    "compute_importance",
-    "prune_model",
-    "removal_mask",
-    "save_outcome",
-]
+__all__ = list(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

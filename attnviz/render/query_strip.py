@@ -19,7 +19,7 @@ from attnviz.captures.query_rows import QueryRows
 from attnviz.common.errors import ParameterError
 from attnviz.common.tokens import display_token
 from attnviz.models.names import full_model_name
-from attnviz.render.heatmap import _MASKED_COLOR, MASKED_LABEL, FigureStyle, label_positions
+from attnviz.render.heatmap import _MASKED_COLOR, MASKED_LABEL, FigureStyle, draw_weights, label_positions
 
 __all__ = ["MAX_COLUMNS", "TOP_KEYS", "pool_max", "query_strip"]
 
@@ -101,24 +101,14 @@ def query_strip(
     vmax = style.vmax or float(visible_values.max()) or 1.0
     norm = style.norm(vmax)
     data = pooled.numpy()
-    shown = np.maximum(data, norm.vmin) if style.scale == "log" else data  # zeros sit at the bottom of a log scale
-    values = np.ma.masked_array(shown, mask=np.broadcast_to(~covered.numpy(), shown.shape))
 
     row_inches = _row_inches(strips)
     figure = new_figure(figsize=(_STRIP_INCHES + _LIST_INCHES, strips * row_inches + 2.6), layout="constrained")
     ax, listing = figure.subplots(1, 2, width_ratios=[_STRIP_INCHES, _LIST_INCHES], sharey=True)
-    ax.set_facecolor(_MASKED_COLOR)
-    image = ax.imshow(
-        values,
-        cmap=style.colour_map(),
-        norm=norm,
-        interpolation="nearest",
-        aspect="auto",
-        extent=(0, data.shape[1] * block, strips, 0),  # x in key positions, strip 0 at the top
-    )
+    uncovered = np.broadcast_to(~covered.numpy(), data.shape)
+    # x in key positions, strip 0 at the top
+    image, _ = draw_weights(ax, data, uncovered, style, norm, extent=(0, data.shape[1] * block, strips, 0))
     ax.set_xlim(0, keys)
-    for spine in ax.spines.values():
-        spine.set_visible(False)
 
     # key axis: thinned token labels (with their positions when not every key is labelled)
     labels = [display_token(token) for token in rows.key_tokens]

@@ -13,50 +13,37 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnviz.common.lazy import lazy_exports
+from attnviz.common.lazy import exports_by_module, lazy_exports
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time each name is imported on first use
-    from attnviz.toy.checkpoint import checkpoint_series, load_toy_model, save_toy_model
-    from attnviz.toy.config import ARCHITECTURES, VARIANT_NAMES, ToyConfig
-    from attnviz.toy.loaded import ToyModel
-    from attnviz.toy.pruning import prune_toy_heads
-    from attnviz.toy.solutions import solution_scores
-    from attnviz.toy.tasks import TASKS, get_task
-    from attnviz.toy.training import TrainingSettings, build_toy_model, train_toy_model
+    from attnviz.toy.checkpoint import checkpoint_series as checkpoint_series
+    from attnviz.toy.checkpoint import load_toy_model as load_toy_model
+    from attnviz.toy.checkpoint import save_toy_model as save_toy_model
+    from attnviz.toy.config import ARCHITECTURES as ARCHITECTURES
+    from attnviz.toy.config import VARIANT_NAMES as VARIANT_NAMES
+    from attnviz.toy.config import ToyConfig as ToyConfig
+    from attnviz.toy.loaded import ToyModel as ToyModel
+    from attnviz.toy.pruning import prune_toy_heads as prune_toy_heads
+    from attnviz.toy.solutions import solution_scores as solution_scores
+    from attnviz.toy.tasks import TASKS as TASKS
+    from attnviz.toy.tasks import get_task as get_task
+    from attnviz.toy.training import TrainingSettings as TrainingSettings
+    from attnviz.toy.training import build_toy_model as build_toy_model
+    from attnviz.toy.training import train_toy_model as train_toy_model
 
 #: public name -> module that defines it
-_EXPORTS = {
-    "ARCHITECTURES": "attnviz.toy.config",
-    "TASKS": "attnviz.toy.tasks",
-    "VARIANT_NAMES": "attnviz.toy.config",
-    "ToyConfig": "attnviz.toy.config",
-    "ToyModel": "attnviz.toy.loaded",
-    "TrainingSettings": "attnviz.toy.training",
-    "build_toy_model": "attnviz.toy.training",
-    "checkpoint_series": "attnviz.toy.checkpoint",
-    "get_task": "attnviz.toy.tasks",
-    "load_toy_model": "attnviz.toy.checkpoint",
-    "prune_toy_heads": "attnviz.toy.pruning",
-    "save_toy_model": "attnviz.toy.checkpoint",
-    "solution_scores": "attnviz.toy.solutions",
-    "train_toy_model": "attnviz.toy.training",
-}
+_EXPORTS = exports_by_module(
+    {
+        "attnviz.toy.checkpoint": ("checkpoint_series", "load_toy_model", "save_toy_model"),
+        "attnviz.toy.config": ("ARCHITECTURES", "VARIANT_NAMES", "ToyConfig"),
+        "attnviz.toy.loaded": ("ToyModel",),
+        "attnviz.toy.pruning": ("prune_toy_heads",),
+        "attnviz.toy.solutions": ("solution_scores",),
+        "attnviz.toy.tasks": ("TASKS", "get_task"),
+        "attnviz.toy.training": ("TrainingSettings", "build_toy_model", "train_toy_model"),
+    }
+)
 
-__all__ = [
-    "ARCHITECTURES",
-    "TASKS",
-    "VARIANT_NAMES",
-    "ToyConfig",
-    "ToyModel",
-    "TrainingSettings",
-    "build_toy_model",
-    "checkpoint_series",
-    "get_task",
-    "load_toy_model",
-    "prune_toy_heads",
-    "save_toy_model",
-    "solution_scores",
-    "train_toy_model",
-]
+__all__ = list(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
