@@ -89,11 +89,12 @@ class TokenCarriers:
         # site -> [4, h] and [4] float64, made now rather than during the pass, between one layer's tensors and the
         # next (see _norms_buffer); the result names the sites seen
         self._sums = {site: _zeros(len(CARRIER_FIELDS), heads.shape[0]) for site, heads in self.projections.items()}
-        self._counts = {site: _zeros(len(CARRIER_FIELDS)) for site in self.projections}
+        # rows counted per field, plain numbers (a tensor's += per layer costs more than the sums themselves)
+        self._counts = {site: [0.0] * len(CARRIER_FIELDS) for site in self.projections}
         self._seen: set[AttentionSite] = set()
         self._grams = {site: projection_gram(heads) for site, heads in self.projections.items()}  # site -> [h, d, d]
         self._batch: EncodedBatch | None = None
-        self._key_masks: dict[tuple[str, torch.device], Tensor] = {}  # the batch's real-key masks by stack, device
+        self._key_masks: dict[tuple, Tensor] = {}  # the batch's masks of real keys and real query rows, made once
         self._site: AttentionSite | None = None
         self._norms: Tensor | None = None  # [b, h, k] of the call in progress
         # One flat float32 buffer for every call's norms, grown to the largest [b, h, k] asked for. The norms live
@@ -117,13 +118,12 @@ class TokenCarriers:
         norms = value_norms(value, projections, out, gram=self._grams[site])  # [b, h, k]
         self._norms = norms
         keys = self._key_mask(site.stack, norms.device)[:, None, :]  # [b, 1, k] real keys
-        first = norms[:, :, 0].double().sum(0)  # [h]
-        others = torch.where(keys[..., 1:], norms[..., 1:], 0.0).double().sum(dim=(0, 2))  # [h]
-        heads = norms.shape[1]
+        per_key = torch.where(keys, norms, 0.0).double().sum(0)  # [h, k]
+        sums = torch.stack((per_key[:, 0], per_key[:, 1:].sum(-1)))  # [2, h]: the first key, the others
         _, key_lengths = self._batch.query_key_lengths(site.stack)
         # counts from the lengths the host holds: reading them off the device would wait for the GPU at every layer
-        self._add(site, 0, first, float(norms.shape[0]), heads)
-        self._add(site, 1, others, float(sum(max(0, min(length, norms.shape[2]) - 1) for length in key_lengths)), heads)
+        others = sum(max(0, min(length, norms.shape[2]) - 1) for length in key_lengths)
+        self._add(site, 0, sums, (float(norms.shape[0]), float(others)))
 
     def _key_mask(self, stack: str, device: torch.device) -> Tensor:
         """The batch's ``[b, k]`` real-key mask of ``stack`` on ``device``, made once per batch."""
@@ -176,26 +176,35 @@ class TokenCarriers:
             moved = weighted if weighted is not None else torch.einsum("bhqk,bhk->bhq", pattern, norms)
             weight_share = pattern[..., 0]  # [b, h, blk]
         rows = weight_share.shape[2]
-        device = weight_share.device
         norm_share = weight_share * self._norms[..., :1] / moved.clamp(min=_TINY)  # [b, h, blk]
         query_lengths = self._batch.query_key_lengths(site.stack)[0]
-        positions = torch.arange(query_start, query_start + rows, device=device)  # [blk]
-        real = positions[None, :] < torch.tensor(query_lengths, device=device)[:, None]  # [b, blk]
-        real = real[:, None, :]  # [b, 1, blk]
+        real = self._real_rows(site.stack, query_start, rows, weight_share.device)  # [b, 1, blk]
         count = float(sum(max(0, min(length, query_start + rows) - query_start) for length in query_lengths))
-        heads = weight_share.shape[1]
-        self._add(site, 2, torch.where(real, weight_share, 0.0).double().sum(dim=(0, 2)), count, heads)
-        self._add(site, 3, torch.where(real, norm_share, 0.0).double().sum(dim=(0, 2)), count, heads)
+        shares = torch.stack((weight_share, norm_share))  # [2, b, h, blk]
+        self._add(site, 2, torch.where(real, shares, 0.0).double().sum(dim=(1, 3)), (count, count))
 
-    def _add(self, site: AttentionSite, field: int, sums: Tensor, count: float, heads: int) -> None:
+    def _real_rows(self, stack: str, query_start: int, rows: int, device: torch.device) -> Tensor:
+        """``[b, 1, rows]`` bool: which of the queries ``query_start …`` are real (not padding), made once per batch."""
+        key = (stack, query_start, rows, device)
+        if key not in self._key_masks:
+            assert self._batch is not None
+            lengths = torch.tensor(self._batch.query_key_lengths(stack)[0])  # [b]
+            positions = torch.arange(query_start, query_start + rows)  # [rows]
+            self._key_masks[key] = (positions[None, :] < lengths[:, None])[:, None, :].to(device)
+        return self._key_masks[key]
+
+    def _add(self, site: AttentionSite, field: int, sums: Tensor, counts: tuple[float, float]) -> None:
+        """Add ``sums`` ``[2, h]`` to fields ``field`` and ``field + 1`` of ``site`` (``counts``: their rows)."""
         # the sums stay on the model's device until the result (a copy to the host would wait for the GPU)
         if site not in self._sums:
-            self._sums[site], self._counts[site] = _zeros(len(CARRIER_FIELDS), heads), _zeros(len(CARRIER_FIELDS))
+            self._sums[site] = _zeros(len(CARRIER_FIELDS), sums.shape[1])
+            self._counts[site] = [0.0] * len(CARRIER_FIELDS)
         if self._sums[site].device != sums.device:
             self._sums[site] = self._sums[site].to(sums.device)
         self._seen.add(site)
-        self._sums[site][field] += sums
-        self._counts[site][field] += count
+        self._sums[site][field : field + 2].add_(sums)
+        self._counts[site][field] += counts[0]
+        self._counts[site][field + 1] += counts[1]
 
     def merge_across(self, parallel: DataParallel, layout: Mapping[AttentionSite, int]) -> None:
         """Sum over the processes of a data-parallel run (sites in ``layout`` order, zeros where unseen)."""
@@ -206,16 +215,16 @@ class TokenCarriers:
         for site in sites:
             sums = self._sums.get(site)
             local.append(sums.cpu() if sums is not None else _zeros(len(CARRIER_FIELDS), layout[site]))
-            local.append(self._counts.get(site, torch.zeros(len(CARRIER_FIELDS), dtype=torch.float64)))
+            local.append(torch.tensor(self._counts.get(site, [0.0] * len(CARRIER_FIELDS)), dtype=torch.float64))
         merged = parallel.sum(local)
         self._sums = {site: merged[2 * n] for n, site in enumerate(sites)}
-        self._counts = {site: merged[2 * n + 1] for n, site in enumerate(sites)}
+        self._counts = {site: merged[2 * n + 1].tolist() for n, site in enumerate(sites)}
         self._seen = set(sites)
 
     def result(self) -> CarrierStatistics:
         means = {}
         for site in sorted(self._seen):
-            counts = self._counts[site][:, None]  # [4, 1]
+            counts = torch.tensor(self._counts[site], dtype=torch.float64)[:, None]  # [4, 1]
             means[site] = torch.where(counts > 0, self._sums[site].cpu() / counts.clamp(min=1), math.nan)
         return CarrierStatistics(means)
 
