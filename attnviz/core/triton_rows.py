@@ -84,6 +84,13 @@ def triton_applies(query: Tensor) -> bool:
     return query.device.type == "cuda" and triton_available()
 
 
+@functools.lru_cache(maxsize=64)
+def _columns_on(columns: tuple[int, ...], device: torch.device) -> Tensor:
+    """The key columns as an int64 tensor on ``device``, made once: a copy from the host at every layer would make
+    the host wait for the GPU each time (a copy from pageable memory follows the work queued before it)."""
+    return torch.tensor(columns, dtype=torch.int64, device=device)
+
+
 def _power_of_two(value: int, least: int = 1) -> int:
     return max(least, 1 << max(0, value - 1).bit_length())
 
@@ -134,7 +141,7 @@ def attend_rows_triton(
     reach = 0 if summary is None else summary.band_reach
     columns = () if summary is None else summary.columns
     dummy = query.new_empty(1, dtype=torch.float32)
-    column_tensor = torch.tensor(columns or (0,), dtype=torch.int64, device=query.device)
+    column_tensor = _columns_on(tuple(columns) or (0,), query.device)
     strides_of = lambda tensor, count: tensor.stride() if tensor is not None else (0,) * count
     summary_values = summary.values if summary is not None else None
     launch = launch or launch_config(query.dtype, max(head_dim, value_dim))

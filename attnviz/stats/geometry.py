@@ -7,7 +7,7 @@ count for which statistic, gather indices), built on the first layer and reused 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -26,6 +26,16 @@ class StackGeometry:
     special_columns: list[int]  # sorted key positions that hold a special token in at least one example
     special_weights: Tensor  # [b, 1, 1, u] float32: 1 where special_columns[u] is special in that example
     causal: bool  # query i sees keys 0…i only
+    _flags: dict[tuple[int, ...], Tensor] = field(default_factory=dict)  # special_flags, made once per batch
+
+    def special_flags(self, indices: tuple[int, ...]) -> Tensor:
+        """``[u, b, 1, 1]`` float32: the flags of ``special_columns[indices]`` per example, on the device, made once
+        (an index list sent to a GPU at every layer would make the host wait for it each time)."""
+        flags = self._flags.get(indices)
+        if flags is None:
+            picked = self.special_weights[:, 0, 0, list(indices)]  # [b, u]
+            flags = self._flags[indices] = picked.T[:, :, None, None].contiguous()
+        return flags
 
     @classmethod
     def from_batch(cls, batch: EncodedBatch, stack: str, causal: bool, device: torch.device) -> StackGeometry:

@@ -136,8 +136,8 @@ def summary_columns_mass(summary: RowSummary, geometry: StackGeometry) -> tuple[
     if not found:
         return first, None
     columns = torch.stack(found)  # [u, b, h, blk]
-    flags = geometry.special_weights[:, 0, 0, indices]  # [b, u]
-    return first, (columns * flags.T[:, :, None, None]).sum(0)
+    flags = geometry.special_flags(tuple(indices))  # [u, b, 1, 1]
+    return first, (columns * flags).sum(0)
 
 
 def summary_statistics(
