@@ -86,8 +86,6 @@ def attend_in_buffers(
     batch, heads, query_len, head_dim = query.shape
     kv_heads, key_len, value_dim = key.shape[1], key.shape[2], value.shape[3]
     n_rep = heads // kv_heads
-    key = key.contiguous()  # [b, kvh, k, d]
-    value = value.contiguous()  # [b, kvh, k, dv]
     output = value.new_empty(batch, query_len, heads, value_dim)  # [b, q, h, dv]
     output_groups = output.view(batch, query_len, kv_heads, n_rep, value_dim)  # [b, q, kvh, n_rep, dv]
     # The fused kernel (attnviz.core.kernel) replaces scale, mask and softmax when the caller asks for
@@ -107,8 +105,9 @@ def attend_in_buffers(
     # per-head sink logits [h] as the kernels read them (float32), or None: the model has no attention sinks
     sinks = sink_logits(pattern_fn.sinks)
     summary_only = all(getattr(observer, "accepts_summary_only", False) for observer in observers)
+    tiles = (mask, causal, pattern_fn.scaling, sinks, observers, site, output)  # what the tile passes read
     if whole_block and summary_only:
-        return _attend_in_tiles(query, key, value, mask, causal, pattern_fn.scaling, sinks, observers, site, output)
+        return _attend_in_tiles(query, key.contiguous(), value.contiguous(), *tiles)
     if (
         fused
         and summary_only
@@ -119,7 +118,10 @@ def attend_in_buffers(
         and not (dropout and training)
         and triton_applies(query)
     ):  # the GPU's tile kernel (attnviz.core.triton_rows): the same pass in Triton
-        return _attend_in_tiles(query, key, value, mask, causal, pattern_fn.scaling, sinks, observers, site, output)
+        # the kernel reads keys and values through their strides: no copy
+        return _attend_in_tiles(query, key, value, *tiles)
+    key = key.contiguous()  # [b, kvh, k, d]
+    value = value.contiguous()  # [b, kvh, k, dv]
     if whole_block:
         # at long lengths the cache-sized block holds few rows (28 at 8,192 keys for 9 heads); a task's two
         # products repack all of its keys per call, so each head gets two tasks of ROWS_PER_TASK rows at least

@@ -248,7 +248,8 @@ def test_long_causal_rows_through_interior_tiles(past, sinks):
     queries, keys, heads, kv_heads, dim = 100, 100 + past, 4, 2, 32
     query = torch.randn(1, heads, queries, dim, generator=generator) * 2
     key = torch.randn(1, kv_heads, keys, dim, generator=generator) * 2
-    value = torch.randn(1, kv_heads, keys, dim, generator=generator)
+    # [b, k, kvh, d] seen as [b, kvh, k, d], as a model's value projection reaches attention: read through strides
+    value = torch.randn(1, keys, kv_heads, dim, generator=generator).transpose(1, 2)
     key_weights = torch.rand(1, heads, keys, generator=generator)
     sink_logits = torch.tensor([-1.0, 0.5, 2.0, 4.0]) if sinks else None
     columns = (0, 17, 40)
