@@ -9,6 +9,7 @@ both on a narrow model (64 wide, 30 layers, 32 tokens) where the host's work is 
 of ``--rounds``, on the default threads and on one.
 
     python benchmarks/bench_stats_per_layer.py
+    python benchmarks/bench_stats_per_layer.py --as-on-a-gpu   # sites reduced at the batch's end, as on a GPU
 """
 
 from __future__ import annotations
@@ -79,8 +80,13 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--as-on-a-gpu", action="store_true", help="reduce the sites together, as a GPU pass does")
     args = parser.parse_args()
     import attnviz
+    from attnviz.stats import accumulator
+
+    if args.as_on_a_gpu:
+        accumulator.DEFERRED_DEVICES = (*accumulator.DEFERRED_DEVICES, "cpu")
 
     model, loaded = build(args.layers)
     batch = loaded.encode([" ".join(["hello"] * (args.tokens - 2))])

@@ -43,6 +43,10 @@ from attnviz.stats.row_values import (
     summary_statistics,
 )
 
+#: devices on which the sites of a batch are reduced together at its end rather than one by one (see ``_flush``);
+#: on the CPU each site is reduced as soon as it is done, which keeps one site's summaries in memory, not a batch's
+DEFERRED_DEVICES: tuple[str, ...] = ("cuda",)
+
 
 class _SummarisedRows:
     """One site's blocks that came with a kernel summary, kept until the site's last block.
@@ -128,6 +132,7 @@ class StatisticsAccumulator:
         self._layouts: dict[tuple, BlockLayout] = {}  # per ((stack, device), query_start, rows, width), current batch
         self._scratch: Tensor | None = None  # reused elementwise temporary (see block_statistics)
         self._pending: _SummarisedRows | None = None  # summarised blocks of the site in progress
+        self._set_aside: list[_SummarisedRows] = []  # finished sites on a GPU, reduced together (see _flush)
 
     @property
     def summary_band_reach(self) -> int:
@@ -192,7 +197,11 @@ class StatisticsAccumulator:
         geometry = self._geometry_of(site, stack_key, device)
         pending = self._pending
         if pending is not None and (pending.site != site or pending.next_start != query_start):
-            self._flush()
+            if pending.stack_key[1].type in DEFERRED_DEVICES:  # reduced with the batch's other sites, at its end
+                self._set_aside.append(pending)
+                self._pending = None
+            else:
+                self._flush()
         reach = self.by_position.reach if self.by_position else 0
         if summary is not None and summary_covers(summary, max(self._window, reach)):
             if self._pending is None:
@@ -229,33 +238,67 @@ class StatisticsAccumulator:
         return geometry
 
     def _flush(self) -> None:
-        """Reduce the summarised blocks kept for the site in progress (all at once)."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        summary, first, special, sink_share = pending.rows()  # [F, b, h, q], then [b, h, q] each
-        key = (pending.stack_key, pending.query_start, "rows", first.shape[-1])
+        """Reduce the summarised blocks kept: the site in progress, and the sites set aside on a GPU.
+
+        Sites of one shape (stack, queries, summary fields) are reduced as one: their summaries side by side along
+        the heads, so that a GPU pass launches one reduction per batch, not one per layer (on a GPU a short input's
+        pass is bound by the host launching operations, layer after layer)."""
+        waiting = self._set_aside + ([self._pending] if self._pending is not None else [])
+        self._pending, self._set_aside = None, []
+        groups: dict[tuple, list[_SummarisedRows]] = {}
+        for rows in waiting:
+            assert rows.summaries is not None  # a kept site has at least one block
+            shape = (rows.stack_key, rows.query_start, rows.filled, rows.summaries.shape[0], bool(rows.sink_share))
+            groups.setdefault(shape, []).append(rows)
+        for members in groups.values():
+            self._reduce(members)
+
+    def _reduce(self, members: list[_SummarisedRows]) -> None:
+        """Statistics of the kept rows of ``members`` (sites of one shape), added to each site's sums."""
+        parts = [rows.rows() for rows in members]  # (summary [F, b, h, q], first, special, sink share [b, h, q])
+        first_member = members[0]
+        heads = [first.shape[1] for _, first, _, _ in parts]
+        if len(parts) == 1:
+            summary, first, special, sink_share = parts[0]
+        else:  # side by side along the heads: [F, b, Σh, q], then [b, Σh, q] each
+            summary = RowSummary(torch.cat([part[0].values for part in parts], dim=2))
+            first = torch.cat([part[1] for part in parts], dim=1)
+            special = None
+            if any(part[2] is not None for part in parts):
+                special = torch.cat([torch.zeros_like(f) if m is None else m for _, f, m, _ in parts], dim=1)
+            sink_share = torch.cat([part[3] for part in parts], dim=1) if parts[0][3] is not None else None
+        key = (first_member.stack_key, first_member.query_start, "rows", first.shape[-1])
         layout = self._layouts.get(key)
         if layout is None:
-            geometry = self._geometry[pending.stack_key]
-            layout = BlockLayout.rows(geometry, pending.query_start, first.shape[-1], self._window)
+            geometry = self._geometry[first_member.stack_key]
+            layout = BlockLayout.rows(geometry, first_member.query_start, first.shape[-1], self._window)
             self._layouts[key] = layout
-        values = summary_statistics(summary, first, special, layout, sink_share)  # [S, b, h, q]
-        self._add(pending.site, values, layout)
+        values = summary_statistics(summary, first, special, layout, sink_share)  # [S, b, Σh, q]
+        self._add_sites([rows.site for rows in members], heads, values, layout)
         if self.by_position is not None:  # the kernel's band reaches by_position.reach (summary_band_reach)
-            self.by_position.add(pending.site, values, layout, summary_recent_share(summary, self.by_position.reach))
+            recent = summary_recent_share(summary, self.by_position.reach)  # [b, Σh, q]
+            start = 0
+            for rows, count in zip(members, heads):
+                picked = slice(start, start + count)
+                self.by_position.add(rows.site, values[:, :, picked], layout, recent[:, picked])
+                start += count
 
     def _add(self, site: AttentionSite, values: Tensor, layout: BlockLayout) -> None:
         """Add per-query ``values`` ``[S, b, h, q]`` of the queries ``layout`` counts to ``site``'s sums."""
+        self._add_sites([site], [values.shape[2]], values, layout)
+
+    def _add_sites(self, sites: list[AttentionSite], heads: list[int], values: Tensor, layout: BlockLayout) -> None:
+        """:meth:`_add` for ``values`` ``[S, b, Σh, q]`` of several sites side by side (``heads`` of each)."""
         # float64 sums: the variance is E[x²] − E[x]², which float32 would round away
         values = torch.where(layout.counted, values, 0.0).double()  # padding rows may hold anything, even NaN
-        sums = values.sum(dim=(1, 3))  # [S, h]
-        totals = torch.stack((sums, values.square_().sum(dim=(1, 3))))  # [2, S, h]
-        if site in self._totals:
-            self._totals[site] += totals
-            self._counts[site] += layout.counts
-        else:
-            self._totals[site], self._counts[site] = totals, layout.counts.clone()
+        sums = values.sum(dim=(1, 3))  # [S, Σh]
+        all_totals = torch.stack((sums, values.square_().sum(dim=(1, 3))))  # [2, S, Σh]
+        for site, totals in zip(sites, all_totals.split(heads, dim=-1)):  # [2, S, h] each
+            if site in self._totals:
+                self._totals[site] += totals
+                self._counts[site] += layout.counts
+            else:
+                self._totals[site], self._counts[site] = totals.clone(), layout.counts.clone()
 
     def merge_across(self, parallel: DataParallel, layout: Mapping[AttentionSite, int]) -> None:
         """Replace the local sums by the sums over every process of a data-parallel run (float64).

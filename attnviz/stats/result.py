@@ -91,17 +91,21 @@ class HeadStatistics(NotebookDisplay):
         cls, accumulator, model: str, *, seconds: float | None = None, processes: int = 1
     ) -> HeadStatistics:
         """Means and standard deviations from a :class:`~attnviz.stats.accumulator.StatisticsAccumulator`."""
+        order = sorted(accumulator.totals)
         sites = {}
-        for site in sorted(accumulator.totals):
-            count = accumulator.counts[site].cpu()  # [S]
-            divisor = count.clamp(min=1)[:, None]  # [S, 1]
-            sums, squares = accumulator.totals[site].cpu()  # each [S, h]
-            mean = sums / divisor  # [S, h]
-            variance = (squares / divisor - mean * mean).clamp(min=0)  # [S, h]
-            empty = (count == 0)[:, None]  # [S, 1]
-            sites[site] = SiteStatistics(
-                mean=mean.masked_fill(empty, math.nan), std=variance.sqrt().masked_fill(empty, math.nan), count=count
-            )
+        if order:
+            # every site at once, brought to the host in one copy (a GPU's sums: not one wait per layer)
+            heads = [accumulator.totals[site].shape[-1] for site in order]
+            sums, squares = torch.cat([accumulator.totals[site] for site in order], dim=-1).cpu()  # [S, Σh] each
+            counts = torch.stack([accumulator.counts[site] for site in order]).cpu()  # [sites, S]
+            per_head = counts.repeat_interleave(torch.tensor(heads), dim=0).T  # [S, Σh]: each head's site's counts
+            divisor = per_head.clamp(min=1)
+            mean = sums / divisor  # [S, Σh]
+            variance = (squares / divisor - mean * mean).clamp(min=0)  # [S, Σh]
+            means = mean.masked_fill(per_head == 0, math.nan).split(heads, dim=-1)
+            stds = variance.sqrt().masked_fill(per_head == 0, math.nan).split(heads, dim=-1)
+            for site, site_mean, site_std, count in zip(order, means, stds, counts):
+                sites[site] = SiteStatistics(mean=site_mean.clone(), std=site_std.clone(), count=count.clone())
         positions = accumulator.by_position  # read after the totals: reading them reduced every pending block
         return cls(
             by_position=None if positions is None else positions.result(),
