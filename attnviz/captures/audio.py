@@ -18,6 +18,7 @@ from attnviz.captures.recording import capture_encoded
 from attnviz.captures.result import AttentionCapture
 from attnviz.common.audio import AudioSource, as_waveform
 from attnviz.common.errors import InputError
+from attnviz.common.lazy import lazy_exports
 from attnviz.common.selection import HeadSelection, LayerSelection
 from attnviz.models.audio import AudioModel
 from attnviz.models.base import LoadedModel
@@ -61,12 +62,12 @@ def capture_audio(
     chosen: dict[str, Any] = {key: recording.get(key) for key in ("layers", "heads", "stacks")}
     chosen |= {"all_frames": all_frames, "truncate": truncate}
     return [
-        transcribe_capture(audio, waveform, max_new_tokens=DEFAULT_WRITTEN_TOKENS, **chosen).capture
+        write_transcript(audio, waveform, max_new_tokens=DEFAULT_WRITTEN_TOKENS, **chosen).capture
         for waveform in waveforms
     ]
 
 
-def transcribe_capture(
+def write_transcript(
     loaded: LoadedModel,
     audio: AudioSource,
     *,
@@ -83,7 +84,7 @@ def transcribe_capture(
     """Let Whisper write up to ``max_new_tokens`` tokens about ``audio`` (greedy, or sampled with ``sample``,
     ``temperature``, ``seed``), capturing every step: a :class:`~attnviz.captures.generation.Generation` with the
     text it wrote. ``all_frames``/``truncate``: as :meth:`~attnviz.models.audio.AudioModel.encode_audio` takes them;
-    ``layers``/``heads``/``stacks`` keep only those afterwards."""
+    ``layers``/``heads``/``stacks`` keep only those afterwards (:func:`attnviz.generate` is the public call)."""
     model = audio_model_of(loaded)
     waveform = as_waveform(audio, model.sampling_rate)
     batch = model.encode_audio([waveform], all_frames=all_frames, truncate=truncate)
@@ -93,3 +94,17 @@ def transcribe_capture(
     if layers is not None or heads is not None or stacks is not None:
         generation.capture = keep_recorded(generation.capture, model, layers=layers, heads=heads, stacks=stacks)
     return generation
+
+
+#: the old name of :func:`attnviz.generate` on audio: it still works for one release, warning at each use
+__getattr__ = lazy_exports(
+    __name__,
+    {},
+    {
+        "transcribe_capture": (
+            "attnviz.captures.writing",
+            "generate",
+            "attnviz.generate(model, audio, max_new_tokens=N)",
+        )
+    },
+)[0]
