@@ -79,7 +79,7 @@ _EXPORTS = {
 _DEPRECATED = {
     "capture_image": ("attnviz.captures.images", "capture_image", "attnviz.capture(model, image)"),
     "caption_capture": (
-        "attnviz.captures.captioning",
+        "attnviz.captures.writing",
         "_caption_capture",
         "attnviz.capture(model, image, target=caption) (to let it write: attnviz.generate(model, image, max_new_tokens=N))",
     ),

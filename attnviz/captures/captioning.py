@@ -17,7 +17,6 @@ decoder runs one token per step with its key/value cache, as for text
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -35,37 +34,8 @@ from attnviz.captures.result import AttentionCapture
 from attnviz.common.lazy import lazy_exports
 from attnviz.common.selection import HeadSelection, LayerSelection
 from attnviz.models.base import EncodedBatch, LoadedModel
-from attnviz.models.caption import CaptionModel, captioner_of
+from attnviz.models.caption import CaptionModel
 from attnviz.models.decoder_side import WritesText
-
-#: what replaces ``caption_capture``
-OLD_CAPTION = (
-    "attnviz.generate(model, image, max_new_tokens=N) (a given caption: attnviz.capture(model, image, target=caption))"
-)
-
-
-def _caption_capture(
-    loaded: LoadedModel,
-    image: ImageSource,
-    *,
-    target: str | None = None,
-    max_new_tokens: int | None = None,
-    **options: Any,
-) -> Generation | AttentionCapture:
-    """The former ``caption_capture`` (deprecated, see the end of this module): with ``target``,
-    ``attnviz.capture(model, image, target=caption)``; with ``max_new_tokens``, ``attnviz.generate(model, image,
-    max_new_tokens=N)``; ``options``: what those take."""
-    from attnviz.captures.attention_capture import capture
-    from attnviz.captures.writing import generate
-    from attnviz.common.errors import InputError
-
-    captioner_of(loaded)
-    if (target is None) == (max_new_tokens is None):
-        raise InputError("give a captioner either a caption (target) or a number of tokens to write (max_new_tokens)")
-    if target is not None:
-        return capture(loaded, image, target=target, **options)
-    assert max_new_tokens is not None
-    return generate(loaded, image, max_new_tokens=max_new_tokens, **options)
 
 
 def write_caption(
@@ -189,6 +159,9 @@ def greedy_caption_ids(captioner: CaptionModel, picture, max_new_tokens: int) ->
 
 
 #: the old name of :func:`attnviz.generate` on a captioner (and of :func:`attnviz.capture` with its caption)
+OLD_CAPTION = (
+    "attnviz.generate(model, image, max_new_tokens=N) (a given caption: attnviz.capture(model, image, target=caption))"
+)
 __getattr__ = lazy_exports(
-    __name__, {}, {"caption_capture": ("attnviz.captures.captioning", "_caption_capture", OLD_CAPTION)}
+    __name__, {}, {"caption_capture": ("attnviz.captures.writing", "_caption_capture", OLD_CAPTION)}
 )[0]

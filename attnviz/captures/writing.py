@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attnviz.captures.generation import Generation, check_generation_settings
+from attnviz.captures.result import AttentionCapture
 from attnviz.common.errors import InputError, ParameterError
 from attnviz.common.selection import HeadSelection, LayerSelection
 from attnviz.models.base import LoadedModel
@@ -106,3 +107,25 @@ def _refuse_for_text_model(loaded: LoadedModel, value: Any) -> None:
         f"{loaded.name} is a text model: it writes after a text prompt, not a {type(value).__name__} (an image to "
         "caption needs an image captioner: a VisionEncoderDecoderModel, or toy-caption)"
     )
+
+
+def _caption_capture(
+    loaded: LoadedModel,
+    image: Any,
+    *,
+    target: str | None = None,
+    max_new_tokens: int | None = None,
+    **options: Any,
+) -> Generation | AttentionCapture:
+    """The former ``attnviz.captures.captioning.caption_capture`` (deprecated there): with ``target``,
+    ``attnviz.capture(model, image, target=caption)``; with ``max_new_tokens``, :func:`generate`."""
+    from attnviz.captures.attention_capture import capture
+    from attnviz.models.caption import captioner_of
+
+    captioner_of(loaded)
+    if (target is None) == (max_new_tokens is None):
+        raise InputError("give a captioner either a caption (target) or a number of tokens to write (max_new_tokens)")
+    if target is not None:
+        return capture(loaded, image, target=target, **options)
+    assert max_new_tokens is not None
+    return generate(loaded, image, max_new_tokens=max_new_tokens, **options)

@@ -175,6 +175,8 @@ def test_bad_combinations_are_one_clear_error(tiny, minilm, one_torch_thread):
 def test_the_old_names_still_work_with_a_warning(tiny, one_torch_thread):
     import importlib
 
+    from PIL import Image
+
     new = attnviz.generate(tiny["gpt2"], PROMPT, max_new_tokens=3)
     for module, name, instead in [
         ("attnviz.captures.generation", "generate_capture", "attnviz.generate(model, prompt"),
@@ -185,6 +187,12 @@ def test_the_old_names_still_work_with_a_warning(tiny, one_torch_thread):
             old = getattr(importlib.import_module(module), name)
         if name == "generate_capture":
             assert old(tiny["gpt2"], PROMPT, max_new_tokens=3).token_ids == new.token_ids
+        if name == "caption_capture":  # the given caption (teacher-forced) or the one it writes, as the new calls
+            toy, image = attnviz.load_model("toy-caption", device="cpu"), Image.new("RGB", (32, 32), "red")
+            written = attnviz.generate(toy, image, max_new_tokens=3)
+            assert old(toy, image, max_new_tokens=3).token_ids == written.token_ids
+            forced = attnviz.capture(toy, image, target="red")
+            assert torch.equal(old(toy, image, target="red").stacked("cross"), forced.stacked("cross"))
     with pytest.deprecated_call(match=r"attnviz.caption_capture is deprecated .*attnviz.generate\(model, image"):
         attnviz.caption_capture  # noqa: B018
     with pytest.deprecated_call(match="generate_capture"):
