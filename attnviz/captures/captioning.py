@@ -17,6 +17,7 @@ decoder runs one token per step with its key/value cache, as for text
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -38,21 +39,12 @@ from attnviz.models.caption import CaptionModel
 from attnviz.models.decoder_side import WritesText
 
 
-def write_caption(
-    captioner: CaptionModel,
-    picture,
-    *,
-    max_new_tokens: int,
-    sample: bool = False,
-    temperature: float = 1.0,
-    seed: int | None = None,
-) -> Generation:
-    """Let the captioner write up to ``max_new_tokens`` tokens about ``picture``, capturing every step; it stops at
-    its end token or where its decoder's positions end (whichever comes first)."""
+def write_caption(captioner: CaptionModel, picture, **decoding: Any) -> Generation:
+    """Let the captioner write about ``picture``, capturing every step; it stops at its end token or where its
+    decoder's positions end. ``decoding``: ``max_new_tokens``, ``sample``, ``temperature``, ``seed`` as
+    :func:`write_target` takes them."""
     batch = captioner.encode_images([picture])  # the decoder side: the start token alone
-    return write_target(
-        captioner, batch, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, seed=seed
-    )
+    return write_target(captioner, batch, **decoding)
 
 
 def write_target(
