@@ -1,12 +1,15 @@
 """attnviz: see what a transformer's attention heads do, and which of them matter.
 
 The whole public surface, in the order data flows through it (the input decides the modality: a text, texts, an
-image, an image with its caption, or a wav file with its transcript for Whisper)::
+image, an image with its caption, or a wav file with its transcript for Whisper; ``generate`` lets the model write
+after a text, a text with its picture, an image or a wav file)::
 
     import attnviz
 
     model = attnviz.load_model("minilm")                       # load; or attnviz.wrap(your_model, tokenizer)
     result = attnviz.capture(model, "The cat sat.")             # AttentionCapture; an image: capture(vit, "cat.png")
+    written = attnviz.generate(lm, "The cat", max_new_tokens=8)  # it writes: .capture, .text, .token_ids; an
+                                                                #   image for a captioner, audio for Whisper
     rows = attnviz.query_rows(model, long_text, "last")         # one query's row per head, any length
     stats = attnviz.compute_statistics(model, texts)            # streamed statistics, of texts or images
     detection = attnviz.detect_heads(stats)                     # collapsed / unfocused / sink / positional heads
@@ -46,6 +49,8 @@ _EXPORTS = {
     "wrap": "attnviz.models.wrapped",
     "capture": "attnviz.captures.attention_capture",
     "AttentionCapture": "attnviz.captures.result",
+    "generate": "attnviz.captures.writing",
+    "Generation": "attnviz.captures.generation",
     "query_rows": "attnviz.captures.query_rows",
     "compute_statistics": "attnviz.stats",
     "detect_heads": "attnviz.stats",
@@ -74,9 +79,9 @@ _EXPORTS = {
 _DEPRECATED = {
     "capture_image": ("attnviz.captures.images", "capture_image", "attnviz.capture(model, image)"),
     "caption_capture": (
-        "attnviz.captures.captioning",
-        "caption_capture",
-        "attnviz.capture(model, image, target=caption) (to let it write: attnviz.captures.captioning.caption_capture)",
+        "attnviz.captures.writing",
+        "_caption_capture",
+        "attnviz.capture(model, image, target=caption) (to let it write: attnviz.generate(model, image, max_new_tokens=N))",
     ),
     "compute_image_statistics": (
         "attnviz.stats.images",
@@ -123,6 +128,7 @@ _DEPRECATED = {
 __all__ = [
     "AttentionCapture",
     "AttnvizError",
+    "Generation",
     "PruneConfig",
     "__version__",
     "capture",
@@ -132,6 +138,7 @@ __all__ = [
     "detect_heads",
     "explain_logit",
     "find_circuit",
+    "generate",
     "head_atlas",
     "head_functions",
     "head_similarity",
@@ -153,8 +160,10 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from attnviz.atlas.inline import head_atlas
     from attnviz.captures.attention_capture import capture
+    from attnviz.captures.generation import Generation
     from attnviz.captures.query_rows import query_rows
     from attnviz.captures.result import AttentionCapture
+    from attnviz.captures.writing import generate
     from attnviz.circuit import find_circuit
     from attnviz.common.errors import AttnvizError
     from attnviz.compare import compare_inputs, compare_models

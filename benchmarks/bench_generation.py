@@ -1,6 +1,6 @@
 """Benchmark: capturing attention while SmolLM2 writes, with the key/value cache vs without it.
 
-``attnviz.captures.generation.generate_capture`` runs one query row per step through the core (key/value
+``attnviz.generate`` runs one query row per step through the core (key/value
 cache). Without a cache, capturing every step means a new forward pass over prompt + text so far
 at every step (what a tool that only captures fixed texts would have to do). Both produce the same
 patterns; this prints their times side by side (fastest of interleaved rounds) and the ratio.
@@ -20,7 +20,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
-from attnviz.captures.generation import generate_capture
+import attnviz
 from attnviz.common.texts import default_corpus_path, read_examples
 from attnviz.core import CONTEXT_KWARG
 from attnviz.core.recorder import PatternRecorder
@@ -59,7 +59,7 @@ def main() -> None:
     token_ids: list[int] = []
     for _ in range(args.rounds):
         start = time.perf_counter()
-        generation = generate_capture(loaded, prompt, max_new_tokens=args.new_tokens)
+        generation = attnviz.generate(loaded, prompt, max_new_tokens=args.new_tokens)
         best["cached"] = min(best["cached"], time.perf_counter() - start)
         token_ids = generation.token_ids
         start = time.perf_counter()

@@ -18,7 +18,7 @@ from attnviz.captures.recording import capture_encoded
 from attnviz.captures.result import AttentionCapture
 from attnviz.common.audio import AudioSource, as_waveform
 from attnviz.common.errors import InputError
-from attnviz.common.selection import HeadSelection, LayerSelection
+from attnviz.common.lazy import lazy_exports
 from attnviz.models.audio import AudioModel
 from attnviz.models.base import LoadedModel
 
@@ -61,35 +61,38 @@ def capture_audio(
     chosen: dict[str, Any] = {key: recording.get(key) for key in ("layers", "heads", "stacks")}
     chosen |= {"all_frames": all_frames, "truncate": truncate}
     return [
-        transcribe_capture(audio, waveform, max_new_tokens=DEFAULT_WRITTEN_TOKENS, **chosen).capture
+        write_transcript(audio, waveform, max_new_tokens=DEFAULT_WRITTEN_TOKENS, **chosen).capture
         for waveform in waveforms
     ]
 
 
-def transcribe_capture(
-    loaded: LoadedModel,
-    audio: AudioSource,
-    *,
-    max_new_tokens: int,
-    sample: bool = False,
-    temperature: float = 1.0,
-    seed: int | None = None,
-    all_frames: bool = False,
-    truncate: bool = True,
-    layers: LayerSelection = None,
-    heads: HeadSelection = None,
-    stacks: Sequence[str] | None = None,
+def write_transcript(
+    loaded: LoadedModel, audio: AudioSource, *, all_frames: bool = False, truncate: bool = True, **options: Any
 ) -> Generation:
-    """Let Whisper write up to ``max_new_tokens`` tokens about ``audio`` (greedy, or sampled with ``sample``,
-    ``temperature``, ``seed``), capturing every step: a :class:`~attnviz.captures.generation.Generation` with the
-    text it wrote. ``all_frames``/``truncate``: as :meth:`~attnviz.models.audio.AudioModel.encode_audio` takes them;
-    ``layers``/``heads``/``stacks`` keep only those afterwards."""
+    """Let Whisper write about ``audio``, capturing every step: a :class:`~attnviz.captures.generation.Generation`
+    with the text it wrote (:func:`attnviz.generate` is the public call). ``options``: ``max_new_tokens``,
+    ``sample``, ``temperature`` and ``seed`` as :func:`~attnviz.captures.captioning.write_target` takes them, and
+    ``layers``/``heads``/``stacks``, kept afterwards; ``all_frames``/``truncate``: as
+    :meth:`~attnviz.models.audio.AudioModel.encode_audio` takes them."""
     model = audio_model_of(loaded)
+    chosen = {key: options.pop(key, None) for key in ("layers", "heads", "stacks")}
     waveform = as_waveform(audio, model.sampling_rate)
     batch = model.encode_audio([waveform], all_frames=all_frames, truncate=truncate)
-    generation = write_target(
-        model, batch, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, seed=seed
-    )
-    if layers is not None or heads is not None or stacks is not None:
-        generation.capture = keep_recorded(generation.capture, model, layers=layers, heads=heads, stacks=stacks)
+    generation = write_target(model, batch, **options)
+    if any(value is not None for value in chosen.values()):
+        generation.capture = keep_recorded(generation.capture, model, **chosen)
     return generation
+
+
+#: the old name of :func:`attnviz.generate` on audio: it still works for one release, warning at each use
+__getattr__ = lazy_exports(
+    __name__,
+    {},
+    {
+        "transcribe_capture": (
+            "attnviz.captures.writing",
+            "generate",
+            "attnviz.generate(model, audio, max_new_tokens=N)",
+        )
+    },
+)[0]

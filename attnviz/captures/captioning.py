@@ -9,7 +9,7 @@ start token, then the caption's tokens); its stacks are ``encoder`` (the image's
 Row ``t`` of ``decoder``/``cross`` is the query of target token ``t``, whose output predicts token
 ``t + 1``: the word at target position ``t`` was *written* at row ``t - 1`` (see :func:`written_rows`).
 
-While writing (:func:`caption_capture` with ``max_new_tokens``), the image is encoded once and the
+While writing (:func:`attnviz.generate` on a captioner's image: :func:`write_caption`), the image is encoded once and the
 decoder runs one token per step with its key/value cache, as for text
 (:mod:`attnviz.captures.generation`); one extra step feeds the last token so that its row exists too.
 """
@@ -17,6 +17,7 @@ decoder runs one token per step with its key/value cache, as for text
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -29,66 +30,21 @@ from attnviz.captures.generation import (
     write_tokens,
     written_target_capture,
 )
-from attnviz.captures.images import ImageSource, as_pil_image, capture_images
+from attnviz.captures.images import ImageSource, as_pil_image
 from attnviz.captures.result import AttentionCapture
+from attnviz.common.lazy import lazy_exports
 from attnviz.common.selection import HeadSelection, LayerSelection
 from attnviz.models.base import EncodedBatch, LoadedModel
-from attnviz.models.caption import CaptionModel, captioner_of
+from attnviz.models.caption import CaptionModel
 from attnviz.models.decoder_side import WritesText
 
 
-def caption_capture(
-    loaded: LoadedModel,
-    image: ImageSource,
-    *,
-    target: str | None = None,
-    max_new_tokens: int | None = None,
-    sample: bool = False,
-    temperature: float = 1.0,
-    seed: int | None = None,
-    layers: LayerSelection = None,
-    heads: HeadSelection = None,
-    stacks: Sequence[str] | None = None,
-) -> Generation | AttentionCapture:
-    """Capture a captioner on ``image``: with ``target``, the caption given (teacher-forced), an
-    :class:`AttentionCapture`; with ``max_new_tokens``, the caption it writes, a
-    :class:`~attnviz.captures.generation.Generation` (greedy, or sampled with ``sample``/``temperature``/``seed``).
-
-    ``layers``/``heads``/``stacks`` keep only what is asked (as :func:`~attnviz.captures.attention_capture.capture`);
-    generation records every layer and head first, then keeps the chosen ones.
-    """
-    from attnviz.common.errors import InputError
-
-    captioner = captioner_of(loaded)
-    if (target is None) == (max_new_tokens is None):
-        raise InputError("give a captioner either a caption (target) or a number of tokens to write (max_new_tokens)")
-    if target is not None:
-        return capture_images(captioner, [image], targets=[target], layers=layers, heads=heads, stacks=stacks)[0]
-    picture = as_pil_image(image)
-    assert max_new_tokens is not None
-    generation = write_caption(
-        captioner, picture, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, seed=seed
-    )
-    if layers is not None or heads is not None or stacks is not None:
-        generation.capture = keep_recorded(generation.capture, captioner, layers=layers, heads=heads, stacks=stacks)
-    return generation
-
-
-def write_caption(
-    captioner: CaptionModel,
-    picture,
-    *,
-    max_new_tokens: int,
-    sample: bool = False,
-    temperature: float = 1.0,
-    seed: int | None = None,
-) -> Generation:
-    """Let the captioner write up to ``max_new_tokens`` tokens about ``picture``, capturing every step; it stops at
-    its end token or where its decoder's positions end (whichever comes first)."""
+def write_caption(captioner: CaptionModel, picture, **decoding: Any) -> Generation:
+    """Let the captioner write about ``picture``, capturing every step; it stops at its end token or where its
+    decoder's positions end. ``decoding``: ``max_new_tokens``, ``sample``, ``temperature``, ``seed`` as
+    :func:`write_target` takes them."""
     batch = captioner.encode_images([picture])  # the decoder side: the start token alone
-    return write_target(
-        captioner, batch, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, seed=seed
-    )
+    return write_target(captioner, batch, **decoding)
 
 
 def write_target(
@@ -192,3 +148,12 @@ def caption_batches(
 def greedy_caption_ids(captioner: CaptionModel, picture, max_new_tokens: int) -> list[int]:
     """The token ids the captioner writes about ``picture`` (greedy; the end token kept when it comes)."""
     return write_caption(captioner, picture, max_new_tokens=max_new_tokens).token_ids
+
+
+#: the old name of :func:`attnviz.generate` on a captioner (and of :func:`attnviz.capture` with its caption)
+OLD_CAPTION = (
+    "attnviz.generate(model, image, max_new_tokens=N) (a given caption: attnviz.capture(model, image, target=caption))"
+)
+__getattr__ = lazy_exports(
+    __name__, {}, {"caption_capture": ("attnviz.captures.writing", "_caption_capture", OLD_CAPTION)}
+)[0]

@@ -1,4 +1,5 @@
-"""Attention while a model writes: generate a continuation and capture every step's attention.
+"""Attention while a text model writes: continue a prompt and capture every step's attention (the public call is
+:func:`attnviz.generate`, :mod:`attnviz.captures.writing`, which sends a captioner's image and Whisper's audio on).
 
 The model continues a prompt token by token with its key/value cache, so step ``t`` runs
 one query row through attnviz's core, not a new forward pass over everything. Each
@@ -35,6 +36,7 @@ from attnviz.captures.recording import plan_recording
 from attnviz.captures.result import AttentionCapture
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.images import ImageSource
+from attnviz.common.lazy import lazy_exports
 from attnviz.common.resources import require_memory
 from attnviz.common.tokens import token_strings, word_ids_from_markers
 from attnviz.core import CONTEXT_KWARG, AttentionSite
@@ -46,11 +48,18 @@ from attnviz.models.identity import HeadIdentity
 
 @dataclass
 class Generation:
-    """What :func:`generate_capture` returns: the capture, and the continuation as text and ids."""
+    """What :func:`attnviz.generate` returns, whatever the model reads: the capture, and what the model wrote.
+
+    ``capture``: the attention over the input and the written tokens; ``capture.generated_from`` is the first
+    written token's position, on ``tokens`` for a causal LM (prompt, then the written tokens) and on
+    ``target_tokens`` for an encoder-decoder model, a captioner or Whisper (decoder prefix, then the written tokens).
+    ``text``: the written tokens decoded (special tokens left out). ``token_ids``: the written token ids, the
+    end-of-sequence token included when one came.
+    """
 
     capture: AttentionCapture
-    text: str  # the generated continuation, decoded (special tokens left out)
-    token_ids: list[int]  # the generated token ids, end-of-sequence token included when one came
+    text: str
+    token_ids: list[int]
 
 
 class _StepRecorder:
@@ -94,7 +103,7 @@ class _StepRecorder:
         }
 
 
-def generate_capture(
+def continue_text(
     loaded: LoadedModel,
     prompt: str,
     *,
@@ -106,7 +115,8 @@ def generate_capture(
     truncate: bool = True,
     image: ImageSource | None = None,
 ) -> Generation:
-    """Continue ``prompt`` by up to ``max_new_tokens`` tokens and capture all attention (see the module docstring).
+    """Continue ``prompt`` by up to ``max_new_tokens`` tokens and capture all attention (see the module docstring;
+    :func:`attnviz.generate` is the public call).
 
     ``image``: a picture in the prompt, for a vision-language model (as in
     :func:`~attnviz.captures.attention_capture.capture`); the picture is read once, with the prompt."""
@@ -346,3 +356,11 @@ def written_target_capture(
         target_word_ids=words,
         **fields,
     )
+
+
+#: the old name of :func:`attnviz.generate`: it still works for one release, warning at each use
+__getattr__ = lazy_exports(
+    __name__,
+    {},
+    {"generate_capture": ("attnviz.captures.writing", "generate", "attnviz.generate(model, prompt, max_new_tokens=N)")},
+)[0]

@@ -43,8 +43,9 @@ def capture_audio_option(
     while it writes (``--generate``, 48 tokens by default). ``others``: the inputs that do not go with audio
     (``{"TEXT": text, "--image": image, …}``), refused when given; ``recording``: ``layers``, ``heads``, ``stacks``;
     ``max_bytes``: the limit of a capture on a given transcript."""
-    from attnviz.captures.audio import DEFAULT_WRITTEN_TOKENS, audio_model_of, transcribe_capture
+    from attnviz.captures.audio import DEFAULT_WRITTEN_TOKENS, audio_model_of
     from attnviz.captures.recording import capture_encoded
+    from attnviz.captures.writing import generate
     from attnviz.cli.console import console
     from attnviz.common.audio import read_wav, resample
     from attnviz.common.errors import InputError
@@ -66,7 +67,7 @@ def capture_audio_option(
         return capture_encoded(loaded, batch, max_bytes=max_bytes, **recording)[0]
     generation = generation or {"max_new_tokens": DEFAULT_WRITTEN_TOKENS}
     with status(f"writing up to {generation['max_new_tokens']} tokens"):
-        written = transcribe_capture(
+        written = generate(
             loaded, waveform, all_frames=all_frames, truncate=not running.no_truncate, **generation, **recording
         )
     console.print(f"[bold]transcript:[/bold] {written.text!r} ({len(written.token_ids)} tokens)", highlight=False)

@@ -29,12 +29,10 @@ def capture_text(text, target, model, running: RunOptions, device_map=None, gene
         return capture(
             loaded, text, target=target, max_length=running.max_length, truncate=not running.no_truncate, **recording
         )
-    from attnviz.captures.generation import generate_capture
+    from attnviz.captures.writing import generate
 
     with status(f"generating up to {generation['max_new_tokens']} tokens"):
-        result = generate_capture(
-            loaded, text, max_length=running.max_length, truncate=not running.no_truncate, **generation
-        )
+        result = generate(loaded, text, max_length=running.max_length, truncate=not running.no_truncate, **generation)
     console.print(
         f"[bold]generated:[/bold] {result.text!r} ({plural(len(result.token_ids), 'token')})", highlight=False
     )

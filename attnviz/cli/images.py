@@ -100,11 +100,11 @@ def capture_image_option(
         from attnviz.captures.attention_capture import capture
 
         return capture(loaded, text, image=picture, **recording)
-    from attnviz.captures.generation import generate_capture
+    from attnviz.captures.writing import generate
     from attnviz.common.progress import status
 
     with status(f"writing up to {generation['max_new_tokens']} tokens"):
-        written = generate_capture(loaded, text, image=picture, **generation)
+        written = generate(loaded, text, image=picture, **generation)
     console.print(f"[bold]written:[/bold] {written.text!r} ({len(written.token_ids)} tokens)", highlight=False)
     return written.capture
 
@@ -112,21 +112,21 @@ def capture_image_option(
 def capture_caption_option(image: str, model: str, device: str, dtype: str, target, generation, **recording):
     """Read ``--image`` (before loading anything), load a captioner and capture it on ``target`` (teacher-forced)
     or while it writes (``generation``: the settings of :func:`attnviz.cli.capturing.generation_settings`)."""
-    from attnviz.captures.captioning import caption_capture
-    from attnviz.captures.generation import Generation
+    from attnviz.captures.attention_capture import capture
+    from attnviz.captures.writing import generate
     from attnviz.cli.console import console
     from attnviz.common.images import open_image
     from attnviz.common.progress import status
+    from attnviz.models.caption import captioner_of
     from attnviz.models.specs import load_model
 
     picture = open_image(image_source(image))  # a bad image fails before the model loads
     with console.status(f"loading {model}"):
-        loaded = load_model(model, device=device, dtype=dtype)
+        loaded = captioner_of(load_model(model, device=device, dtype=dtype))
     if generation is None:
-        return caption_capture(loaded, picture, target=target, **recording)
+        return capture(loaded, picture, target=target, **recording)
     with status(f"writing up to {generation['max_new_tokens']} tokens"):
-        written = caption_capture(loaded, picture, **generation, **recording)
-    assert isinstance(written, Generation)
+        written = generate(loaded, picture, **generation, **recording)
     console.print(f"[bold]caption:[/bold] {written.text!r} ({len(written.token_ids)} tokens)", highlight=False)
     return written.capture
 

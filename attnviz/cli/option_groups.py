@@ -99,7 +99,7 @@ class GenerationOptions:
     seed: SampleSeedOption = None
 
     def settings(self, target: str | None) -> dict | None:
-        """Keyword arguments of ``generate_capture``, or None without ``--generate`` (refusing options that
+        """Keyword arguments of ``attnviz.generate``, or None without ``--generate`` (refusing options that
         contradict each other or ``--target``)."""
         from attnviz.common.errors import InputError
 

@@ -89,9 +89,9 @@ def test_all_frames_keep_the_whole_window(whisper, loaded, clip):
 
 
 def test_written_transcript_matches_eager(whisper, loaded, clip):
-    from attnviz.captures.audio import transcribe_capture
-
-    written = transcribe_capture(loaded, clip, max_new_tokens=6)
+    written = attnviz.generate(loaded, clip, max_new_tokens=6)
+    assert isinstance(written, attnviz.Generation)
+    assert written.text == loaded.tokenizer.decode(written.token_ids, skip_special_tokens=True)
     prefix = loaded.decoder_prefix()
     assert written.capture.generated_from == len(prefix) and len(written.token_ids) == 6
     outputs = eager(whisper, loaded, clip, prefix + written.token_ids)
@@ -101,6 +101,13 @@ def test_written_transcript_matches_eager(whisper, loaded, clip):
     # without a target, capture lets the model write (and keeps only what is asked)
     capture = attnviz.capture(loaded, np.zeros(8000, dtype=np.float32), stacks=["cross"], layers=[0])
     assert capture.stacks == ["cross"] and capture.generated_from == len(prefix) and len(capture.tokens) == 25
+    # generate keeps only what is asked too: the same numbers as the whole capture
+    part = attnviz.generate(loaded, clip, max_new_tokens=6, stacks=["cross"], layers=[0])
+    assert part.token_ids == written.token_ids and part.capture.stacks == ["cross"]
+    assert torch.equal(part.capture.layer(0, "cross"), written.capture.layer(0, "cross"))
+    for bad, message in (({"image": clip}, "vision-language"), ({"max_length": 8}, "applies to text")):
+        with pytest.raises(attnviz.AttnvizError, match=message):
+            attnviz.generate(loaded, clip, max_new_tokens=2, **bad)
 
 
 def test_wav_reading_and_resampling(tmp_path):

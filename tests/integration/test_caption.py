@@ -48,12 +48,7 @@ def eager_outputs(directory, picture_path, decoder_ids: list[int]):
 
 def written_ids(loaded, picture_path, count: int) -> list[int]:
     """The start token and the ids the captioner writes greedily (captures keep readable tokens, not ids)."""
-    from PIL import Image
-
-    from attnviz.captures.captioning import write_caption
-
-    picture = Image.open(picture_path).convert("RGB")
-    return [loaded.start_id, *write_caption(loaded, picture, max_new_tokens=count).token_ids]
+    return [loaded.start_id, *attnviz.generate(loaded, picture_path, max_new_tokens=count).token_ids]
 
 
 def assert_equal_to_eager(capture: AttentionCapture, outputs, *, layers=None, heads=None) -> None:
@@ -107,6 +102,25 @@ def test_generated_capture_equals_eager(capsys, tmp_path, captioners, picture, n
     # greedy: every written token is the argmax of eager logits at the step before it
     assert ids[1:] == outputs.logits[0, :-1].argmax(-1).tolist()
     assert_equal_to_eager(capture, outputs)
+
+
+def test_generate_lets_the_captioner_write_as_eager_attention_reads_it(captioners, picture):
+    loaded = load_model(str(captioners["vit-gpt2"]), device="cpu")
+    written = attnviz.generate(loaded, picture, max_new_tokens=5)
+    assert isinstance(written, attnviz.Generation) and written.capture.generated_from == 1
+    assert written.text == loaded.tokenizer.decode(written.token_ids, skip_special_tokens=True)
+    ids = [loaded.start_id, *written.token_ids]
+    outputs = eager_outputs(captioners["vit-gpt2"], picture, ids)
+    assert written.token_ids == outputs.logits[0, :-1].argmax(-1).tolist()  # greedy
+    assert_equal_to_eager(written.capture, outputs)
+    last = len(outputs.decoder_attentions) - 1
+    part = attnviz.generate(loaded, picture, max_new_tokens=5, layers=[-1], heads=[1])
+    assert part.token_ids == written.token_ids
+    assert_equal_to_eager(part.capture, outputs, layers=[last], heads=[1])
+    with pytest.raises(attnviz.AttnvizError, match="give the image as x"):
+        attnviz.generate(loaded, "a cat", image=picture, max_new_tokens=2)
+    with pytest.raises(attnviz.AttnvizError, match="at least 1"):
+        attnviz.generate(loaded, picture, max_new_tokens=0)
 
 
 def test_layer_head_and_stack_keep_only_what_is_asked(capsys, tmp_path, captioners, picture):
@@ -196,8 +210,6 @@ def test_notebook_shows_the_caption_page(captioners, picture):
 def test_statistics_over_the_captions_it_writes(capsys, tmp_path, captioners):
     import json
 
-    from attnviz.captures.captioning import caption_capture
-
     folder = tmp_path / "images"
     folder.mkdir()
     for index, image in enumerate(sample_images(2, seed=7)):
@@ -211,7 +223,7 @@ def test_statistics_over_the_captions_it_writes(capsys, tmp_path, captioners):
     loaded = load_model(str(directory), device="cpu")
     rows = []
     for path in sorted(folder.iterdir()):
-        capture = caption_capture(loaded, path, max_new_tokens=32).capture
+        capture = attnviz.generate(loaded, path, max_new_tokens=32).capture
         rows.append(torch.stack(capture.patterns["cross"]).amax(-1))  # [layer, head, query]
     expected = torch.cat(rows, dim=-1).mean(-1)  # [layer, head]
     for head in (row for row in record["heads"] if row["stack"] == "cross"):

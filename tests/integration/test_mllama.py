@@ -180,8 +180,6 @@ def test_command_line_draws_each_word_on_the_tiles_and_refuses_what_it_cannot(ca
     assert result.exit_code == 0, result.stderr
     result = run_cli(capsys, "heatmap", "--model", directory, "a red cat", "--out", tmp_path / "text.png")
     assert_clean_error(result, "reads a text with its picture")
-    from attnviz.captures.generation import generate_capture
-
     loaded = attnviz.load_model(str(directory), device="cpu")
     with pytest.raises(attnviz.AttnvizError, match="cross-attention layers"):
-        generate_capture(loaded, "a red", image=wide, max_new_tokens=2)
+        attnviz.generate(loaded, "a red", image=wide, max_new_tokens=2)

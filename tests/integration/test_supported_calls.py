@@ -10,13 +10,13 @@ import warnings
 
 import pytest
 
-from attnviz.captures.generation import generate_capture
+import attnviz
 
 
 def test_generation_passes_the_cache_the_supported_way(tiny_models):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = generate_capture(tiny_models["llama"], "The cat sat", max_new_tokens=3)
+        result = attnviz.generate(tiny_models["llama"], "The cat sat", max_new_tokens=3)
     assert len(result.token_ids) == 3
     assert not [w for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]
 

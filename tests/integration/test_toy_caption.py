@@ -39,13 +39,13 @@ def toy_caption():
 
 
 def test_shipped_captioner_writes_and_looks_at_each_colour(toy_caption, one_torch_thread):
-    from attnviz.captures.captioning import caption_capture
+    import attnviz
     from attnviz.render.caption_overlay import peak_patches
 
     examples = independent_images(300, seed=2024)
     right = hits = words = 0
     for image, caption, patches in examples:
-        written = caption_capture(toy_caption, image, max_new_tokens=10)
+        written = attnviz.generate(toy_caption, image, max_new_tokens=10)
         right += written.text == caption
         peaks = peak_patches(written.capture)  # (word, (row, col)) for each written token
         for k, patch in enumerate(patches):
@@ -125,12 +125,11 @@ def test_overlay_colour_is_the_weight_alone(toy_caption, one_torch_thread):
     """A patch of weight 0 looks the same over a red shape as over the grey ground, and the subtitle fits."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from attnviz.captures.captioning import caption_capture
+    import attnviz
     from attnviz.render.caption_overlay import caption_heatmap, caption_rows
 
     image, caption, patches = independent_images(1, seed=5)[0]
-    capture = caption_capture(toy_caption, image, target=caption)
-    capture = getattr(capture, "capture", capture)
+    capture = attnviz.capture(toy_caption, image, target=caption)
     figure = caption_heatmap(capture)
     canvas = FigureCanvasAgg(figure)
     canvas.draw()

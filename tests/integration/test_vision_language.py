@@ -117,10 +117,8 @@ def test_caption_view_is_each_written_tokens_row_over_the_image(vlm_dirs, pictur
 
 
 def test_generation_with_a_picture_equals_eager_on_the_written_text(vlm_dirs, picture):
-    from attnviz.captures.generation import generate_capture
-
     loaded = attnviz.load_model(str(vlm_dirs["llava"]), device="cpu")
-    written = generate_capture(loaded, "a red cat", image=picture, max_new_tokens=3)
+    written = attnviz.generate(loaded, "a red cat", image=picture, max_new_tokens=3)
     batch = vision_language_batch(loaded, ["a red cat"], [picture])
     ids = torch.cat([batch.inputs["input_ids"], torch.tensor([written.token_ids])], dim=1)  # [1, prompt + written]
     inputs = {**batch.inputs, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -131,6 +129,8 @@ def test_generation_with_a_picture_equals_eager_on_the_written_text(vlm_dirs, pi
     for layer, reference in enumerate(outputs.attentions):
         assert float((capture.layer(layer)[:, :length, :length] - reference[0]).abs().max()) <= 1e-5
     assert len(caption_view(capture).target_tokens) == len(written.token_ids) + 1  # the written tokens only
+    with pytest.raises(attnviz.AttnvizError, match="give the prompt as x and its picture as image"):
+        attnviz.generate(loaded, picture, max_new_tokens=2)
 
 
 def test_command_line_draws_each_written_word_and_saves_the_capture(capsys, tmp_path, vlm_dirs, picture):

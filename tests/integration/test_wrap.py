@@ -117,14 +117,12 @@ def test_statistics_and_probes_of_a_wrapped_model_equal_those_of_the_loaded_one(
 
 
 def test_generation_and_atlas_of_a_wrapped_model(tiny_model_dirs):
-    from attnviz.captures.generation import generate_capture as generate
-
     for family in ("gpt2", "bart"):
         directory = tiny_model_dirs[family]
         model, tokenizer = user_model(directory)
         wrapped = attnviz.wrap(model, tokenizer)
-        ours = generate(wrapped, TEXTS[0], max_new_tokens=4)
-        theirs = generate(attnviz.load_model(str(directory), device="cpu"), TEXTS[0], max_new_tokens=4)
+        ours = attnviz.generate(wrapped, TEXTS[0], max_new_tokens=4)
+        theirs = attnviz.generate(attnviz.load_model(str(directory), device="cpu"), TEXTS[0], max_new_tokens=4)
         assert ours.token_ids == theirs.token_ids
         for stack in theirs.capture.stacks:
             assert torch.allclose(ours.capture.stacked(stack), theirs.capture.stacked(stack), atol=1e-6)
