@@ -22,6 +22,7 @@ Other audio families (Speech2Text, wav2vec 2.0, HuBERT, …) are refused with th
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -32,17 +33,16 @@ from attnviz.common.audio import time_label
 from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
 from attnviz.common.progress import warn
 from attnviz.core import CONTEXT_KWARG, AttentionContext
+from attnviz.models.audio_families import AUDIO_FAMILIES, reads_audio  # noqa: F401  # re-exported
 from attnviz.models.base import EncodedBatch
 from attnviz.models.decoder_side import WritesText, decoder_positions
-from attnviz.models.hf import HFModel
-
-#: audio families attnviz reads, by model_type
-AUDIO_FAMILIES = ("whisper",)
+from attnviz.models.hf import HFModel, load_hf_model
 
 
-def reads_audio(model_type: str) -> bool:
-    """Whether ``model_type`` is an audio family attnviz reads (Whisper)."""
-    return model_type in AUDIO_FAMILIES
+def load_audio_model(source: str | os.PathLike, **options: Any) -> AudioModel:
+    """Load an audio model directory (Whisper) and its processor onto the attention core: the
+    :mod:`attnviz.models.specs` loader of its format (``options``: as :func:`~attnviz.models.hf.load_hf_model`)."""
+    return load_hf_model(source, kind=AudioModel, load_tokenizer=load_audio_processor, **options)  # type: ignore[return-value]
 
 
 def load_audio_processor(source: str) -> Any:

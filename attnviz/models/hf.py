@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,13 @@ def load_hf_model(
     dtype: torch.dtype = torch.float32,
     gguf_file: str | None = None,
     device_map: Placement | None = None,
+    kind: type[HFModel] | None = None,
+    load_tokenizer: Callable[[str], Any] | None = None,
 ) -> HFModel:
     """Load a Hugging Face model (directory or hub id) onto attnviz's attention core.
+
+    ``kind``: the class that wraps it (default :class:`HFModel`), and ``load_tokenizer`` what reads its tokenizer
+    (default: transformers' ``AutoTokenizer``): an audio model's loader gives its own class and its processor.
 
     Families that do not call transformers' attention interface (gpt_neo, bloom, …)
     fall back to ``eager`` attention with ``output_attentions``, with a warning;
@@ -91,10 +96,10 @@ def load_hf_model(
                 source, config, name=name, device=device, dtype=dtype, device_map=device_map
             )
         refuse_unreadable_family(config, model_class_for(config), source)  # before its tokenizer is looked for
-        audio = _audio_family(
-            config
-        )  # Whisper: its processor (feature extractor and tokenizer) in the tokenizer's place
-        tokenizer = audio[1](source) if audio else transformers.AutoTokenizer.from_pretrained(source, **extra)
+        if load_tokenizer is not None:
+            tokenizer = load_tokenizer(source)
+        else:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source, **extra)
     except AttnvizError:
         raise
     except Exception as exc:  # OSError, ValueError, tokenizers' own exceptions on a damaged tokenizer.json, …
@@ -109,7 +114,7 @@ def load_hf_model(
     if not device_map:  # accelerate has placed the layers itself
         model.to(device)
     model.eval()
-    make: Any = audio[0] if audio else HFModel
+    make = kind or HFModel
     loaded = make(model, tokenizer, name=name or source, fallback=fallback)
     loaded.check_weights()  # before the first forward pass (the layout below) reads them
     with running_on_text(config.model_type, source):  # the probe passes below: a model that needs more than text
@@ -361,13 +366,6 @@ class HFModel(LoadedModel):
         if self._output_projections is None:
             self._output_projections = find_output_projections(self, fallback=self.fallback)
         return self._output_projections
-
-
-def _audio_family(config: Any) -> tuple[Any, Any] | None:
-    """``(AudioModel, load_audio_processor)`` for an audio family attnviz reads (Whisper), else None."""
-    from attnviz.models import audio
-
-    return (audio.AudioModel, audio.load_audio_processor) if audio.reads_audio(config.model_type) else None
 
 
 def _misses_stacks(loaded: HFModel) -> bool:

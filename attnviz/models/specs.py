@@ -28,6 +28,7 @@ import torch
 from attnviz.common.errors import InputError, ModelSpecError, ParameterError
 from attnviz.common.progress import info, notice
 from attnviz.common.texts import sample_data_path
+from attnviz.models.audio_families import is_audio_folder
 from attnviz.models.base import PRUNED_MARKER, TOY_MARKER, LoadedModel
 from attnviz.models.choices import DTYPE_ALIASES, DTYPE_NAMES
 from attnviz.models.lookup import SHIPPED_TOYS, cached_snapshot, check_model_spec, hub_cache_dir, looks_like_hub_id
@@ -160,10 +161,11 @@ register_loader(
     ModelLoader(
         "vision-language",
         lambda path: path.is_dir() and is_vision_language_folder(path),
-        "attnviz.models.vlm:load_vision_language_model",
+        "attnviz.models.vlm_loading:load_vision_language_model",
         places=True,
     )
 )
+register_loader(ModelLoader("audio", is_audio_folder, "attnviz.models.audio:load_audio_model", places=True))
 register_loader(ModelLoader("huggingface", _has("config.json"), "attnviz.models.hf:load_hf_model", places=True))
 NAMED_MODELS["minilm"] = minilm_path
 NAMED_MODELS["smollm2"] = smollm2_path

@@ -134,15 +134,15 @@ def is_vision_language_folder(path: Path) -> bool:
     """Whether the model directory ``path`` holds a vision-language family attnviz reads, saved with its image
     processor (read from the JSON files alone: nothing is imported or loaded). Without an image processor the
     model loads as the language model it also is (text only)."""
-    config = _json_object(path / "config.json")
+    config = json_object(path / "config.json")
     if config.get("model_type") not in VLM_FAMILIES:
         return False
-    return (path / "preprocessor_config.json").is_file() or "image_processor" in _json_object(
+    return (path / "preprocessor_config.json").is_file() or "image_processor" in json_object(
         path / "processor_config.json"
     )
 
 
-def _json_object(path: Path) -> dict:
+def json_object(path: Path) -> dict:
     """The JSON object in ``path``; empty when there is none (no file, not JSON, not an object)."""
     import json
 

@@ -28,7 +28,8 @@ from torch import nn
 from attnviz.common.errors import InputError, UnsupportedModelError
 from attnviz.common.progress import quiet_third_party
 from attnviz.core import ATTENTION_NAME, AttentionContext, register_attention
-from attnviz.models.audio import AudioModel, check_audio_processor, reads_audio
+from attnviz.models.audio import AudioModel, check_audio_processor
+from attnviz.models.audio_families import reads_audio
 from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
 from attnviz.models.hf_checks import refuse_unreadable_family

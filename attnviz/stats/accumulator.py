@@ -266,7 +266,8 @@ class StatisticsAccumulator:
             special = None
             if any(part[2] is not None for part in parts):
                 special = torch.cat([torch.zeros_like(f) if m is None else m for _, f, m, _ in parts], dim=1)
-            sink_share = torch.cat([part[3] for part in parts], dim=1) if parts[0][3] is not None else None
+            shares = [part[3] for part in parts if part[3] is not None]  # all or none: sites are grouped by it
+            sink_share = torch.cat(shares, dim=1) if shares else None
         key = (first_member.stack_key, first_member.query_start, "rows", first.shape[-1])
         layout = self._layouts.get(key)
         if layout is None:
