@@ -12,6 +12,13 @@ attention, MiniLM's vocabulary of 30522 so its WordPiece tokenizer serves every 
 lists keep one layer of each kind. Weights are drawn with a tenfold initializer range, so attention is peaked and a
 missing bias, soft-cap, sink or scale shows in the numbers. ``FAMILY_OVERRIDES`` holds the few fields a family needs
 besides, each with the reason.
+
+Vision families come from the image-classification and image-text-to-text mappings (``discover_vision``, named
+``image:vit``, ``image-text:llava``): every family with softmax attention in its own code or its sub-models'. They
+are shrunk the same way, with 32×32 pictures in 8×8 patches (``VISION_SIZES``); the family's Pillow image processor
+is built from its defaults with its picture sizes shrunk, and a vision-language model's processor joins it to a tiny
+byte-level tokenizer that gets each special token the processor asks for (``PROCESSOR_OVERRIDES``: the few
+arguments a processor needs besides those it shares with its config).
 """
 
 from __future__ import annotations

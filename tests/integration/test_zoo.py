@@ -8,6 +8,11 @@ each (peaked attention), and each family is one test, so xdist spreads them over
 ``KNOWN`` with its reason and the issue item that owns it. Anything else that is wrong or crashes fails the test, and
 so does a newly discovered family that neither passes nor is listed.
 
+Vision families (``zoo.discover_vision()``: image classifiers on a picture, vision-language models on a prompt with a
+picture) are held to eager attention through the same public API: every captured stack's patterns (≤ 1e-5), the
+outputs (≤ 1e-4), and statistics over two pictures against the hand computation (those that read no position: an
+image model measures positions on its patch grid); ``VISION_UNBUILDABLE`` and ``VISION_KNOWN`` list the rest.
+
 ``ZOO_RESULTS=FILE`` appends one JSON line per family with the outcome of every check (``zoo-failures`` tables).
 """
 
