@@ -12,6 +12,13 @@ attention, MiniLM's vocabulary of 30522 so its WordPiece tokenizer serves every 
 lists keep one layer of each kind. Weights are drawn with a tenfold initializer range, so attention is peaked and a
 missing bias, soft-cap, sink or scale shows in the numbers. ``FAMILY_OVERRIDES`` holds the few fields a family needs
 besides, each with the reason.
+
+Vision families come from the image-classification and image-text-to-text mappings (``discover_vision``, named
+``image:vit``, ``image-text:llava``): every family with softmax attention in its own code or its sub-models'. They
+are shrunk the same way, with 32×32 pictures in 8×8 patches (``VISION_SIZES``); the family's Pillow image processor
+is built from its defaults with its picture sizes shrunk, and a vision-language model's processor joins it to a tiny
+byte-level tokenizer that gets each special token the processor asks for (``PROCESSOR_OVERRIDES``: the few
+arguments a processor needs besides those it shares with its config).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -108,6 +116,8 @@ SIZES: dict[str, Any] = {
 REPEATED_SIZES = ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")
 #: size fields whose None means "none of it" (no window, no low-rank query): left None
 OPTIONAL_SIZES = ("sliding_window", "attention_chunk_size", "q_lora_rank")
+#: fields a config derives from its layer count (a backbone's stage names and outputs): left for it to derive again
+DERIVED = ("stage_names", "out_features", "out_indices")
 #: fields of the initial weights' spread, multiplied by SHARPENING
 SPREAD_FIELDS = ("initializer_range", "init_std", "initializer_factor")
 #: the fields that count a stack's layers: per-layer lists of that length are cut to the layers kept
@@ -138,6 +148,9 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
     "bamba": {"attn_layer_indices": [1]},
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    # Mllama's vision tower: one global layer, and an output as wide as its last layer and the one intermediate
+    # layer kept, side by side
+    "mllama_vision_model": {"num_global_layers": 1, "vision_output_dim": 2 * WIDTH},
     # the family allows one expert per token only
     "zaya": {"num_experts_per_tok": 1},
 }
@@ -196,17 +209,19 @@ def _per_layer(key: str, value: Any) -> bool:
     return isinstance(value, list) or (isinstance(value, str) and "pattern" in key)
 
 
-def shrink(values: dict[str, Any], model_type: str) -> dict[str, Any]:
-    """A tiny version of one config's ``to_dict()`` (sub-configs shrunk the same way)."""
+def shrink(values: dict[str, Any], model_type: str, sizes: dict[str, Any] = SIZES) -> dict[str, Any]:
+    """A tiny version of one config's ``to_dict()`` (sub-configs shrunk the same way), size fields from ``sizes``."""
     counts = {values[name] for name in LAYER_COUNTS if isinstance(values.get(name), int)}
     # per-layer lists repeat size fields (Laguna's heads per layer): their values shrink with the field
     resized = {values[key]: SIZES[key] for key in REPEATED_SIZES if type(values.get(key)) is int}
     tiny: dict[str, Any] = {}
     for key, value in values.items():
+        if key in DERIVED:
+            continue
         if isinstance(value, dict) and "model_type" in value:  # a sub-config: text_config, vision_config, …
-            tiny[key] = shrink(value, value.get("model_type", model_type))
-        elif key in SIZES and (value is not None or key not in OPTIONAL_SIZES):
-            tiny[key] = SIZES[key]
+            tiny[key] = shrink(value, value.get("model_type", model_type), sizes)
+        elif key in sizes and (value is not None or key not in OPTIONAL_SIZES):
+            tiny[key] = sizes[key]
         elif key in SPREAD_FIELDS and isinstance(value, (int, float)):
             tiny[key] = value * SHARPENING
         elif _per_layer(key, value) and len(value) in counts and len(value) > LAYERS:
@@ -220,7 +235,7 @@ def shrink(values: dict[str, Any], model_type: str) -> dict[str, Any]:
             first = next(iter(value.values()))
             tiny[key] = {"01": {k: (2 if k == "head_dim" else 1) * SIZES.get(k, v) for k, v in first.items()}}
             _keep_full_heads(first, tiny[key]["01"])
-        elif key.endswith("_layers") and _layer_numbers(value, counts):
+        elif key.endswith(("_layers", "_layers_indices")) and _layer_numbers(value, counts):
             tiny[key] = [LAYERS - 1]  # layer numbers of a special kind (Mllama's cross-attention layers): the last
         else:
             tiny[key] = value
@@ -248,17 +263,17 @@ def _layer_numbers(value: Any, counts: set[int]) -> bool:
     return any(max(value) < count for count in counts) and max(value) >= LAYERS
 
 
-def tiny_config(model_type: str):
-    """``(model class, config)`` of a tiny seeded ``model_type`` model."""
+def tiny_config(model_type: str, class_name: str | None = None, sizes: dict[str, Any] = SIZES):
+    """``(model class, config)`` of a tiny seeded ``model_type`` model (``class_name``: the text zoo's class)."""
     import transformers
     from transformers import AutoConfig
 
-    class_name = discover().get(model_type) or model_type
+    class_name = class_name or discover().get(model_type) or model_type
     model_class = getattr(transformers, class_name)
     # a causal-LM mapping may name a text class whose config is the text sub-config (Llama4ForCausalLM)
     config_class = getattr(model_class, "config_class", None)
     defaults = config_class() if config_class is not None else AutoConfig.for_model(model_type)
-    values = shrink(defaults.to_dict(), model_type)
+    values = shrink(defaults.to_dict(), model_type, sizes)
     if "is_decoder" in values and class_name in _causal_classes():
         values["is_decoder"] = True  # a BERT-style family's causal-LM class, as its real checkpoints set it
     for key in ("transformers_version", "architectures", "_name_or_path", "model_type"):
@@ -281,6 +296,162 @@ def build(model_type: str, path: Path) -> Path:
     text_config = config.get_text_config()
     if getattr(text_config, "vocab_size", tokens) < tokens:
         text_config.vocab_size = tokens
+    torch.manual_seed(0)
+    model = model_class._from_config(config, attn_implementation="eager")
+    model.save_pretrained(path)
+    return path
+
+
+# -- vision: image classifiers and vision-language models ------------------------------------------------------------
+
+#: the auto-model mappings vision families are read from -> the kind of input a family's test gives it
+VISION_MAPPINGS = {
+    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES": "image",  # a picture -> class logits
+    "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES": "image-text",  # a prompt with a picture -> next-token logits
+}
+IMAGE_SIZE, PATCH = 32, 8  # a 4×4 grid of patches
+#: the text sizes, and the picture's: 32×32 pixels in 8×8 patches, one token per patch where a config counts them
+VISION_SIZES: dict[str, Any] = {
+    **SIZES,
+    **dict.fromkeys(("image_size", "vision_image_size"), IMAGE_SIZE),
+    **dict.fromkeys(("patch_size", "vision_patch_size"), PATCH),
+    **dict.fromkeys(("num_image_tokens", "image_seq_length", "mm_tokens_per_image"), (IMAGE_SIZE // PATCH) ** 2),
+}
+#: processor arguments a family needs besides those it shares with its config, each with the reason
+PROCESSOR_OVERRIDES: dict[str, dict[str, Any]] = {
+    # its CLIP tower keeps a class token before the patches, which the default strategy drops again
+    "llava": {"num_additional_image_tokens": 1},
+    # the tower's 4×4 patches pooled onto mm_tokens_per_image tokens (the config's name for the processor's count)
+    "gemma3": {"image_seq_length": VISION_SIZES["mm_tokens_per_image"]},
+    # pixel shuffle merges 2×2 of the 4×4 patches (scale_factor 2): 4 tokens (the processor's default is 169)
+    "idefics3": {"image_seq_len": 4},
+    "smolvlm": {"image_seq_len": 4},
+}
+#: the image processor a classifier family's checkpoints ship when transformers' auto mapping names none for it
+IMAGE_PROCESSOR_OF = {"dinov2_with_registers": "dinov2"}
+#: image-processor fields that give a picture's size, and the size keys shrunk in them
+PICTURE_FIELDS = ("size", "crop_size", "max_image_size")
+PICTURE_KEYS = ("height", "width", "shortest_edge", "longest_edge")
+
+
+def _sub_types(model_type: str) -> list[str]:
+    """The model types of the default config's sub-configs (a VLM's vision tower and language model)."""
+    from transformers import AutoConfig
+
+    try:
+        values = AutoConfig.for_model(model_type).to_dict()
+    except Exception:  # noqa: BLE001 - a config that cannot be built from its defaults has no sub-configs to read
+        return []
+    return [v["model_type"] for v in values.values() if isinstance(v, dict) and v.get("model_type")]
+
+
+def has_attention(model_type: str) -> bool:
+    """Whether the family computes softmax attention: its modeling code calls the attention interface or a
+    softmax of its own (attention that bypasses the interface, for attnviz to read or refuse), or a sub-model does
+    (a vision-language model built from a vision tower and a language model of other families)."""
+    source = _modeling_source(model_type)
+    if model_type in EAGER_ONLY or uses_attention_interface(model_type) or "softmax(" in source:
+        return True
+    return any(sub != model_type and has_attention(sub) for sub in _sub_types(model_type))
+
+
+@cache
+def discover_vision() -> dict[str, tuple[str, str]]:
+    """``{"kind:model_type": (model_type, class name)}`` of every family with attention in :data:`VISION_MAPPINGS`."""
+    from transformers.models.auto import modeling_auto
+
+    found: dict[str, tuple[str, str]] = {}
+    for mapping, kind in VISION_MAPPINGS.items():
+        for model_type, names in getattr(modeling_auto, mapping).items():
+            if has_attention(model_type):
+                found[f"{kind}:{model_type}"] = (model_type, names if isinstance(names, str) else names[0])
+    return dict(sorted(found.items()))
+
+
+def tiny_image_processor(model_type: str):
+    """The family's Pillow image processor from its defaults, its picture sizes shrunk to 32 pixels."""
+    import transformers
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+
+    names = IMAGE_PROCESSOR_MAPPING_NAMES.get(IMAGE_PROCESSOR_OF.get(model_type, model_type))
+    if not names:
+        raise LookupError(f"transformers names no image processor for {model_type}")
+    if "pil" not in names:
+        raise LookupError(f"{model_type}'s image processor needs torchvision (it has no Pillow version)")
+    processor_class = getattr(transformers, names["pil"])
+    defaults = processor_class()
+    shrunk: dict[str, Any] = {}
+    for field in PICTURE_FIELDS:
+        size = getattr(defaults, field, None)
+        values = dict(size) if isinstance(size, dict) else dict(getattr(size, "__dict__", {}))
+        if values:
+            shrunk[field] = {k: IMAGE_SIZE if k in PICTURE_KEYS else v for k, v in values.items() if v is not None}
+    # the processor's own counts of patches and image tokens (PaliGemma's image_seq_length), where it has them
+    shrunk |= {k: VISION_SIZES[k] for k in ("patch_size", "image_seq_length") if hasattr(defaults, k)}
+    processor = processor_class(**shrunk)
+    return processor
+
+
+def tiny_processor(model_type: str, config, image_processor):
+    """The family's processor: its image processor, a tiny byte-level tokenizer with the processor's own special
+    tokens added, and the arguments its constructor shares with the config (patch size, feature strategy, …).
+    The config's token ids are set to the tokenizer's ids of those tokens."""
+    import transformers
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    processor_class = getattr(transformers, PROCESSOR_MAPPING_NAMES[model_type])
+    shared = {}
+    for name in inspect.signature(processor_class.__init__).parameters:
+        for where in (config, getattr(config, "vision_config", None)):
+            if name not in shared and name not in ("image_processor", "tokenizer") and hasattr(where, name):
+                shared[name] = getattr(where, name)
+    shared |= PROCESSOR_OVERRIDES.get(model_type, {})
+    # the tokens the processor reads from its tokenizer (``tokenizer.image_token``): added one by one, as it asks
+    extra: dict[str, str] = {}
+    for _ in range(8):
+        tokenizer = _tiny_tokenizer(extra)
+        try:
+            processor = processor_class(image_processor=image_processor, tokenizer=tokenizer, **shared)
+            break
+        except (AttributeError, ValueError) as exc:
+            asked = re.search(r"attribute '?(\w+_token)(?:_id)?\b", str(exc))
+            if asked is None or asked.group(1) in extra:
+                raise
+            extra[asked.group(1)] = f"<{asked.group(1)}>"
+    tokens = {k: v for k, v in vars(processor).items() if k.endswith("_token") and isinstance(v, str)}
+    tokenizer.add_special_tokens({"additional_special_tokens": sorted(set(tokens.values()) - set(extra.values()))})
+    processor = processor_class(image_processor=image_processor, tokenizer=tokenizer, **shared)
+    # the tokenizer's named tokens are the model's (Gemma 3's processor calls its begin-of-image token image_token)
+    for name, token in {**tokens, **extra}.items():
+        for field in (f"{name}_id", f"{name}_index"):
+            if hasattr(config, field):
+                setattr(config, field, tokenizer.convert_tokens_to_ids(token))
+    return processor
+
+
+def _tiny_tokenizer(extra: dict[str, str]):
+    """The tiny byte-level tokenizer (:func:`tiny_vision.tiny_caption_tokenizer`) with a pad token and the named
+    special tokens ``extra`` (``{"image_token": "<image_token>"}``)."""
+    import transformers
+    from tiny_vision import tiny_caption_tokenizer
+
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tiny_caption_tokenizer()._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+        pad_token="<pad>", extra_special_tokens=extra,
+    )  # fmt: skip
+
+
+def build_vision(name: str, path: Path) -> Path:
+    """Save a seeded tiny model of the vision family ``name`` (``kind:model_type``) with its image processor (a
+    vision-language model: with its processor) into ``path`` and return ``path``."""
+    model_type, class_name = discover_vision()[name]
+    model_class, config = tiny_config(model_type, class_name, VISION_SIZES)
+    image_processor = tiny_image_processor(model_type)
+    if name.startswith("image-text:"):
+        processor = tiny_processor(model_type, config, image_processor)
+        processor.save_pretrained(path)
+    else:
+        image_processor.save_pretrained(path)
     torch.manual_seed(0)
     model = model_class._from_config(config, attn_implementation="eager")
     model.save_pretrained(path)

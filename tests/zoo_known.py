@@ -93,3 +93,162 @@ KNOWN: dict[str, dict[str, str]] = {
     "voxtral_realtime": {"load": CRASH},
     "xmod": {"load": CRASH},
 }
+
+# -- vision families (``image:…`` an image classifier, ``image-text:…`` a vision-language model) --------------------
+
+TORCHVISION = "its image processor needs torchvision (no Pillow version), which is not installed"
+VIDEO = "its processor builds a video processor, which needs torchvision (not installed)"
+NO_IMAGE_PROCESSOR = "transformers' auto mapping names no image processor for it (its checkpoints name another's)"
+NO_PROCESSOR = "transformers' auto mapping names no processor class for it"
+VALIDATION = "the shrunk config fails its own architecture validation (sizes of parts the generic shrink sets apart)"
+PYRAMID = "per-stage lists of sizes (a pyramid of stages or windows): the generic shrink sets them to one number"
+IMPORTS = "building it imports a package that is not installed (timm, or torchvision for its image processor)"
+EMPTY_DEFAULT = "the default config leaves a part the model reads empty (None)"
+MORE_PROCESSORS = "its processor needs more than an image processor and a tokenizer"
+VLM_UNMAPPED = (
+    "refused by name: attnviz does not map this family's image tokens onto the picture (it names those it reads)"
+)
+CAPTIONER_REFUSED = "refused by name: a captioner whose attention attnviz cannot show (the reason in the line)"
+STOPS = "refused in one line: loaded as a language model, the family's own code stops on the probe text"
+IMAGE_UNREAD = "refused by name: an image model of an architecture attnviz does not read (it names those it reads)"
+
+#: vision family -> why no tiny model is built generically
+VISION_UNBUILDABLE: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "image-text:" + f
+            for f in (
+                "cohere2_vision",
+                "gemma4_unified",
+                "inkling_mm_model",
+                "kimi_k25",
+                "lfm2_vl",
+                "llama4",
+                "minicpm_ocr",
+                "minimax_m3_vl",
+                "muse_glimmer",
+                "nemotron_h_omni",
+                "perception_lm",
+                "pi0",
+                "pp_formulanet",
+                "step3p7",
+                "unlimited_ocr",
+            )
+        ),
+        TORCHVISION,
+    ),
+    **dict.fromkeys(
+        (
+            "image-text:" + f
+            for f in (
+                "cohere_compass",
+                "exaone4_5",
+                "glm46v",
+                "glm4v",
+                "hyperclovax_vision_v2",
+                "internvl",
+                "lfm3_vl",
+                "llava_next_video",
+                "llava_onevision",
+                "minicpmv4_6",
+                "minicpmv4_7",
+                "qwen2_5_vl",
+                "qwen2_vl",
+                "qwen3_5",
+                "qwen3_5_moe",
+                "qwen3_vl",
+                "qwen4_exp",
+                "video_llama_3",
+                "video_llava",
+                "smolvlm",
+                "gemma4",
+            )
+        ),
+        VIDEO,
+    ),
+    **dict.fromkeys(
+        (
+            "image-text:" + f
+            for f in (
+                "diffusion_gemma",
+                "evolla",
+                "fast_vlm",
+                "glm4v_moe",
+                "glm_ocr",
+                "instructblipvideo",
+                "mistral4",
+                "qwen2_5_omni_thinker",
+                "qwen3_omni_moe_thinker",
+                "qwen3_vl_moe",
+            )
+        ),
+        NO_IMAGE_PROCESSOR,
+    ),
+    **dict.fromkeys(("image-text:" + f for f in ("cosmos3_omni", "glmga", "kosmos-2", "kosmos-2.5")), NO_PROCESSOR),
+    **dict.fromkeys(
+        (
+            "image-text:" + f
+            for f in (
+                "apertus1p5",
+                "cosmos3_edge",
+                "dots3_note",
+                "glm5_next",
+                "granite_docling",
+                "hy_v4_vl",
+                "inkling2",
+                "inkling2_loop",
+                "muse_spark",
+                "ernie4_5_vl_moe",
+                "florence2",
+                "molmo2",
+            )
+        ),
+        VALIDATION,
+    ),
+    **dict.fromkeys(
+        ("image:" + f for f in ("cvt", "dinat", "hiera", "levit", "pvt", "pvt_v2", "segformer", "swin", "swinv2")),
+        PYRAMID,
+    ),
+    **dict.fromkeys(("image-text:mistral3", "image-text:mistral_large4", "image:timm_wrapper"), IMPORTS),
+    **dict.fromkeys(
+        ("image-text:chameleon", "image-text:emu3", "image-text:deepseek_ocr2", "image-text:granite4_vision"),
+        EMPTY_DEFAULT,
+    ),
+    "image-text:gemma3n": MORE_PROCESSORS + " (an audio feature extractor)",
+    "image-text:instructblip": MORE_PROCESSORS + " (a second tokenizer, its Q-Former's)",
+    "image-text:fuyu": "its processor needs tokens of the family's own vocabulary (|SPEAKER|, |NEWLINE|)",
+    "image-text:vision-encoder-decoder": "any encoder with any decoder, no default config: tests/tiny_vision.py builds "
+    "captioners of it (test_caption.py)",
+}
+
+#: vision family -> {check: reason}: checks that fail today
+VISION_KNOWN: dict[str, dict[str, str]] = {
+    **{
+        "image-text:" + f: {"load": VLM_UNMAPPED}
+        for f in (
+            "aria",
+            "aya_vision",
+            "deepseek_vl",
+            "deepseek_vl_hybrid",
+            "got_ocr2",
+            "idefics2",
+            "janus",
+            "lighton_ocr",
+            "llava_next",
+            "ovis2",
+            "pp_chart2table",
+            "qianfan_ocr",
+            "vipllava",
+        )
+    },
+    **{"image-text:" + f: {"load": CAPTIONER_REFUSED} for f in ("blip", "blip-2", "git", "idefics", "pix2struct")},
+    **{"image-text:" + f: {"load": STOPS} for f in ("hunyuan_vl", "paddleocr_vl", "udop")},
+    **{
+        "image:" + f: {"load": IMAGE_UNREAD}
+        for f in ("metaclip_2", "mobilevit", "mobilevitv2", "siglip2", "swiftformer")
+    },
+    "image-text:shieldgemma2": {"load": "refused in one line: its processor needs ShieldGemma 2's chat template"},
+    "image-text:t5gemma2": {"load": NAMED_REFUSAL},
+    "image:beit": {"load": "refused by name: BEiT adds a relative position bias that the core does not receive"},
+    "image:shieldgemma2": {"load": "refused in one line: its classifier reads a prompt with the image (a VLM inside)"},
+}

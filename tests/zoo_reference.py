@@ -58,14 +58,17 @@ def run_eager(model, inputs: dict) -> tuple[torch.Tensor, dict[str, list[torch.T
     return outputs.logits[0].float(), eager_patterns(outputs, model.config.is_encoder_decoder)
 
 
-def hand_statistics(pattern: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-head means over queries ``[h]`` of a few statistics of one ``[h, q, k]`` pattern, as stats.md defines them."""
+def hand_statistics(pattern: torch.Tensor, positions: bool = True) -> dict[str, torch.Tensor]:
+    """Per-head means over queries ``[h]`` of a few statistics of one ``[h, q, k]`` pattern, as stats.md defines them.
+
+    ``positions``: also those measured along the token sequence (diagonal, mean distance), which an image model
+    measures on its patch grid instead."""
     sink = (1 - pattern.sum(-1)).clamp(min=0)  # [h, q]: the weight a learned sink takes (0 up to rounding without one)
     queries = torch.arange(pattern.shape[1], dtype=pattern.dtype)
     keys = torch.arange(pattern.shape[2], dtype=pattern.dtype)
     distance = (queries[:, None] - keys[None, :]).abs()  # [q, k]
     logs = torch.where(pattern > 0, pattern.log(), torch.zeros_like(pattern))
-    return {
+    statistics = {
         # the whole softmax's entropy, keys and sink (stats.md)
         "entropy": (-(pattern * logs).sum(-1) - torch.where(sink > 0, sink * sink.log(), 0 * sink)).mean(-1),
         "sink_share": sink.mean(-1),
@@ -74,6 +77,7 @@ def hand_statistics(pattern: torch.Tensor) -> dict[str, torch.Tensor]:
         "diagonal": pattern.diagonal(dim1=-2, dim2=-1).mean(-1) if pattern.shape[1] == pattern.shape[2] else None,
         "mean_distance": (pattern * distance).sum(-1).mean(-1),
     }
+    return statistics if positions else {k: v for k, v in statistics.items() if k not in ("diagonal", "mean_distance")}
 
 
 def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:

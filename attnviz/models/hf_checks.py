@@ -52,13 +52,20 @@ _REFUSED_FAMILIES = {
 
 def refuse_unreadable_family(config, model_class, source: str) -> None:
     """Refuse, naming the reason, a model whose attention attnviz cannot show over text tokens: one that reads
-    audio (but Whisper), or LongT5 with transient-global attention (its keys include summaries of blocks, not only tokens)."""
+    audio (but Whisper), an image model of a family attnviz does not read, or LongT5 with transient-global attention (its keys include summaries of blocks, not only tokens)."""
     model_type = getattr(config, "model_type", type(config).__name__)
     reads = getattr(model_class, "main_input_name", "input_ids")
     if reads in _AUDIO_INPUTS and model_type not in _READ_AUDIO:
         raise UnsupportedModelError(
             f"model {source!r} is a {model_type} model, which reads audio ({reads}): attnviz shows the attention "
             "of text and image models, and of Whisper among audio models"
+        )
+    if reads == "pixel_values":  # an image model of a family attnviz does not read (those it reads never get here)
+        from attnviz.models.vision_families import SUPPORTED_NAMES
+
+        raise UnsupportedModelError(
+            f"model {source!r} is a {model_type} model, which reads images ({reads}) through an architecture "
+            f"attnviz does not map onto the picture: attnviz reads {SUPPORTED_NAMES}"
         )
     if model_type in _REFUSED_FAMILIES:
         raise UnsupportedModelError(f"model {source!r} is a {model_type} model: {_REFUSED_FAMILIES[model_type]}")

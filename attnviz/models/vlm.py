@@ -160,8 +160,8 @@ class VisionLanguageModel(HFModel):
             # numpy warns inside some processors (PaliGemma's copies its tensors into training labels)
             with quiet_image_processors(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
-                # a family that reads pictures through cross-attention takes a list of pictures per text
-                pictures = [[image] for image in images] if self.family.cross_attention else images
+                # one list of pictures per text: a flat list is one text's pictures to some processors (Gemma 3's)
+                pictures = [[image] for image in images]
                 encoded = self.processor(text=prompts, images=pictures, padding=True, return_tensors="pt")
         except Exception as exc:  # a picture the image processor cannot resize, a text it cannot tokenise
             raise InputError(f"{self.name}'s processor cannot read this input: {reason(exc)}") from exc

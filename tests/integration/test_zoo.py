@@ -8,6 +8,11 @@ each (peaked attention), and each family is one test, so xdist spreads them over
 ``KNOWN`` with its reason and the issue item that owns it. Anything else that is wrong or crashes fails the test, and
 so does a newly discovered family that neither passes nor is listed.
 
+Vision families (``zoo.discover_vision()``: image classifiers on a picture, vision-language models on a prompt with a
+picture) are held to eager attention through the same public API: every captured stack's patterns (≤ 1e-5), the
+outputs (≤ 1e-4), and statistics over two pictures against the hand computation (those that read no position: an
+image model measures positions on its patch grid); ``VISION_UNBUILDABLE`` and ``VISION_KNOWN`` list the rest.
+
 ``ZOO_RESULTS=FILE`` appends one JSON line per family with the outcome of every check (``zoo-failures`` tables).
 """
 
@@ -21,7 +26,8 @@ import pytest
 import torch
 import zoo
 import zoo_reference as ref
-from zoo_known import KNOWN, UNBUILDABLE
+from tiny_vision import sample_images
+from zoo_known import KNOWN, UNBUILDABLE, VISION_KNOWN, VISION_UNBUILDABLE
 
 TEXT = "the cat sat on the mat because it was tired"
 TARGET = "a cat sat down"
@@ -30,6 +36,9 @@ CORRUPT = "mary and john went out, mary gave it to"
 #: answer and wrong token, the first pair that is one token each in the family's tokenizer (some families read the
 #: saved WordPiece files with their own tokenizer class, which splits words into characters)
 ANSWERS = ((" mary", " john"), ("m", "j"))
+#: a vision-language model's prompt (attnviz puts the picture before it), and two seeded pictures (the first captured)
+PROMPT = "a red cat"
+PICTURES = sample_images(2, seed=3, size=40)
 PATTERN_TOLERANCE, OUTPUT_TOLERANCE = 1e-5, 1e-4
 #: statistics: weights within 1e-5 move a mean distance (up to ~12 tokens) by ~1e-4, an entropy (−Σ a ln a, with
 #: ln a down to ~−20 on peaked rows) by ~1e-3: entropy differences are divided by ENTROPY_SPREAD before comparing
@@ -44,7 +53,8 @@ def zoo_dirs(tmp_path_factory):
 
     def directory(family: str):
         if family not in built:
-            built[family] = zoo.build(family, root / family)
+            make = zoo.build_vision if family in zoo.discover_vision() else zoo.build
+            built[family] = make(family, root / family.replace(":", "-"))
         return built[family]
 
     return directory
@@ -73,24 +83,33 @@ def _compare_stacks(mine: dict, expected: dict) -> float:
     return _largest(pair for stack, layers in expected.items() for pair in zip(mine[stack], layers))
 
 
-def _check_statistics(loaded, expected: dict) -> float:
+def _check_statistics(loaded, data: list, expected: dict, stacks=("self", "encoder"), **options) -> float:
+    """``compute_statistics`` on ``data`` against a hand computation from eager ``expected`` patterns, ``{stack:
+    [[h, q, k] per layer]}`` (one example) or ``[[examples, h, q, k] per layer]`` (one row of equal length each:
+    the mean over queries is the mean of each example's means). Image models measure positions on the patch grid:
+    only the statistics that read no position are compared for them."""
     import attnviz
-
-    stats = attnviz.compute_statistics(loaded, [TEXT], progress=False)
     from attnviz.stats.definitions import STATISTIC_INDEX
 
+    stats = attnviz.compute_statistics(loaded, data, progress=False, **options)
+    positions = isinstance(data[0], str) and "images" not in options
     pairs = []
-    for stack in ("self", "encoder"):
+    for stack in stacks:
         sites = sorted((s for s in stats.sites if s.stack == stack), key=lambda s: s.layer)
         if stack not in expected:
             continue
         if len(sites) != len(expected[stack]):
             raise ValueError(f"statistics of {len(sites)} {stack} layers where eager has {len(expected[stack])}")
         for site, pattern in zip(sites, expected[stack]):
-            for name, value in ref.hand_statistics(pattern).items():
-                if value is not None:
+            examples = pattern if pattern.dim() == 4 else pattern[None]
+            hand = [ref.hand_statistics(example, positions) for example in examples]
+            for name in hand[0]:
+                if hand[0][name] is not None:
+                    value = torch.stack([h[name] for h in hand]).mean(0)
                     spread = ENTROPY_SPREAD if name == "entropy" else 1.0
                     pairs.append((stats.sites[site].mean[STATISTIC_INDEX[name]] / spread, value / spread))
+    if not pairs:
+        raise LookupError(f"no statistics of the stacks {', '.join(stacks)}")
     return _largest(pairs)
 
 
@@ -192,7 +211,7 @@ def _checks(family: str, directory, model) -> list:
     return [
         ("patterns", patterns, PATTERN_TOLERANCE),
         ("outputs", outputs, OUTPUT_TOLERANCE),
-        ("statistics", lambda: _check_statistics(loaded, expected), STAT_TOLERANCE),
+        ("statistics", lambda: _check_statistics(loaded, [TEXT], expected), STAT_TOLERANCE),
         ("patching", lambda: _check_patching(loaded, model, family), OUTPUT_TOLERANCE),
         ("norm", norm, PATTERN_TOLERANCE),
     ]
@@ -206,22 +225,70 @@ def _load(directory):
         return attnviz.load_model(str(directory), device="cpu")
 
 
-@pytest.mark.parametrize("family", sorted(zoo.discover()))
-def test_family_equals_eager_attention(zoo_dirs, family):
-    if family in UNBUILDABLE:
-        pytest.skip(f"not built generically: {UNBUILDABLE[family]}")
+def _vision_checks(name: str, directory, model) -> list:
+    """``(name, run, tolerance)`` of every check of an image classifier or vision-language model after loading:
+    patterns of every stack against eager attention (each captured layer against eager's layer of that number),
+    outputs, and statistics over two pictures."""
+    import attnviz
+
+    loaded = _load(directory)
+    prompt = PROMPT if name.startswith("image-text:") else None
+    if prompt is not None:
+        capture = attnviz.capture(loaded, prompt, image=PICTURES[0])
+    else:
+        capture = attnviz.capture(loaded, PICTURES[0])
+    batch = loaded.encode_images(PICTURES[:1], **({"texts": [prompt]} if prompt else {}))
+    with torch.no_grad():
+        outputs = model(**batch.inputs, output_attentions=True)
+    eager = list(outputs.attentions)
+    captured = {(stack, layer) for stack in capture.stacks for layer in capture.recorded_layers(stack)}
+
+    def patterns():
+        layers = sorted(layer for _, layer in captured)
+        attending = [number for number, weights in enumerate(eager) if weights is not None]
+        if layers != attending:
+            raise ValueError(f"captured layers {layers} where eager attends in {attending}")
+        return _largest((capture.layer(layer, stack), eager[layer][0].float()) for stack, layer in captured)
+
+    def outputs_check():
+        with torch.no_grad():
+            mine = loaded.forward(batch, logits=True)
+            if hasattr(mine, "logits"):
+                return _largest([(mine.logits, outputs.logits)])
+            # attnviz reads the vision tower of a whole image-text checkpoint (CLIP, SigLIP): the tower's output
+            tower = model.vision_model(pixel_values=batch.inputs["pixel_values"])
+        return _largest([(mine.last_hidden_state, tower.last_hidden_state)])
+
+    def statistics():
+        both = loaded.encode_images(PICTURES, **({"texts": [prompt] * 2} if prompt else {}))
+        with torch.no_grad():
+            attentions = model(**both.inputs, output_attentions=True).attentions
+        expected = {s: [attentions[n].float() for n in capture.recorded_layers(s)] for s in capture.stacks}
+        if prompt is None:
+            return _check_statistics(loaded, PICTURES, expected, stacks=capture.stacks)
+        return _check_statistics(loaded, [prompt] * 2, expected, stacks=capture.stacks, images=PICTURES)
+
+    return [
+        ("patterns", patterns, PATTERN_TOLERANCE),
+        ("outputs", outputs_check, OUTPUT_TOLERANCE),
+        ("statistics", statistics, STAT_TOLERANCE),
+    ]
+
+
+def _run_family(family: str, class_name: str, zoo_dirs, checks, known: dict) -> None:
+    """Build, load and check one family; fail on any outcome other than exact that ``known`` does not list."""
     results: dict[str, str] = {}
     state: dict = {}
 
     def build():
         state["directory"] = zoo_dirs(family)
-        state["model"] = ref.eager_model(state["directory"], zoo.discover()[family])
+        state["model"] = ref.eager_model(state["directory"], class_name)
         return 0.0
 
     _outcome(("build", build, 0.0), family, results)
 
     def load():
-        state["checks"] = _checks(family, state["directory"], state["model"])
+        state["checks"] = checks(family, state["directory"], state["model"])
         return 0.0
 
     if "model" in state:
@@ -231,7 +298,7 @@ def test_family_equals_eager_attention(zoo_dirs, family):
     if os.environ.get("ZOO_RESULTS"):
         with open(os.environ["ZOO_RESULTS"], "a") as out:
             out.write(json.dumps({"family": family, **results}) + "\n")
-    known = KNOWN.get(family, {})
+    known = known.get(family, {})
     unexpected = {c: r for c, r in results.items() if r != "exact" and c not in known}
     fixed = [c for c in known if results.get(c) == "exact"]
     if fixed:
@@ -239,10 +306,29 @@ def test_family_equals_eager_attention(zoo_dirs, family):
     assert not unexpected, f"{family}: " + "; ".join(f"{c}: {r}" for c, r in unexpected.items())
 
 
+@pytest.mark.parametrize("family", sorted(zoo.discover()))
+def test_family_equals_eager_attention(zoo_dirs, family):
+    if family in UNBUILDABLE:
+        pytest.skip(f"not built generically: {UNBUILDABLE[family]}")
+    _run_family(family, zoo.discover()[family], zoo_dirs, _checks, KNOWN)
+
+
+@pytest.mark.parametrize("name", sorted(zoo.discover_vision()))
+def test_vision_family_equals_eager_attention(zoo_dirs, name):
+    """An image classifier (``image:vit``) on a picture, a vision-language model (``image-text:llava``) on a prompt
+    with a picture."""
+    if name in VISION_UNBUILDABLE:
+        pytest.skip(f"not built generically: {VISION_UNBUILDABLE[name]}")
+    _run_family(name, zoo.discover_vision()[name][1], zoo_dirs, _vision_checks, VISION_KNOWN)
+
+
 def test_known_lists_name_only_discovered_families_and_checks():
     """A family that transformers no longer ships, or a misspelt check, must leave the lists."""
-    families = set(zoo.discover())
-    assert set(UNBUILDABLE) <= families and set(KNOWN) <= families
-    assert not set(UNBUILDABLE) & set(KNOWN)
-    checks = {"build", "load", "patterns", "outputs", "statistics", "patching", "norm"}
-    assert all(set(entry) <= checks and entry for entry in KNOWN.values())
+    for unbuildable, known, families in (
+        (UNBUILDABLE, KNOWN, set(zoo.discover())),
+        (VISION_UNBUILDABLE, VISION_KNOWN, set(zoo.discover_vision())),
+    ):
+        assert set(unbuildable) <= families and set(known) <= families
+        assert not set(unbuildable) & set(known)
+        checks = {"build", "load", "patterns", "outputs", "statistics", "patching", "norm"}
+        assert all(set(entry) <= checks and entry for entry in known.values())
