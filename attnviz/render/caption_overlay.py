@@ -155,12 +155,7 @@ def caption_heatmap(
     norm, cmap = overlay_scale(style, panels)
     columns = 1 + len(rows[0].panels)
     figure, axes = overlay_grid(
-        len(rows),
-        columns,
-        panel=_PANEL_INCHES,
-        extra_room=0.5 if grid.num_extra else 0.0,
-        label_room=0.45,
-        title_room=0.9,
+        len(rows), columns, grid, panel=_PANEL_INCHES, extra_room=0.5, label_room=0.45, title_room=0.9
     )
     for r, row in enumerate(rows):
         picture_axis = axes[r][0]

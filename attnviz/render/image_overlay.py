@@ -144,12 +144,7 @@ def image_heatmap(
     norm, cmap = overlay_scale(style, panels)
     columns = max(len(row) for row in rows) + 1  # the first column: the image as the model saw it
     figure, axes = overlay_grid(
-        len(rows),
-        columns,
-        panel=_PANEL_INCHES,
-        extra_room=0.45 if grid.num_extra else 0.0,
-        label_room=0.5,
-        title_room=0.7,
+        len(rows), columns, grid, panel=_PANEL_INCHES, extra_room=0.45, label_room=0.5, title_room=0.7
     )
     for r, row in enumerate(rows):
         if r == 0:
@@ -167,13 +162,16 @@ def image_heatmap(
     return figure
 
 
-def overlay_grid(rows: int, columns: int, *, panel: float, extra_room: float, label_room: float, title_room: float):
+def overlay_grid(
+    rows: int, columns: int, grid: ImageGrid, *, panel: float, extra_room: float, label_room: float, title_room: float
+):
     """``(figure, axes [rows][columns])``: a constrained-layout grid of square panels ``panel`` inches wide, with
-    ``extra_room`` inches more per column (the strip of extra tokens beside a picture; 0 without them),
+    ``extra_room`` inches more per column where ``grid`` has extra tokens (their strip beside the picture),
     ``label_room`` more per row (a panel's title), 1.2 inches across for the colour bar and ``title_room`` down for
     the figure's title."""
     from matplotlib.figure import Figure
 
+    extra_room = extra_room if grid.num_extra else 0.0
     figure = Figure(
         figsize=(columns * (panel + extra_room) + 1.2, rows * (panel + label_room) + title_room),
         layout="constrained",
