@@ -316,20 +316,15 @@ def capture_from_attentions(
     targets = check_tokens(target_tokens, "target_tokens")
     target_flags = default_special(targets)
     patterns = {"encoder": self_layers}
-    if decoder_attentions is not None:
-        patterns["decoder"] = checked_layers(
-            layers_of(decoder_attentions, "decoder_attentions", batch_index),
-            len(targets),
-            len(targets),
-            "decoder_attentions",
-        )
-    if cross_attentions is not None:
-        patterns["cross"] = checked_layers(
-            layers_of(cross_attentions, "cross_attentions", batch_index),
-            len(targets),
-            len(tokens),
-            "cross_attentions",
-        )
+    # both target-side stacks have a row per target token; the decoder's keys are the targets, cross-attention's
+    # the source tokens
+    for stack, given, num_keys in (
+        ("decoder", decoder_attentions, len(targets)),
+        ("cross", cross_attentions, len(tokens)),
+    ):
+        if given is not None:
+            name = f"{stack}_attentions"
+            patterns[stack] = checked_layers(layers_of(given, name, batch_index), len(targets), num_keys, name)
     return capture_class(
         model=model,
         tokens=tokens,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from attnviz.compare.models import compare_models
-from attnviz.compare.result import FORMAT_NAME, FORMAT_VERSION, ModelComparison
+from attnviz.compare.result import ModelComparison, record_header
 from attnviz.models.base import LoadedModel
 
 
@@ -32,9 +32,7 @@ class CheckpointComparison:
 
     def record(self) -> dict:
         return {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "kind": "checkpoints",
+            **record_header("checkpoints"),
             "models": self.models,
             "consecutive": [result.record() for result in self.consecutive],
             "from_first": [result.record() for result in self.from_first],

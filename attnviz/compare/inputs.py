@@ -22,7 +22,7 @@ from attnviz.captures.attention_capture import AttentionCapture, capture
 from attnviz.common.errors import InputError
 from attnviz.common.tokens import display_token, merge_words, word_groups, word_label
 from attnviz.compare.divergence import query_divergences
-from attnviz.compare.result import FORMAT_NAME, FORMAT_VERSION, _number, statistics_of
+from attnviz.compare.result import _number, record_header, statistics_of
 from attnviz.core import AttentionSite
 from attnviz.models.base import LoadedModel
 from attnviz.models.specs import load_model
@@ -103,9 +103,7 @@ class InputComparison:
             row.update(matched=len(mine), only_a=0, only_b=0)
             layers.append(row)
         return {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "kind": "inputs",
+            **record_header("inputs"),
             "model": self.model,
             "text_a": self.text_a,
             "text_b": self.text_b,

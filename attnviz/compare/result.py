@@ -40,6 +40,13 @@ from attnviz.stats.result import HeadStatistics
 FORMAT_NAME = "attnviz-diff"
 FORMAT_VERSION = 1
 
+
+def record_header(kind: str) -> dict:
+    """The first fields of every ``attnviz diff`` JSON record: format, version and ``kind`` (``models``,
+    ``inputs`` or ``checkpoints``), which says what the rest holds."""
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "kind": kind}
+
+
 #: measures of change per head, in column order
 DIVERGENCE_FIELDS = ("js_divergence", "total_variation")
 
@@ -168,9 +175,7 @@ class ModelComparison:
     def record(self) -> dict:
         """The documented JSON object."""
         return {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "kind": "models",
+            **record_header("models"),
             "model_a": self.model_a,
             "model_b": self.model_b,
             "num_tokens_a": self.stats_a.num_tokens,

@@ -54,6 +54,7 @@ from attnviz.core import AttentionSite
 from attnviz.models.head_sets import heads_as_records, normalize_removed
 from attnviz.models.objective import Objective, Quality
 from attnviz.outputs.files import check_output_path, write_text_atomic
+from attnviz.stats.tables import plain_table
 
 FORMAT_NAME = "attnviz-prune-report"
 FORMAT_VERSION = 1
@@ -249,16 +250,7 @@ def importance_table(report: PruneReport) -> Table:
     width = max((max(heads) + 1 for heads in rows.values()), default=0)
     title = f"head importance ({report.importance_method}{', normalised per layer' if report.normalized else ''})"
     # No box and no wrapping: 12+ heads of 4-character scores fit an 80-column terminal.
-    table = Table(
-        title=title,
-        title_justify="left",
-        caption="* removed",
-        caption_justify="left",
-        header_style="bold",
-        box=None,
-        pad_edge=False,
-        collapse_padding=True,
-    )
+    table = plain_table(title, caption="* removed", collapse_padding=True)
     table.add_column("layer", justify="right", no_wrap=True)
     for head in range(width):
         table.add_column(str(head), justify="right", no_wrap=True)

@@ -23,7 +23,15 @@ from attnviz.common.errors import InputError
 from attnviz.common.tokens import display_token, word_groups, word_label
 from attnviz.render.figures import model_title
 from attnviz.render.heatmap import FigureStyle
-from attnviz.render.image_overlay import ImagePanel, draw_overlay, image_grid_of, overlay_scale, split_keys
+from attnviz.render.image_overlay import (
+    ImagePanel,
+    draw_overlay,
+    image_grid_of,
+    overlay_grid,
+    overlay_scale,
+    split_keys,
+    weight_colorbar,
+)
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
 
 _PANEL_INCHES = 1.9
@@ -134,9 +142,6 @@ def caption_heatmap(
     """A matplotlib figure: the picture, then one overlay per written word for each chosen layer × head.
 
     ``layers``: the decoder layers (default the last); ``heads``: see :data:`CaptionHeads` (default the mean)."""
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.figure import Figure
-
     style = style or FigureStyle()
     style.check()
     grid = capture.image_grid
@@ -149,12 +154,9 @@ def caption_heatmap(
     panels = [panel for row in rows for panel in row.panels]
     norm, cmap = overlay_scale(style, panels)
     columns = 1 + len(rows[0].panels)
-    extra_room = 0.5 if grid.num_extra else 0.0
-    figure = Figure(
-        figsize=(columns * (_PANEL_INCHES + extra_room) + 1.2, len(rows) * (_PANEL_INCHES + 0.45) + 0.9),
-        layout="constrained",
+    figure, axes = overlay_grid(
+        len(rows), columns, grid, panel=_PANEL_INCHES, extra_room=0.5, label_room=0.45, title_room=0.9
     )
-    axes = figure.subplots(len(rows), columns, squeeze=False)
     for r, row in enumerate(rows):
         picture_axis = axes[r][0]
         if r == 0:
@@ -170,7 +172,7 @@ def caption_heatmap(
             picture_axis.text(0.5, 0.5, f"layer {row.layer}\n{who}", ha="center", va="center", fontsize=8)
         for c, panel in enumerate(row.panels):
             draw_overlay(axes[r][c + 1], image, panel, grid, norm, cmap)
-    figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="attention weight", shrink=0.8)
+    weight_colorbar(figure, axes, norm, cmap)
     caption = caption_text(capture)
     # wrapped to the figure's width (about 13 characters an inch at 9 points): a caption of one or two words makes
     # a figure narrower than the line saying what is averaged, which would be cut off at both edges

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnviz.common.wording import plural
-from attnviz.render.figures import subplots
+from attnviz.render.figures import subplots, titled
 
 #: edges drawn at most (the circuit may be larger: the strongest are drawn)
 MAX_DRAWN = 150
@@ -121,13 +121,13 @@ def circuit_figure(result, *, count: int | None = None):
             fontsize=8,
         )
         draw_curve(axes[0][1], result)
-    fig.suptitle(
+    return titled(
+        fig,
         f"{result.model} · {result.answer!r} over {result.wrong!r} · circuit of {plural(result.circuit_edges, result.kept[:-1])}: "
         f"faithfulness {result.circuit_faithfulness:.2f}",
         fontsize=10,
+        top=0.95,
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    return fig
 
 
 def _box(x: float, y: float, width: float, height: float, colour: str, active: bool):

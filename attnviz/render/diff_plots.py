@@ -14,7 +14,7 @@ from torch import Tensor
 from attnviz.compare.checkpoints import CheckpointComparison
 from attnviz.compare.inputs import InputComparison
 from attnviz.compare.result import ModelComparison
-from attnviz.render.figures import colormap, subplots
+from attnviz.render.figures import colormap, subplots, titled
 
 #: cells per panel up to which values are written into the cells
 ANNOTATE_CELLS = 400
@@ -65,9 +65,7 @@ def divergence_figure(comparison: ModelComparison, *, stack: str | None = None):
         ax.set_yticks(range(layers))
         ax.set_yticklabels([str(site.layer) for site in sites])
         ax.tick_params(labelsize=7)
-    fig.suptitle(f"{comparison.model_b} (B) against {comparison.model_a} (A)", fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    return fig
+    return titled(fig, f"{comparison.model_b} (B) against {comparison.model_a} (A)", fontsize=11, top=0.93)
 
 
 def inputs_figure(comparison: InputComparison, *, stack: str = "self", layer: int = 0, head: int = 0):
@@ -104,13 +102,13 @@ def inputs_figure(comparison: InputComparison, *, stack: str = "self", layer: in
         ax.set_xticklabels(labels, rotation=90, fontsize=7)
         ax.set_yticklabels(labels, fontsize=7)
     js, _ = comparison.query_divergence(stack, layer)
-    fig.suptitle(
+    return titled(
+        fig,
         f"{comparison.model} · {stack} layer {layer} head {head} · aligned by {comparison.alignment} · "
         f"mean JS {float(js[head].mean()):.4f} nats",
         fontsize=10,
+        top=0.94,
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
-    return fig
 
 
 def _annotate_plain(ax, values: Tensor, diverging: bool, top: float) -> None:

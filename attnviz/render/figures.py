@@ -55,6 +55,14 @@ def subplots(rows: int = 1, columns: int = 1, *, figsize: tuple[float, float], s
     return figure, figure.subplots(rows, columns, squeeze=squeeze)
 
 
+def titled(figure, title: str, *, fontsize: float, top: float):
+    """``figure`` with ``title`` above its panels, which tight layout fits into the height below ``top`` (a
+    fraction of the figure's height: the rest is the title's)."""
+    figure.suptitle(title, fontsize=fontsize)
+    figure.tight_layout(rect=(0, 0, 1, top))
+    return figure
+
+
 def colormap(name: str) -> Any:
     """The registered matplotlib colour map called ``name``."""
     import matplotlib

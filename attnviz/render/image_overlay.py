@@ -135,9 +135,6 @@ def image_heatmap(
     ``layers``/``heads``: as for :func:`~attnviz.render.capture_view.capture_heatmap` (last layer, all heads);
     ``query``: see :data:`ImageQuery`; ``view``: ``"heads"`` or ``"rollout"`` (Abnar & Zuidema 2020).
     """
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.figure import Figure
-
     style = style or FigureStyle()
     style.check()
     grid = image_grid_of(capture)
@@ -146,12 +143,9 @@ def image_heatmap(
     panels = [panel for row in rows for panel in row]
     norm, cmap = overlay_scale(style, panels)
     columns = max(len(row) for row in rows) + 1  # the first column: the image as the model saw it
-    extra_room = 0.45 if grid.num_extra else 0.0
-    figure = Figure(
-        figsize=(columns * (_PANEL_INCHES + extra_room) + 1.2, len(rows) * (_PANEL_INCHES + 0.5) + 0.7),
-        layout="constrained",
+    figure, axes = overlay_grid(
+        len(rows), columns, grid, panel=_PANEL_INCHES, extra_room=0.45, label_room=0.5, title_room=0.7
     )
-    axes = figure.subplots(len(rows), columns, squeeze=False)
     for r, row in enumerate(rows):
         if r == 0:
             draw_input(axes[0][0], image, grid, query_patch=_patch_of(query, grid))
@@ -163,9 +157,33 @@ def image_heatmap(
                 ax.set_axis_off()
                 continue
             draw_overlay(ax, image, row[c - 1], grid, norm, cmap, query_patch=_patch_of(query, grid))
-    figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="attention weight", shrink=0.8)
+    weight_colorbar(figure, axes, norm, cmap)
     figure.suptitle(f"{model_title(capture)} · query: {described}", fontsize=10)
     return figure
+
+
+def overlay_grid(
+    rows: int, columns: int, grid: ImageGrid, *, panel: float, extra_room: float, label_room: float, title_room: float
+):
+    """``(figure, axes [rows][columns])``: a constrained-layout grid of square panels ``panel`` inches wide, with
+    ``extra_room`` inches more per column where ``grid`` has extra tokens (their strip beside the picture),
+    ``label_room`` more per row (a panel's title), 1.2 inches across for the colour bar and ``title_room`` down for
+    the figure's title."""
+    from matplotlib.figure import Figure
+
+    extra_room = extra_room if grid.num_extra else 0.0
+    figure = Figure(
+        figsize=(columns * (panel + extra_room) + 1.2, rows * (panel + label_room) + title_room),
+        layout="constrained",
+    )
+    return figure, figure.subplots(rows, columns, squeeze=False)
+
+
+def weight_colorbar(figure, axes, norm, cmap) -> None:
+    """One colour bar of attention weight beside all of ``axes`` (the overlays share ``norm`` and ``cmap``)."""
+    from matplotlib.cm import ScalarMappable
+
+    figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="attention weight", shrink=0.8)
 
 
 def _patch_of(query: ImageQuery, grid: ImageGrid) -> tuple[int, int] | None:

@@ -42,7 +42,7 @@ from attnviz.models.identity import model_identity
 from attnviz.models.vision import vision_model_of
 from attnviz.stats.accumulator import StatisticsAccumulator
 from attnviz.stats.definitions import STATISTIC_INDEX
-from attnviz.stats.result import HeadStatistics
+from attnviz.stats.result import HeadStatistics, mean_std_records
 
 #: share of the patches that count as sink patches (at least one)
 SINK_PATCH_SHARE = 0.02
@@ -170,17 +170,12 @@ class ImageHeadStatistics:
             "sink_head_share": SINK_HEAD_SHARE,
             "distance_unit": "patches",
             "images": self.images,
-            "heads": [
-                {
-                    "layer": site.layer,
-                    "head": head,
-                    "sink_patches": round(float(values[head]), 6),
-                    "sink_patches_std": round(float(self.sink_patches_std[site][head]), 6),
-                    "sink_head": (site, head) in self.sink_heads,
-                }
-                for site, values in self.sink_patches.items()
-                for head in range(values.shape[0])
-            ],
+            "heads": mean_std_records(
+                "sink_patches",
+                self.sink_patches,
+                self.sink_patches_std,
+                lambda site, head: {"sink_head": (site, head) in self.sink_heads},
+            ),
         }
 
 

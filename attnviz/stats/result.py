@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,3 +192,24 @@ class HeadStatistics(NotebookDisplay):
                     row[name] = float(numbers.mean[index, head])
                     row[f"{name}_std"] = float(numbers.std[index, head])
                 yield site, head, row
+
+
+def mean_std_records(
+    name: str,
+    means: dict[AttentionSite, Tensor],
+    stds: dict[AttentionSite, Tensor],
+    more: Callable[[AttentionSite, int], dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """``[{layer, head, name, name_std, …}]``: one JSON record per head of a per-head quantity (``means`` and
+    ``stds`` ``[h]`` per site), rounded to 6 decimals, site by site; ``more(site, head)``: fields to add last."""
+    return [
+        {
+            "layer": site.layer,
+            "head": head,
+            name: round(float(values[head]), 6),
+            f"{name}_std": round(float(stds[site][head]), 6),
+            **(more(site, head) if more is not None else {}),
+        }
+        for site, values in means.items()
+        for head in range(values.shape[0])
+    ]

@@ -121,18 +121,25 @@ def head_rows(
     return rows[:limit] if limit is not None else rows
 
 
-def per_head_table(title: str, caption: str, headers: Sequence[str], tag_header: str) -> Table:
-    """An empty rich table with one row per head: layer, head, one number column per header, then tags."""
-    table = Table(
+def plain_table(title: str, *, caption: str | None = None, collapse_padding: bool = False) -> Table:
+    """An empty rich table of numbers without a box or padding at its edges (it fits a narrow terminal and copies
+    as plain text), title and caption flush left, headers in bold; ``collapse_padding`` keeps one space between
+    columns where there would be two."""
+    return Table(
         title=title,
         title_justify="left",
         caption=caption,
         caption_justify="left",
         header_style="bold",
-        pad_edge=False,
-        show_edge=False,
         box=None,
+        pad_edge=False,
+        collapse_padding=collapse_padding,
     )
+
+
+def per_head_table(title: str, caption: str, headers: Sequence[str], tag_header: str) -> Table:
+    """An empty rich table with one row per head: layer, head, one number column per header, then tags."""
+    table = plain_table(title, caption=caption)
     table.add_column("layer", justify="right", no_wrap=True)
     table.add_column("head", justify="right", no_wrap=True)
     for header in headers:
@@ -274,14 +281,7 @@ def evolution_table(
     # the sink share where some checkpoint has attention sinks
     shown = {name for stats, _ in results for name in shown_statistics(stats, statistics, stack or stats.stacks[0])}
     statistics = tuple(name for name in statistics if name in shown)
-    table = Table(
-        title="across checkpoints (mean over heads)",
-        title_justify="left",
-        header_style="bold",
-        show_edge=False,
-        pad_edge=False,
-        box=None,
-    )
+    table = plain_table("across checkpoints (mean over heads)")
     table.add_column("checkpoint", no_wrap=True)
     for name in statistics:
         table.add_column(HEADERS[name], justify="right", no_wrap=True)

@@ -17,6 +17,7 @@ from torch import Tensor
 from attnviz.common.images import ImageGrid
 from attnviz.core import AttentionSite
 from attnviz.models.base import EncodedBatch
+from attnviz.stats.result import mean_std_records
 
 
 @dataclass
@@ -30,16 +31,7 @@ class PictureStatistics:
     def to_dict(self) -> dict:
         return {
             "queries": self.queries,
-            "heads": [
-                {
-                    "layer": site.layer,
-                    "head": head,
-                    "image_share": round(float(values[head]), 6),
-                    "image_share_std": round(float(self.image_share_std[site][head]), 6),
-                }
-                for site, values in self.image_share.items()
-                for head in range(values.shape[0])
-            ],
+            "heads": mean_std_records("image_share", self.image_share, self.image_share_std),
         }
 
 

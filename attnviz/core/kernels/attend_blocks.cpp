@@ -55,6 +55,27 @@ struct KeyWeights {
   const float* row(int64_t bh) const { return data ? data + bh * stride : nullptr; }
 };
 
+// The operands both attention routines read and write, checked, as raw pointers: query [b, h, q, d] (last dim
+// stride 1), key and value [b, kvh, k, d] and [b, kvh, k, dv] contiguous, output [b, q, h, dv] contiguous.
+struct Operands {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* o;
+
+  Operands(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, const at::Tensor& output) {
+    TORCH_CHECK(query.scalar_type() == at::kFloat && query.dim() == 4 && query.stride(3) == 1);
+    TORCH_CHECK(key.scalar_type() == at::kFloat && key.is_contiguous() && value.scalar_type() == at::kFloat &&
+                value.is_contiguous() && key.dim() == 4 && value.dim() == 4 &&
+                key.sizes().slice(0, 3) == value.sizes().slice(0, 3));
+    TORCH_CHECK(output.scalar_type() == at::kFloat && output.is_contiguous() && output.dim() == 4);
+    q = query.data_ptr<float>();
+    k = key.data_ptr<float>();
+    v = value.data_ptr<float>();
+    o = output.data_ptr<float>();
+  }
+};
+
 // One block of queries through attention, scores, softmax (as softmax_rows_, with its summary) and the
 // output, in one parallel region of b·h·⌈r/rows_per_task⌉ independent tasks. Each task makes its own single-threaded
 // matrix products: a batched Q·Kᵀ over the key/value heads splits over as few threads as there are such
@@ -76,11 +97,7 @@ void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tenso
   const Sgemm sgemm = blas_sgemm();
   TORCH_CHECK(sgemm != nullptr, "no BLAS sgemm_ in this process");
   TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() == 4);
-  TORCH_CHECK(query.scalar_type() == at::kFloat && query.dim() == 4 && query.stride(3) == 1);
-  TORCH_CHECK(key.scalar_type() == at::kFloat && key.is_contiguous() && value.scalar_type() == at::kFloat &&
-              value.is_contiguous() && key.dim() == 4 && value.dim() == 4 &&
-              key.sizes().slice(0, 3) == value.sizes().slice(0, 3));
-  TORCH_CHECK(output.scalar_type() == at::kFloat && output.is_contiguous() && output.dim() == 4);
+  const Operands io(query, key, value, output);
   const int64_t batch = scores.size(0), heads = scores.size(1), rows = scores.size(2), width = scores.size(3);
   const int64_t kv_heads = key.size(1), key_len = key.size(2), head_dim = key.size(3), value_dim = value.size(3);
   TORCH_CHECK(heads % kv_heads == 0 && width <= key_len && query.size(3) == head_dim);
@@ -94,22 +111,18 @@ void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tenso
   const float scale = static_cast<float>(scaling);
   const KeyWeights weights(key_weights, weighted, batch, heads, width, total);
   const Sinks sink(sinks, sink_share, heads, total);
-  const float* q_data = query.data_ptr<float>();
-  const float* k_data = key.data_ptr<float>();
-  const float* v_data = value.data_ptr<float>();
   float* s_data = scores.data_ptr<float>();
-  float* o_data = output.data_ptr<float>();
   const int64_t chunks = (rows + rows_per_task - 1) / rows_per_task;
   at::parallel_for(0, batch * heads * chunks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t chunk = task % chunks, bh = task / chunks, hd = bh % heads, bt = bh / heads;
       const int64_t first = chunk * rows_per_task, n = std::min(rows_per_task, rows - first);
-      const float* q = q_data + bt * query.stride(0) + hd * query.stride(1) + (query_start + first) * query.stride(2);
+      const float* q = io.q + bt * query.stride(0) + hd * query.stride(1) + (query_start + first) * query.stride(2);
       const int64_t kv = (bt * kv_heads + hd / n_rep) * key_len * head_dim;  // [k, d] of kv head hd / n_rep
       const int64_t vkv = (bt * kv_heads + hd / n_rep) * key_len * value_dim;  // [k, dv] of kv head hd / n_rep
       float* s = s_data + ((bt * heads + hd) * rows + first) * width;         // [n, c]
       // s[n, c] = q[n, d]·k[c, d]ᵀ
-      matmul_rows(sgemm, q, query.stride(2), k_data + kv, head_dim, true, s, width, n, width, head_dim);
+      matmul_rows(sgemm, q, query.stride(2), io.k + kv, head_dim, true, s, width, n, width, head_dim);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t row = (bt * heads + hd) * rows + first + i;
         const SummaryOut where{out ? out + row : nullptr, total, reach};
@@ -118,8 +131,8 @@ void attend_block_(at::Tensor query, at::Tensor key, at::Tensor value, at::Tenso
         if (weights.data) weights.sums[row] = weighted_sum(s + i * width, weights.row(bt * heads + hd), width);
       }
       // o[n, dv] = s[n, c]·v[c, dv], the rows of head hd in output [b, q, h, dv]
-      float* o = o_data + ((bt * query_len + query_start + first) * heads + hd) * value_dim;
-      matmul_rows(sgemm, s, width, v_data + vkv, value_dim, false, o, heads * value_dim, n, value_dim, width);
+      float* o = io.o + ((bt * query_len + query_start + first) * heads + hd) * value_dim;
+      matmul_rows(sgemm, s, width, io.v + vkv, value_dim, false, o, heads * value_dim, n, value_dim, width);
     }
   });
 }
@@ -155,11 +168,7 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
                   at::Tensor columns, at::Tensor output, int64_t rows_per_task, int64_t key_tile,
                   at::Tensor key_weights, at::Tensor weighted, OptionalTensor sinks, OptionalTensor sink_share,
                   bool causal) {
-  TORCH_CHECK(query.scalar_type() == at::kFloat && query.dim() == 4 && query.stride(3) == 1);
-  TORCH_CHECK(key.scalar_type() == at::kFloat && key.is_contiguous() && value.scalar_type() == at::kFloat &&
-              value.is_contiguous() && key.dim() == 4 && value.dim() == 4 &&
-              key.sizes().slice(0, 3) == value.sizes().slice(0, 3));
-  TORCH_CHECK(output.scalar_type() == at::kFloat && output.is_contiguous() && output.dim() == 4);
+  const Operands io(query, key, value, output);
   TORCH_CHECK(rows_per_task > 0 && key_tile > 0 && reach >= 0);
   // own register-blocked products where both head sizes are multiples of the block (64, 128, …), else BLAS
   const bool own_products = query.size(3) % COLUMN_BLOCK == 0 && value.size(3) % COLUMN_BLOCK == 0;
@@ -184,10 +193,6 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
   float* out = summary.numel() > 0 ? summary.data_ptr<float>() : nullptr;
   const KeyWeights weights(key_weights, weighted, batch, heads, key_len, total_rows);
   const Sinks sink(sinks, sink_share, heads, total_rows);
-  const float* q_data = query.data_ptr<float>();
-  const float* k_data = key.data_ptr<float>();
-  const float* v_data = value.data_ptr<float>();
-  float* o_data = output.data_ptr<float>();
   const float scale = static_cast<float>(scaling);
   const float lowest = -std::numeric_limits<float>::infinity();
   // Keys and values rearranged once per call into the panels the products read contiguously: keys
@@ -221,14 +226,14 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
   auto run = [&](int64_t task, float* tile, float* kept, OnlineRow* state) {
     const int64_t chunk = task % chunks, bh = task / chunks, hd = bh % heads, bt = bh / heads;
     const int64_t first = chunk * rows_per_task, n = std::min(rows_per_task, rows - first), stop = stop_of[chunk];
-    const float* q = q_data + bt * query.stride(0) + hd * query.stride(1) + first * query.stride(2);
+    const float* q = io.q + bt * query.stride(0) + hd * query.stride(1) + first * query.stride(2);
     const int64_t kv = (bt * kv_heads + hd / n_rep) * key_len * head_dim;  // [k, d] of kv head hd / n_rep
     const int64_t group = bt * kv_heads + hd / n_rep;
     const int64_t vkv = group * key_len * value_dim;  // [k, dv] of kv head hd / n_rep
     const float* key_panel = own_products ? kp_data + group * padded_len * head_dim : nullptr;  // [k'/CB, d, CB]
     const float* value_panel = own_products ? vp_data + vkv : nullptr;                          // [dv/CB, k, CB]
     const int64_t out_stride = heads * value_dim;
-    float* o = o_data + ((bt * rows + first) * heads + hd) * value_dim;  // rows of head hd in output [b, q, h, dv]
+    float* o = io.o + ((bt * rows + first) * heads + hd) * value_dim;  // rows of head hd in output [b, q, h, dv]
     const float* w_row = weights.row(bt * heads + hd);
     const float* sink_logit = sink.logits ? sink.logits + hd : nullptr;
     for (int64_t i = 0; i < n; ++i) {
@@ -246,7 +251,7 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
       if (own_products) {
         tile_scores(q, query.stride(2), key_panel + key0 * head_dim, head_dim, tile, tile_stride, n, width);
       } else {
-        matmul_rows(sgemm, q, query.stride(2), k_data + kv + key0 * head_dim, head_dim, true, tile, tile_stride, n,
+        matmul_rows(sgemm, q, query.stride(2), io.k + kv + key0 * head_dim, head_dim, true, tile, tile_stride, n,
                     width, head_dim);
       }
       for (int64_t i = 0; i < n; ++i) {
@@ -255,15 +260,8 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
         const float* mrow = mask.at(bt, hd, first + i);
         if (causal && key0 + width - 1 > position)  // keys after the query's own position: weight 0 (−inf scores)
           std::fill(x + std::max<int64_t>(0, position + 1 - key0), x + width, lowest);
-        const int64_t body = width - width % Wide::width;
-        float tile_top;
-        if (mrow) {
-          tile_top = Wide::largest(scale_and_max<Wide, true>(x, mrow + key0, 0, body, scale, Wide::set(lowest)));
-          tile_top = scale_and_max<Lanes1, true>(x, mrow + key0, body, width, scale, tile_top);
-        } else {
-          tile_top = Wide::largest(scale_and_max<Wide, false>(x, nullptr, 0, body, scale, Wide::set(lowest)));
-          tile_top = scale_and_max<Lanes1, false>(x, nullptr, body, width, scale, tile_top);
-        }
+        const float tile_top =
+            mrow ? scaled_max<true>(x, mrow + key0, width, scale) : scaled_max<false>(x, nullptr, width, scale);
         float* row_kept = kept + i * kept_width;  // scaled scores of the band's keys, then of `columns`
         for (int64_t key = std::max(key0, position - reach); key <= std::min(key0 + width - 1, position + reach); ++key)
           row_kept[position - key + reach] = x[key - key0];
@@ -304,7 +302,7 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
         tile_output(tile, tile_stride, value_panel + key0 * COLUMN_BLOCK, key_len * COLUMN_BLOCK, value_dim, width,
                     o, out_stride, n);
       } else {
-        matmul_rows(sgemm, tile, tile_stride, v_data + vkv + key0 * value_dim, value_dim, false, o, out_stride, n,
+        matmul_rows(sgemm, tile, tile_stride, io.v + vkv + key0 * value_dim, value_dim, false, o, out_stride, n,
                     value_dim, width, true);
       }
     }

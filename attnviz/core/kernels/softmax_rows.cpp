@@ -41,22 +41,29 @@ struct Lanes1 {
   static V max(V a, V b) { return a > b ? a : b; }
 };
 
+// The operations both vector widths spell alike but for the intrinsics' prefix (_mm256, _mm512) and integer suffix
+// (si256, si512): V and I the float and int32 vectors of W lanes; 2^q puts q + 127 into the exponent bits.
+#define ATTNVIZ_LANE_OPS(PREFIX, SUFFIX, W)                                                                             \
+  using V = __m##W;                                                                                                     \
+  using I = __m##W##i;                                                                                                  \
+  static V load(const float* p) { return PREFIX##_loadu_ps(p); }                                                        \
+  static void store(float* p, V v) { PREFIX##_storeu_ps(p, v); }                                                        \
+  static V set(float v) { return PREFIX##_set1_ps(v); }                                                                 \
+  static V add(V a, V b) { return PREFIX##_add_ps(a, b); }                                                              \
+  static V sub(V a, V b) { return PREFIX##_sub_ps(a, b); }                                                              \
+  static V mul(V a, V b) { return PREFIX##_mul_ps(a, b); }                                                              \
+  static V fmadd(V a, V b, V c) { return PREFIX##_fmadd_ps(a, b, c); }                                                  \
+  static V max(V a, V b) { return PREFIX##_max_ps(a, b); }                                                              \
+  static I round_to_int(V x) { return PREFIX##_cvtps_epi32(x); }                                                        \
+  static V to_float(I q) { return PREFIX##_cvtepi32_ps(q); }                                                            \
+  static V power_of_two(I q) {                                                                                          \
+    return PREFIX##_cast##SUFFIX##_ps(PREFIX##_slli_epi32(PREFIX##_add_epi32(q, PREFIX##_set1_epi32(127)), 23));        \
+  }
+
 struct Lanes8 {
-  using V = __m256;
+  ATTNVIZ_LANE_OPS(_mm256, si256, 256)
   static constexpr int64_t width = 8;
-  static V load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-  static V set(float v) { return _mm256_set1_ps(v); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
-  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static V abs(V x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
-  using I = __m256i;
-  static I round_to_int(V x) { return _mm256_cvtps_epi32(x); }
-  static V to_float(I q) { return _mm256_cvtepi32_ps(q); }
-  static V power_of_two(I q) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(q, _mm256_set1_epi32(127)), 23)); }
   static V zero_below(V x, V value, V lo) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), value); }
   static V iota() { return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7); }
   static float sum(V v) {  // lanes halved pairwise: (0..3 + 4..7), then (0,1 + 2,3), then 0 + 1, as torch does
@@ -73,21 +80,9 @@ struct Lanes8 {
 
 #if defined(__AVX512F__)
 struct Lanes16 {
-  using V = __m512;
+  ATTNVIZ_LANE_OPS(_mm512, si512, 512)
   static constexpr int64_t width = 16;
-  static V load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  static V set(float v) { return _mm512_set1_ps(v); }
-  static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V abs(V x) { return _mm512_abs_ps(x); }
-  using I = __m512i;
-  static I round_to_int(V x) { return _mm512_cvtps_epi32(x); }
-  static V to_float(I q) { return _mm512_cvtepi32_ps(q); }
-  static V power_of_two(I q) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(127)), 23)); }
   static V zero_below(V x, V value, V lo) {
     return _mm512_maskz_mov_ps(static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ)), value);
   }
@@ -99,6 +94,7 @@ using Wide = Lanes16;
 #else
 using Wide = Lanes8;
 #endif
+#undef ATTNVIZ_LANE_OPS
 
 // exp(d) for -86.5 ≤ d ≤ 0 exactly as SLEEF's expf_u10 computes it (the function torch's CPU softmax calls;
 // written out here so that it inlines): d = q·ln 2 + s, a degree-6 polynomial in s, times 2^q. SLEEF multiplies by
@@ -142,6 +138,16 @@ static inline typename T::V scale_and_max(float* x, const float* mrow, int64_t b
     top = T::max(top, s);
   }
   return top;
+}
+
+// Pass 1 over a whole row of `width` scores, in place: its full vectors, then its last width % lanes elements one by
+// one; returns the row's largest scaled score.
+template <bool HasMask>
+static inline float scaled_max(float* x, const float* mrow, int64_t width, float scale) {
+  const int64_t body = width - width % Wide::width;
+  const float top = Wide::largest(
+      scale_and_max<Wide, HasMask>(x, mrow, 0, body, scale, Wide::set(-std::numeric_limits<float>::infinity())));
+  return scale_and_max<Lanes1, HasMask>(x, mrow, body, width, scale, top);
 }
 
 // Pass 2 over a row: e = exp(s − max) in place and Σ e; for the summary also Σ e·(s − max) and Σ e·|i − j|,
@@ -233,9 +239,7 @@ template <bool HasMask, bool Summarise>
 static inline void softmax_row(float* x, const float* mrow, int64_t width, float scale, int64_t query,
                                const SummaryOut& out, const SinkRow& sink = SinkRow()) {
   const int64_t body = width - width % Wide::width;
-  const float lowest = -std::numeric_limits<float>::infinity();
-  float top = Wide::largest(scale_and_max<Wide, HasMask>(x, mrow, 0, body, scale, Wide::set(lowest)));
-  top = scale_and_max<Lanes1, HasMask>(x, mrow, body, width, scale, top);
+  float top = scaled_max<HasMask>(x, mrow, width, scale);
   const float key_top = top;  // the largest score of a key (the sink's may be larger)
   if (sink.logit) top = std::max(top, *sink.logit);
 

@@ -23,79 +23,58 @@ static inline void remaining_rows(int64_t rows, F&& f) {
   }
 }
 
-// s[r, j .. j + COLUMN_BLOCK) = Σ_c q[r, c]·panel[c, ·] for Rows rows of q (row stride q_stride); panel: the keys'
-// block transposed, [d, COLUMN_BLOCK] contiguous (4 KB at d = 64: it stays in L1 for every row of the tile).
-template <int Rows>
-static inline void scores_block(const float* q, int64_t q_stride, const float* panel, int64_t head_dim, float* s,
-                                int64_t s_stride) {
+// c[r, 0 .. COLUMN_BLOCK) (+)= Σ_j a[r, j]·panel[j, ·] for Rows rows of a (row stride a_stride) and of c (c_stride),
+// j over `inner`: Rows broadcast values of a against two vectors of the panel at a time, all in registers. The panel
+// is [inner, COLUMN_BLOCK] contiguous: the keys' block transposed for scores (4 KB at d = 64, in L1 for every row of
+// the tile), the values' features for the output. With Accumulate, c's rows are added to; else overwritten.
+template <int Rows, bool Accumulate>
+static inline void panel_block(const float* a, int64_t a_stride, const float* panel, int64_t inner, float* c,
+                               int64_t c_stride) {
   using T = Wide;
   T::V acc[Rows][2];
-  for (int r = 0; r < Rows; ++r) acc[r][0] = acc[r][1] = T::set(0.0f);
-  for (int64_t c = 0; c < head_dim; ++c) {
-    const T::V k0 = T::load(panel + c * COLUMN_BLOCK), k1 = T::load(panel + c * COLUMN_BLOCK + T::width);
+  for (int r = 0; r < Rows; ++r) {
+    acc[r][0] = Accumulate ? T::load(c + r * c_stride) : T::set(0.0f);
+    acc[r][1] = Accumulate ? T::load(c + r * c_stride + T::width) : T::set(0.0f);
+  }
+  for (int64_t j = 0; j < inner; ++j) {
+    const T::V p0 = T::load(panel + j * COLUMN_BLOCK), p1 = T::load(panel + j * COLUMN_BLOCK + T::width);
     for (int r = 0; r < Rows; ++r) {
-      const T::V qr = T::set(q[r * q_stride + c]);
-      acc[r][0] = T::fmadd(qr, k0, acc[r][0]);
-      acc[r][1] = T::fmadd(qr, k1, acc[r][1]);
+      const T::V ar = T::set(a[r * a_stride + j]);
+      acc[r][0] = T::fmadd(ar, p0, acc[r][0]);
+      acc[r][1] = T::fmadd(ar, p1, acc[r][1]);
     }
   }
   for (int r = 0; r < Rows; ++r) {
-    T::store(s + r * s_stride, acc[r][0]);
-    T::store(s + r * s_stride + T::width, acc[r][1]);
+    T::store(c + r * c_stride, acc[r][0]);
+    T::store(c + r * c_stride + T::width, acc[r][1]);
   }
+}
+
+// panel_block over all n rows of a and c: full blocks of BLOCK_ROWS rows, then one block of the rest.
+template <bool Accumulate>
+static inline void rows_by_panel(const float* a, int64_t a_stride, const float* panel, int64_t inner, float* c,
+                                 int64_t c_stride, int64_t n) {
+  int64_t i = 0;
+  for (; i + BLOCK_ROWS <= n; i += BLOCK_ROWS)
+    panel_block<BLOCK_ROWS, Accumulate>(a + i * a_stride, a_stride, panel, inner, c + i * c_stride, c_stride);
+  remaining_rows(n - i, [&](auto rows) {
+    constexpr int Rows = decltype(rows)::value;
+    panel_block<Rows, Accumulate>(a + i * a_stride, a_stride, panel, inner, c + i * c_stride, c_stride);
+  });
 }
 
 // s[n, ⌈width⌉] = q[n, d]·keys[key0 …]ᵀ, the keys as panels [⌈k / COLUMN_BLOCK⌉, d, COLUMN_BLOCK] from the tile's
 // first: columns past `width` (up to a multiple of COLUMN_BLOCK) are written too.
 static void tile_scores(const float* q, int64_t q_stride, const float* panels, int64_t head_dim, float* s,
                         int64_t s_stride, int64_t n, int64_t width) {
-  for (int64_t j = 0; j < width; j += COLUMN_BLOCK) {  // one panel of keys for every row
-    const float* panel = panels + j * head_dim;
-    int64_t i = 0;
-    for (; i + BLOCK_ROWS <= n; i += BLOCK_ROWS)
-      scores_block<BLOCK_ROWS>(q + i * q_stride, q_stride, panel, head_dim, s + i * s_stride + j, s_stride);
-    remaining_rows(n - i, [&](auto rows) {
-      scores_block<decltype(rows)::value>(q + i * q_stride, q_stride, panel, head_dim, s + i * s_stride + j, s_stride);
-    });
-  }
-}
-
-// o[r, c .. c + COLUMN_BLOCK) += Σ_j e[r, j]·panel[j, ·] for Rows rows (o row stride o_stride); panel: the values'
-// features c …, [k, COLUMN_BLOCK] contiguous from the tile's first key.
-template <int Rows>
-static inline void output_block(const float* e, int64_t e_stride, const float* panel, int64_t width, float* o,
-                                int64_t o_stride) {
-  using T = Wide;
-  T::V acc[Rows][2];
-  for (int r = 0; r < Rows; ++r) {
-    acc[r][0] = T::load(o + r * o_stride);
-    acc[r][1] = T::load(o + r * o_stride + T::width);
-  }
-  for (int64_t j = 0; j < width; ++j) {
-    const T::V v0 = T::load(panel + j * COLUMN_BLOCK), v1 = T::load(panel + j * COLUMN_BLOCK + T::width);
-    for (int r = 0; r < Rows; ++r) {
-      const T::V er = T::set(e[r * e_stride + j]);
-      acc[r][0] = T::fmadd(er, v0, acc[r][0]);
-      acc[r][1] = T::fmadd(er, v1, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < Rows; ++r) {
-    T::store(o + r * o_stride, acc[r][0]);
-    T::store(o + r * o_stride + T::width, acc[r][1]);
-  }
+  for (int64_t j = 0; j < width; j += COLUMN_BLOCK)  // one panel of keys for every row
+    rows_by_panel<false>(q, q_stride, panels + j * head_dim, head_dim, s + j, s_stride, n);
 }
 
 // o[n, d] += e[n, width]·values[width, d], the values as panels [d / COLUMN_BLOCK, k', COLUMN_BLOCK] (`panels` at the
 // tile's first key, `panel_stride` floats from one feature block to the next).
 static void tile_output(const float* e, int64_t e_stride, const float* panels, int64_t panel_stride, int64_t head_dim,
                         int64_t width, float* o, int64_t o_stride, int64_t n) {
-  for (int64_t c = 0; c < head_dim; c += COLUMN_BLOCK) {  // one block of features for every row
-    const float* panel = panels + (c / COLUMN_BLOCK) * panel_stride;
-    int64_t i = 0;
-    for (; i + BLOCK_ROWS <= n; i += BLOCK_ROWS)
-      output_block<BLOCK_ROWS>(e + i * e_stride, e_stride, panel, width, o + i * o_stride + c, o_stride);
-    remaining_rows(n - i, [&](auto rows) {
-      output_block<decltype(rows)::value>(e + i * e_stride, e_stride, panel, width, o + i * o_stride + c, o_stride);
-    });
-  }
+  for (int64_t c = 0; c < head_dim; c += COLUMN_BLOCK)  // one block of features for every row
+    rows_by_panel<true>(e, e_stride, panels + (c / COLUMN_BLOCK) * panel_stride, width, o + c, o_stride, n);
 }
