@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.captures.captioning import keep_recorded, write_target
-from attnviz.captures.generation import Generation
+from attnviz.captures.generation import Decoding, Generation
 from attnviz.captures.recording import capture_encoded
 from attnviz.captures.result import AttentionCapture
 from attnviz.common.audio import AudioSource, as_waveform
@@ -61,24 +61,27 @@ def capture_audio(
     chosen: dict[str, Any] = {key: recording.get(key) for key in ("layers", "heads", "stacks")}
     chosen |= {"all_frames": all_frames, "truncate": truncate}
     return [
-        write_transcript(audio, waveform, max_new_tokens=DEFAULT_WRITTEN_TOKENS, **chosen).capture
-        for waveform in waveforms
+        write_transcript(audio, waveform, Decoding(DEFAULT_WRITTEN_TOKENS), **chosen).capture for waveform in waveforms
     ]
 
 
 def write_transcript(
-    loaded: LoadedModel, audio: AudioSource, *, all_frames: bool = False, truncate: bool = True, **options: Any
+    loaded: LoadedModel,
+    audio: AudioSource,
+    decoding: Decoding,
+    *,
+    all_frames: bool = False,
+    truncate: bool = True,
+    **chosen: Any,
 ) -> Generation:
-    """Let Whisper write about ``audio``, capturing every step: a :class:`~attnviz.captures.generation.Generation`
-    with the text it wrote (:func:`attnviz.generate` is the public call). ``options``: ``max_new_tokens``,
-    ``sample``, ``temperature`` and ``seed`` as :func:`~attnviz.captures.captioning.write_target` takes them, and
-    ``layers``/``heads``/``stacks``, kept afterwards; ``all_frames``/``truncate``: as
+    """Let Whisper write about ``audio`` as ``decoding`` says, capturing every step: a
+    :class:`~attnviz.captures.generation.Generation` with the text it wrote (:func:`attnviz.generate` is the public
+    call). ``chosen``: ``layers``/``heads``/``stacks``, kept afterwards; ``all_frames``/``truncate``: as
     :meth:`~attnviz.models.audio.AudioModel.encode_audio` takes them."""
     model = audio_model_of(loaded)
-    chosen = {key: options.pop(key, None) for key in ("layers", "heads", "stacks")}
     waveform = as_waveform(audio, model.sampling_rate)
     batch = model.encode_audio([waveform], all_frames=all_frames, truncate=truncate)
-    generation = write_target(model, batch, **options)
+    generation = write_target(model, batch, decoding)
     if any(value is not None for value in chosen.values()):
         generation.capture = keep_recorded(generation.capture, model, **chosen)
     return generation

@@ -16,17 +16,17 @@ decoder runs one token per step with its key/value cache, as for text
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
 from attnviz.captures.generation import (
+    Decoding,
     Generation,
     _eos_ids,
     _StepRecorder,
     cache_argument,
-    check_generation_settings,
     write_tokens,
     written_target_capture,
 )
@@ -39,32 +39,27 @@ from attnviz.models.caption import CaptionModel
 from attnviz.models.decoder_side import WritesText
 
 
-def write_caption(captioner: CaptionModel, picture, **decoding: Any) -> Generation:
-    """Let the captioner write about ``picture``, capturing every step; it stops at its end token or where its
-    decoder's positions end. ``decoding``: ``max_new_tokens``, ``sample``, ``temperature``, ``seed`` as
-    :func:`write_target` takes them."""
+def write_caption(captioner: CaptionModel, picture, decoding: Decoding) -> Generation:
+    """Let the captioner write about ``picture`` as ``decoding`` says, capturing every step; it stops at its end
+    token or where its decoder's positions end."""
     batch = captioner.encode_images([picture])  # the decoder side: the start token alone
-    return write_target(captioner, batch, **decoding)
+    return write_target(captioner, batch, decoding)
 
 
 def write_target(
     writer: WritesText,
     batch: EncodedBatch,
-    *,
-    max_new_tokens: int,
-    sample: bool = False,
-    temperature: float = 1.0,
-    seed: int | None = None,
+    decoding: Decoding,
 ) -> Generation:
-    """Let a model that writes about its source (a captioner, Whisper) write up to ``max_new_tokens`` tokens after
+    """Let a model that writes about its source (a captioner, Whisper) write as ``decoding`` says after
     the decoder prefix of ``batch`` (one example, its source encoded once), capturing every step; it stops at its end
     token or where its decoder's positions end. The capture's source side is the batch's (its tokens, image grid and
     picture); ``generated_from`` is the first written token's position."""
-    check_generation_settings(max_new_tokens, sample, temperature)
     sequence = batch.inputs["decoder_input_ids"][0].tolist()  # the prefix, then each new token
     prefix = len(sequence)
     if writer.max_length is not None:  # the decoder's positions bound what it can write (prefix included)
-        max_new_tokens = min(max_new_tokens, writer.max_length - prefix)
+        limit = min(decoding.max_new_tokens, writer.max_length - prefix)
+        decoding = dataclasses.replace(decoding, max_new_tokens=limit)
     model = writer.model
     source_len = len(batch.tokens[0])
     recorder = _StepRecorder(source_len)  # the source's positions past its tokens (padding frames) are left out
@@ -83,10 +78,7 @@ def write_target(
             sequence,
             cache=cache,
             eos_ids=_eos_ids(model) | _eos_ids(getattr(model, "decoder", model)),
-            max_new_tokens=max_new_tokens,
-            sample=sample,
-            temperature=temperature,
-            seed=seed,
+            decoding=decoding,
             device=batch.inputs["decoder_input_ids"].device,
         )
     capture = written_target_capture(
@@ -147,7 +139,7 @@ def caption_batches(
 
 def greedy_caption_ids(captioner: CaptionModel, picture, max_new_tokens: int) -> list[int]:
     """The token ids the captioner writes about ``picture`` (greedy; the end token kept when it comes)."""
-    return write_caption(captioner, picture, max_new_tokens=max_new_tokens).token_ids
+    return write_caption(captioner, picture, Decoding(max_new_tokens)).token_ids
 
 
 #: the old name of :func:`attnviz.generate` on a captioner (and of :func:`attnviz.capture` with its caption)

@@ -62,6 +62,21 @@ class Generation:
     token_ids: list[int]
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """How a model picks the tokens it writes: at most ``max_new_tokens``, each the most likely one, or with
+    ``sample`` drawn from ``softmax(logits / temperature)`` by a generator seeded with ``seed`` (None: a fresh seed).
+    Settings generation cannot run with are refused when it is made."""
+
+    max_new_tokens: int
+    sample: bool = False
+    temperature: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        check_generation_settings(self.max_new_tokens, self.sample, self.temperature)
+
+
 class _StepRecorder:
     """Observer that keeps each step's rows: ``rows[site]`` is a list of (first query position, ``[h, q, k]``)."""
 
@@ -106,21 +121,18 @@ class _StepRecorder:
 def continue_text(
     loaded: LoadedModel,
     prompt: str,
+    decoding: Decoding,
     *,
-    max_new_tokens: int,
-    sample: bool = False,
-    temperature: float = 1.0,
-    seed: int | None = None,
     max_length: int | None = None,
     truncate: bool = True,
     image: ImageSource | None = None,
 ) -> Generation:
-    """Continue ``prompt`` by up to ``max_new_tokens`` tokens and capture all attention (see the module docstring;
+    """Continue ``prompt`` as ``decoding`` says and capture all attention (see the module docstring;
     :func:`attnviz.generate` is the public call).
 
     ``image``: a picture in the prompt, for a vision-language model (as in
     :func:`~attnviz.captures.attention_capture.capture`); the picture is read once, with the prompt."""
-    check_generation_settings(max_new_tokens, sample, temperature)
+    max_new_tokens = decoding.max_new_tokens
     model = _generative_model(loaded)
     if image is not None:
         from attnviz.captures.vision_language import vision_language_batch
@@ -173,10 +185,7 @@ def continue_text(
             sequence,
             cache=cache,
             eos_ids=_eos_ids(model),
-            max_new_tokens=max_new_tokens,
-            sample=sample,
-            temperature=temperature,
-            seed=seed,
+            decoding=decoding,
             device=loaded.device,
         )
     return Generation(
@@ -199,10 +208,7 @@ def write_tokens(
     *,
     cache: str,
     eos_ids: set[int],
-    max_new_tokens: int,
-    sample: bool,
-    temperature: float,
-    seed: int | None,
+    decoding: Decoding,
     device: Any,
 ) -> list[int]:
     """The decoding loop of every generation: feed ``sequence`` (the prompt, or the decoder start token), then
@@ -210,13 +216,13 @@ def write_tokens(
 
     ``forward(step_input, past)``: the model's outputs (``logits``, and the cache under the name ``cache``) for
     ``step_input`` (``[1, q]``: the whole ``sequence`` first, then ``[1, 1]``) after the cache ``past``. Each step
-    sets ``recorder.offset`` to where its queries start. It stops after ``max_new_tokens`` tokens or one of
+    sets ``recorder.offset`` to where its queries start. It stops after ``decoding.max_new_tokens`` tokens or one of
     ``eos_ids``, with one more step that only gives the last token its attention rows.
     """
     generator = None
-    if sample:
+    if decoding.sample:
         generator = torch.Generator(device=device)
-        generator.manual_seed(seed if seed is not None else torch.seed())
+        generator.manual_seed(decoding.seed if decoding.seed is not None else torch.seed())
     generated: list[int] = []
     step_input = torch.tensor([sequence], device=device)  # [1, q]: the whole sequence, then one token
     past = None
@@ -224,9 +230,10 @@ def write_tokens(
         recorder.offset = len(sequence) - step_input.shape[1]
         outputs = forward(step_input, past)
         past = getattr(outputs, cache)
-        if len(generated) >= max_new_tokens or (generated and generated[-1] in eos_ids):
+        if len(generated) >= decoding.max_new_tokens or (generated and generated[-1] in eos_ids):
             break  # this step only gave the last token its row
-        token = _next_token(outputs.logits[0, -1].float(), sample, temperature, generator)  # logits: [vocab]
+        logits = outputs.logits[0, -1].float()  # [vocab]
+        token = _next_token(logits, decoding.sample, decoding.temperature, generator)
         generated.append(token)
         sequence.append(token)
         step_input = torch.tensor([[token]], device=device)  # [1, 1]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from attnviz.captures.generation import Generation, check_generation_settings
+from attnviz.captures.generation import Decoding, Generation
 from attnviz.captures.result import AttentionCapture
 from attnviz.common.errors import InputError, ParameterError
 from attnviz.common.selection import HeadSelection, LayerSelection
@@ -57,11 +57,9 @@ def generate(
     ``token_ids``. Settings that do not fit the model (``image`` for a text model, ``max_new_tokens`` below 1) raise
     one :class:`~attnviz.common.errors.InputError` before the model runs.
     """
-    check_generation_settings(max_new_tokens, sample, temperature)
+    decoding = Decoding(max_new_tokens, sample, temperature, seed)  # refuses what generation cannot run with
     if isinstance(x, (list, tuple)):
         raise InputError(f"{loaded.name} writes after one input at a time: give one, not a {type(x).__name__}")
-    decoding: dict[str, Any] = {"max_new_tokens": max_new_tokens, "sample": sample, "temperature": temperature}
-    decoding["seed"] = seed
     chosen: dict[str, Any] = {"layers": layers, "heads": heads, "stacks": stacks}
     reads = {"audio": "audio", "image": "images"}.get(loaded.modality)
     if image is not None and not loaded.reads_pictures_in_text:
@@ -73,20 +71,20 @@ def generate(
     if loaded.modality == "audio":
         from attnviz.captures.audio import write_transcript
 
-        return write_transcript(loaded, x, all_frames=all_frames, truncate=truncate, **decoding, **chosen)
+        return write_transcript(loaded, x, decoding, all_frames=all_frames, truncate=truncate, **chosen)
     if loaded.modality == "image":
         from attnviz.captures.captioning import write_caption
         from attnviz.common.images import as_pil_image
         from attnviz.models.caption import captioner_of
 
         captioner = captioner_of(loaded)  # a vision encoder writes nothing: refused naming the captioners
-        generation = write_caption(captioner, as_pil_image(x), **decoding)
+        generation = write_caption(captioner, as_pil_image(x), decoding)
     else:
         from attnviz.captures.generation import continue_text
 
         if not isinstance(x, str):
             _refuse_for_text_model(loaded, x)
-        generation = continue_text(loaded, x, image=image, max_length=max_length, truncate=truncate, **decoding)
+        generation = continue_text(loaded, x, decoding, image=image, max_length=max_length, truncate=truncate)
     if layers is not None or heads is not None or stacks is not None:
         from attnviz.captures.captioning import keep_recorded
 
