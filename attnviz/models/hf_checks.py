@@ -87,9 +87,25 @@ def running_on_text(model_type: str, source: str) -> Iterator[None]:
         raise
     except Exception as exc:  # the family's own code refused the input: its message says why
         raise UnsupportedModelError(
-            f"model {source!r} ({model_type}) does not run on a text alone, as attnviz runs it: its code stops with "
-            f"{type(exc).__name__}: {first_line(exc)}"
+            f"model {source!r} ({model_type}) does not run on a text alone, as attnviz runs it{_why_text(model_type)}: "
+            f"its code stops with {type(exc).__name__}: {first_line(exc)}"
         ) from exc
+
+
+def _why_text(model_type: str) -> str:
+    """Why attnviz ran a text alone: a vision-language family whose picture it does not map is read as the language
+    model it holds (the families it maps read their pictures as well)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    if model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return ""
+    from attnviz.models.vlm_families import VLM_FAMILIES
+
+    mapped = ", ".join(family.label for family in VLM_FAMILIES.values())
+    return (
+        f" (it is a vision-language model; attnviz maps the pictures of {mapped}, and reads other such models as "
+        "the language model they hold, which this one does not run as)"
+    )
 
 
 #: a layer's index in a weight name: ``encoder.layer.3.…``, ``model.layers.3.…``, ``h.3.…``, ``block.3.…``
