@@ -50,6 +50,12 @@ _REFUSED_FAMILIES = {
 }
 
 
+#: the vision families attnviz reads (attnviz.models.vision_families maps them), as messages name them
+VISION_FAMILY_NAMES = (
+    "ViT (also ViT-MSN, I-JEPA), DeiT, DINOv2 (with or without registers), CLIP and SigLIP vision towers"
+)
+
+
 def refuse_unreadable_family(config, model_class, source: str) -> None:
     """Refuse, naming the reason, a model whose attention attnviz cannot show over text tokens: one that reads
     audio (but Whisper), an image model of a family attnviz does not read, or LongT5 with transient-global attention (its keys include summaries of blocks, not only tokens)."""
@@ -61,11 +67,9 @@ def refuse_unreadable_family(config, model_class, source: str) -> None:
             "of text and image models, and of Whisper among audio models"
         )
     if reads == "pixel_values":  # an image model of a family attnviz does not read (those it reads never get here)
-        from attnviz.models.vision_families import SUPPORTED_NAMES
-
         raise UnsupportedModelError(
             f"model {source!r} is a {model_type} model, which reads images ({reads}) through an architecture "
-            f"attnviz does not map onto the picture: attnviz reads {SUPPORTED_NAMES}"
+            f"attnviz does not map onto the picture: attnviz reads {VISION_FAMILY_NAMES}"
         )
     if model_type in _REFUSED_FAMILIES:
         raise UnsupportedModelError(f"model {source!r} is a {model_type} model: {_REFUSED_FAMILIES[model_type]}")

@@ -26,12 +26,12 @@ from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch, LoadedModel, PrunedCopy
 from attnviz.models.head_output_edits import replay_fallback, run_editing
 from attnviz.models.head_outputs import OutputProjection, find_output_projections
+from attnviz.models.hf_checks import VISION_FAMILY_NAMES
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
 from attnviz.models.placement import Placement
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.vision_families import (
     IMAGE_TASK_EXAMPLES,
-    SUPPORTED_NAMES,
     VISION_FAMILIES,
     VISION_TOWERS,
     check_vision_family,
@@ -357,6 +357,6 @@ def vision_model_of(loaded: LoadedModel) -> VisionModel:
     if loaded.reads_pictures_in_text:  # a picture alone: the vision tower's attention over it
         return loaded.vision_tower()  # type: ignore[attr-defined]  # a VisionLanguageModel (attnviz.models.vlm)
     raise InputError(
-        f"{loaded.name} is a text model: an image needs a vision model ({SUPPORTED_NAMES}, or toy-odd-patch) "
+        f"{loaded.name} is a text model: an image needs a vision model ({VISION_FAMILY_NAMES}, or toy-odd-patch) "
         "or an image captioner (a VisionEncoderDecoderModel, or toy-caption)"
     )

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from attnviz.common.errors import ModelSpecError, UnsupportedModelError
-from attnviz.models.hf_checks import quiet_image_processors
+from attnviz.models.hf_checks import VISION_FAMILY_NAMES, quiet_image_processors
 from attnviz.models.placement import Placement
 
 #: model_type -> the kinds of the extra tokens before the patches (read from the config)
@@ -45,7 +45,6 @@ REFUSED_VISION = {
     "beit": "BEiT adds a relative position bias that attnviz's core does not receive",
     "data2vec-vision": "Data2Vec-Vision adds a relative position bias that attnviz's core does not receive",
 }
-SUPPORTED_NAMES = "ViT (also ViT-MSN, I-JEPA), DeiT, DINOv2 (with or without registers), CLIP and SigLIP vision towers"
 
 
 def is_vision_type(model_type: str) -> bool:
@@ -59,7 +58,7 @@ def check_vision_family(model_type: str, source: str) -> None:
     if reason is not None:
         raise UnsupportedModelError(
             f"model {source!r} is a {model_type} model, which attnviz cannot show: {reason}. "
-            f"attnviz reads {SUPPORTED_NAMES}"
+            f"attnviz reads {VISION_FAMILY_NAMES}"
         )
 
 

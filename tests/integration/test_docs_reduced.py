@@ -31,6 +31,14 @@ _CANNOT_RUN_ON_CI = re.compile(r"GPU|several machines|two machines|network|set-u
 _LONG_TEXT = "attnviz samples corpus-copy > /dev/null && for i in 1 2 3; do tr '\\n' ' ' < corpus-copy/corpus.txt; done > long.txt"
 
 
+def _whisper_and_speech(folder: Path) -> None:
+    """A tiny random Whisper with its processor as ``whisper-tiny/``, and ``speech.wav``."""
+    from tiny_audio import build_tiny_whisper, write_wav
+
+    build_tiny_whisper(folder / "whisper-tiny")
+    write_wav(folder / "speech.wav")
+
+
 def _vit_classifier_and_photos(folder: Path) -> None:
     """A tiny random ViT classifier as ``vit-classifier/``, eight generated pictures (the fewest pruning judges on) in
     ``photos/`` and ``heldout/``."""
@@ -74,6 +82,7 @@ LONG_VIEW = (
     "--out long.html"
 )
 VIT_PRUNE = "attnviz prune ./vit-classifier --images photos/ --eval-images heldout/ --ratio 0.25 --out pruned-vit"
+WHISPER = 'attnviz heatmap --audio speech.wav --model openai/whisper-tiny --target " Hello there." --out hello.png'
 LAYER_REFUSAL = 'attnviz heatmap "The cat sat" --model toy-copy --layer "0,,1" --out cat.png || echo "exit code $?"'
 
 #: (document, first line of the block) -> its reduction
@@ -140,6 +149,12 @@ REDUCTIONS: dict[tuple[str, str], Reduction] = {
     ("docs/prune.md", VIT_PRUNE): Reduction(
         how="a tiny random ViT classifier stands in for ./vit-classifier, eight generated pictures for each folder",
         prepare=_vit_classifier_and_photos,
+    ),
+    ("docs/models.md", WHISPER): Reduction(
+        how="a tiny random Whisper (2 + 2 layers) in ./whisper-tiny stands in for openai/whisper-tiny; a generated "
+        "one-second wav with a tone burst for speech.wav",
+        prepare=_whisper_and_speech,
+        substitutions=(("--model openai/whisper-tiny", "--model ./whisper-tiny"),),
     ),
     ("docs/reliability.md", LAYER_REFUSAL): Reduction(
         how="as written: it must be refused with exit code 2 and write nothing",
