@@ -46,6 +46,9 @@ from attnviz.stats.row_values import (
 #: devices on which the sites of a batch are reduced together at its end rather than one by one (see ``_flush``);
 #: on the CPU each site is reduced as soon as it is done, which keeps one site's summaries in memory, not a batch's
 DEFERRED_DEVICES: tuple[str, ...] = ("cuda",)
+#: the most the sites set aside may hold (bytes): past it they are reduced at once. Setting aside pays where a layer
+#: is short (the host launching operations is the cost); a long input's layer dwarfs its reduction anyway
+DEFERRED_BYTES = 256 * 2**20
 
 
 class _SummarisedRows:
@@ -66,6 +69,12 @@ class _SummarisedRows:
         self.first: list[Tensor] = []  # each [b, h, blk]
         self.special: list[Tensor | None] = []  # each [b, h, blk]; None: no special token in reach
         self.sink_share: list[Tensor] = []  # each [b, h, blk]; empty: the site has no attention sinks
+
+    @property
+    def nbytes(self) -> int:
+        """The memory the kept rows take."""
+        kept = [self.summaries, *self.first, *self.special, *self.sink_share]
+        return sum(tensor.numel() * tensor.element_size() for tensor in kept if tensor is not None)
 
     def add(self, summary: RowSummary, first: Tensor, special: Tensor | None, sink_share: Tensor | None) -> None:
         values = summary.fields  # [4 + 2·r, b, h, blk]; the core reuses this buffer for the next block
@@ -200,6 +209,8 @@ class StatisticsAccumulator:
             if pending.stack_key[1].type in DEFERRED_DEVICES:  # reduced with the batch's other sites, at its end
                 self._set_aside.append(pending)
                 self._pending = None
+                if sum(rows.nbytes for rows in self._set_aside) > DEFERRED_BYTES:
+                    self._flush()
             else:
                 self._flush()
         reach = self.by_position.reach if self.by_position else 0

@@ -17,10 +17,12 @@ from attnviz.stats import accumulator
 from attnviz.stats.definitions import STATISTIC_NAMES
 
 
+@pytest.mark.parametrize("budget", [accumulator.DEFERRED_BYTES, 1], ids=["whole-batch", "each-site-at-once"])
 @pytest.mark.parametrize("family", ["llama", "bert", "bart"])
-def test_sites_reduced_together_equal_sites_reduced_one_by_one(tiny_model_dirs, monkeypatch, family):
+def test_sites_reduced_together_equal_sites_reduced_one_by_one(tiny_model_dirs, monkeypatch, family, budget):
     loaded = attnviz.load_model(str(tiny_model_dirs[family]), device="cpu")
     texts = [*TEXTS[:3], " ".join(TEXTS[3:6])]  # padding, two batches of two
+    monkeypatch.setattr(accumulator, "DEFERRED_BYTES", budget)  # 1: past the budget at every site
     results = []
     for devices in (("cuda",), ("cuda", "cpu")):
         monkeypatch.setattr(accumulator, "DEFERRED_DEVICES", devices)
@@ -31,7 +33,12 @@ def test_sites_reduced_together_equal_sites_reduced_one_by_one(tiny_model_dirs, 
             for field in ("matrix", "std_matrix"):
                 expected, got = getattr(one_by_one, field)(name, stack), getattr(together, field)(name, stack)
                 assert torch.equal(expected.isnan(), got.isnan()), (stack, name)
-                assert float((expected - got).nan_to_num().abs().max()) <= 1e-6, (stack, name, field, float((expected - got).nan_to_num().abs().max()))
+                assert float((expected - got).nan_to_num().abs().max()) <= 1e-6, (
+                    stack,
+                    name,
+                    field,
+                    float((expected - got).nan_to_num().abs().max()),
+                )
     assert one_by_one.by_position is not None and together.by_position is not None
     assert one_by_one.by_position.sites.keys() == together.by_position.sites.keys()
     for site, means in one_by_one.by_position.sites.items():  # [M, h, B]
