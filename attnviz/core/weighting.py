@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from attnviz.common.errors import ParameterError
-from attnviz.core.attention import AttentionObserver, AttentionSite
+from attnviz.core.attention import AttentionObserver, AttentionSite, repeat_kv
 from attnviz.core.choices import WEIGHTINGS, Weighting
 
 #: rows whose norm-weighted mass is below this stay zero when renormalised (every value vector zero)
@@ -56,13 +56,11 @@ def value_norms(value: Tensor, projections: Tensor, out: Tensor | None = None, *
     ``gram``: :func:`projection_gram` of ``projections``, when the caller keeps it across calls.
     """
     heads = projections.shape[0]
-    batch, kv_heads, keys, dim = value.shape
+    kv_heads = value.shape[1]
     gram = (projection_gram(projections) if gram is None else gram).to(value.device)  # [h, d, d]
-    # each key/value head's values against its query heads' Gram matrices, without repeating the values per head
-    values = value.float()[:, :, None]  # [b, kvh, 1, k, d]
-    grams = gram.view(kv_heads, heads // kv_heads, dim, dim)  # [kvh, n_rep, d, d]
-    squared = torch.matmul(values, grams).mul_(values).sum(dim=-1)  # [b, kvh, n_rep, k]
-    return torch.sqrt(squared.view(batch, heads, keys).clamp_(min=0.0), out=out)
+    values = repeat_kv(value.float(), heads // kv_heads)  # [b, h, k, d]
+    squared = (torch.matmul(values, gram) * values).sum(dim=-1)  # [b, h, k]
+    return torch.sqrt(squared.clamp_(min=0.0), out=out)
 
 
 class NormWeighting:
