@@ -34,6 +34,7 @@ from torch import Tensor
 
 from attnviz.captures.recording import plan_recording
 from attnviz.captures.result import AttentionCapture
+from attnviz.common.display import NotebookDisplay
 from attnviz.common.errors import InputError, ParameterError, UnsupportedModelError
 from attnviz.common.images import ImageSource
 from attnviz.common.lazy import lazy_exports
@@ -46,8 +47,8 @@ from attnviz.models.identity import HeadIdentity
 # Markers of a token that starts a new word (byte-level BPE, SentencePiece) or continues one (WordPiece).
 
 
-@dataclass
-class Generation:
+@dataclass(repr=False)  # NotebookDisplay's short repr; notebooks show the capture's view
+class Generation(NotebookDisplay):
     """What :func:`attnviz.generate` returns, whatever the model reads: the capture, and what the model wrote.
 
     ``capture``: the attention over the input and the written tokens; ``capture.generated_from`` is the first

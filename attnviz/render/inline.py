@@ -297,10 +297,12 @@ def circuit_view(result: Any) -> HtmlView:
 
 def show(result: Any) -> HtmlView:
     """The inline view of any attnviz result: a capture (head and model view; an image's or a captioned image's
-    own page), statistics, flags, head functions, head similarity, a pruning outcome or report, one query's
+    own page; what a model wrote shows its capture), statistics, flags, head functions, head similarity, a pruning outcome or report, one query's
     strips, a head's query–key breakdown or map, a patching run, a circuit, or a view already made."""
     if isinstance(result, HtmlView):
         return result
+    if type(result).__name__ == "Generation":  # what a model wrote: the view of its capture
+        result = result.capture
     if isinstance(result, AttentionCapture):
         from attnviz.render.caption_overlay import is_caption_capture
 

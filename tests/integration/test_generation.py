@@ -101,6 +101,14 @@ def test_llama_grouped_query_capture_has_every_query_head_and_a_zero_future(tiny
     assert float(pattern.triu(diagonal=1).abs().max()) == 0.0
 
 
+def test_what_a_model_wrote_shows_inline_as_its_capture(tiny, one_torch_thread):
+    """A notebook shows a Generation as the page of its capture (prompt and written tokens, every layer)."""
+    written = attnviz.generate(tiny["gpt2"], PROMPT, max_new_tokens=3)
+    assert attnviz.show(written).html == attnviz.show(written.capture).html
+    assert written._repr_html_() == attnviz.show(written.capture)._repr_html_()
+    assert repr(written) == f"Generation(text={written.text!r})"  # the short repr: no tensors printed
+
+
 def test_generated_from_survives_save_and_load(tiny, tmp_path):
     capture = attnviz.generate(tiny["gpt2"], PROMPT, max_new_tokens=3, sample=True, seed=1).capture
     again = AttentionCapture.load(capture.save(tmp_path / "g.safetensors", bits=8))
