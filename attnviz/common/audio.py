@@ -45,7 +45,7 @@ def read_wav(path: str | os.PathLike) -> tuple[Tensor, int]:
             data = handle.readframes(handle.getnframes())
     except (wave.Error, EOFError) as exc:
         why = "it ends before its header does" if isinstance(exc, EOFError) else reason(exc)
-        raise InputError(f"{path} is not a PCM wav file attnviz can read ({why}): give a 16-bit PCM .wav file") from exc
+        raise InputError(f"{path} is not a PCM wav file attnviz can read ({why}): give a .wav file of 8-, 16-, 24- or 32-bit PCM samples") from exc
     except OSError as exc:
         raise InputError(f"cannot read audio file {path}: {reason(exc)}") from exc
     if width not in (1, 2, 3, 4) or channels < 1 or rate < 1:

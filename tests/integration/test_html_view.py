@@ -229,3 +229,23 @@ def test_cli_writes_html_and_refuses_bad_output(tmp_path, capsys):
     payload = _payload(out)
     assert payload["words"] is True and len(payload["stacks"][0]["layers"]) == 6
     assert_clean_error(run_cli(capsys, "heatmap", "Hello.", "--out", str(tmp_path / "x.htm5")), "unsupported output")
+
+
+def test_strongest_keys_show_weights_below_a_hundredth(tmp_path, open_page):
+    """A row spread over 400 keys (cross-attention over audio frames or patches looks like this): the strongest keys'
+    weights keep two significant digits instead of reading 0.00."""
+    n = 400
+    row = torch.full((n,), (1 - 0.011) / (n - 2))  # ≈ 0.0025 each
+    row[7], row[8] = 0.006, 0.005
+    result = AttentionCapture(
+        model="spread-test",
+        tokens=[f"w{i}" for i in range(n)],
+        causal=False,
+        patterns={"self": [row.expand(1, n, n).clone()]},  # one layer: [head, query, key]
+        special=[False] * n,
+        word_ids=list(range(n)),
+    )
+    run = open_page(write_attention_view(tmp_path / "spread.html", result))
+    _ready(run)
+    assert "w7 0.0060, w8 0.0050, " in run.page.text_content("table")
+    run.assert_clean()

@@ -123,6 +123,9 @@ var AV = (function () {
   };
 
   AV.fmt = function (w) { return w.toFixed(4); };
+  /* a weight in a short list: two decimals, or two significant digits below 0.01 (cross-attention over
+     thousands of audio frames or patches spreads weights thinner than 0.005, which two decimals show as 0.00) */
+  AV.shortWeight = function (w) { return w >= 0.01 || w <= 0 ? w.toFixed(2) : w.toPrecision(2); };
 
   function short(label, n) { return label.length <= n ? label : label.slice(0, n - 1) + "\u2026"; }
   AV.short = short;

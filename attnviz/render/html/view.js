@@ -269,7 +269,7 @@
         var m = maps[j], order = Object.keys(m).map(Number).sort(function (a, b) { return m[b] - m[a]; }).slice(0, 3);
         rowsTable.appendChild(AV.el("tr", {"data-head": h}, [
           AV.el("td", {"class": "text"}, [AV.el("span", {"class": "swatch", style: "background:" + AV.headColour(h)}), " " + headLabel(l, h)]),
-          AV.el("td", {"class": "text", text: order.map(function (k) { return AV.short(s.keys[k], 12) + " " + m[k].toFixed(2); }).join(", ")}),
+          AV.el("td", {"class": "text", text: order.map(function (k) { return AV.short(s.keys[k], 12) + " " + AV.shortWeight(m[k]); }).join(", ")}),
           AV.el("td", {text: L.exact ? "" : AV.fmt(rows[j].dropped)})]));
       });
       table.appendChild(rowsTable);
