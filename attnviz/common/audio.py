@@ -45,7 +45,9 @@ def read_wav(path: str | os.PathLike) -> tuple[Tensor, int]:
             data = handle.readframes(handle.getnframes())
     except (wave.Error, EOFError) as exc:
         why = "it ends before its header does" if isinstance(exc, EOFError) else reason(exc)
-        raise InputError(f"{path} is not a PCM wav file attnviz can read ({why}): give a .wav file of 8-, 16-, 24- or 32-bit PCM samples") from exc
+        raise InputError(
+            f"{path} is not a PCM wav file attnviz can read ({why}): give a .wav file of 8-, 16-, 24- or 32-bit PCM samples"
+        ) from exc
     except OSError as exc:
         raise InputError(f"cannot read audio file {path}: {reason(exc)}") from exc
     if width not in (1, 2, 3, 4) or channels < 1 or rate < 1:
@@ -95,3 +97,8 @@ def as_waveform(source: AudioSource, rate: int) -> Tensor:
 def time_label(seconds: float) -> str:
     """``0.42s``: the start of a time frame, to the hundredth of a second."""
     return f"{seconds:.2f}s"
+
+
+def is_time_label(label: str) -> bool:
+    """Whether ``label`` is a :func:`time_label` (a key that is a time frame, not a token)."""
+    return label.endswith("s") and label[:-1].replace(".", "", 1).isdigit() and "." in label

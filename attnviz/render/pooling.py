@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from attnviz.common.audio import is_time_label
 from attnviz.render.html_rows import bin_starts, bin_width
 from attnviz.render.panels import HeatmapPanel
 
@@ -52,10 +53,14 @@ def max_pool(pattern: Tensor, query_width: int, key_width: int) -> Tensor:
 
 
 def pool_labels(labels: Sequence[str], width: int) -> list[str]:
-    """One label per block of ``width`` tokens: the first token's position and label."""
+    """One label per block of ``width`` tokens: the first token's position and label (a time frame's label, which
+    says where it stands already, alone)."""
     if width == 1:
         return list(labels)
-    return [f"{start} {labels[start]}" for start in bin_starts(len(labels), width)]
+    starts = bin_starts(len(labels), width)
+    if all(is_time_label(labels[start]) for start in starts):
+        return [labels[start] for start in starts]
+    return [f"{start} {labels[start]}" for start in starts]
 
 
 def pool_panels(

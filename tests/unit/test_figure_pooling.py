@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnviz.common.audio import time_label
 from attnviz.render.heatmap import MAX_TICK_LABELS, HeatmapPanel, causal_visibility, render_heatmaps
-from attnviz.render.pooling import max_pool, pool_panels
+from attnviz.render.pooling import max_pool, pool_labels, pool_panels
 
 
 def _block_max_by_hand(pattern: torch.Tensor, query_width: int, key_width: int) -> torch.Tensor:
@@ -110,3 +111,11 @@ def test_grid_panels_are_pooled_to_256_cells_with_few_labels():
     assert [axis.images[0].get_array().shape for axis in drawn] == [(200, 200), (200, 200)]
     for axis in drawn:
         assert len(axis.get_yticklabels()) <= MAX_TICK_LABELS // 3
+
+
+def test_pooled_labels_name_each_block_by_its_first_token_and_a_time_frame_by_its_time_alone():
+    tokens = [f"w{i}" for i in range(10)]
+    assert pool_labels(tokens, 4) == ["0 w0", "4 w4", "8 w8"]
+    frames = [time_label(0.02 * frame) for frame in range(10)]  # Whisper's 20 ms frames
+    assert pool_labels(frames, 4) == ["0.00s", "0.08s", "0.16s"]
+    assert pool_labels(tokens, 1) == tokens
