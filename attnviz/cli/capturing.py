@@ -46,10 +46,12 @@ def print_summary(result, stack) -> None:
 
     stack = stack or result.stacks[0]
     queries, keys = result.axis_tokens(stack)
+    picture = result.encoder_decoder and result.image_grid is not None  # a captioner's or Mllama's picture
     kind = "causal" if result.causal else "encoder-decoder" if result.encoder_decoder else "bidirectional"
     size = stack_size(result, stack)
     console.print(
-        f"[bold]{result.model}[/bold] ({kind}) · {plural(len(keys), 'token')}"
+        f"[bold]{result.model}[/bold] ({'image → text' if picture else kind}) · "
+        f"{plural(len(keys), 'picture token' if picture and stack == 'cross' else 'token')}"
         + (f" → {plural(len(queries), 'target token')}" if stack in ("cross", "decoder") else "")
         + f" · {stack} attention: {size}",
         highlight=False,

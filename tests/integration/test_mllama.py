@@ -175,6 +175,11 @@ def test_command_line_draws_each_word_on_the_tiles_and_refuses_what_it_cannot(ca
     result = run_cli(capsys, "heatmap", "--model", directory, "a red cat", "--image", image, "--out", figure)
     assert result.exit_code == 0, result.stderr
     assert figure.stat().st_size > 0
+    picture_keys = len(
+        attnviz.capture(attnviz.load_model(str(directory), device="cpu"), "a red cat", image=wide).tokens
+    )
+    summary = " ".join(result.stderr.split())  # rich may wrap the line
+    assert f"(image → text) · {picture_keys} picture tokens → " in summary
     page = tmp_path / "words.html"
     result = run_cli(capsys, "heatmap", "--model", directory, "a red cat", "--image", image, "--out", page)
     assert result.exit_code == 0, result.stderr
