@@ -13,7 +13,9 @@ from pathlib import Path
 import torch
 from tiny_vision import tiny_caption_tokenizer
 
-VLM_FAMILIES = ("llava", "paligemma", "gemma3", "idefics3", "mllama")
+from attnviz.models.vlm_processor import pictures_only
+
+VLM_FAMILIES = ("llava", "paligemma", "gemma3", "idefics3", "mllama", "qwen2_vl")
 IMAGE_SIZE = 32
 PATCH = 8
 
@@ -97,11 +99,15 @@ def tiny_vlm(family: str, *, strategy: str = "default"):
             video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
             vision_end_token_id=ids["<|vision_end|>"],
         )  # fmt: skip
-        image_processor = transformers.Qwen2VLImageProcessor(
+        # pictures of 16×16 to 48×48 pixels keep their size, rounded to whole 16-pixel tokens (2×2 merged patches)
+        image_processor = transformers.Qwen2VLImageProcessorPil(
             patch_size=PATCH, merge_size=2, temporal_patch_size=2,
             size={"shortest_edge": 16 * 16, "longest_edge": 48 * 48},
         )  # fmt: skip
-        processor = transformers.Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
+        # without torchvision transformers cannot build its video processor: the processor for pictures only
+        processor = pictures_only(transformers.Qwen2VLProcessor)(
+            image_processor=image_processor, tokenizer=tokenizer, video_processor=None
+        )
         model_class = transformers.Qwen2VLForConditionalGeneration
     elif family == "gemma3":
         base = tiny_caption_tokenizer()

@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from attnviz.models.vlm_processor import pictures_only
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 #: the auto-model mappings families are read from, in the order of preference of the class built for a family
@@ -133,6 +135,11 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     "neomme": {"head_dim": 2 * HEAD_DIM},
     # its last layers reuse the keys and values of earlier layers of their kind: two layers have no earlier one
     "gemma3n_text": {"num_kv_shared_layers": 0},
+    # M-RoPE splits half the head size into time, height and width sections; the model's default fits 128-wide heads
+    **{
+        text_type: {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}}
+        for text_type in ("qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text")
+    },
     # its layers are input, looped and output layers that must add up to the layer count: one of each, looped twice
     # (its layer_types list attention and MLP sub-layers, two per layer: derived from the counts instead)
     "dory": {
@@ -316,6 +323,25 @@ VISION_SIZES: dict[str, Any] = {
     **dict.fromkeys(("image_size", "vision_image_size"), IMAGE_SIZE),
     **dict.fromkeys(("patch_size", "vision_patch_size"), PATCH),
     **dict.fromkeys(("num_image_tokens", "image_seq_length", "mm_tokens_per_image"), (IMAGE_SIZE // PATCH) ** 2),
+    "depth": LAYERS,  # a vision tower's layers (Qwen2-VL)
+    "out_hidden_size": WIDTH,  # a patch merger's output: the language model's width (Qwen2.5-VL)
+}
+#: image-processor arguments a family needs besides its shrunk picture sizes, each with the reason
+IMAGE_PROCESSOR_OVERRIDES: dict[str, dict[str, Any]] = {
+    # their size bounds count pixels, not edges: one 32×32 picture (4×4 patches, 2×2 merged tokens)
+    **{
+        model_type: {"size": {"shortest_edge": IMAGE_SIZE**2, "longest_edge": IMAGE_SIZE**2}}
+        for model_type in (
+            "qwen2_vl",
+            "qwen2_5_vl",
+            "qwen3_vl",
+            "qwen3_vl_moe",
+            "qwen3_5",
+            "qwen3_5_moe",
+            "glm4v",
+            "glm46v",
+        )
+    },
 }
 #: processor arguments a family needs besides those it shares with its config, each with the reason
 PROCESSOR_OVERRIDES: dict[str, dict[str, Any]] = {
@@ -388,6 +414,7 @@ def tiny_image_processor(model_type: str):
             shrunk[field] = {k: IMAGE_SIZE if k in PICTURE_KEYS else v for k, v in values.items() if v is not None}
     # the processor's own counts of patches and image tokens (PaliGemma's image_seq_length), where it has them
     shrunk |= {k: VISION_SIZES[k] for k in ("patch_size", "image_seq_length") if hasattr(defaults, k)}
+    shrunk |= IMAGE_PROCESSOR_OVERRIDES.get(model_type, {})
     processor = processor_class(**shrunk)
     return processor
 
@@ -400,7 +427,9 @@ def tiny_processor(model_type: str, config, image_processor):
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
     processor_class = getattr(transformers, PROCESSOR_MAPPING_NAMES[model_type])
-    shared = {}
+    shared: dict[str, Any] = {}
+    if "video_processor" in processor_class.get_attributes():  # pictures only: its video part needs torchvision
+        processor_class, shared = pictures_only(processor_class), {"video_processor": None}
     for name in inspect.signature(processor_class.__init__).parameters:
         for where in (config, getattr(config, "vision_config", None)):
             if name not in shared and name not in ("image_processor", "tokenizer") and hasattr(where, name):

@@ -173,12 +173,20 @@ def continue_text(
         else:
             sequence = input_ids[0].tolist()
 
+        # Qwen2-VL's multimodal rotary positions: after the prompt, a step's positions are the cache's length plus
+        # the offset the picture left (rope_deltas); transformers derives them from a mask spanning the whole
+        # sequence wrongly, so later steps give no mask (one unpadded sequence: every key is seen anyway)
+        multimodal_rope = hasattr(getattr(model, "model", None), "rope_deltas")
+
         def forward(step_input: Tensor, past: Any):
             if loaded.encoder_decoder:
                 return model(decoder_input_ids=step_input, **{cache: past}, **kwargs)
             mask = torch.ones(1, len(sequence), dtype=torch.long, device=loaded.device)  # [1, keys so far]
-            extra = first_inputs if past is None else {}
-            return model(input_ids=step_input, attention_mask=mask, **{cache: past}, **kwargs, **extra)
+            if past is None:
+                return model(input_ids=step_input, attention_mask=mask, **{cache: past}, **kwargs, **first_inputs)
+            if multimodal_rope:  # positions from the cache's length and the picture's offset (see below)
+                return model(input_ids=step_input, **{cache: past}, **kwargs)
+            return model(input_ids=step_input, attention_mask=mask, **{cache: past}, **kwargs)
 
         generated = write_tokens(
             forward,

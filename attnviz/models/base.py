@@ -283,6 +283,16 @@ class LoadedModel(ABC):
             return batch.lengths[index] - 1
         raise InputError(f"{self.name} is not a causal language model: attnviz cannot tell where its answer is read")
 
+    def repeated_inputs(self, batch: EncodedBatch, index: int, count: int) -> dict[str, Any]:
+        """The model inputs of example ``index`` of ``batch``, repeated ``count`` times along the batch: every
+        tensor whose first axis is the batch's (others, such as a flag, as they are)."""
+        return {
+            name: value[index : index + 1].expand(count, *value.shape[1:]).contiguous()
+            if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(batch)
+            else value
+            for name, value in batch.inputs.items()
+        }
+
     def head_output_weights(self) -> dict[AttentionSite, tuple[Tensor, Tensor | None]]:
         """Per site: the output projection as applied to the merged heads, ``W`` ``[width, h·d]`` (head ``h`` reads
         columns ``h·d … h·d+d−1``), and its bias ``[width]`` or None: ``residual += W z + b``."""

@@ -31,7 +31,12 @@ from attnviz.models.base import EncodedBatch
 from attnviz.models.hf import HFModel
 from attnviz.models.vision import VisionModel, displayed_pixels
 from attnviz.models.vision_families import VISION_FAMILIES
-from attnviz.models.vlm_families import VisionLanguageFamily, image_placeholder, vision_language_family
+from attnviz.models.vlm_families import (
+    VisionLanguageFamily,
+    image_marker,
+    image_placeholder,
+    vision_language_family,
+)
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -112,7 +117,10 @@ class VisionLanguageModel(HFModel):
         processor's image placeholder before it). Every example of a batch has the same image grid (one batch per
         example where the texts before the pictures differ)."""
         inputs = self.processed(images, texts)
-        pixels = inputs["pixel_values"]  # [b, 3, H, W]; Idefics3, SmolVLM: [b, tiles, 3, H, W]
+        if self.family.pictures is not None:  # Qwen2-VL: flattened patches, put back into pictures
+            pixels = self.family.pictures(inputs, self.model.config)  # [b, 3, H, W]
+        else:
+            pixels = inputs["pixel_values"]  # [b, 3, H, W]; Idefics3, SmolVLM: [b, tiles, 3, H, W]
         if pixels.dim() == 5:
             pixels = pixels[:, -1]  # one tile (more are refused below): the picture as the model saw it
         grids, tokens, special, word_ids = [], [], [], []
@@ -147,8 +155,7 @@ class VisionLanguageModel(HFModel):
         for text in texts:
             if not text.strip():
                 raise InputError("the text is empty: give at least one word")
-        placeholder = image_placeholder(self.processor, self.family)
-        token = placeholder.strip()
+        placeholder, token = image_placeholder(self.processor, self.family), image_marker(self.processor)
         prompts = [text if token in text else placeholder + text for text in texts]
         if any(prompt.count(token) != 1 for prompt in prompts):
             raise InputError(f"write the image placeholder {token} at most once per text: one picture per text")
@@ -166,6 +173,17 @@ class VisionLanguageModel(HFModel):
         except Exception as exc:  # a picture the image processor cannot resize, a text it cannot tokenise
             raise InputError(f"{self.name}'s processor cannot read this input: {reason(exc)}") from exc
         return {key: value for key, value in encoded.items() if key not in _NOT_INPUTS}
+
+    def repeated_inputs(self, batch: EncodedBatch, index: int, count: int) -> dict[str, Any]:
+        """As for any model; a family whose processor flattens every picture's patches into one tensor (Qwen2-VL:
+        ``pixel_values`` ``[Σ patches, dim]``, ``image_grid_thw`` ``[b, 3]``) repeats example ``index``'s patches."""
+        inputs = super().repeated_inputs(batch, index, count)
+        if self.family.pictures is not None:
+            grids = batch.inputs["image_grid_thw"]  # [b, 3]: frames, patch rows, patch columns of each picture
+            patches = batch.inputs["pixel_values"].split(grids.prod(-1).tolist())[index]  # [t·h·w, dim]
+            inputs["pixel_values"] = patches.repeat(count, 1)  # [count·t·h·w, dim]
+            inputs["image_grid_thw"] = grids[index : index + 1].repeat(count, 1)  # [count, 3]
+        return inputs
 
     def text_ids(self, inputs: dict[str, torch.Tensor], index: int) -> list[int]:
         """The token ids of example ``index`` of processed ``inputs``, without its padding."""

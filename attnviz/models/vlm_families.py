@@ -14,6 +14,10 @@ processor's output and the model's config, never from a guess:
   ``s × s`` block of patches into one token (pixel shuffle), row-major, which makes the same kind of grid. Their
   processors may cut a large picture into tiles plus a thumbnail (several runs of image tokens): that is refused
   with one line (a picture within ``max_image_size`` stays whole);
+* ``merged grid`` (Qwen2-VL, Qwen2.5-VL): the processor resizes the picture to multiples of ``p·m`` pixels (a
+  size of its own choosing between its minimum and maximum pixels), the tower reads ``p × p`` patches, and a
+  merger turns each ``m × m`` block of patches into one token, row-major. The processor hands the patches over
+  flattened; attnviz puts them back into the picture the model saw;
 * ``tiled`` (Mllama): the text holds one placeholder token and reads the picture through cross-attention layers
   between its self-attention layers. The processor cuts the picture into the tiles of the aspect ratio closest to
   it (``aspect_ratio_ids``), each read as a ``p × p`` patch grid after its class token; the tiles' patches make
@@ -30,6 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
+from torch import Tensor
 
 from attnviz.common.errors import UnsupportedModelError
 
@@ -49,6 +56,11 @@ class VisionLanguageFamily:
     separator: str = ""
     #: the text reads the picture through cross-attention layers (Mllama), not as image tokens in it
     cross_attention: bool = False
+    #: ``[b, 3, H, W]`` processed pixels of a batch from the processor's outputs and the config, where its
+    #: ``pixel_values`` are not pictures (Qwen2-VL: flattened patches); None: ``pixel_values`` themselves
+    pictures: Callable[[dict[str, Tensor], Any], Tensor] | None = None
+    #: the tokens that enclose the image placeholder in the family's prompts (Qwen2-VL's vision start and end)
+    around_image: tuple[str, str] = ("", "")
 
 
 def _patch_grid(config: Any, height: int, width: int, tokens: int):
@@ -76,6 +88,38 @@ def _pooled_grid(config: Any, height: int, width: int, tokens: int):
     return side, side, (height // side, width // side), ()
 
 
+def _merged_grid(config: Any, height: int, width: int, tokens: int):
+    """Each ``m × m`` block of the tower's patches merged into one token, row-major (Qwen2-VL's patch merger)."""
+    vision = config.vision_config
+    side = int(vision.patch_size) * int(vision.spatial_merge_size)  # pixels per token, each way
+    rows, cols = height // side, width // side
+    if height % side or width % side or rows * cols != tokens:
+        raise UnsupportedModelError(
+            f"its image became {tokens} tokens, but a {height}×{width} picture in merged patches of {side} pixels "
+            f"makes {rows}×{cols} = {rows * cols}; attnviz cannot map them onto the picture"
+        )
+    return rows, cols, (side, side), ()
+
+
+def _unpatchified(inputs: dict[str, Tensor], config: Any) -> Tensor:
+    """The pictures a Qwen2-VL processor flattened into patches, back as ``[b, 3, H, W]`` (its first frame).
+
+    ``pixel_values`` is ``[Σ t·h·w, 3·T·p·p]``: each picture's ``h × w`` patches of ``p`` pixels, ordered merge
+    block by merge block (``m × m`` patches each, row-major), each patch repeated over ``T`` frames."""
+    vision = config.vision_config
+    p, m, frames = int(vision.patch_size), int(vision.spatial_merge_size), int(vision.temporal_patch_size)
+    pictures = []
+    for patches, (_, h, w) in zip(
+        inputs["pixel_values"].split(inputs["image_grid_thw"].prod(-1).tolist()),
+        inputs["image_grid_thw"].tolist(),
+        strict=True,
+    ):
+        blocks = patches.reshape(h // m, w // m, m, m, 3, frames, p, p)[:, :, :, :, :, 0]  # [h/m, w/m, m, m, 3, p, p]
+        picture = blocks.permute(4, 0, 2, 5, 1, 3, 6)  # [3, h/m, m, p, w/m, m, p]
+        pictures.append(picture.reshape(3, h * p, w * p))
+    return torch.stack(pictures)  # [b, 3, H, W]; the batch's pictures share their size (one grid per batch)
+
+
 def _tiled_grid(config: Any, height: int, width: int, tokens: int):
     """The patches of every tile of a ``height × width`` canvas of tiles, each tile's class token before them;
     ``tokens``: the keys of every tile the model has room for."""
@@ -99,22 +143,31 @@ VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
     "idefics3": VisionLanguageFamily("Idefics3", False, _pooled_grid),
     "smolvlm": VisionLanguageFamily("SmolVLM", False, _pooled_grid),
     "mllama": VisionLanguageFamily("Mllama", False, _tiled_grid, cross_attention=True),
+    # the processor resizes each picture to multiples of the merged patch (its own choice within min/max pixels)
+    **{
+        model_type: VisionLanguageFamily(label, False, _merged_grid, pictures=_unpatchified, around_image=around)
+        for model_type, label, around in (
+            ("qwen2_vl", "Qwen2-VL", ("<|vision_start|>", "<|vision_end|>")),
+            ("qwen2_5_vl", "Qwen2.5-VL", ("<|vision_start|>", "<|vision_end|>")),
+            ("qwen3_vl", "Qwen3-VL", ("<|vision_start|>", "<|vision_end|>")),
+            ("qwen3_vl_moe", "Qwen3-VL-MoE", ("<|vision_start|>", "<|vision_end|>")),
+            ("qwen3_5", "Qwen3.5", ("<|vision_start|>", "<|vision_end|>")),
+            ("qwen3_5_moe", "Qwen3.5-MoE", ("<|vision_start|>", "<|vision_end|>")),
+            ("glm4v", "GLM-4V", ("<|begin_of_image|>", "<|end_of_image|>")),
+            ("glm46v", "GLM-4.6V", ("<|begin_of_image|>", "<|end_of_image|>")),
+        )
+    },
 }
 #: vision-language families attnviz refuses, by model_type, with the reason
 REFUSED_VLMS = {
-    "qwen2_vl": "Qwen2-VL merges patches at a resolution of its own choosing, and its processor cannot be built "
-    "without torchvision (its image processor has a Pillow path, its video processor has none), so attnviz does "
-    "not map it onto the picture yet",
-    "qwen2_5_vl": "Qwen2.5-VL merges patches at a resolution of its own choosing, and its processor cannot be built "
-    "without torchvision (its image processor has a Pillow path, its video processor has none), so attnviz does "
-    "not map it onto the picture yet",
     "llava_next": "LLaVA-NeXT cuts the image into tiles of several resolutions, which attnviz does not map onto the "
     "picture yet",
     "llava_onevision": "LLaVA-OneVision cuts the image into tiles of several resolutions, which attnviz does not map "
     "onto the picture yet",
 }
 SUPPORTED_VLM_NAMES = (
-    "LLaVA, PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles), and Mllama"
+    "LLaVA, PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles), Qwen2-VL, "
+    "Qwen2.5-VL and Mllama"
 )
 
 
@@ -164,13 +217,23 @@ def vision_language_family(config: Any, source: str) -> VisionLanguageFamily:
         "it joins a vision tower and a language model in a way attnviz does not map onto the picture yet",
     )
     raise UnsupportedModelError(
-        f"model {source!r} is a {model_type} vision-language model, which attnviz cannot show: {reason}. attnviz "
-        f"reads {SUPPORTED_VLM_NAMES}"
+        f"model {source!r} is a vision-language model of the {model_type} family, which attnviz cannot show: "
+        f"{reason}. attnviz reads {SUPPORTED_VLM_NAMES}"
     )
 
 
 def image_placeholder(processor: Any, family: VisionLanguageFamily) -> str:
     """The text a prompt that names no image gets before it: the processor's image token (Gemma 3: its
-    begin-of-image token, which the processor expands), then the family's separator."""
-    token = getattr(processor, "boi_token", None) or getattr(processor, "image_token", None) or "<image>"
+    begin-of-image token, which the processor expands) between the family's enclosing tokens where its tokenizer
+    knows them, then the family's separator."""
+    token = image_marker(processor)
+    before, after = family.around_image
+    vocabulary = processor.tokenizer.get_vocab() if before else {}
+    if before in vocabulary and after in vocabulary:
+        token = f"{before}{token}{after}"
     return f"{token}{family.separator}"
+
+
+def image_marker(processor: Any) -> str:
+    """The token that marks where a text's picture goes (the one a prompt names once per picture)."""
+    return getattr(processor, "boi_token", None) or getattr(processor, "image_token", None) or "<image>"

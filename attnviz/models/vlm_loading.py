@@ -17,6 +17,7 @@ from attnviz.models.placement import Placement
 from attnviz.models.vlm import VisionLanguageModel
 from attnviz.models.vlm_cross import CrossAttentionVisionLanguageModel
 from attnviz.models.vlm_families import vision_language_family
+from attnviz.models.vlm_processor import load_processor
 
 
 @quiet_third_party()  # transformers' loading bars off for this call only
@@ -47,9 +48,7 @@ def load_vision_language_model(
     family = vision_language_family(config, source)
     try:
         with quiet_image_processors():
-            processor = transformers.AutoProcessor.from_pretrained(
-                source, trust_remote_code=False, local_files_only=True
-            )
+            processor = load_processor(source, config)
     except Exception as exc:
         raise ModelSpecError(
             f"cannot load the processor of vision-language model {source!r}: {first_line(exc)} (save it into the "

@@ -296,16 +296,10 @@ def _positions(positions: Literal["all", "last"] | int, count: int, answer_posit
     return [int(positions)]
 
 
-def _repeat(batch: EncodedBatch, index: int, count: int) -> EncodedBatch:
+def _repeat(loaded: LoadedModel, batch: EncodedBatch, index: int, count: int) -> EncodedBatch:
     """Example ``index`` of ``batch`` repeated ``count`` times (the inputs of one batch of patched runs)."""
-    inputs = {
-        name: value[index : index + 1].expand(count, *value.shape[1:]).contiguous()
-        if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(batch)
-        else value
-        for name, value in batch.inputs.items()
-    }
     return EncodedBatch(
-        inputs=inputs,
+        inputs=loaded.repeated_inputs(batch, index, count),
         tokens=[batch.tokens[index]] * count,
         special=[batch.special[index]] * count,
         word_ids=[batch.word_ids[index]] * count,
@@ -350,7 +344,7 @@ def _patched_runs(
                 change = chosen.transpose(0, 1)  # [n, p|1, d]
                 patch.replace_output(site, HeadReplacement(positions_tensor(rows), index, where, change))
         context = AttentionContext(site_of=loaded.site_of, head_editor=patch)
-        logits = loaded.forward(_repeat(pair, base, len(chunk)), context, logits=True).logits[:, position]
+        logits = loaded.forward(_repeat(loaded, pair, base, len(chunk)), context, logits=True).logits[:, position]
         diffs.extend((logits[:, answer_id] - logits[:, wrong_id]).double().tolist())
         advance(len(chunk))
     return diffs

@@ -168,7 +168,7 @@ def test_bad_input_and_refused_families(capsys, tmp_path, vlm_dirs, picture):
 
 
 def test_families_attnviz_cannot_map_read_text_and_refuse_a_picture_by_name(tmp_path, vlm_dirs, picture):
-    """A family whose image tokens attnviz cannot map (Qwen2-VL's merged patches)
+    """A family whose image tokens attnviz cannot map (LLaVA-NeXT's tiles of several resolutions)
     still reads text as its language model; a picture is refused with one line naming the family and the reason.
     A readable family saved without its image processor reads text only, and says so."""
     from types import SimpleNamespace
@@ -177,9 +177,9 @@ def test_families_attnviz_cannot_map_read_text_and_refuse_a_picture_by_name(tmp_
 
     from attnviz.models.vlm import vision_language_model_of
 
-    for config, reason in ((transformers.Qwen2VLConfig(), "merges patches"),):
+    for config, reason in ((transformers.LlavaNextConfig(), "tiles of several resolutions"),):
         held = SimpleNamespace(name="held", model=SimpleNamespace(config=config), modality="text")
-        with pytest.raises(attnviz.AttnvizError, match=f"{config.model_type} vision-language model.*{reason}"):
+        with pytest.raises(attnviz.AttnvizError, match=f"of the {config.model_type} family.*{reason}"):
             vision_language_model_of(held)
     import shutil
 
