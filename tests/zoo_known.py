@@ -242,6 +242,8 @@ VISION_KNOWN: dict[str, dict[str, str]] = {
         for f in ("metaclip_2", "mobilevit", "mobilevitv2", "siglip2", "swiftformer")
     },
     "image-text:shieldgemma2": {"load": "refused in one line: its processor needs ShieldGemma 2's chat template"},
+    "image-text:qwen3_5": {"norm": GATED_REFUSED},
+    "image-text:qwen3_5_moe": {"norm": GATED_REFUSED},
     "image-text:t5gemma2": {"load": NAMED_REFUSAL},
     "image:beit": {"load": "refused by name: BEiT adds a relative position bias that the core does not receive"},
     "image:shieldgemma2": {"load": "refused in one line: its classifier reads a prompt with the image (a VLM inside)"},

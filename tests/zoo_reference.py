@@ -141,9 +141,10 @@ def recorded_values(model: nn.Module):
             namespace.eager_attention_forward = original  # type: ignore[attr-defined]
 
 
-def norm_maps(model, inputs: dict) -> dict[str, list[torch.Tensor]]:
-    """``{stack: [α_ij·‖W_O^h v_j‖ as [h, q, k] per layer]}`` of example 0, values from the eager function's input."""
-    names = {module: name for name, module in attention_modules(model)}
+def norm_maps(model, inputs: dict, within: nn.Module | None = None) -> dict[str, list[torch.Tensor]]:
+    """``{stack: [α_ij·‖W_O^h v_j‖ as [h, q, k] per layer]}`` of example 0, values from the eager function's input;
+    ``within``: only the attention blocks inside that part of the model (a vision-language model's language model)."""
+    names = {module: name for name, module in attention_modules(within or model)}
     with recorded_values(model) as calls, torch.no_grad():
         model(**inputs, use_cache=False)
     if not calls:
@@ -151,6 +152,8 @@ def norm_maps(model, inputs: dict) -> dict[str, list[torch.Tensor]]:
     maps: dict[str, list[torch.Tensor]] = {}
     for module, weights, value in calls:
         owner = next((m for m in names if any(sub is module for sub in m.modules())), None)
+        if owner is None and within is not None:
+            continue  # a block outside the part asked for (the vision tower's)
         if owner is None:
             raise LookupError(f"no attention block holds {type(module).__name__}")
         weight = projection_columns(output_projection(owner))  # [hidden, h·d_v]
@@ -165,15 +168,16 @@ def norm_maps(model, inputs: dict) -> dict[str, list[torch.Tensor]]:
     return maps
 
 
-def run_blocks(model, ids: torch.Tensor, extra: dict) -> list[tuple[str, nn.Module]]:
-    """The attention blocks that compute softmax attention in one run, in model order.
+def run_blocks(model, ids: torch.Tensor, extra: dict, within: nn.Module | None = None) -> list[tuple[str, nn.Module]]:
+    """The attention blocks (inside ``within``, by default anywhere) that compute softmax attention in one run, in
+    model order.
 
     Blocks that call the family's eager attention function where it has one (a hybrid's linear-attention blocks are
     named "Attention" too), else every attention block the run calls (a decoder-only class of an encoder-decoder
     family has idle cross-attention blocks).
     """
     called: set[int] = set()
-    blocks = attention_modules(model)
+    blocks = attention_modules(within or model)
     handles = [block.register_forward_pre_hook(lambda m, a: called.add(id(m))) for _, block in blocks]
     with recorded_values(model) as calls, torch.no_grad():
         model(input_ids=ids, use_cache=False, **extra)

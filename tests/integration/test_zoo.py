@@ -11,7 +11,9 @@ so does a newly discovered family that neither passes nor is listed.
 Vision families (``zoo.discover_vision()``: image classifiers on a picture, vision-language models on a prompt with a
 picture) are held to eager attention through the same public API: every captured stack's patterns (≤ 1e-5), the
 outputs (≤ 1e-4), and statistics over two pictures against the hand computation (those that read no position: an
-image model measures positions on its patch grid); ``VISION_UNBUILDABLE`` and ``VISION_KNOWN`` list the rest.
+image model measures positions on its patch grid); a vision-language model's language model also to ``patch_heads``
+with the picture against a pre-hook on each output projection, and to norm weighting against α·‖W_O^h v_j‖.
+``VISION_UNBUILDABLE`` and ``VISION_KNOWN`` list the rest.
 
 ``ZOO_RESULTS=FILE`` appends one JSON line per family with the outcome of every check (``zoo-failures`` tables).
 """
@@ -37,7 +39,7 @@ CORRUPT = "mary and john went out, mary gave it to"
 #: saved WordPiece files with their own tokenizer class, which splits words into characters)
 ANSWERS = ((" mary", " john"), ("m", "j"))
 #: a vision-language model's prompt (attnviz puts the picture before it), and two seeded pictures (the first captured)
-PROMPT = "a red cat"
+PROMPT, CORRUPT_PROMPT = "a red cat", "a red mat"
 PICTURES = sample_images(2, seed=3, size=40)
 PATTERN_TOLERANCE, OUTPUT_TOLERANCE = 1e-5, 1e-4
 #: statistics: weights within 1e-5 move a mean distance (up to ~12 tokens) by ~1e-4, an entropy (−Σ a ln a, with
@@ -273,11 +275,61 @@ def _vision_checks(name: str, directory, model) -> list:
             return _check_statistics(loaded, PICTURES, expected, stacks=capture.stacks)
         return _check_statistics(loaded, [prompt] * 2, expected, stacks=capture.stacks, images=PICTURES)
 
-    return [
+    checks = [
         ("patterns", patterns, PATTERN_TOLERANCE),
         ("outputs", outputs_check, OUTPUT_TOLERANCE),
         ("statistics", statistics, STAT_TOLERANCE),
     ]
+    if prompt is None:
+        return checks
+    language = next(getattr(model.model, n) for n in ("language_model", "text_model") if hasattr(model.model, n))
+
+    def norm():
+        normed = attnviz.capture(loaded, prompt, image=PICTURES[0], weighting="norm")
+        reference = [m for maps in ref.norm_maps(model, dict(batch.inputs), within=language).values() for m in maps]
+        mine = [normed.layer(layer, stack) for stack, layer in sorted(captured, key=lambda site: site[1])]
+        if len(mine) != len(reference):
+            raise ValueError(f"{len(mine)} norm-weighted layers where eager has {len(reference)}")
+        return _largest(zip(mine, reference)) / max(1.0, max(float(m.abs().max()) for m in reference))
+
+    return [
+        *checks,
+        ("patching", lambda: _check_picture_patching(loaded, model, language), OUTPUT_TOLERANCE),
+        ("norm", norm, PATTERN_TOLERANCE),
+    ]
+
+
+def _check_picture_patching(loaded, model, language) -> float:
+    """``patch_heads(..., image=)`` against a forward pre-hook on each language-model head's output projection in
+    the corrupt run (the picture in both prompts; the answer read at the last position)."""
+    import attnviz
+
+    tokenizer = loaded.tokenizer
+    answer_text, wrong_text = next(
+        pair for pair in ANSWERS if all(len(tokenizer(t, add_special_tokens=False)["input_ids"]) == 1 for t in pair)
+    )
+    result = attnviz.patch_heads(
+        loaded, clean=PROMPT, corrupt=CORRUPT_PROMPT, answer=answer_text, wrong=wrong_text, image=PICTURES[0]
+    )
+    encoded = [loaded.encode_images(PICTURES[:1], texts=[text]).inputs for text in (PROMPT, CORRUPT_PROMPT)]
+    (clean, clean_extra), (corrupt, corrupt_extra) = (
+        (inputs["input_ids"], {k: v for k, v in inputs.items() if k != "input_ids"}) for inputs in encoded
+    )
+    answer, wrong = (tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (answer_text, wrong_text))
+    blocks = ref.run_blocks(model, clean, clean_extra, within=language)
+    heads = model.config.get_text_config().num_attention_heads
+    clean_heads, clean_logits = ref.head_inputs(model, clean, blocks, clean_extra)
+    _, corrupt_logits = ref.head_inputs(model, corrupt, blocks, corrupt_extra)
+    diff = lambda logits: float(logits[-1, answer] - logits[-1, wrong])
+    pairs = [(result.clean_logit_diff, diff(clean_logits)), (result.corrupt_logit_diff, diff(corrupt_logits))]
+    layers = sorted({effect.layer for effect in result.heads})  # the model's layer numbers, every stack
+    if len(layers) != len(clean_heads):
+        raise ValueError(f"patched {len(layers)} layers where the language model applies {len(clean_heads)} blocks")
+    for effect in result.heads:
+        number, values = clean_heads[layers.index(effect.layer)]
+        logits = ref.patched_logits(model, corrupt, blocks[number][1], 0, effect.head, heads, values, corrupt_extra)
+        pairs.append((effect.patched_logit_diff, diff(logits)))
+    return _largest((torch.tensor(mine), torch.tensor(expected)) for mine, expected in pairs)
 
 
 def _run_family(family: str, class_name: str, zoo_dirs, checks, known: dict) -> None:
