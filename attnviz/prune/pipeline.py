@@ -313,21 +313,18 @@ def prune_checkpoint(
     out: str | os.PathLike,
     config: PruneConfig,
     *,
-    texts: Sequence[str] | None = None,
-    eval_texts: Sequence[str] | None = None,
-    images: Sequence[ImageSource] | None = None,
-    eval_images: Sequence[ImageSource] | None = None,
     force: bool = False,
     transformers_copy: bool = False,
     device: str = "auto",
     dtype: str = "auto",
     device_map: str | None = None,
     parallel: DataParallel = SINGLE_PROCESS,
+    **data: Sequence | None,
 ) -> PruneOutcome:
     """``attnviz prune`` as one call: load ``checkpoint``, prune it by ``config``, write the result to ``out``.
 
-    ``texts`` (None: the shipped corpus) or, for a vision classifier, ``images`` are the scoring data (see
-    :func:`prune_model`). ``out`` is checked against the model's own files once it is loaded (before anything is scored);
+    ``data``: the scoring and evaluation data of :func:`prune_model` (``texts``, ``eval_texts``, ``images``,
+    ``eval_images``; without them the shipped corpus, or a model's own examples). ``out`` is checked against the model's own files once it is loaded (before anything is scored);
     under ``parallel`` every process loads and scores its share, and only the main process writes.
     The returned outcome's report names what was written.
     """
@@ -336,9 +333,7 @@ def prune_checkpoint(
     loaded = load_model(checkpoint, device=parallel.device_for(device), dtype=dtype, device_map=device_map)
     check_prunable(loaded)
     check_output_dir(out, force=force, inputs=model_source_paths(checkpoint, loaded))
-    outcome = prune_model(
-        loaded, config, texts=texts, eval_texts=eval_texts, images=images, eval_images=eval_images, parallel=parallel
-    )
+    outcome = prune_model(loaded, config, parallel=parallel, **data)
     if parallel.is_main:  # every process chose the same heads; the main one writes
         save_outcome(outcome, out, source=checkpoint, transformers_copy=transformers_copy)
     return outcome
