@@ -26,6 +26,7 @@ from attnviz.cli.options import (
     choice_enum,
     choice_parser,
     option,
+    terminal_list_option,
 )
 
 CIRCUIT_PANEL = "Circuit"
@@ -116,9 +117,7 @@ def circuit(
     ] = "200",
     batching: BatchOptions = BATCH_OPTIONS,
     top: option(int, "--top", min=1, help="Top edges to list. Example: --top 20", panel=VIEW_PANEL) = 10,
-    terminal: option(
-        bool, "--terminal", help="List the top edges in the terminal. Example: --terminal", panel=VIEW_PANEL
-    ) = False,
+    terminal: terminal_list_option("edges") = False,
     json_path: JsonOption = None,
     out: option(
         Path | None,
