@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from attnviz.captures.images import ImageSource
 from attnviz.common.display import NotebookDisplay
@@ -87,6 +88,17 @@ class PruneConfig:
                 )
         self.strategy.validate()
 
+    def judging_settings(self) -> dict[str, Any]:
+        """What this configuration decides of the data heads are judged on: the settings of
+        :func:`~attnviz.prune.judging.judging_batches`."""
+        return {
+            "own_examples": self.toy_examples,
+            "batch_size": self.batch_size,
+            "max_tokens_per_batch": self.max_tokens_per_batch,
+            "max_length": self.max_length,
+            "seed": self.seed,
+        }
+
     def target_count(self, layout: dict[AttentionSite, int]) -> int:
         """How many heads to remove from a model with ``layout``; raises when impossible."""
         heads = total_heads(layout)
@@ -154,16 +166,7 @@ def build_objectives(
     ``images``, ``eval_images``: the data of a vision classifier (see :func:`~attnviz.prune.judging.judging_batches`).
     """
     scoring, evaluation = judging_batches(
-        loaded,
-        texts,
-        eval_texts,
-        own_examples=config.toy_examples,
-        batch_size=config.batch_size,
-        max_tokens_per_batch=config.max_tokens_per_batch,
-        max_length=config.max_length,
-        seed=config.seed,
-        images=images,
-        eval_images=eval_images,
+        loaded, texts, eval_texts, images=images, eval_images=eval_images, **config.judging_settings()
     )
     return objectives_for(loaded, scoring, evaluation, probes=config.probes, seed=config.seed, parallel=parallel)
 
