@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from attnviz.circuit.choices import METHODS, METRICS
-from attnviz.cli.option_groups import BATCH_OPTIONS, PROMPT_PAIR, BatchOptions, PromptPair, expand_option_groups
+from attnviz.cli.option_groups import (
+    BATCH_OPTIONS,
+    PROMPT_PAIR,
+    BatchOptions,
+    OptionGroup,
+    PromptPair,
+    expand_option_groups,
+)
 from attnviz.cli.options import (
     INPUT_PANEL,
     OUTPUT_PANEL,
@@ -17,6 +26,7 @@ from attnviz.cli.options import (
     choice_enum,
     choice_parser,
     option,
+    terminal_list_option,
 )
 
 CIRCUIT_PANEL = "Circuit"
@@ -27,6 +37,59 @@ Metric = choice_enum("Metric", METRICS)
 
 def _circuit_option(option: str, help_text: str, **extra):
     return typer.Option(option, help=help_text, rich_help_panel=CIRCUIT_PANEL, **extra)
+
+
+@dataclass(frozen=True)
+class CircuitSearch:
+    """How ``attnviz circuit`` scores the graph and chooses its circuit: the options of the same names of
+    :func:`attnviz.circuit.find_circuit`."""
+
+    method: Annotated[
+        Method,
+        _circuit_option(
+            "--method",
+            "atp: attribution patching of heads and MLPs; eap: of edges (each head's query, key and value input "
+            "apart); eap-ig: of edges with integrated gradients. Example: --method eap-ig",
+            parser=choice_parser(Method, "method"),
+        ),
+    ] = "eap"
+    metric: Annotated[
+        Metric,
+        _circuit_option(
+            "--metric",
+            "logit-diff: logit(answer) − logit(wrong) at the answer position; kl: KL divergence from the clean "
+            "run's next-token distribution. Example: --metric kl",
+            parser=choice_parser(Metric, "metric"),
+        ),
+    ] = "logit-diff"
+    steps: Annotated[
+        int,
+        _circuit_option("--steps", "Integrated-gradient steps of --method eap-ig. Example: --steps 10", min=1),
+    ] = 5
+    per_position: Annotated[
+        bool,
+        _circuit_option("--per-position", "Also keep each position's score (in the JSON). Example: --per-position"),
+    ] = False
+    verify: Annotated[
+        int,
+        _circuit_option(
+            "--verify",
+            "Also measure the top K edges (nodes for atp) exactly by path patching and report the agreement. "
+            "Example: --verify 20",
+            min=0,
+        ),
+    ] = 0
+    target: Annotated[
+        float,
+        _circuit_option("--target", "The faithfulness the smallest circuit must reach (0 to 1). Example: --target 0.9"),
+    ] = 0.8
+
+    def arguments(self) -> dict[str, Any]:
+        """``method=…, metric=…, steps=…, per_position=…, verify=…, target=…`` as ``find_circuit`` takes them."""
+        return {**dataclasses.asdict(self), "method": self.method.value, "metric": self.metric.value}
+
+
+CIRCUIT_SEARCH: Any = OptionGroup(CircuitSearch)
 
 
 @expand_option_groups
@@ -47,54 +110,14 @@ def circuit(
         panel=INPUT_PANEL,
         show_default=False,
     ) = None,
-    method: Annotated[
-        Method,
-        _circuit_option(
-            "--method",
-            "atp: attribution patching of heads and MLPs; eap: of edges (each head's query, key and value input "
-            "apart); eap-ig: of edges with integrated gradients. Example: --method eap-ig",
-            parser=choice_parser(Method, "method"),
-        ),
-    ] = "eap",
-    metric: Annotated[
-        Metric,
-        _circuit_option(
-            "--metric",
-            "logit-diff: logit(answer) − logit(wrong) at the answer position; kl: KL divergence from the clean "
-            "run's next-token distribution. Example: --metric kl",
-            parser=choice_parser(Metric, "metric"),
-        ),
-    ] = "logit-diff",
-    steps: Annotated[
-        int,
-        _circuit_option("--steps", "Integrated-gradient steps of --method eap-ig. Example: --steps 10", min=1),
-    ] = 5,
-    per_position: Annotated[
-        bool,
-        _circuit_option("--per-position", "Also keep each position's score (in the JSON). Example: --per-position"),
-    ] = False,
-    verify: Annotated[
-        int,
-        _circuit_option(
-            "--verify",
-            "Also measure the top K edges (nodes for atp) exactly by path patching and report the agreement. "
-            "Example: --verify 20",
-            min=0,
-        ),
-    ] = 0,
-    target: Annotated[
-        float,
-        _circuit_option("--target", "The faithfulness the smallest circuit must reach (0 to 1). Example: --target 0.9"),
-    ] = 0.8,
+    search: CircuitSearch = CIRCUIT_SEARCH,
     edges: Annotated[
         str,
         _circuit_option("--edges", "Top edges written to the JSON: a number, or all. Example: --edges all"),
     ] = "200",
     batching: BatchOptions = BATCH_OPTIONS,
     top: option(int, "--top", min=1, help="Top edges to list. Example: --top 20", panel=VIEW_PANEL) = 10,
-    terminal: option(
-        bool, "--terminal", help="List the top edges in the terminal. Example: --terminal", panel=VIEW_PANEL
-    ) = False,
+    terminal: terminal_list_option("edges") = False,
     json_path: JsonOption = None,
     out: option(
         Path | None,
@@ -154,12 +177,7 @@ def circuit(
             loaded,
             **one,
             pairs=chosen,
-            method=method.value,
-            metric=metric.value,
-            steps=steps,
-            per_position=per_position,
-            verify=verify,
-            target=target,
+            **search.arguments(),
             **batching.batching(),
             parallel=parallel,
         )

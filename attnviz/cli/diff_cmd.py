@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from attnviz.cli.diff_output import STDOUT, show_checkpoints, show_inputs, show_models, write_outputs
+from attnviz.cli.diff_output import show_checkpoints, show_inputs, show_models, write_outputs
 from attnviz.cli.option_groups import MODEL_DEVICE, TEXT_INPUTS, ModelDevice, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
@@ -145,14 +145,10 @@ def diff(
 
       attnviz diff run/step-100 run/step-1000 run/step-5000 --out evolution.png
     """
+    from attnviz.cli.documents import check_outputs
     from attnviz.common.errors import InputError
-    from attnviz.outputs.files import check_output_path
 
-    if json_path == STDOUT and csv_path == STDOUT:
-        raise InputError("only one of --json and --csv can write to stdout ('-')")
-    for path, suffixes in ((json_path, (".json",)), (csv_path, (".csv",)), (out, FIGURE_AND_PAGE_SUFFIXES)):
-        if path is not None and path != STDOUT:
-            check_output_path(path, suffixes)
+    check_outputs(json_path, csv_path, [(out, FIGURE_AND_PAGE_SUFFIXES)])
     if against is not None:
         if len(models) != 1:
             raise InputError(f"--against compares two inputs on one model: give one model spec, not {len(models)}")

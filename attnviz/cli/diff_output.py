@@ -3,13 +3,10 @@ and the files asked for (JSON and CSV, ``-`` for standard output; a figure or a 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from attnviz.cli.documents import name_written, write_documents
 from attnviz.common.wording import plural
-
-#: ``--json -`` / ``--csv -``: the record goes to standard output
-STDOUT = Path("-")
 
 
 def show_models(result, stack, limit) -> None:
@@ -88,22 +85,12 @@ def show_inputs(result, limit) -> None:
 def write_outputs(result, json_path, csv_path, out, stack, layer, head) -> None:
     from attnviz.compare.export import csv_text, json_text, write_csv, write_json
 
-    record = result.record()
-    written = []
-    for path, text_of, writer in ((json_path, json_text, write_json), (csv_path, csv_text, write_csv)):
-        if path == STDOUT:
-            sys.stdout.write(text_of(record))
-        elif path is not None:
-            written.append(writer(path, record))
+    written = write_documents(
+        result.record(), json_path, csv_path, as_json=(json_text, write_json), as_csv=(csv_text, write_csv)
+    )
     if out is not None:
         written.append(render_figure(result, out, stack, layer, head))
-    for path in written:
-        if STDOUT in (json_path, csv_path):
-            from attnviz.cli.console import console
-
-            console.print(f"wrote {path}", highlight=False)
-        else:
-            print(path)
+    name_written(written, json_path, csv_path)
 
 
 def render_figure(result, out: Path, stack, layer, head) -> Path:

@@ -275,6 +275,13 @@ CsvOption = option(
 )
 
 
+def terminal_list_option(listed: str) -> Any:
+    """``--terminal`` of a command that ranks ``listed`` (heads, edges): their top ones as a table in the terminal."""
+    return option(
+        bool, "--terminal", help=f"List the top {listed} in the terminal. Example: --terminal", panel=VIEW_PANEL
+    )
+
+
 #: an attention stack (see :data:`attnviz.core.stacks.STACKS`)
 StackChoice = choice_enum("StackChoice", STACKS)
 

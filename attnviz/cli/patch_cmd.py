@@ -16,6 +16,7 @@ from attnviz.cli.options import (
     choice_enum,
     choice_option,
     option,
+    terminal_list_option,
 )
 from attnviz.patching.choices import ABLATIONS, DIRECTIONS, PATCHED
 
@@ -83,9 +84,7 @@ def patch(
     ) = None,
     batching: BatchOptions = BATCHING,
     top: option(int, "--top", min=1, help="Top heads to name and list. Example: --top 10", panel=VIEW_PANEL) = 5,
-    terminal: option(
-        bool, "--terminal", help="List the top heads in the terminal. Example: --terminal", panel=VIEW_PANEL
-    ) = False,
+    terminal: terminal_list_option("heads") = False,
     image: option(
         str | None,
         "--image",

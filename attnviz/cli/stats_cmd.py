@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from attnviz.cli.documents import STDOUT, check_outputs, name_written, write_documents
 from attnviz.cli.option_groups import PLACEMENT, TEXT_INPUTS, ModelPlacement, TextInputs, expand_option_groups
 from attnviz.cli.options import (
     INPUT_PANEL,
@@ -45,9 +45,6 @@ from attnviz.cli.stats_options import (
     UnfocusedMaxWeight,
     UnfocusedNormalizedEntropy,
 )
-
-#: ``--json -`` / ``--csv -``: write the document to stdout
-STDOUT = Path("-")
 
 
 @expand_option_groups
@@ -149,7 +146,6 @@ def stats(
       torchrun --standalone --nproc-per-node 4 -m attnviz stats smollm2 --data corpus.txt --json stats.json
     """
     from attnviz.common.errors import InputError
-    from attnviz.outputs.files import check_output_path
     from attnviz.render.stats_plots import FIGURE_SUFFIXES
     from attnviz.stats.measure import measure_checkpoints
     from attnviz.stats.thresholds import preset_thresholds
@@ -167,14 +163,10 @@ def stats(
         special_tokens_min=special_tokens_min,
         local_ratio_min=local_ratio_min,
     )
-    if json_path == STDOUT and csv_path == STDOUT:
-        raise InputError("only one of --json and --csv can write to stdout ('-')")
-    outputs = [(json_path, (".json",)), (csv_path, (".csv",)), (plot, FIGURE_SUFFIXES)]
+    others = [(plot, FIGURE_SUFFIXES)]
     if by_position or bucket_size is not None:
-        outputs += _check_by_position(by_position, bucket_size, csv_path, plot)
-    for path, suffixes in outputs:
-        if path is not None and path != STDOUT:
-            check_output_path(path, suffixes)
+        others += _check_by_position(by_position, bucket_size, csv_path, plot)
+    check_outputs(json_path, csv_path, others)
     texts = inputs.texts(text_files)
     from attnviz.cli.images import images_from_options
 
@@ -285,12 +277,9 @@ def _write(results, preset, json_path, csv_path, plot, stack) -> None:
     from attnviz.stats.position_export import position_path, write_position_csv
 
     records = [stats_record(stats, detection, preset) for stats, detection in results]
-    written = []
-    for path, text_of, writer in ((json_path, json_text, write_json), (csv_path, csv_text, write_csv)):
-        if path == STDOUT:  # the document itself is stdout; tables and paths stay off it
-            sys.stdout.write(text_of(records))
-        elif path is not None:
-            written.append(writer(path, records))
+    written = write_documents(
+        records, json_path, csv_path, as_json=(json_text, write_json), as_csv=(csv_text, write_csv)
+    )
     by_position = [stats for stats, _ in results if stats.by_position is not None]
     if by_position and csv_path is not None:  # the long by-position table next to the per-head one
         written.append(write_position_csv(position_path(csv_path), records))
@@ -307,13 +296,7 @@ def _write(results, preset, json_path, csv_path, plot, stack) -> None:
             from attnviz.render.position_plots import position_figure
 
             written.append(save_figure(position_figure(by_position, stack=name_of_stack), position_path(plot)))
-    for path in written:
-        if STDOUT in (json_path, csv_path):  # stdout holds the document: the paths go to the terminal
-            from attnviz.cli.console import console
-
-            console.print(f"wrote {path}", highlight=False)
-        else:
-            print(path)
+    name_written(written, json_path, csv_path)
 
 
 def register(app: typer.Typer) -> None:

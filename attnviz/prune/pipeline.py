@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from attnviz.captures.images import ImageSource
 from attnviz.common.display import NotebookDisplay
@@ -87,6 +88,17 @@ class PruneConfig:
                 )
         self.strategy.validate()
 
+    def judging_settings(self) -> dict[str, Any]:
+        """What this configuration decides of the data heads are judged on: the settings of
+        :func:`~attnviz.prune.judging.judging_batches`."""
+        return {
+            "own_examples": self.toy_examples,
+            "batch_size": self.batch_size,
+            "max_tokens_per_batch": self.max_tokens_per_batch,
+            "max_length": self.max_length,
+            "seed": self.seed,
+        }
+
     def target_count(self, layout: dict[AttentionSite, int]) -> int:
         """How many heads to remove from a model with ``layout``; raises when impossible."""
         heads = total_heads(layout)
@@ -154,16 +166,7 @@ def build_objectives(
     ``images``, ``eval_images``: the data of a vision classifier (see :func:`~attnviz.prune.judging.judging_batches`).
     """
     scoring, evaluation = judging_batches(
-        loaded,
-        texts,
-        eval_texts,
-        own_examples=config.toy_examples,
-        batch_size=config.batch_size,
-        max_tokens_per_batch=config.max_tokens_per_batch,
-        max_length=config.max_length,
-        seed=config.seed,
-        images=images,
-        eval_images=eval_images,
+        loaded, texts, eval_texts, images=images, eval_images=eval_images, **config.judging_settings()
     )
     return objectives_for(loaded, scoring, evaluation, probes=config.probes, seed=config.seed, parallel=parallel)
 
@@ -313,21 +316,18 @@ def prune_checkpoint(
     out: str | os.PathLike,
     config: PruneConfig,
     *,
-    texts: Sequence[str] | None = None,
-    eval_texts: Sequence[str] | None = None,
-    images: Sequence[ImageSource] | None = None,
-    eval_images: Sequence[ImageSource] | None = None,
     force: bool = False,
     transformers_copy: bool = False,
     device: str = "auto",
     dtype: str = "auto",
     device_map: str | None = None,
     parallel: DataParallel = SINGLE_PROCESS,
+    **data: Sequence | None,
 ) -> PruneOutcome:
     """``attnviz prune`` as one call: load ``checkpoint``, prune it by ``config``, write the result to ``out``.
 
-    ``texts`` (None: the shipped corpus) or, for a vision classifier, ``images`` are the scoring data (see
-    :func:`prune_model`). ``out`` is checked against the model's own files once it is loaded (before anything is scored);
+    ``data``: the scoring and evaluation data of :func:`prune_model` (``texts``, ``eval_texts``, ``images``,
+    ``eval_images``; without them the shipped corpus, or a model's own examples). ``out`` is checked against the model's own files once it is loaded (before anything is scored);
     under ``parallel`` every process loads and scores its share, and only the main process writes.
     The returned outcome's report names what was written.
     """
@@ -336,9 +336,7 @@ def prune_checkpoint(
     loaded = load_model(checkpoint, device=parallel.device_for(device), dtype=dtype, device_map=device_map)
     check_prunable(loaded)
     check_output_dir(out, force=force, inputs=model_source_paths(checkpoint, loaded))
-    outcome = prune_model(
-        loaded, config, texts=texts, eval_texts=eval_texts, images=images, eval_images=eval_images, parallel=parallel
-    )
+    outcome = prune_model(loaded, config, parallel=parallel, **data)
     if parallel.is_main:  # every process chose the same heads; the main one writes
         save_outcome(outcome, out, source=checkpoint, transformers_copy=transformers_copy)
     return outcome

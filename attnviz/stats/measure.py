@@ -7,6 +7,7 @@ examples, as a toy model's task, or else the shipped corpus) and its heads flagg
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from attnviz.common.errors import InputError
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
@@ -28,27 +29,21 @@ def measure_checkpoints(
     specs: Sequence[str],
     texts: Sequence[str] | None = None,
     *,
-    thresholds: Thresholds | None = None,
-    toy_examples: int = 128,
-    seed: int = 0,
     device: str = "auto",
     dtype: str = "auto",
     device_map: str | None = None,
-    local_window: int = 2,
     parallel: DataParallel = SINGLE_PROCESS,
-    images: Sequence | None = None,
     stack: str | None = None,
-    **batching,
+    **measuring: Any,
 ) -> list[tuple[HeadStatistics, Detection]]:
-    """``(statistics, flags)`` of every model in ``specs``, in order.
+    """``(statistics, flags)`` of every model in ``specs``, in order, each measured by :func:`measure_model`.
 
-    Without ``texts`` a model measures its own examples (``toy_examples`` task examples drawn
-    with ``seed``) when it has them, else the shipped corpus. ``batching`` goes to
-    :func:`~attnviz.stats.compute.compute_statistics` (``batch_size``, ``max_tokens_per_batch``,
-    ``max_length``, ``truncate``, ``by_position``, ``bucket_size``, ``weighting``). Under ``parallel`` each process loads its own copy on its device.
-    ``images`` (paths, bytes or PIL images): measure vision models on these instead of text
-    (:func:`~attnviz.stats.compute.compute_statistics` reads them). ``stack``: the stack that will be shown; a model
-    without it is refused as soon as it loads, before it runs.
+    ``measuring``: the options of :func:`measure_model` (``thresholds``, ``toy_examples``, ``seed``,
+    ``local_window``, ``images``, ``by_position``, ``bucket_size``, ``weighting``) and of
+    :func:`~attnviz.stats.compute.compute_statistics` (``batch_size``, ``max_tokens_per_batch``, ``max_length``,
+    ``truncate``), given to every model alike. Without ``texts`` a model measures its own examples when it has
+    them, else the shipped corpus. Under ``parallel`` each process loads its own copy on its device. ``stack``: the
+    stack that will be shown; a model without it is refused as soon as it loads, before it runs.
     """
     results = []
     for spec in specs:
@@ -56,19 +51,7 @@ def measure_checkpoints(
             loaded = load_model(spec, device=parallel.device_for(device), dtype=dtype, device_map=device_map)
         if stack is not None and stack not in loaded.stacks():
             raise InputError(f"{loaded.name} has no {stack} attention; it has {', '.join(loaded.stacks())}")
-        results.append(
-            measure_model(
-                loaded,
-                texts,
-                thresholds=thresholds,
-                toy_examples=toy_examples,
-                seed=seed,
-                local_window=local_window,
-                parallel=parallel,
-                images=images,
-                **batching,
-            )
-        )
+        results.append(measure_model(loaded, texts, parallel=parallel, **measuring))
     return results
 
 
