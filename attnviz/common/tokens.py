@@ -77,8 +77,11 @@ def is_byte_level(tokenizer: Any) -> bool:
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """The tokens of ``ids`` as attnviz keeps them: the tokenizer's own strings, byte-level ones decoded
     (:func:`readable_tokens`). Every model encodes through this, so captures, figures and pages agree."""
-    tokens = tokenizer.convert_ids_to_tokens(list(ids))
-    return readable_tokens(tokens) if is_byte_level(tokenizer) else list(tokens)
+    ids = list(ids)
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    # an id past the tokenizer's vocabulary (a model whose embedding table is padded beyond it can write one)
+    tokens = [f"<id {token_id}>" if token is None else token for token, token_id in zip(tokens, ids, strict=True)]
+    return readable_tokens(tokens) if is_byte_level(tokenizer) else tokens
 
 
 def readable_tokens(tokens: Sequence[str]) -> list[str]:

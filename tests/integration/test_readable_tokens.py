@@ -167,3 +167,16 @@ def test_diff_of_two_inputs_labels_each_side_with_its_own_tokens(capsys, browser
         run.close()
     assert [panel[1:] for panel in heads] == [grid["grid_a"], grid["grid_b"], [*grid["grid_a"][:-1], "␣are/␣is"]]
     assert rows == [panel[1:] for panel in heads]
+
+
+def test_an_id_past_the_tokenizers_vocabulary_gets_a_label(byte_level_dir):
+    """A model whose embedding table is padded past its tokenizer's vocabulary can write such an id: it is labelled
+    by its number (``<id 301>``), not a crash."""
+    from transformers import AutoTokenizer
+
+    from attnviz.common.tokens import token_strings
+
+    tokenizer = AutoTokenizer.from_pretrained(byte_level_dir)
+    beyond = len(tokenizer) + 1
+    ids = [*tokenizer("The cat", add_special_tokens=False)["input_ids"], beyond]
+    assert token_strings(tokenizer, ids) == ["The", "Ġcat", f"<id {beyond}>"]

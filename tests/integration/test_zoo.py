@@ -12,7 +12,8 @@ Vision families (``zoo.discover_vision()``: image classifiers on a picture, visi
 picture) are held to eager attention through the same public API: every captured stack's patterns (≤ 1e-5), the
 outputs (≤ 1e-4), and statistics over two pictures against the hand computation (those that read no position: an
 image model measures positions on its patch grid); a vision-language model's language model also to ``patch_heads``
-with the picture against a pre-hook on each output projection, and to norm weighting against α·‖W_O^h v_j‖.
+with the picture against a pre-hook on each output projection, to norm weighting against α·‖W_O^h v_j‖, and
+``generate`` to transformers' greedy ``generate`` (the same tokens).
 ``VISION_UNBUILDABLE`` and ``VISION_KNOWN`` list the rest.
 
 ``ZOO_RESULTS=FILE`` appends one JSON line per family with the outcome of every check (``zoo-failures`` tables).
@@ -292,10 +293,18 @@ def _vision_checks(name: str, directory, model) -> list:
             raise ValueError(f"{len(mine)} norm-weighted layers where eager has {len(reference)}")
         return _largest(zip(mine, reference)) / max(1.0, max(float(m.abs().max()) for m in reference))
 
+    def generation():
+        written = attnviz.generate(loaded, prompt, image=PICTURES[0], max_new_tokens=3)
+        with torch.no_grad():
+            expected = model.generate(**batch.inputs, max_new_tokens=3, min_new_tokens=3, do_sample=False)
+        expected = expected[0, batch.inputs["input_ids"].shape[1] :].tolist()
+        return 0.0 if written.token_ids == expected else float("inf")
+
     return [
         *checks,
         ("patching", lambda: _check_picture_patching(loaded, model, language), OUTPUT_TOLERANCE),
         ("norm", norm, PATTERN_TOLERANCE),
+        ("generation", generation, 0.0),
     ]
 
 
@@ -387,5 +396,5 @@ def test_known_lists_name_only_discovered_families_and_checks():
     ):
         assert set(unbuildable) <= families and set(known) <= families
         assert not set(unbuildable) & set(known)
-        checks = {"build", "load", "patterns", "outputs", "statistics", "patching", "norm"}
+        checks = {"build", "load", "patterns", "outputs", "statistics", "patching", "norm", "generation"}
         assert all(set(entry) <= checks and entry for entry in known.values())
