@@ -19,14 +19,13 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch import nn
 
 from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelError
 from attnviz.core import CONTEXT_KWARG, AttentionContext, AttentionSite
 from attnviz.models.base import EncodedBatch
 from attnviz.models.decoder_side import WritesText, decoder_positions
-from attnviz.models.placement import Placement
+from attnviz.models.placement import Loading
 from attnviz.models.vision import VisionModel
 from attnviz.models.vision_families import (
     VISION_FAMILIES,
@@ -62,16 +61,9 @@ def is_captioner_type(model_type: str) -> bool:
     return model_type == CAPTIONER_TYPE or model_type in REFUSED_CAPTIONERS
 
 
-def load_caption_model(
-    source: str,
-    config: Any,
-    *,
-    name: str | None,
-    device: torch.device | str,
-    dtype: torch.dtype,
-    device_map: Placement | None = None,
-) -> CaptionModel:
-    """Load a ``VisionEncoderDecoderModel`` with its image processor and tokenizer (see the module docstring)."""
+def load_caption_model(source: str, config: Any, loading: Loading) -> CaptionModel:
+    """Load a ``VisionEncoderDecoderModel`` with its image processor and tokenizer (see the module docstring), put
+    in place as ``loading`` says."""
     import transformers
 
     from attnviz.models.hf_checks import check_loading_info, drop_missing_poolers, first_line
@@ -99,15 +91,13 @@ def load_caption_model(
             "into the model directory with tokenizer.save_pretrained(directory))"
         ) from exc
     model, info = load_weights_on_core(
-        transformers.VisionEncoderDecoderModel, source, dtype=dtype, device_map=device_map
+        transformers.VisionEncoderDecoderModel, source, dtype=loading.dtype, device_map=loading.device_map
     )
     drop_missing_poolers(model, info)  # an encoder saved without its pooler (it plays no part in attention)
     check_loading_info(info, source, buffers=(buffer for buffer, _ in model.named_buffers()))
-    if not device_map:
-        model.to(device)
-    model.eval()
     extra_kinds = VISION_FAMILIES[encoder_type](config.encoder)
-    loaded = CaptionModel(model, processor, tokenizer, name=name or source, extra_kinds=extra_kinds)
+    loaded = CaptionModel(loading.place(model), processor, tokenizer, name=loading.name or source,
+                          extra_kinds=extra_kinds)  # fmt: skip
     loaded.check_weights()
     loaded.image_task = image_task_of(source)
     check_image_size(processor, config.encoder, source)

@@ -39,7 +39,7 @@ from attnviz.models.hf_patching import (
 )
 from attnviz.models.objective import LanguageModelObjective, Objective, RepresentationObjective, has_lm_head
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
-from attnviz.models.placement import Placement
+from attnviz.models.placement import Loading, Placement
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.pruned_format import save_pruned_copy
 from attnviz.models.readers import ResidualReaders
@@ -85,16 +85,13 @@ def load_hf_model(
     if gguf_file:
         extra["gguf_file"] = gguf_file
     placement = device_map.from_pretrained_arguments() if device_map else {}
+    loading = Loading(name=name, device=device, dtype=dtype, device_map=device_map)
     try:
         config = transformers.AutoConfig.from_pretrained(source, **extra)
         if not gguf_file and is_vision_type(getattr(config, "model_type", "")):  # images, not text
-            return load_vision_model(  # type: ignore[return-value]
-                source, config, name=name, device=device, dtype=dtype, device_map=device_map
-            )
+            return load_vision_model(source, config, loading)  # type: ignore[return-value]
         if not gguf_file and is_captioner_type(getattr(config, "model_type", "")):  # images in, text out
-            return load_caption_model(  # type: ignore[return-value]
-                source, config, name=name, device=device, dtype=dtype, device_map=device_map
-            )
+            return load_caption_model(source, config, loading)  # type: ignore[return-value]
         refuse_unreadable_family(config, model_class_for(config), source)  # before its tokenizer is looked for
         if load_tokenizer is not None:
             tokenizer = load_tokenizer(source)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
@@ -102,3 +102,29 @@ class Placement:
         if self.offload_folder is not None:
             arguments["offload_folder"] = self.offload_folder
         return arguments
+
+
+class LoaderOptions(TypedDict, total=False):
+    """The keywords every model loader of :mod:`attnviz.models.specs` takes besides the path (see :class:`Loading`)."""
+
+    name: str | None
+    device: torch.device | str
+    dtype: torch.dtype
+    device_map: Placement | None
+
+
+@dataclass(frozen=True)
+class Loading:
+    """How a loader puts a model in place: the ``name`` it is shown by (None: its path), the ``device`` and ``dtype``
+    of its weights, and accelerate's placement (``device_map``), which takes the place of ``device``."""
+
+    name: str | None = None
+    device: torch.device | str = "cpu"
+    dtype: torch.dtype = torch.float32
+    device_map: Placement | None = None
+
+    def place(self, model: nn.Module) -> nn.Module:
+        """``model`` on the device (unless accelerate placed it), in eval mode."""
+        if not self.device_map:
+            model.to(self.device)
+        return model.eval()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file
@@ -26,10 +26,14 @@ from attnviz.models.hf import HFModel
 from attnviz.models.hf_checks import first_line, refuse_custom_code
 from attnviz.models.hf_loading import model_class_for
 from attnviz.models.physical import find_attention_blocks, shrink_to_counts
+from attnviz.models.placement import LoaderOptions, Loading
 from attnviz.models.pruned_format import FORMAT_NAME, FORMAT_VERSION
 from attnviz.models.pruning_records import RecordError, identity_from_marker
 from attnviz.models.vision import VisionModel
 from attnviz.models.vision_families import VISION_FAMILIES, image_task_of, is_vision_type, load_image_processor
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
 
 def read_pruned_metadata(path: str | os.PathLike) -> dict:
@@ -89,17 +93,13 @@ def _check_shapes(model: nn.Module, state: dict[str, torch.Tensor], path: Path) 
 
 
 @quiet_third_party()  # transformers' loading bars off for this call only
-def load_pruned_model(
-    path: str | os.PathLike,
-    *,
-    name: str | None = None,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
-) -> LoadedModel:
-    """Load a physically pruned checkpoint written by ``attnviz prune`` (see the module docstring)."""
+def load_pruned_model(path: str | os.PathLike, **options: Unpack[LoaderOptions]) -> LoadedModel:
+    """Load a physically pruned checkpoint written by ``attnviz prune`` (see the module docstring); ``options``:
+    where it goes (:class:`~attnviz.models.placement.Loading`; accelerate's placement does not apply)."""
     import transformers  # here, under quiet_third_party: a first import in a notebook warns about ipywidgets
     from transformers.initialization import no_init_weights
 
+    loading = Loading(**options)  # the registry gives it no device_map: a pruned checkpoint loads whole
     path = Path(path).expanduser()
     metadata = read_pruned_metadata(path)
     refuse_custom_code(str(path))
@@ -116,14 +116,14 @@ def load_pruned_model(
 
     def wrap(model: nn.Module) -> LoadedModel:
         if vision:
-            return wrap_pruned_vision(model, processor, path, name)
-        loaded = HFModel(model, tokenizer, name=name or str(path))
+            return wrap_pruned_vision(model, processor, path, loading.name)
+        loaded = HFModel(model, tokenizer, name=loading.name or str(path))
         loaded.checkpoint_path = str(path)
         return loaded
 
     cls = model_class_for(config)
     with no_init_weights():  # every weight is read from the file below
-        model = cls._from_config(config, attn_implementation=ATTENTION_NAME, dtype=dtype)
+        model = cls._from_config(config, attn_implementation=ATTENTION_NAME, dtype=loading.dtype)
     model.eval()
     blocks = find_attention_blocks(wrap(model))  # the full-size model the record describes
     try:
@@ -142,9 +142,7 @@ def load_pruned_model(
     if result.missing_keys and hasattr(model, "tie_weights"):
         model.tie_weights()  # e.g. lm_head shares the embedding matrix and is not stored separately
     _check_missing(model, result.missing_keys, set(state), path)
-    model.to(device)  # dtype was set at construction (rotary buffers stay float32)
-    model.eval()
-    loaded = wrap(model)
+    loaded = wrap(loading.place(model))  # dtype was set at construction (rotary buffers stay float32)
     loaded.head_identity = identity
     loaded.check_weights()
     if vision:

@@ -28,7 +28,7 @@ from attnviz.models.head_output_edits import replay_fallback, run_editing
 from attnviz.models.head_outputs import OutputProjection, find_output_projections
 from attnviz.models.hf_checks import VISION_FAMILY_NAMES
 from attnviz.models.physical import find_attention_blocks, prune_heads_physically
-from attnviz.models.placement import Placement
+from attnviz.models.placement import Loading
 from attnviz.models.probing import ProbeBatch
 from attnviz.models.vision_families import (
     IMAGE_TASK_EXAMPLES,
@@ -44,16 +44,9 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
 
-def load_vision_model(
-    source: str,
-    config: Any,
-    *,
-    name: str | None,
-    device: torch.device | str,
-    dtype: torch.dtype,
-    device_map: Placement | None = None,
-) -> VisionModel:
-    """Load a vision transformer and its image processor onto the attention core (see the module docstring)."""
+def load_vision_model(source: str, config: Any, loading: Loading) -> VisionModel:
+    """Load a vision transformer and its image processor onto the attention core (see the module docstring), put in
+    place as ``loading`` says."""
     import transformers
 
     from attnviz.models.hf_checks import check_loading_info, drop_missing_poolers
@@ -68,15 +61,15 @@ def load_vision_model(
         getattr(transformers, tower[0]) if tower else next((c for c in named if c is not None), transformers.AutoModel)
     )
     # a hub id comes from the local cache: never the network
-    model, info = load_weights_on_core(cls, source, dtype=dtype, device_map=device_map, local_files_only=True)
+    model, info = load_weights_on_core(
+        cls, source, dtype=loading.dtype, device_map=loading.device_map, local_files_only=True
+    )
     if tower:  # the text tower's weights are in the file but not in the vision model: not an error here
         info["unexpected_keys"] = [key for key in info.get("unexpected_keys") or () if key.startswith(tower[1])]
     drop_missing_poolers(model, info)  # a checkpoint saved without its pooler (DINO v1) loads as it was saved
     check_loading_info(info, source)
-    if not device_map:
-        model.to(device)
-    model.eval()
-    loaded = VisionModel(model, processor, name=name or source, extra_kinds=VISION_FAMILIES[model_type](config))
+    loaded = VisionModel(loading.place(model), processor, name=loading.name or source,
+                         extra_kinds=VISION_FAMILIES[model_type](config))  # fmt: skip
     loaded.image_task = image_task_of(source)
     loaded.layout()  # a probe forward pass: checks the grid against the patterns now, not in the middle of a command
     return loaded

@@ -8,28 +8,24 @@ layers (Mllama).
 from __future__ import annotations
 
 import os
-
-import torch
+from typing import TYPE_CHECKING
 
 from attnviz.common.errors import ModelSpecError
 from attnviz.common.progress import quiet_third_party
-from attnviz.models.placement import Placement
+from attnviz.models.placement import LoaderOptions, Loading
 from attnviz.models.vlm import VisionLanguageModel
 from attnviz.models.vlm_cross import CrossAttentionVisionLanguageModel
 from attnviz.models.vlm_families import vision_language_family
 from attnviz.models.vlm_processor import load_processor
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
+
 
 @quiet_third_party()  # transformers' loading bars off for this call only
-def load_vision_language_model(
-    source: str | os.PathLike,
-    *,
-    name: str | None = None,
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype = torch.float32,
-    device_map: Placement | None = None,
-) -> VisionLanguageModel:
-    """Load a vision-language model directory and its processor onto the attention core (see the module docstring).
+def load_vision_language_model(source: str | os.PathLike, **options: Unpack[LoaderOptions]) -> VisionLanguageModel:
+    """Load a vision-language model directory and its processor onto the attention core (see the module docstring),
+    put in place as ``options`` say (:class:`~attnviz.models.placement.Loading`).
 
     The loader of :mod:`attnviz.models.specs` for a ``config.json`` of a family of
     :data:`~attnviz.models.vlm_families.VLM_FAMILIES`."""
@@ -39,7 +35,7 @@ def load_vision_language_model(
     from attnviz.models.hf_loading import model_class_for
     from attnviz.models.vision_families import load_weights_on_core
 
-    source = str(source)
+    loading, source = Loading(**options), str(source)
     refuse_custom_code(source)
     try:
         config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False, local_files_only=True)
@@ -59,13 +55,12 @@ def load_vision_language_model(
             f"the processor of vision-language model {source!r} has no image processor or no tokenizer: save the "
             "model's own processor (tokenizer and image processor) with processor.save_pretrained(directory)"
         )
-    model, info = load_weights_on_core(model_class_for(config), source, dtype=dtype, device_map=device_map)
+    model, info = load_weights_on_core(
+        model_class_for(config), source, dtype=loading.dtype, device_map=loading.device_map
+    )
     check_loading_info(info, source, buffers=(buffer for buffer, _ in model.named_buffers()))
-    if not device_map:
-        model.to(device)
-    model.eval()
     kind = CrossAttentionVisionLanguageModel if family.cross_attention else VisionLanguageModel
-    loaded = kind(model, processor, family, name=name or source)
+    loaded = kind(loading.place(model), processor, family, name=loading.name or source)
     loaded.check_weights()
     loaded.check_layout()
     return loaded
