@@ -195,3 +195,14 @@ def build_tiny_vlm(family: str, path: Path, **options) -> Path:
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return path
+
+
+def picture_shares(captures, layer: int) -> torch.Tensor:
+    """``[head, every text query after a picture]``: each such query's weight on its picture's tokens, in ``layer``
+    of each capture (a text with a picture), the captures side by side: the image share's hand computation."""
+    shares = []
+    for result in captures:
+        grid = result.image_grid
+        after = grid.start + grid.num_tokens
+        shares.append(result.layer(layer)[:, after:, grid.start : after].sum(dim=-1))  # [head, text query]
+    return torch.cat(shares, dim=1).double()

@@ -7,15 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import zoo_reference as ref
 from cli_helpers import run_cli
 from figure_helpers import read_svg
 from PIL import Image
-from tiny_vlm import build_tiny_vlm
+from tiny_vlm import build_tiny_vlm, picture_shares
 
 import attnviz
 from attnviz.captures.vision_language import vision_language_batch
 
-HEADS, KV_HEADS, HEAD_SIZE = 4, 2, 12
+HEADS = 4
 PROMPT, CORRUPT, ANSWER, WRONG = "a red cat", "a red mat", "a", "s"
 
 
@@ -25,15 +26,17 @@ def directory(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def loaded(directory):
-    return attnviz.load_model(str(directory), device="cpu")
-
-
-@pytest.fixture(scope="module")
 def eager(directory):
+    """transformers' own model of ``directory``, with its eager attention."""
     import transformers
 
     return transformers.AutoModelForImageTextToText.from_pretrained(directory, attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="module")
+def loaded(directory):
+    """attnviz's model of ``directory`` (its processor built without torchvision)."""
+    return attnviz.load_model(str(directory), device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -103,70 +106,36 @@ def test_writing_equals_transformers_generate_and_the_teacher_forced_capture(loa
         assert float((written.capture.layer(layer) - reference[0]).abs().max()) <= 1e-5
 
 
-def _split(inputs: dict, index: int) -> dict:
-    """Example ``index`` of a processed batch of two: its row of every per-text tensor, its picture's patches."""
-    sizes = inputs["image_grid_thw"].prod(-1).tolist()
-    one = {key: value[index : index + 1] for key, value in inputs.items() if key != "pixel_values"}
-    one["pixel_values"] = inputs["pixel_values"].split(sizes)[index]
-    return one
-
-
 def test_patching_equals_a_plain_hook_on_the_output_projection(loaded, eager, picture):
     """Each patched logit difference equals a corrupt run whose ``o_proj`` input gets the clean run's columns of
-    that head (a forward pre-hook), the picture in both prompts."""
+    that head (a forward pre-hook, :mod:`zoo_reference`), the picture in both prompts."""
     result = attnviz.patch_heads(loaded, clean=PROMPT, corrupt=CORRUPT, answer=ANSWER, wrong=WRONG, image=picture)
-    pair = vision_language_batch(loaded, [PROMPT, CORRUPT], [picture, picture])
-    layers = eager.model.language_model.layers
-    ids = [loaded.tokenizer.convert_tokens_to_ids(token) for token in (ANSWER, WRONG)]
-    heard: dict[int, torch.Tensor] = {}
-    hooks = [
-        layer.self_attn.o_proj.register_forward_pre_hook(lambda _, args, i=i: heard.__setitem__(i, args[0].clone()))
-        for i, layer in enumerate(layers)
-    ]
-    with torch.no_grad():
-        clean_logits = eager(**_split(pair.inputs, 0)).logits[0, -1]
-    for hook in hooks:
-        hook.remove()
-    assert abs(float(clean_logits[ids[0]] - clean_logits[ids[1]]) - result.clean_logit_diff) <= 1e-4
+    (clean, clean_extra), (corrupt, corrupt_extra) = (
+        _ids_and_rest(vision_language_batch(loaded, [text], [picture]).inputs) for text in (PROMPT, CORRUPT)
+    )
+    answer, wrong = (loaded.tokenizer.convert_tokens_to_ids(token) for token in (ANSWER, WRONG))
+    blocks = ref.run_blocks(eager, clean, clean_extra, within=eager.model.language_model)
+    heard, clean_logits = ref.head_inputs(eager, clean, blocks, clean_extra)  # [(layer, [q, h·d])]
+    assert abs(float(clean_logits[-1, answer] - clean_logits[-1, wrong]) - result.clean_logit_diff) <= 1e-4
     assert len(result.heads) == 2 * HEADS
     for effect in result.heads:
-        columns = slice(effect.head * HEAD_SIZE, (effect.head + 1) * HEAD_SIZE)
+        block, values = blocks[effect.layer][1], heard[effect.layer][1]
+        logits = ref.patched_logits(eager, corrupt, block, 0, effect.head, HEADS, values, corrupt_extra)
+        assert abs(float(logits[-1, answer] - logits[-1, wrong]) - effect.patched_logit_diff) <= 1e-4
 
-        def patch(_, args, clean_input=heard[effect.layer], columns=columns):
-            patched = args[0].clone()
-            patched[..., columns] = clean_input[..., columns]
-            return (patched,)
 
-        hook = layers[effect.layer].self_attn.o_proj.register_forward_pre_hook(patch)
-        with torch.no_grad():
-            logits = eager(**_split(pair.inputs, 1)).logits[0, -1]
-        hook.remove()
-        assert abs(float(logits[ids[0]] - logits[ids[1]]) - effect.patched_logit_diff) <= 1e-4
+def _ids_and_rest(inputs: dict) -> tuple[torch.Tensor, dict]:
+    return inputs["input_ids"], {key: value for key, value in inputs.items() if key != "input_ids"}
 
 
 def test_norm_weighting_is_weight_times_the_moved_vector(loaded, eager, picture):
-    """``weighting="norm"``: ``α_ij·‖W_O^h v_j^h‖`` with the values read by a plain hook on ``v_proj``."""
+    """``weighting="norm"``: ``α_ij·‖W_O^h v_j^h‖`` with the values the eager attention function reads."""
     normed = attnviz.capture(loaded, PROMPT, image=picture, weighting="norm")
     batch = vision_language_batch(loaded, [PROMPT], [picture])
-    layers = eager.model.language_model.layers
-    values: dict[int, torch.Tensor] = {}
-    hooks = [
-        layer.self_attn.v_proj.register_forward_hook(lambda _, __, out, i=i: values.__setitem__(i, out[0]))
-        for i, layer in enumerate(layers)
-    ]
-    with torch.no_grad():
-        outputs = eager(**batch.inputs, output_attentions=True)
-    for hook in hooks:
-        hook.remove()
-    for index, layer in enumerate(layers):
-        value = values[index].view(-1, KV_HEADS, HEAD_SIZE)  # [k, kv heads, d]
-        weight = layer.self_attn.o_proj.weight.detach()  # [width, heads × d]
-        norms = torch.stack(
-            [(value[:, head // (HEADS // KV_HEADS)] @ weight[:, head * HEAD_SIZE : (head + 1) * HEAD_SIZE].T)
-             .norm(dim=-1) for head in range(HEADS)]
-        )  # fmt: skip  # [h, k]
-        expected = outputs.attentions[index][0] * norms[:, None, :]  # [h, q, k]
-        assert float((normed.layer(index) - expected).abs().max()) <= 1e-4
+    expected = ref.norm_maps(eager, dict(batch.inputs), within=eager.model.language_model)["self"]  # [[h, q, k]]
+    assert len(expected) == 2
+    for layer, reference in enumerate(expected):
+        assert float((normed.layer(layer) - reference).abs().max()) <= 1e-4
 
 
 def test_statistics_over_two_pictures_equal_their_captures(loaded, picture):
@@ -178,12 +147,7 @@ def test_statistics_over_two_pictures_equal_their_captures(loaded, picture):
     stats = attnviz.compute_statistics(loaded, texts, images=pictures, progress=False)
     captures = [attnviz.capture(loaded, text, image=image) for text, image in zip(texts, pictures, strict=True)]
     for layer in range(2):
-        shares = []
-        for result in captures:
-            grid = result.image_grid
-            after = grid.start + grid.num_tokens
-            shares.append(result.layer(layer)[:, after:, grid.start : after].sum(dim=-1))  # [head, text query]
-        expected = torch.cat(shares, dim=1).double()  # [head, every text query after a picture]
+        expected = picture_shares(captures, layer)  # [head, every text query after a picture]
         assert torch.allclose(stats.picture.image_share[AttentionSite("self", layer)], expected.mean(1), atol=1e-6)
 
 

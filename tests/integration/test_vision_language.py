@@ -9,7 +9,7 @@ import torch
 from cli_helpers import assert_clean_error, run_cli
 from figure_helpers import read_svg
 from tiny_vision import sample_images
-from tiny_vlm import build_tiny_vlm
+from tiny_vlm import build_tiny_vlm, picture_shares
 
 import attnviz
 from attnviz.captures.result import AttentionCapture
@@ -205,12 +205,7 @@ def test_statistics_over_texts_with_pictures_equal_the_captures(vlm_dirs):
     captures = [attnviz.capture(loaded, text, image=image) for text, image in zip(texts, pictures)]
     assert stats.num_examples == 2 and stats.num_tokens == sum(len(c.tokens) for c in captures)
     for layer in range(2):
-        shares = []
-        for result in captures:
-            grid = result.image_grid
-            after = grid.start + grid.num_tokens
-            shares.append(result.layer(layer)[:, after:, grid.start : after].sum(dim=-1))  # [head, text query]
-        expected = torch.cat(shares, dim=1).double()  # [head, every text query after a picture]
+        expected = picture_shares(captures, layer)  # [head, every text query after a picture]
         site = AttentionSite("self", layer)
         assert torch.allclose(stats.picture.image_share[site], expected.mean(dim=1), atol=1e-6)
         assert torch.allclose(stats.picture.image_share_std[site], expected.std(dim=1, unbiased=False), atol=1e-6)
