@@ -242,7 +242,6 @@ VISION_KNOWN: dict[str, dict[str, str]] = {
         for f in ("metaclip_2", "mobilevit", "mobilevitv2", "siglip2", "swiftformer")
     },
     "image-text:shieldgemma2": {"load": "refused in one line: its processor needs ShieldGemma 2's chat template"},
-    "image-text:mllama": {"generation": "refused by name: its cross-attention mask is not extended while it writes"},
     "image-text:qwen3_5": {"norm": GATED_REFUSED},
     "image-text:qwen3_5_moe": {"norm": GATED_REFUSED},
     "image-text:t5gemma2": {"load": NAMED_REFUSAL},

@@ -95,6 +95,51 @@ def write_target(
     return Generation(capture=capture, text=text, token_ids=generated)
 
 
+def write_reading_picture(loaded: LoadedModel, prompt: str, picture, decoding: Decoding) -> Generation:
+    """Let a vision-language model that reads its picture through cross-attention layers (Mllama) continue
+    ``prompt`` as ``decoding`` says, capturing every step: the picture's keys on the source side, the prompt and the
+    written tokens on the target side (stacks ``decoder`` and ``cross``); ``generated_from`` is the first written
+    token's position on the target side."""
+    from attnviz.captures.vision_language import vision_language_batch
+    from attnviz.core import CONTEXT_KWARG
+
+    batch = vision_language_batch(loaded, [prompt], [picture])
+    inputs = batch.inputs
+    sequence = inputs["input_ids"][0].tolist()  # the prompt, then each new token
+    prompt_len = len(sequence)
+    # the first step reads the picture (pixels, tiles, the text × tile mask); later steps read the cache
+    first = {key: value for key, value in inputs.items() if key not in ("input_ids", "attention_mask")}
+    # a written token reads the picture as the prompt's last token does: transformers' generate repeats that row
+    # of the text × tile mask for each new token
+    later = {"cross_attention_mask": inputs["cross_attention_mask"][:, -1:]}  # [1, 1, pictures, tiles]
+    model = loaded.model
+    recorder = _StepRecorder()
+    context = loaded.context([recorder])
+    cache = cache_argument(model)
+
+    def forward(step_input: torch.Tensor, past):
+        mask = torch.ones(1, len(sequence), dtype=torch.long, device=loaded.device)  # [1, keys so far]
+        extra = first if past is None else later
+        return model(input_ids=step_input, attention_mask=mask, use_cache=True, **{cache: past, CONTEXT_KWARG: context},
+                     **extra)  # fmt: skip
+
+    with torch.no_grad(), loaded.running():
+        generated = write_tokens(forward, recorder, sequence, cache=cache, eos_ids=_eos_ids(model), decoding=decoding,
+                                 device=loaded.device)  # fmt: skip
+    capture = written_target_capture(
+        loaded.name,
+        batch,
+        recorder,
+        len(batch.tokens[0]),
+        loaded.text_tokens(sequence),  # type: ignore[attr-defined]  # a VisionLanguageModel
+        image_grid=batch.image_grid,
+        extras={"image": batch.images[0].detach().to("cpu", torch.float32)} if batch.images is not None else {},
+        generated_from=prompt_len,
+    )
+    text = loaded.tokenizer.decode(generated, skip_special_tokens=True)
+    return Generation(capture=capture, text=text, token_ids=generated)
+
+
 def keep_recorded(
     capture: AttentionCapture,
     loaded: LoadedModel,

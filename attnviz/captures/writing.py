@@ -84,7 +84,13 @@ def generate(
 
         if not isinstance(x, str):
             _refuse_for_text_model(loaded, x)
-        generation = continue_text(loaded, x, decoding, image=image, max_length=max_length, truncate=truncate)
+        if loaded.reads_pictures_in_text and loaded.encoder_decoder and image is not None:  # Mllama
+            from attnviz.captures.captioning import write_reading_picture
+
+            loaded.check_generation()
+            generation = write_reading_picture(loaded, x, image, decoding)
+        else:
+            generation = continue_text(loaded, x, decoding, image=image, max_length=max_length, truncate=truncate)
     if layers is not None or heads is not None or stacks is not None:
         from attnviz.captures.captioning import keep_recorded
 

@@ -8,6 +8,7 @@ averaged). Rows therefore still sum to 1.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,10 @@ def display_token(token: str) -> str:
     for marker in SPACE_MARKERS:
         label = label.replace(marker, " ")
     label = label.replace("Ċ", "\\n").replace("ĉ", "\\t")
+    # control characters (a random or odd model can write any byte) are shown escaped: no font draws them
+    label = "".join(
+        repr(character)[1:-1] if unicodedata.category(character) == "Cc" else character for character in label
+    )
     if not label.strip(" "):
         return SPACE_MARK * max(len(label), 1)
     if not label.strip():

@@ -150,9 +150,3 @@ class CrossAttentionVisionLanguageModel(VisionLanguageModel):
             f"{self.name} reads its picture through gated cross-attention layers, which attnviz's circuits do not "
             "trace (patching, attribution and statistics do)"
         )
-
-    def check_generation(self) -> None:
-        raise UnsupportedModelError(
-            f"{self.name} reads its picture through cross-attention layers, whose mask attnviz does not extend while "
-            "it writes: give the text to read (the captioning view shows each token after the picture)"
-        )

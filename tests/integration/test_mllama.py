@@ -185,6 +185,38 @@ def test_command_line_draws_each_word_on_the_tiles_and_refuses_what_it_cannot(ca
     assert result.exit_code == 0, result.stderr
     result = run_cli(capsys, "heatmap", "--model", directory, "a red cat", "--out", tmp_path / "text.png")
     assert_clean_error(result, "reads a text with its picture")
+    written = tmp_path / "written.png"
+    result = run_cli(capsys, "heatmap", "--model", directory, "a red", "--image", image, "--generate", "3", "--out",
+                     written)  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "written:" in result.stderr and written.stat().st_size > 0
     loaded = attnviz.load_model(str(directory), device="cpu")
-    with pytest.raises(attnviz.AttnvizError, match="cross-attention layers"):
-        attnviz.generate(loaded, "a red", image=wide, max_new_tokens=2)
+    with pytest.raises(attnviz.AttnvizError, match="reads a text with its picture"):
+        attnviz.generate(loaded, "a red", max_new_tokens=2)
+
+
+def test_writing_equals_transformers_generate_and_the_teacher_forced_capture(directory, loaded, wide):
+    """``attnviz.generate`` with the picture writes the tokens transformers' greedy ``generate`` writes (each new
+    token reads the picture through the cross-attention layers as the prompt's last token does), and every step's
+    rows equal one eager run over the prompt and the written tokens."""
+    import transformers
+
+    prompt = "<|image|>a red cat"
+    written = attnviz.generate(loaded, prompt, image=wide, max_new_tokens=4)
+    batch = vision_language_batch(loaded, [prompt], [wide])
+    model = transformers.AutoModelForImageTextToText.from_pretrained(directory, attn_implementation="eager").eval()
+    with torch.no_grad():
+        expected = model.generate(**batch.inputs, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    prompt_len = batch.inputs["input_ids"].shape[1]
+    assert written.token_ids == expected[0, prompt_len:].tolist()
+    capture = written.capture
+    assert capture.generated_from == prompt_len and len(capture.target_tokens) == prompt_len + 4
+    assert capture.tokens == attnviz.capture(loaded, prompt, image=wide).tokens  # the picture's keys
+    rows = batch.inputs["cross_attention_mask"]  # [1, q, pictures, tiles]: the written tokens repeat the last row
+    forced = dict(batch.inputs, input_ids=expected, attention_mask=torch.ones_like(expected))
+    forced["cross_attention_mask"] = torch.cat([rows, rows[:, -1:].expand(1, 4, *rows.shape[2:])], dim=1)
+    with torch.no_grad():
+        outputs = model(**forced, output_attentions=True)
+    for layer, reference in enumerate(outputs.attentions):  # [1, h, q, k]
+        assert float((capture.layer(layer, STACK_OF_LAYER[layer]) - reference[0]).abs().max()) <= 1e-5
+    assert caption_view(capture).target_tokens[-4:] == capture.target_tokens[-4:]

@@ -180,3 +180,10 @@ def test_an_id_past_the_tokenizers_vocabulary_gets_a_label(byte_level_dir):
     beyond = len(tokenizer) + 1
     ids = [*tokenizer("The cat", add_special_tokens=False)["input_ids"], beyond]
     assert token_strings(tokenizer, ids) == ["The", "Ġcat", f"<id {beyond}>"]
+
+
+def test_control_characters_are_shown_escaped():
+    """A byte no font draws (a random model can write ``\\x1a``) is labelled as its escape, in figures and pages."""
+    assert display_token("a\x1ab") == "a\\x1ab"
+    assert display_token("\x00") == "\\x00"
+    assert display_token("Ġcat\x7f") == SPACE_MARK + "cat\\x7f"
