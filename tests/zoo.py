@@ -135,6 +135,9 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     "neomme": {"head_dim": 2 * HEAD_DIM},
     # its last layers reuse the keys and values of earlier layers of their kind: two layers have no earlier one
     "gemma3n_text": {"num_kv_shared_layers": 0},
+    # its rotary part is a fraction of the head (partial_rotary_factor 1/8 of 512): with the MLA rule's 4-wide heads
+    # that is no dimension at all; heads of 16 with a quarter rotated, output groups that divide the heads
+    "deepseek_v4": {"head_dim": 16, "partial_rotary_factor": 0.25, "o_groups": 2, "o_lora_rank": 16},
     # M-RoPE splits half the head size into time, height and width sections; the model's default fits 128-wide heads
     **{
         text_type: {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}}

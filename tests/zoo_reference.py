@@ -32,7 +32,8 @@ def stack_of(name: str, encoder_decoder: bool, module: nn.Module | None = None) 
         return "self"
     if any(part in lowered for part in CROSS_NAMES) or "crossattention" in lowered:
         return "cross"
-    return "decoder" if "decoder" in lowered.split(".") else "encoder"
+    # a decoder module, or one named for its decoder (SeamlessM4T's text_decoder)
+    return "decoder" if any(part.split("_")[-1] == "decoder" for part in lowered.split(".")) else "encoder"
 
 
 def eager_patterns(outputs, encoder_decoder: bool) -> dict[str, list[torch.Tensor]]:
@@ -52,10 +53,15 @@ def eager_patterns(outputs, encoder_decoder: bool) -> dict[str, list[torch.Tenso
 
 
 def run_eager(model, inputs: dict) -> tuple[torch.Tensor, dict[str, list[torch.Tensor]]]:
-    """``(logits [q, vocab] of example 0, patterns by stack)``."""
+    """``(logits [q, vocab] of example 0, patterns by stack)``; a hybrid stack's linear-attention layers, whose
+    eager weights are no softmax (MiniMax's lightning attention returns some), left out by their layer type."""
     with torch.no_grad():
         outputs = model(**inputs, output_attentions=True, use_cache=False)
-    return outputs.logits[0].float(), eager_patterns(outputs, model.config.is_encoder_decoder)
+    patterns = eager_patterns(outputs, model.config.is_encoder_decoder)
+    types = getattr(model.config.get_text_config(), "layer_types", None) or []
+    if "self" in patterns and len(types) == len(patterns["self"]):
+        patterns["self"] = [p for p, kind in zip(patterns["self"], types, strict=True) if "linear" not in kind]
+    return outputs.logits[0].float(), patterns
 
 
 def hand_statistics(pattern: torch.Tensor, positions: bool = True) -> dict[str, torch.Tensor]:

@@ -180,6 +180,7 @@ def captures_from_patterns(
             per_example[i][stack] = [torch.empty(0, query_lengths[i], key_lengths[i]) for _ in range(count)]
         for site in (site for site in sites if site.stack == stack):
             tensor = recorder.pop(site) if recorder is not None else cast("dict", patterns)[site]  # [b, h, q, k]
+            batch.check_keys_are_tokens(model_name, site, tensor.shape[3])
             for i in range(len(batch)):
                 q, k = query_lengths[i], key_lengths[i]
                 whole = len(batch) == 1 and tensor.shape[2] == q and tensor.shape[3] == k

@@ -126,6 +126,8 @@ class LoadedModel(ABC):
             batch = self.probe_batch()
             with torch.no_grad():
                 self.forward(batch, AttentionContext(observers=[recorder], site_of=self.site_of))
+            for site, keys in recorder.keys.items():
+                batch.check_keys_are_tokens(self.name, site, keys)
             self._layout = dict(sorted(recorder.heads.items()))
         return self._layout
 
@@ -358,10 +360,12 @@ class _HeadCounter:
 
     def __init__(self) -> None:
         self.heads: dict[AttentionSite, int] = {}
+        self.keys: dict[AttentionSite, int] = {}  # the keys each site's pattern spans
 
     def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:
         if site is not None:
             self.heads[site] = pattern.shape[1]
+            self.keys[site] = max(self.keys.get(site, 0), pattern.shape[-1])
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -63,3 +63,26 @@ class EncodedBatch:
         _, key_lengths = self.query_key_lengths(stack)
         width = max(key_lengths)
         return torch.arange(width)[None, :] < torch.tensor(key_lengths)[:, None]
+
+    def token_widths(self) -> dict[str, int]:
+        """``{stack: padded width}`` of the stacks whose keys are the batch's token ids (``self`` and ``encoder``:
+        ``input_ids``; ``decoder``: ``decoder_input_ids``, else ``input_ids``); a stack whose keys are not read from
+        token ids (pictures, audio frames, another side's tokens) is left out."""
+        ids = self.inputs.get("input_ids")
+        decoder = self.inputs.get("decoder_input_ids", ids)
+        widths = {} if ids is None else {"self": int(ids.shape[1]), "encoder": int(ids.shape[1])}
+        return widths | ({} if decoder is None else {"decoder": int(decoder.shape[1])})
+
+    def check_keys_are_tokens(self, model_name: str, site, keys: int) -> None:
+        """Refuse, naming the site, a pattern over more keys than the batch has tokens where keys are its tokens:
+        entries that are not tokens of the input (summaries of blocks of keys, memory or global tokens) have no
+        place in a pattern over tokens, and dropping them would hide their weight."""
+        from attnviz.common.errors import UnsupportedModelError
+
+        width = self.token_widths().get(site.stack)
+        if width is not None and keys > width:
+            raise UnsupportedModelError(
+                f"{model_name}: the attention of {site.stack}.{site.layer} reads {keys} keys where its input has "
+                f"{width} tokens: it attends to entries that are not tokens of the input (compressed summaries of "
+                "blocks of keys, memory or global tokens), which attnviz cannot show as a pattern over tokens"
+            )
