@@ -174,6 +174,55 @@ def norm_maps(model, inputs: dict, within: nn.Module | None = None) -> dict[str,
     return maps
 
 
+#: families computing attention in their own eager code (no ``eager_attention_forward`` to read values from):
+#: model type -> (the last part of the name of the module whose output holds the values, ``(output [k, width],
+#: heads, head size) -> values [kv heads, k, d]``)
+VALUE_READERS = {
+    **dict.fromkeys(
+        ("gpt_neo", "mpnet", "deberta-v2"),
+        ("v", lambda out, heads, size: out.view(out.shape[0], heads, size).transpose(0, 1)),
+    ),
+    # BLOOM's fused projection: per head its query, key and value, in that order
+    "bloom": (
+        "query_key_value",
+        lambda out, heads, size: out.view(out.shape[0], heads, 3, size)[:, :, 2].transpose(0, 1),
+    ),
+    # Falcon with one key/value head (multi_query): every query head's query, then the key, then the value
+    "falcon": ("query_key_value", lambda out, heads, size: out[:, (heads + 1) * size :][None]),
+}
+#: the names of the value projections VALUE_READERS reads (``v`` stands for all of these)
+VALUE_NAMES = ("v_proj", "v", "value_proj")
+
+
+def eager_code_norm_maps(model, inputs: dict, model_type: str) -> dict[str, list[torch.Tensor]]:
+    """:func:`norm_maps` of a family in :data:`VALUE_READERS`: the weights from ``output_attentions``, the values
+    read by a forward hook on the module that computes them."""
+    name, values_of = VALUE_READERS[model_type]
+    names = VALUE_NAMES if name == "v" else (name,)
+    blocks = attention_modules(model)
+    readers = [next(m for n, m in block.named_modules() if n.rsplit(".", 1)[-1] in names) for _, block in blocks]
+    outputs: dict[int, torch.Tensor] = {}
+    hooks = [
+        r.register_forward_hook(lambda _, __, out, i=i: outputs.__setitem__(i, out[0])) for i, r in enumerate(readers)
+    ]
+    with torch.no_grad():
+        weights = model(**inputs, use_cache=False, output_attentions=True).attentions
+    for hook in hooks:
+        hook.remove()
+    maps = []
+    for index, (_, block) in enumerate(blocks):
+        alpha = weights[index][0].float()  # [h, q, k]
+        heads = alpha.shape[0]
+        weight = projection_columns(output_projection(block)).detach().float()  # [hidden, h·d]
+        size = weight.shape[1] // heads
+        value = values_of(outputs[index].float(), heads, size)  # [kv heads, k, d]
+        value = value.repeat_interleave(heads // value.shape[0], dim=0)  # [h, k, d]
+        blocks_o = weight.reshape(weight.shape[0], heads, size).permute(1, 0, 2)  # [h, hidden, d]
+        norms = torch.einsum("hod,hkd->hko", blocks_o, value).norm(dim=-1)  # [h, k]
+        maps.append(alpha * norms[:, None, :])
+    return {"self": maps}
+
+
 def run_blocks(model, ids: torch.Tensor, extra: dict, within: nn.Module | None = None) -> list[tuple[str, nn.Module]]:
     """The attention blocks (inside ``within``, by default anywhere) that compute softmax attention in one run, in
     model order.

@@ -207,7 +207,11 @@ def _checks(family: str, directory, model) -> list:
 
     def norm():
         capture = attnviz.capture(loaded, TEXT, target=target, weighting="norm")
-        reference = ref.norm_maps(model, dict(batch.inputs))
+        model_type = model.config.model_type
+        if model_type in ref.VALUE_READERS:  # attention in the family's own eager code: values read by a hook
+            reference = ref.eager_code_norm_maps(model, dict(batch.inputs), model_type)
+        else:
+            reference = ref.norm_maps(model, dict(batch.inputs))
         scale = max(float(m.abs().max()) for maps in reference.values() for m in maps)
         return _compare_stacks({s: _layers_of(capture, s) for s in capture.stacks}, reference) / max(1.0, scale)
 
