@@ -18,7 +18,6 @@ TEXT_STOPS = "refused in one line: the family's own code stops on a text alone (
 VLM = "vision-language model: item 8 (vlm)"
 SAME_DIFF = "one-line refusal for this input: the tiny model's answer logits do not change between the prompts"
 NO_VALUES = "zoo reference: an eager-only family has no eager_attention_forward to read value vectors from"
-BLOCKED = "zoo reference: eager returns LongT5's local attention as [b, blocks, h, block, 3·block], not unfolded"
 GATED_REFUSED = "refused by name: a gate or sub-norm sits between head output and output projection: item 5 (headout)"
 TWO_PER_LAYER = "two attention modules per layer, a layer each as eager numbers them: patching refused by name (item 4)"
 TOKEN_SINKS = "load refused by name: per-token attention sinks ('sinks'), which the core does not apply (item 1)"
@@ -73,7 +72,7 @@ KNOWN: dict[str, dict[str, str]] = {
     "laguna": {"norm": GATED_REFUSED},
     "lfm3": {"norm": GATED_REFUSED},
     "longcat_flash": {"patching": TWO_PER_LAYER, "norm": NO_VALUES},
-    "longt5": {**dict.fromkeys(("patterns", "statistics"), BLOCKED), **dict.fromkeys(("patching", "norm"), REFUSED)},
+    "longt5": {"patching": SAME_DIFF, "norm": REFUSED},
     "mt5": {"patching": SAME_DIFF},
     "musicgen": {"load": TEXT_STOPS},
     "musicgen_melody": {"load": TEXT_STOPS},

@@ -36,8 +36,23 @@ def stack_of(name: str, encoder_decoder: bool, module: nn.Module | None = None) 
     return "decoder" if any(part.split("_")[-1] == "decoder" for part in lowered.split(".")) else "encoder"
 
 
-def eager_patterns(outputs, encoder_decoder: bool) -> dict[str, list[torch.Tensor]]:
-    """``{stack: [[h, q, k] per attention layer]}`` (example 0) from the eager outputs; layers without attention left out."""
+def unfold_local(blocked: torch.Tensor, length: int) -> torch.Tensor:
+    """LongT5's local weights of example 0, ``[1, blocks, h, block, 3·block]`` (each block's queries over the block
+    before, its own and the one after), laid out over ``length`` tokens as ``[h, q, k]`` by an index loop."""
+    block = blocked.shape[3]
+    unfolded = torch.zeros(blocked.shape[2], length, length)  # [h, q, k]
+    for query in range(length):
+        index, row = divmod(query, block)
+        for key in range(length):
+            column = key - (index - 1) * block
+            if 0 <= column < 3 * block:
+                unfolded[:, query, key] = blocked[0, index, :, row, column]
+    return unfolded
+
+
+def eager_patterns(outputs, encoder_decoder: bool, length: int | None = None) -> dict[str, list[torch.Tensor]]:
+    """``{stack: [[h, q, k] per attention layer]}`` (example 0) from the eager outputs; layers without attention left
+    out; LongT5's blocked local weights unfolded over the ``length`` input tokens."""
     groups = (
         {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "cross": "cross_attentions"}
         if encoder_decoder
@@ -46,6 +61,8 @@ def eager_patterns(outputs, encoder_decoder: bool) -> dict[str, list[torch.Tenso
     patterns: dict[str, list[torch.Tensor]] = {}
     for stack, attribute in groups.items():
         layers = [a for a in (getattr(outputs, attribute, None) or ()) if a is not None]
+        if length is not None:
+            layers = [unfold_local(a, length)[None] if a.dim() == 5 else a for a in layers]
         if any(not isinstance(a, torch.Tensor) for a in layers):
             raise LookupError(f"eager {attribute} are not one [batch, head, query, key] tensor per layer")
         patterns[stack] = [a[0].float() for a in layers]
@@ -57,7 +74,7 @@ def run_eager(model, inputs: dict) -> tuple[torch.Tensor, dict[str, list[torch.T
     eager weights are no softmax (MiniMax's lightning attention returns some), left out by their layer type."""
     with torch.no_grad():
         outputs = model(**inputs, output_attentions=True, use_cache=False)
-    patterns = eager_patterns(outputs, model.config.is_encoder_decoder)
+    patterns = eager_patterns(outputs, model.config.is_encoder_decoder, inputs["input_ids"].shape[1])
     types = getattr(model.config.get_text_config(), "layer_types", None) or []
     if "self" in patterns and len(types) == len(patterns["self"]):
         patterns["self"] = [p for p, kind in zip(patterns["self"], types, strict=True) if "linear" not in kind]

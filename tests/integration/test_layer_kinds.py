@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 from cli_helpers import run_cli
+from zoo_reference import unfold_local
 
 import attnviz
 
@@ -218,14 +219,7 @@ def test_longt5_local_attention_laid_out_over_tokens(model_dirs):
     eager = _eager(loaded, path, batch)
     length = len(capture.tokens)
     for layer, blocked in enumerate(eager.encoder_attentions):  # [1, blocks, h, block, 3·block]
-        block = blocked.shape[3]
-        expected = torch.zeros(blocked.shape[2], length, length)  # [h, q, k]
-        for query in range(length):
-            index, row = divmod(query, block)
-            for key in range(length):
-                column = key - (index - 1) * block
-                if 0 <= column < 3 * block:
-                    expected[:, query, key] = blocked[0, index, :, row, column]
+        expected = unfold_local(blocked, length)  # [h, q, k]
         pattern = capture.layer(layer, "encoder")
         assert float((pattern - expected).abs().max()) <= 1e-5
         assert torch.allclose(pattern.sum(-1), torch.ones(4, length), atol=1e-5)
