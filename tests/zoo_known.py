@@ -17,7 +17,6 @@ REFUSED = "patching / norm weighting refused on this layout: item 7 (headout)"
 TEXT_STOPS = "refused in one line: the family's own code stops on a text alone (it needs audio, or a language id)"
 VLM = "vision-language model: item 8 (vlm)"
 SAME_DIFF = "one-line refusal for this input: the tiny model's answer logits do not change between the prompts"
-NO_VALUES = "zoo reference: an eager-only family has no eager_attention_forward to read value vectors from"
 GATED_REFUSED = "refused by name: a gate or sub-norm sits between head output and output projection: item 5 (headout)"
 TWO_PER_LAYER = "two attention modules per layer, a layer each as eager numbers them: patching refused by name (item 4)"
 TOKEN_SINKS = "load refused by name: per-token attention sinks ('sinks'), which the core does not apply (item 1)"
@@ -71,7 +70,7 @@ KNOWN: dict[str, dict[str, str]] = {
     "jetmoe": dict.fromkeys(("patching", "norm"), REFUSED),
     "laguna": {"norm": GATED_REFUSED},
     "lfm3": {"norm": GATED_REFUSED},
-    "longcat_flash": {"patching": TWO_PER_LAYER, "norm": NO_VALUES},
+    "longcat_flash": {"patching": TWO_PER_LAYER},
     "longt5": {"patching": SAME_DIFF, "norm": REFUSED},
     "mt5": {"patching": SAME_DIFF},
     "musicgen": {"load": TEXT_STOPS},

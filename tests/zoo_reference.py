@@ -116,7 +116,8 @@ def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def _is_attention_block(class_name: str) -> bool:
     """``LlamaAttention``, ``BertAttention``, ``T5Attention``: not a whole layer (``MllamaSelfAttentionDecoderLayer``)."""
-    return "Attention" in class_name and not class_name.endswith(("Layer", "Block", "Model"))
+    named = "Attention" in class_name or class_name.endswith("MLA")  # LongCat-Flash: multi-head latent attention
+    return named and not class_name.endswith(("Layer", "Block", "Model"))
 
 
 #: the names attention blocks give their output projection (the last part of the submodule's name)
@@ -143,7 +144,9 @@ def recorded_values(model: nn.Module):
     """Yield a list that fills with ``(module, weights [b, h, q, k], value [b, kv_heads, k, d_v])`` per eager call."""
     calls: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
     patched = []
+    # the modules that define the blocks' classes, and the model's own (LongCat-Flash names its blocks "MLA")
     owners = {type(sub).__module__ for _, block in attention_modules(model) for sub in block.modules()}
+    owners.add(type(model).__module__)
     for module_name in owners:
         namespace = sys.modules[module_name]
         original = getattr(namespace, "eager_attention_forward", None)
