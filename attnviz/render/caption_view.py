@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnviz.captures.attention_capture import AttentionCapture
-from attnviz.captures.vision_language import caption_view
+from attnviz.captures.vision_language import caption_view, is_vision_language_capture
 from attnviz.render.caption_overlay import cross_layers, written_words
 from attnviz.render.html_page import write_page
 from attnviz.render.image_view import encoded_layer, picture_page, picture_payload
@@ -22,6 +22,8 @@ def caption_view_payload(capture: AttentionCapture, *, layers: LayerSelection = 
     """JSON-ready data of the page: picture, grid, the written words, and per chosen layer the cross-attention rows
     of the steps that wrote them (``[head, word, key]``, encoded); a vision-language capture through its captioning
     view."""
+    # a picture inside the text: the language model's own weights, of which the picture holds a part
+    in_text = is_vision_language_capture(capture) and capture.image_grid.placeholder is None  # type: ignore[union-attr]
     capture = caption_view(capture)
     words = written_words(capture)
     rows = [row for row, _ in words]
@@ -29,7 +31,17 @@ def caption_view_payload(capture: AttentionCapture, *, layers: LayerSelection = 
         encoded_layer(capture, layer, "cross", capture.layer(layer, "cross")[:, rows])  # [head, word, key]
         for layer in cross_layers(capture, layers)
     ]
-    return {**picture_payload(capture), "words": [label for _, label in words], "layers": encoded}
+    attended = (
+        "the language model's attention over the picture's tokens"
+        if in_text
+        else "the cross-attention over the picture"
+    )
+    hint = (
+        f"Click a word of the caption: each overlay is {attended} of the step that wrote it (the query one token "
+        "earlier), in one layer and head, or the mean of the layer's heads."
+        + (" The rest of each row's weight goes to the text." if in_text else "")
+    )
+    return {**picture_payload(capture), "words": [label for _, label in words], "layers": encoded, "hint": hint}
 
 
 def caption_view_html(capture: AttentionCapture, *, layers: LayerSelection = None) -> str:

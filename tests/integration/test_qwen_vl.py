@@ -151,7 +151,7 @@ def test_statistics_over_two_pictures_equal_their_captures(loaded, picture):
         assert torch.allclose(stats.picture.image_share[AttentionSite("self", layer)], expected.mean(1), atol=1e-6)
 
 
-def test_heatmap_command_draws_the_text_over_the_picture(capsys, tmp_path, directory, picture):
+def test_heatmap_command_draws_the_text_over_the_picture(capsys, tmp_path, directory, picture, open_page):
     image = tmp_path / "café.png"
     picture.save(image)
     figure = tmp_path / "qwen.svg"
@@ -160,6 +160,16 @@ def test_heatmap_command_draws_the_text_over_the_picture(capsys, tmp_path, direc
     assert "the picture at positions 1–6: 2×3 patches" in result.stderr
     texts = " ".join(read_svg(figure).texts)
     assert "cat" in texts
+    page = tmp_path / "written.html"
+    result = run_cli(
+        capsys, "heatmap", "--model", directory, "a red", "--image", image, "--generate", "2", "--out", page
+    )
+    assert result.exit_code == 0, result.stderr
+    run = open_page(page)
+    run.assert_clean()
+    hint = run.page.inner_text("header p")  # the language model's own weights, not a cross-attention
+    assert "the language model's attention over the picture's tokens" in hint and "goes to the text" in hint
+    assert run.page.locator("#caption button").count() == 2  # the two written tokens
 
 
 def test_wrap_takes_the_model_and_a_processor_built_without_its_video_part(directory, loaded, picture):

@@ -41,9 +41,7 @@
   var readout = el("div", {"class": "readout", id: "readout"});
   var thumbs = el("table", {"class": "thumbs", id: "thumbs"});
   app.appendChild(el("header", {}, [el("h1", {text: data.title}), el("p", {"class": "hint", text:
-    "Click a word of the caption: each overlay is the cross-attention over the picture of the decoder step that " +
-    "wrote it (the query one token earlier), in one layer and head, or the mean of the layer's heads. " +
-    "Each overlay is scaled to its own largest weight on a patch."})]));
+    data.hint + " Each overlay is scaled to its own largest weight on a patch."})]));
   app.appendChild(caption);
   app.appendChild(el("main", {}, [el("div", {"class": "split"}, [el("div", {"class": "stage"}, [main, readout])]),
     el("h2", {text: "Every layer and head, for the chosen word"}), thumbs]));
