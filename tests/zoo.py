@@ -135,6 +135,8 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     "neomme": {"head_dim": 2 * HEAD_DIM},
     # its last layers reuse the keys and values of earlier layers of their kind: two layers have no earlier one
     "gemma3n_text": {"num_kv_shared_layers": 0},
+    # it reads five layers of its tower (-2, -5, -8, -11 and 6 of 24); the tiny tower has two: both of them
+    "vipllava": {"vision_feature_layers": [0, -1]},
     # its rotary part is a fraction of the head (partial_rotary_factor 1/8 of 512): with the MLA rule's 4-wide heads
     # that is no dimension at all; heads of 16 with a quarter rotated, output groups that divide the heads
     "deepseek_v4": {"head_dim": 16, "partial_rotary_factor": 0.25, "o_groups": 2, "o_lora_rank": 16},

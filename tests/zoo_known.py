@@ -226,7 +226,6 @@ VISION_KNOWN: dict[str, dict[str, str]] = {
             "qianfan_ocr",
             "video_llama_3",
             "video_llava",
-            "vipllava",
         )
     },
     **{"image-text:" + f: {"load": CAPTIONER_REFUSED} for f in ("blip", "blip-2", "git", "idefics", "pix2struct")},

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from attnviz.common.errors import InputError, UnsupportedModelError, reason
+from attnviz.common.errors import AttnvizError, InputError, UnsupportedModelError, reason
 from attnviz.common.images import ImageGrid
 from attnviz.common.tokens import token_strings, word_ids_from_markers
 from attnviz.common.wording import plural
@@ -98,7 +98,16 @@ class VisionLanguageModel(HFModel):
         """Refuse a model whose language model does not reach the core, or whose image tokens do not fit its grid
         (a probe pass on a grey picture)."""
         self._layout = None
-        if not self.layout():
+        try:
+            found = self.layout()
+        except (AttnvizError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # the family's own code stops on the probe (a config its weights do not fit)
+            raise UnsupportedModelError(
+                f"{self.name}: its code stops on a grey picture and a short text, as attnviz runs it: "
+                f"{type(exc).__name__}: {reason(exc)}"
+            ) from exc
+        if not found:
             raise UnsupportedModelError(
                 f"{self.name}: its language model's attention does not go through transformers' attention "
                 "interface, so attnviz cannot read it"

@@ -137,6 +137,8 @@ def _tiled_grid(config: Any, height: int, width: int, tokens: int):
 #: model_type -> how attnviz reads it
 VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
     "llava": VisionLanguageFamily("LLaVA", False, _patch_grid, separator="\n"),
+    # LLaVA with the tower's features of several layers side by side per patch: the same tokens
+    "vipllava": VisionLanguageFamily("VipLLaVA", False, _patch_grid, separator="\n"),
     "paligemma": VisionLanguageFamily("PaliGemma", True, _patch_grid),
     "gemma3": VisionLanguageFamily("Gemma 3", True, _pooled_grid),
     # pixel shuffle merges each s × s block of the tower's patches into one token, row-major: a square grid too
@@ -166,7 +168,7 @@ REFUSED_VLMS = {
     "onto the picture yet",
 }
 SUPPORTED_VLM_NAMES = (
-    "LLaVA, PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles), Qwen2-VL, "
+    "LLaVA, VipLLaVA, PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles), Qwen2-VL, "
     "Qwen2.5-VL and Mllama"
 )
 

@@ -390,3 +390,20 @@ def test_a_picture_alone_shows_the_vision_towers_attention(capsys, tmp_path, vlm
     result = run_cli(capsys, "heatmap", "--model", vlm_dirs[family], "--image", image, "--out", figure)
     assert result.exit_code == 0, result.stderr
     assert "vision tower" in " ".join(read_svg(figure).texts)
+
+
+def test_a_checkpoint_whose_own_code_stops_on_the_probe_is_one_error_line(capsys, tmp_path, vlm_dirs):
+    """A vision-language directory whose config its own code cannot run (a feature layer its tower lacks) is refused
+    with one line naming what stopped, from Python and on the command line, not a traceback."""
+    import json
+    import shutil
+
+    broken = tmp_path / "llava-broken"
+    shutil.copytree(vlm_dirs["llava"], broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["vision_feature_layer"] = -7  # the tiny tower has 2 layers (3 hidden states)
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(attnviz.AttnvizError, match="its code stops on a grey picture and a short text.*IndexError"):
+        attnviz.load_model(str(broken), device="cpu")
+    result = run_cli(capsys, "heatmap", "--model", broken, "a red cat", "--out", tmp_path / "x.png")
+    assert_clean_error(result, "its code stops on a grey picture")
