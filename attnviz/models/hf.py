@@ -149,10 +149,12 @@ class HFModel(LoadedModel):
         self.tokenizer = tokenizer
         self.name = name
         self.fallback = fallback
-        config = model.config
+        config: Any = model.config
         self.encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
         self.causal = not self.encoder_decoder and _is_causal(model)
         limit = getattr(config, "max_position_embeddings", None)
+        if not isinstance(limit, int) and hasattr(config, "get_text_config"):  # a vision-language model's LM's
+            limit = getattr(config.get_text_config(), "max_position_embeddings", None)
         if not isinstance(limit, int) or limit <= 0:
             limit = getattr(tokenizer, "model_max_length", None)
         self.max_length = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None

@@ -1,4 +1,4 @@
-"""Vision-language models (LLaVA, PaliGemma, Gemma 3 with images) on attnviz's attention core.
+"""Vision-language models (LLaVA, PaliGemma, Gemma 3, Idefics3, the Qwen-VL families) on attnviz's attention core.
 
 A vision-language model reads a text in which a picture stands as a run of *image tokens*
 (:mod:`attnviz.models.vlm_families` says how each family's tokens cover the picture). attnviz reads the language

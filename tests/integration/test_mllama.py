@@ -193,6 +193,9 @@ def test_command_line_draws_each_word_on_the_tiles_and_refuses_what_it_cannot(ca
     loaded = attnviz.load_model(str(directory), device="cpu")
     with pytest.raises(attnviz.AttnvizError, match="reads a text with its picture"):
         attnviz.generate(loaded, "a red", max_new_tokens=2)
+    # its language model's positions (128) bound what it can write: refused before it runs
+    with pytest.raises(attnviz.AttnvizError, match="new tokens exceed the model's 128 positions"):
+        attnviz.generate(loaded, "a red", image=wide, max_new_tokens=1000)
 
 
 def test_writing_equals_transformers_generate_and_the_teacher_forced_capture(directory, loaded, wide):
