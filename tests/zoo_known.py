@@ -225,7 +225,6 @@ VISION_KNOWN: dict[str, dict[str, str]] = {
             "pp_chart2table",
             "qianfan_ocr",
             "video_llama_3",
-            "video_llava",
         )
     },
     **{"image-text:" + f: {"load": CAPTIONER_REFUSED} for f in ("blip", "blip-2", "git", "idefics", "pix2struct")},

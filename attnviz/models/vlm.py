@@ -187,7 +187,7 @@ class VisionLanguageModel(HFModel):
         """As for any model; a family whose processor flattens every picture's patches into one tensor (Qwen2-VL:
         ``pixel_values`` ``[Σ patches, dim]``, ``image_grid_thw`` ``[b, 3]``) repeats example ``index``'s patches."""
         inputs = super().repeated_inputs(batch, index, count)
-        if self.family.pictures is not None:
+        if "image_grid_thw" in batch.inputs:  # the patches of every picture in one tensor, each picture's grid
             grids = batch.inputs["image_grid_thw"]  # [b, 3]: frames, patch rows, patch columns of each picture
             patches = batch.inputs["pixel_values"].split(grids.prod(-1).tolist())[index]  # [t·h·w, dim]
             inputs["pixel_values"] = patches.repeat(count, 1)  # [count·t·h·w, dim]
@@ -210,7 +210,7 @@ class VisionLanguageModel(HFModel):
         """``inputs`` on the model's device, the pixels in its dtype."""
         dtype = next(self.model.parameters()).dtype
         return {
-            key: value.to(self.device, dtype) if key == "pixel_values" else value.to(self.device)
+            key: value.to(self.device, dtype) if key.startswith("pixel_values") else value.to(self.device)
             for key, value in inputs.items()
         }
 

@@ -139,6 +139,10 @@ VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
     "llava": VisionLanguageFamily("LLaVA", False, _patch_grid, separator="\n"),
     # LLaVA with the tower's features of several layers side by side per patch: the same tokens
     "vipllava": VisionLanguageFamily("VipLLaVA", False, _patch_grid, separator="\n"),
+    # LLaVA's tokens; its processor names a picture's pixels apart from a video's
+    "video_llava": VisionLanguageFamily(
+        "Video-LLaVA", False, _patch_grid, separator="\n", pictures=lambda inputs, _: inputs["pixel_values_images"]
+    ),
     "paligemma": VisionLanguageFamily("PaliGemma", True, _patch_grid),
     "gemma3": VisionLanguageFamily("Gemma 3", True, _pooled_grid),
     # pixel shuffle merges each s × s block of the tower's patches into one token, row-major: a square grid too
@@ -168,7 +172,7 @@ REFUSED_VLMS = {
     "onto the picture yet",
 }
 SUPPORTED_VLM_NAMES = (
-    "LLaVA, VipLLaVA, PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles), Qwen2-VL, "
+    "LLaVA, VipLLaVA, Video-LLaVA (pictures), PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles), Qwen2-VL, "
     "Qwen2.5-VL and Mllama"
 )
 
