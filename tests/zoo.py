@@ -357,6 +357,8 @@ PROCESSOR_OVERRIDES: dict[str, dict[str, Any]] = {
     # pixel shuffle merges 2×2 of the 4×4 patches (scale_factor 2): 4 tokens (the processor's default is 169)
     "idefics3": {"image_seq_len": 4},
     "smolvlm": {"image_seq_len": 4},
+    # one token per patch of the tower's 4×4 grid (the processor's default is 576, a 384-pixel picture's)
+    "deepseek_vl": {"num_image_tokens": 16},
 }
 #: the image processor a classifier family's checkpoints ship when transformers' auto mapping names none for it
 IMAGE_PROCESSOR_OF = {"dinov2_with_registers": "dinov2"}

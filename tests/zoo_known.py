@@ -208,11 +208,9 @@ VISION_KNOWN: dict[str, dict[str, str]] = {
         for f in (
             "aria",
             "aya_vision",
-            "deepseek_vl",
             "deepseek_vl_hybrid",
             "got_ocr2",
             "idefics2",
-            "janus",
             "lighton_ocr",
             "exaone4_5",
             "hyperclovax_vision_v2",

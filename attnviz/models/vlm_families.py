@@ -6,9 +6,9 @@ its text: a vision tower reads the patches, a projection maps them into the lang
 the places of the processor's image placeholders. Which patch each image token stands for follows from the
 processor's output and the model's config, never from a guess:
 
-* ``patch grid`` (LLaVA, PaliGemma): one token per patch of the vision tower's grid, row-major, after the class
-  token where the model keeps it (LLaVA's ``vision_feature_select_strategy="full"``): the tokens counted in the
-  text say which;
+* ``patch grid`` (LLaVA, VipLLaVA, Video-LLaVA, DeepSeek-VL, Janus, PaliGemma): one token per patch of the vision
+  tower's grid, row-major, after the class token where the model keeps it (LLaVA's
+  ``vision_feature_select_strategy="full"``): the tokens counted in the text say which;
 * ``pooled grid`` (Gemma 3): the tower's patches are average-pooled onto a ``√n × √n`` grid of ``n`` tokens
   (``mm_tokens_per_image``), so each token covers a square of the picture; Idefics3 and SmolVLM merge each
   ``s × s`` block of patches into one token (pixel shuffle), row-major, which makes the same kind of grid. Their
@@ -139,6 +139,9 @@ VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
     "llava": VisionLanguageFamily("LLaVA", False, _patch_grid, separator="\n"),
     # LLaVA with the tower's features of several layers side by side per patch: the same tokens
     "vipllava": VisionLanguageFamily("VipLLaVA", False, _patch_grid, separator="\n"),
+    # a SigLIP-style tower (no class token) whose tokens an aligner maps one by one: one token per patch
+    "deepseek_vl": VisionLanguageFamily("DeepSeek-VL", False, _patch_grid),
+    "janus": VisionLanguageFamily("Janus", False, _patch_grid),
     # LLaVA's tokens; its processor names a picture's pixels apart from a video's
     "video_llava": VisionLanguageFamily(
         "Video-LLaVA", False, _patch_grid, separator="\n", pictures=lambda inputs, _: inputs["pixel_values_images"]
@@ -171,9 +174,10 @@ REFUSED_VLMS = {
     "llava_onevision": "LLaVA-OneVision cuts the image into tiles of several resolutions, which attnviz does not map "
     "onto the picture yet",
 }
+#: the families attnviz reads, as messages name them
 SUPPORTED_VLM_NAMES = (
-    "LLaVA, VipLLaVA, Video-LLaVA (pictures), PaliGemma, Gemma 3, Idefics3 and SmolVLM (a picture kept whole, not cut into tiles), Qwen2-VL, "
-    "Qwen2.5-VL and Mllama"
+    ", ".join(family.label for family in VLM_FAMILIES.values())
+    + " (Idefics3 and SmolVLM with a picture kept whole, not cut into tiles)"
 )
 
 
