@@ -27,14 +27,13 @@ from attnviz.captures.generation import (
     _eos_ids,
     _StepRecorder,
     cache_argument,
+    check_room,
     write_tokens,
     written_target_capture,
 )
 from attnviz.captures.images import ImageSource, as_pil_image
 from attnviz.captures.result import AttentionCapture
-from attnviz.common.errors import InputError
 from attnviz.common.lazy import lazy_exports
-from attnviz.common.resources import require_memory
 from attnviz.common.selection import HeadSelection, LayerSelection
 from attnviz.models.base import EncodedBatch, LoadedModel
 from attnviz.models.caption import CaptionModel
@@ -109,15 +108,7 @@ def write_reading_picture(loaded: LoadedModel, prompt: str, picture, decoding: D
     inputs = batch.inputs
     sequence = inputs["input_ids"][0].tolist()  # the prompt, then each new token
     prompt_len = len(sequence)
-    if loaded.max_length is not None and prompt_len + decoding.max_new_tokens > loaded.max_length:
-        raise InputError(
-            f"{prompt_len} prompt tokens + {decoding.max_new_tokens} new tokens exceed the model's "
-            f"{loaded.max_length} positions: generate fewer tokens or shorten the prompt"
-        )
-    # every step's rows are kept: a [heads, positions, positions] float32 pattern per layer, and the cross rows
-    positions = prompt_len + decoding.max_new_tokens
-    needed = 2 * sum(loaded.layout().values()) * positions * (positions + len(batch.tokens[0])) * 4
-    require_memory("max_new_tokens", decoding.max_new_tokens, needed, "the attention of every generated token")
+    check_room(loaded, (prompt_len, "prompt"), prompt_len, decoding, source_len=len(batch.tokens[0]))  # + cross rows
     # the first step reads the picture (pixels, tiles, the text × tile mask); later steps read the cache
     first = {key: value for key, value in inputs.items() if key not in ("input_ids", "attention_mask")}
     # a written token reads the picture as the prompt's last token does: transformers' generate repeats that row

@@ -133,7 +133,6 @@ def continue_text(
 
     ``image``: a picture in the prompt, for a vision-language model (as in
     :func:`~attnviz.captures.attention_capture.capture`); the picture is read once, with the prompt."""
-    max_new_tokens = decoding.max_new_tokens
     model = _generative_model(loaded)
     if image is not None:
         from attnviz.captures.vision_language import vision_language_batch
@@ -143,20 +142,10 @@ def continue_text(
         batch = loaded.encode([prompt], max_length=max_length, truncate=truncate)
     # what else the first step reads (a picture's pixels, PaliGemma's token types): the later steps read the cache
     first_inputs = {key: value for key, value in batch.inputs.items() if key not in ("input_ids", "attention_mask")}
-    limit = loaded.max_length
     prompt_len = len(batch.tokens[0])
     # decoder positions: the prompt (causal LMs) or the decoder start token, then the new tokens
-    used = 1 if loaded.encoder_decoder else prompt_len
-    if limit is not None and used + max_new_tokens > limit:
-        raise InputError(
-            f"{used} {'start' if loaded.encoder_decoder else 'prompt'} token(s) + {max_new_tokens} new tokens "
-            f"exceed the model's {limit} positions: generate fewer tokens or shorten the prompt"
-        )
-    # every step's rows are kept: the capture holds a [heads, positions, positions] float32 pattern per layer
-    positions = prompt_len + max_new_tokens
-    heads = sum(loaded.layout().values())
-    needed = 2 * heads * positions * positions * 4  # the rows, and the assembled capture
-    require_memory("max_new_tokens", max_new_tokens, needed, "the attention of every generated token")
+    used = (1, "start") if loaded.encoder_decoder else (prompt_len, "prompt")
+    check_room(loaded, used, prompt_len, decoding)
     recorder = _StepRecorder()
     context = loaded.context([recorder])
     input_ids = batch.inputs["input_ids"]  # [1, n]
@@ -174,8 +163,8 @@ def continue_text(
             sequence = input_ids[0].tolist()
 
         # Qwen2-VL's multimodal rotary positions: after the prompt, a step's positions are the cache's length plus
-        # the offset the picture left (rope_deltas); transformers derives them from a mask spanning the whole
-        # sequence wrongly, so later steps give no mask (one unpadded sequence: every key is seen anyway)
+        # the offset the picture left (rope_deltas); transformers derives them wrongly from a mask spanning the
+        # whole sequence, so its later steps get no mask (one unpadded sequence: every key is seen anyway)
         multimodal_rope = hasattr(getattr(model, "model", None), "rope_deltas")
 
         def forward(step_input: Tensor, past: Any):
@@ -184,7 +173,7 @@ def continue_text(
             mask = torch.ones(1, len(sequence), dtype=torch.long, device=loaded.device)  # [1, keys so far]
             if past is None:
                 return model(input_ids=step_input, attention_mask=mask, **{cache: past}, **kwargs, **first_inputs)
-            if multimodal_rope:  # positions from the cache's length and the picture's offset (see below)
+            if multimodal_rope:  # positions from the cache's length and the picture's offset (see above)
                 return model(input_ids=step_input, **{cache: past}, **kwargs)
             return model(input_ids=step_input, attention_mask=mask, **{cache: past}, **kwargs)
 
@@ -202,6 +191,23 @@ def continue_text(
         text=loaded.tokenizer.decode(generated, skip_special_tokens=True),
         token_ids=generated,
     )
+
+
+def check_room(
+    loaded: LoadedModel, used: tuple[int, str], prompt_len: int, decoding: Decoding, *, source_len: int = 0
+) -> None:
+    """Refuse, before the model runs, writing past the model's positions (``used``: how many are taken before the
+    new tokens, and by what: the prompt, or a decoder's start token) or past the memory every step's rows take: a
+    ``[heads, positions, positions + source_len]`` float32 pattern per layer, twice (the rows, and the capture)."""
+    new, (taken, what) = decoding.max_new_tokens, used
+    if loaded.max_length is not None and taken + new > loaded.max_length:
+        raise InputError(
+            f"{taken} {what} token(s) + {new} new tokens exceed the model's {loaded.max_length} positions: generate "
+            "fewer tokens or shorten the prompt"
+        )
+    positions = prompt_len + new
+    needed = 2 * sum(loaded.layout().values()) * positions * (positions + source_len) * 4
+    require_memory("max_new_tokens", new, needed, "the attention of every generated token")
 
 
 def cache_argument(model) -> str:
