@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from attnviz.common.images import ImageGrid
+from attnviz.core import AttentionSite
 from attnviz.core.stacks import stack_of
 
 
@@ -73,7 +74,7 @@ class EncodedBatch:
         widths = {} if ids is None else {"self": int(ids.shape[1]), "encoder": int(ids.shape[1])}
         return widths | ({} if decoder is None else {"decoder": int(decoder.shape[1])})
 
-    def check_keys_are_tokens(self, model_name: str, site, keys: int) -> None:
+    def check_keys_are_tokens(self, model_name: str, site: AttentionSite, keys: int) -> None:
         """Refuse, naming the site, a pattern over more keys than the batch has tokens where keys are its tokens:
         entries that are not tokens of the input (summaries of blocks of keys, memory or global tokens) have no
         place in a pattern over tokens, and dropping them would hide their weight."""

@@ -103,11 +103,10 @@ def _why_text(model_type: str) -> str:
 
     if model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         return ""
-    from attnviz.models.vlm_families import VLM_FAMILIES
+    from attnviz.models.vlm_families import SUPPORTED_VLM_NAMES
 
-    mapped = ", ".join(family.label for family in VLM_FAMILIES.values())
     return (
-        f" (it is a vision-language model; attnviz maps the pictures of {mapped}, and reads other such models as "
+        f" (it is a vision-language model; attnviz maps the pictures of {SUPPORTED_VLM_NAMES}, and reads other such models as "
         "the language model they hold, which this one does not run as)"
     )
 

@@ -134,6 +134,8 @@ def _tiled_grid(config: Any, height: int, width: int, tokens: int):
     return height // patch, width // patch, (patch, patch), ("cls",)
 
 
+#: the tokens that enclose a picture's placeholder in the Qwen-VL and GLM-4V families' prompts
+_QWEN_MARKERS, _GLM_MARKERS = ("<|vision_start|>", "<|vision_end|>"), ("<|begin_of_image|>", "<|end_of_image|>")
 #: model_type -> how attnviz reads it
 VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
     "llava": VisionLanguageFamily("LLaVA", False, _patch_grid, separator="\n"),
@@ -156,14 +158,14 @@ VLM_FAMILIES: dict[str, VisionLanguageFamily] = {
     **{
         model_type: VisionLanguageFamily(label, False, _merged_grid, pictures=_unpatchified, around_image=around)
         for model_type, label, around in (
-            ("qwen2_vl", "Qwen2-VL", ("<|vision_start|>", "<|vision_end|>")),
-            ("qwen2_5_vl", "Qwen2.5-VL", ("<|vision_start|>", "<|vision_end|>")),
-            ("qwen3_vl", "Qwen3-VL", ("<|vision_start|>", "<|vision_end|>")),
-            ("qwen3_vl_moe", "Qwen3-VL-MoE", ("<|vision_start|>", "<|vision_end|>")),
-            ("qwen3_5", "Qwen3.5", ("<|vision_start|>", "<|vision_end|>")),
-            ("qwen3_5_moe", "Qwen3.5-MoE", ("<|vision_start|>", "<|vision_end|>")),
-            ("glm4v", "GLM-4V", ("<|begin_of_image|>", "<|end_of_image|>")),
-            ("glm46v", "GLM-4.6V", ("<|begin_of_image|>", "<|end_of_image|>")),
+            ("qwen2_vl", "Qwen2-VL", _QWEN_MARKERS),
+            ("qwen2_5_vl", "Qwen2.5-VL", _QWEN_MARKERS),
+            ("qwen3_vl", "Qwen3-VL", _QWEN_MARKERS),
+            ("qwen3_vl_moe", "Qwen3-VL-MoE", _QWEN_MARKERS),
+            ("qwen3_5", "Qwen3.5", _QWEN_MARKERS),
+            ("qwen3_5_moe", "Qwen3.5-MoE", _QWEN_MARKERS),
+            ("glm4v", "GLM-4V", _GLM_MARKERS),
+            ("glm46v", "GLM-4.6V", _GLM_MARKERS),
         )
     },
 }
