@@ -22,7 +22,7 @@ from attnviz.captures.attention_capture import AttentionCapture
 from attnviz.common.errors import InputError
 from attnviz.common.images import ImageGrid
 from attnviz.common.wording import plural
-from attnviz.render.figures import model_title
+from attnviz.render.figures import model_title, new_figure
 from attnviz.render.heatmap import FigureStyle
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
 
@@ -169,10 +169,8 @@ def overlay_grid(
     ``extra_room`` inches more per column where ``grid`` has extra tokens (their strip beside the picture),
     ``label_room`` more per row (a panel's title), 1.2 inches across for the colour bar and ``title_room`` down for
     the figure's title."""
-    from matplotlib.figure import Figure
-
     extra_room = extra_room if grid.num_extra else 0.0
-    figure = Figure(
+    figure = new_figure(
         figsize=(columns * (panel + extra_room) + 1.2, rows * (panel + label_room) + title_room),
         layout="constrained",
     )

@@ -90,3 +90,20 @@ def test_cli_prints_no_python_warning_for_missing_glyphs(capsys, monkeypatch, ti
     assert "Warning" not in result.stderr and "Glyph" not in result.stderr
     notes = [line for line in result.stderr.splitlines() if line.startswith("note: no installed font")]
     assert len(notes) == 1, result.stderr
+
+
+def test_picture_overlays_fit_their_fonts_too(monkeypatch):
+    """The grid of picture overlays (image heads, captions, written words) is made like every other figure: a word
+    its font cannot draw gives one notice and no warnings, and the figure shows inline as PNG."""
+    from attnviz.common.images import ImageGrid
+    from attnviz.render.image_overlay import overlay_grid
+
+    monkeypatch.setattr(fonts, "fallback_font", lambda characters: None)
+    figure, axes = overlay_grid(1, 2, ImageGrid(2, 2, (), (8, 8)), panel=1.5, extra_room=0.4, label_room=0.3,
+                                title_room=0.4)  # fmt: skip
+    axes[0][1].set_title(JAPANESE)
+    with use_reporter(Notices()) as reporter:
+        caught = _draw(figure)
+    assert [str(w.message) for w in caught] == []
+    assert len(reporter.notices) == 1
+    assert figure._repr_png_().startswith(b"\x89PNG")
