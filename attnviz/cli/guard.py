@@ -38,6 +38,8 @@ from attnviz.cli.options import OUTPUT_PANEL
 
 #: parameters whose string value is a model spec (its files are inputs)
 MODEL_PARAMETERS = ("model", "models", "checkpoint", "checkpoints")
+#: parameters whose string value names a file the command reads (a string, for '-': standard input)
+FILE_PARAMETERS = ("image", "audio")
 #: whole numbers beyond this overflow torch (seeds, sizes); nothing sensible needs more
 _LARGEST_INT = 2**62
 #: errno values of a write to standard output that failed for the stream's sake (full, closed, gone)
@@ -221,6 +223,8 @@ def _paths(kwargs: dict[str, Any], parameters: dict[str, Any]) -> tuple[list[tup
                     inputs.append((item, _flag(name, parameters)))
             elif isinstance(item, str) and name in MODEL_PARAMETERS:
                 inputs.extend((path, "model") for path in model_input_paths(item))
+            elif isinstance(item, str) and name in FILE_PARAMETERS and item != "-":
+                inputs.append((Path(item), _flag(name, parameters)))
     return inputs, outputs
 
 

@@ -13,9 +13,9 @@ ImageOption = option(
     "--image",
     help="A PNG or JPEG image for a vision model (ViT, DeiT, DINOv2, CLIP/SigLIP vision tower, toy-odd-patch), "
     "an image captioner (VisionEncoderDecoderModel, toy-caption: with --target or --generate) or, with a TEXT, "
-    "a vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM: the picture inside the text; --generate N "
-    "lets it "
-    "write); '-' reads it from standard input. Example: --image cat.png --model toy-odd-patch",
+    "a vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM, Qwen2-VL and its kin, Mllama: the picture "
+    "inside the text; --generate N lets it write); '-' reads it from standard input. Example: --image cat.png --model "
+    "toy-odd-patch",
     show_default=False,
     panel=INPUT_PANEL,
 )

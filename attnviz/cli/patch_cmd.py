@@ -88,8 +88,9 @@ def patch(
     image: option(
         str | None,
         "--image",
-        help="A vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM): the picture inside both prompts (where they name "
-        "the image token, else before them); its language model's heads are patched. Example: --image cat.png",
+        help="A vision-language model (LLaVA, PaliGemma, Gemma 3, Idefics3, SmolVLM, Qwen2-VL, Mllama, …): the "
+        "picture inside both prompts (where they name the image token, else before them); its language model's heads "
+        "are patched. Example: --image cat.png",
         show_default=False,
         panel=INPUT_PANEL,
     ) = None,

@@ -35,6 +35,11 @@ from attnviz.render.image_overlay import (
 from attnviz.render.selection import HeadSelection, LayerSelection, MeanOfHeads, resolve_heads, resolve_layers
 
 _PANEL_INCHES = 1.9
+#: the most written tokens a figure draws, one overlay each (a long text would make hundreds of panels); the page
+#: (``.html``) shows every token
+MAX_WORD_PANELS = 32
+#: overlays side by side before a row of them continues on the next line
+PANELS_PER_LINE = 8
 
 
 def is_caption_capture(capture: AttentionCapture) -> bool:
@@ -150,15 +155,21 @@ def caption_heatmap(
     capture = caption_view(capture)
     grid = image_grid_of(capture)
     rows = caption_rows(capture, layers=layers, heads=heads)
+    total = len(rows[0].panels)
+    for row in rows:  # the first tokens only, past MAX_WORD_PANELS: the title says so
+        row.panels = row.panels[:MAX_WORD_PANELS]
     image = capture.extras["image"].numpy()  # [H, W, 3] in 0–1
     panels = [panel for row in rows for panel in row.panels]
     norm, cmap = overlay_scale(style, panels)
-    columns = 1 + len(rows[0].panels)
+    # each row of overlays in lines of at most PANELS_PER_LINE, the picture (or the row's name) before its first line
+    per_line = min(PANELS_PER_LINE, len(rows[0].panels))
+    lines_per_row = -(-len(rows[0].panels) // per_line)
     figure, axes = overlay_grid(
-        len(rows), columns, grid, panel=_PANEL_INCHES, extra_room=0.5, label_room=0.45, title_room=0.9
-    )
+        len(rows) * lines_per_row, 1 + per_line, grid, panel=_PANEL_INCHES, extra_room=0.5, label_room=0.45,
+        title_room=0.9,
+    )  # fmt: skip
     for r, row in enumerate(rows):
-        picture_axis = axes[r][0]
+        picture_axis = axes[r * lines_per_row][0]
         if r == 0:
             picture_axis.imshow(image)
             picture_axis.set_title("the image", fontsize=8)
@@ -170,14 +181,24 @@ def caption_heatmap(
         picture_axis.set_ylabel(f"layer {row.layer}\n{who}", fontsize=8)
         if r:
             picture_axis.text(0.5, 0.5, f"layer {row.layer}\n{who}", ha="center", va="center", fontsize=8)
-        for c, panel in enumerate(row.panels):
-            draw_overlay(axes[r][c + 1], image, panel, grid, norm, cmap)
+        for line in range(1, lines_per_row):  # no picture before the row's later lines
+            axes[r * lines_per_row + line][0].set_axis_off()
+        for index in range(lines_per_row * per_line):
+            axis = axes[r * lines_per_row + index // per_line][1 + index % per_line]
+            if index < len(row.panels):
+                draw_overlay(axis, image, row.panels[index], grid, norm, cmap)
+            else:
+                axis.set_axis_off()  # the last line's empty places
     weight_colorbar(figure, axes, norm, cmap)
     caption = caption_text(capture)
     # wrapped to the figure's width (about 13 characters an inch at 9 points): a caption of one or two words makes
     # a figure narrower than the line saying what is averaged, which would be cut off at both edges
     characters = max(20, int(figure.get_figwidth() * 13))
     what = "written" if vision_language else "caption"
+    shown = len(rows[0].panels)
+    if shown < total:  # the text is cut to two lines, and the figure says which tokens it draws
+        caption = textwrap.shorten(caption, width=2 * characters, placeholder=" …")
+        caption += f" (the first {shown} of {total} tokens drawn; an .html page shows every one)"
     lines = [
         f"{model_title(capture)} · {what}: {caption}",
         averaging_line(capture, rows, vision_language=vision_language),

@@ -144,6 +144,23 @@ def test_outputs_that_touch_inputs_are_refused(tmp_path):
     assert (model / "config.json").read_text() == "{}"
 
 
+def test_an_image_read_is_never_written_over(tmp_path, capsys):
+    """``--image FILE`` is an input like a model or a data file (a string option, for '-'): an output named like
+    it is refused before anything runs, and the picture keeps its bytes; the same for each of ``stats --image``."""
+    from PIL import Image
+
+    picture = tmp_path / "odd.png"
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(picture)
+    before = picture.read_bytes()
+    result = run_cli(capsys, "heatmap", "--model", "toy-odd-patch", "--image", picture, "--out", picture)
+    assert result.exit_code != 0 and "would overwrite the input" in result.stderr and "--image" in result.stderr
+    other = tmp_path / "other.png"
+    Image.new("RGB", (32, 32), (30, 30, 200)).save(other)
+    result = run_cli(capsys, "stats", "toy-odd-patch", "--image", other, "--image", picture, "--plot", picture)
+    assert result.exit_code != 0 and "would overwrite the input" in result.stderr
+    assert picture.read_bytes() == before
+
+
 def test_checkpoint_series_stays_inside_the_checkpoint(tmp_path):
     from attnviz.toy import checkpoint_series
 

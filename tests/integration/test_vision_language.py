@@ -407,3 +407,19 @@ def test_a_checkpoint_whose_own_code_stops_on_the_probe_is_one_error_line(capsys
         attnviz.load_model(str(broken), device="cpu")
     result = run_cli(capsys, "heatmap", "--model", broken, "a red cat", "--out", tmp_path / "x.png")
     assert_clean_error(result, "its code stops on a grey picture")
+
+
+def test_a_long_text_draws_its_first_tokens_and_says_so(vlm_dirs, picture):
+    """A figure of a long text with a picture draws one overlay for each of its first MAX_WORD_PANELS written
+    tokens (hundreds of panels made the layout run for minutes) and its title says how many it left out."""
+    from attnviz.render.caption_overlay import MAX_WORD_PANELS
+
+    loaded = attnviz.load_model(str(vlm_dirs["llava"]), device="cpu")
+    result = attnviz.capture(loaded, " ".join(["the red cat sat on the mat"] * 12), image=picture)
+    written = len(result.tokens) - (result.image_grid.start + result.image_grid.num_tokens)
+    assert written > MAX_WORD_PANELS
+    figure = attnviz.heatmap(result)
+    overlays = [axis for axis in figure.axes if axis.get_images()][1:]  # the picture first, then one per token
+    assert len(overlays) == MAX_WORD_PANELS
+    title = " ".join(figure._suptitle.get_text().split())
+    assert f"the first {MAX_WORD_PANELS} of {written} tokens drawn" in title
