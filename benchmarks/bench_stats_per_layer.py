@@ -83,10 +83,10 @@ def main() -> None:
     parser.add_argument("--as-on-a-gpu", action="store_true", help="reduce the sites together, as a GPU pass does")
     args = parser.parse_args()
     import attnviz
-    from attnviz.stats import accumulator
+    from attnviz.stats import deferral
 
     if args.as_on_a_gpu:
-        accumulator.DEFERRED_DEVICES = (*accumulator.DEFERRED_DEVICES, "cpu")
+        deferral.DEFERRED_DEVICES = (*deferral.DEFERRED_DEVICES, "cpu")
 
     model, loaded = build(args.layers)
     batch = loaded.encode([" ".join(["hello"] * (args.tokens - 2))])
@@ -100,10 +100,14 @@ def main() -> None:
                 function()
         counts[name] = counter
     per_layer = {name: sum(counter.kernels.values()) / args.layers for name, counter in counts.items()}
+    # what a further batch costs: a call's own setup and result (once per call, mostly on host tensors) left out
+    with OperationCounter() as two_batches:
+        attnviz.compute_statistics(loaded, batches=[batch, batch], progress=False)
+    per_batch = (sum(two_batches.kernels.values()) - sum(counts["stats"].kernels.values())) / args.layers
     print(
         f"{args.layers} layers, {args.tokens} tokens. Operations per layer: sdpa {per_layer['sdpa']:.0f}, "
-        f"stats {per_layer['stats']:.0f}; reads back to the host per pass: sdpa {counts['sdpa'].reads}, "
-        f"stats {counts['stats'].reads}"
+        f"stats {per_layer['stats']:.0f} in a call of one batch, {per_batch:.0f} for each further batch; reads "
+        f"back to the host per pass: sdpa {counts['sdpa'].reads}, stats {counts['stats'].reads}"
     )
     for threads in sorted({torch.get_num_threads(), 1}, reverse=True):
         torch.set_num_threads(threads)

@@ -119,6 +119,11 @@ class AttentionObserver(Protocol):
     (:func:`attnviz.core.kernel_calls.attend_rows_`) and calls ``observe(site, None, 0, summary=…)`` once,
     the summary covering every query and holding the weights on the union of those columns
     (:meth:`~attnviz.core.kernel_calls.RowSummary.column`).
+
+    Such an observer may also define ``keeps_summary(device)``: when it returns True for the call's device, the
+    summary, ``weighted`` and ``sink_share`` of that call are fresh tensors, never reused, and observers that define
+    it receive ``owned=True`` and may keep them (to reduce many layers at once: on a GPU each operation costs a
+    launch from the host).
     """
 
     def observe(self, site: AttentionSite, pattern: Tensor, query_start: int) -> None:

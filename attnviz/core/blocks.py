@@ -274,6 +274,10 @@ def _attend_in_tiles(
     """
     batch, heads, query_len, _ = query.shape
     key_len = key.shape[2]
+    # observers that keep what a call hands them (to reduce a batch's layers together, on a GPU) get tensors of
+    # their own, not the reused workspace: no copy on either side
+    owned = any(getattr(observer, "keeps_summary", lambda _: False)(query.device) for observer in observers)
+    take = (lambda _, shape, dtype, device: torch.empty(shape, dtype=dtype, device=device)) if owned else _workspace.get
     summarised = [observer for observer in observers if getattr(observer, "accepts_summary", False)]
     summary = None
     if summarised and site is not None:
@@ -283,14 +287,14 @@ def _attend_in_tiles(
             wanted.update(getattr(observer, "summary_columns", lambda _site: ())(site))
         columns = tuple(sorted(column for column in wanted if 0 <= column < key_len))
         shape = RowSummary.buffer_shape(batch, heads, query_len, reach, len(columns))  # [4 + 2r + G, b, h, q]
-        summary = RowSummary(_workspace.get("summary", shape, torch.float32, query.device), columns)
+        summary = RowSummary(take("summary", shape, torch.float32, query.device), columns)
     weigher, key_weights = _weigher(observers, site, batch, heads, key_len, query.device)
     weighted = None
     if weigher is not None:
-        weighted = _workspace.get("weighted", (batch, heads, query_len), torch.float32, query.device)
+        weighted = take("weighted", (batch, heads, query_len), torch.float32, query.device)
     sink_share = None
     if sinks is not None:
-        sink_share = _workspace.get("sink_share", (batch, heads, query_len), torch.float32, query.device)
+        sink_share = take("sink_share", (batch, heads, query_len), torch.float32, query.device)
     if query.device.type == "cpu":
         # the keys each run of TILE_ROWS queries can weigh (TILE_ROWS read at the call, as attend_rows_ reads it);
         # the GPU's kernel finds them itself (reading a mask's stops back from a GPU would wait for it)
@@ -332,6 +336,8 @@ def _attend_in_tiles(
     for observer in observers:
         assert site is not None  # attend() passes observers only for a known site
         extras = _observer_extras(observer, weigher, weighted, summary, sink_share)
+        if owned and hasattr(observer, "keeps_summary"):
+            extras["owned"] = True
         # accepts_summary_only: the observer takes pattern=None (the protocol's type names the usual case)
         cast(Any, observer).observe(site, None, 0, **extras)
     return output

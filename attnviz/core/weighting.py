@@ -23,44 +23,82 @@ computes ``‖f_h(x_j)‖`` once per call (``[b, h, k]``, no ``n²`` memory) and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
 from attnviz.common.errors import ParameterError
-from attnviz.core.attention import AttentionObserver, AttentionSite, repeat_kv
+from attnviz.core.attention import AttentionObserver, AttentionSite
 from attnviz.core.choices import WEIGHTINGS, Weighting
+
+Key = TypeVar("Key")
 
 #: rows whose norm-weighted mass is below this stay zero when renormalised (every value vector zero)
 _TINY = 1e-30
 
 
-def projection_gram(projections: Tensor) -> Tensor:
-    """``W Wᵀ`` of each head's output-projection slice: ``[h, d, d]`` float32 from ``projections`` ``[h, d, hidden]``.
+def projection_factors(projections: Mapping[Key, Tensor]) -> dict[Key, Tensor]:
+    """Per site, ``[h, d, d]`` float32 ``F`` with ``‖v W_h‖ = ‖F_h vᵀ‖`` for every ``v``: each head's
+    output-projection slice (``projections[site]`` ``[h, d, hidden]``) reduced to ``d`` outputs with the same norms.
 
-    ‖v W‖² = v (W Wᵀ) vᵀ: a [d, d] Gram matrix per head instead of a [k, hidden] product (hidden/d times fewer
-    operations, no [b, k, hidden] temporary). It is formed in float64 so that the float32 quadratic form keeps the
-    direct product's precision.
+    ``W Wᵀ = L Lᵀ`` (Cholesky of the Gram matrix, formed in float64): ``‖v W‖² = v W Wᵀ vᵀ = ‖Lᵀ vᵀ‖²``, so
+    ``F = Lᵀ`` — a ``[d, d]`` product per head instead of ``[d, hidden]`` (hidden/d times fewer operations, no
+    ``[b, k, hidden]`` temporary), and a norm with no cancellation (``v G vᵀ`` in float32 would subtract). A head
+    whose slice has rank below ``d`` (a pruned head, all zeros) has no Cholesky factor: its eigenvectors scaled by
+    the roots of its eigenvalues give one (``G = U Λ Uᵀ = (U √Λ)(U √Λ)ᵀ``). Every site at once: which factors
+    failed is read back from the device once, not once per site.
     """
-    weights = projections.to(dtype=torch.float64)  # [h, d, hidden]
-    return torch.matmul(weights, weights.transpose(1, 2)).float()
+    if not projections:
+        return {}
+    grams, lowers, failures = {}, {}, []
+    for site, heads in projections.items():
+        weights = heads.to(torch.float64)  # [h, d, hidden]
+        grams[site] = torch.matmul(weights, weights.transpose(1, 2))  # [h, d, d]
+        lowers[site], failed = torch.linalg.cholesky_ex(grams[site])  # [h, d, d], [h] (nonzero: not definite)
+        failures.append(failed)
+    device = failures[0].device
+    any_failed = torch.stack([failed.to(device).ne(0).any() for failed in failures]).tolist()  # one read
+    factors = {}
+    for (site, lower), failed, fallback in zip(lowers.items(), failures, any_failed):
+        if fallback:
+            values, vectors = torch.linalg.eigh(grams[site])  # [h, d], [h, d, d]
+            scaled = vectors * values.clamp(min=0).sqrt()[:, None, :]  # [h, d, d]: U √Λ
+            lower = torch.where((failed != 0)[:, None, None], scaled, lower)
+        factors[site] = lower.transpose(1, 2).contiguous().float()  # [h, d, d]
+    return factors
 
 
-def value_norms(value: Tensor, projections: Tensor, out: Tensor | None = None, *, gram: Tensor | None = None) -> Tensor:
+def projection_factor(projections: Tensor) -> Tensor:
+    """:func:`projection_factors` of one site's ``projections`` ``[h, d, hidden]``: ``[h, d, d]``."""
+    return projection_factors({0: projections})[0]
+
+
+def value_norms(
+    value: Tensor, projections: Tensor, out: Tensor | None = None, *, factor: Tensor | None = None
+) -> Tensor:
     """``‖f_h(x_j)‖`` of every query head and key: ``[b, h, k]`` float32.
 
     ``value``: ``[b, kvh, k, d]`` (the values the attention function receives); ``projections``:
     ``[h, d, hidden]``, each query head's slice of the output projection. Query head ``h`` reads
     key/value head ``h // (h_total / kvh)`` (as :func:`attnviz.core.attention.repeat_kv`). ``out``: a float32
     ``[b, h, k]`` tensor to write the norms into (a buffer the caller reuses across layers), else a new one.
-    ``gram``: :func:`projection_gram` of ``projections``, when the caller keeps it across calls.
+    ``factor``: :func:`projection_factor` of ``projections``, when the caller keeps it across calls. Three
+    operations on the values (a product, a norm, a copy into place), none per head.
     """
+    batch, kv_heads, keys, _ = value.shape
     heads = projections.shape[0]
-    kv_heads = value.shape[1]
-    gram = (projection_gram(projections) if gram is None else gram).to(value.device)  # [h, d, d]
-    values = repeat_kv(value.float(), heads // kv_heads)  # [b, h, k, d]
-    squared = (torch.matmul(values, gram) * values).sum(dim=-1)  # [b, h, k]
-    return torch.sqrt(squared.clamp_(min=0.0), out=out)
+    factor = (projection_factor(projections) if factor is None else factor).to(value.device)  # [h, r, d]
+    grouped = factor.view(kv_heads, -1, factor.shape[-1])  # [kvh, n_rep·r, d]: the heads that share values
+    # [b, kvh, k, d] @ [kvh, d, n_rep·r] -> [b, kvh, k, n_rep·r]: every head of a group against its shared values,
+    # its r outputs innermost (a norm over an inner dimension runs 5× faster on the CPU than over an outer one)
+    transformed = torch.matmul(value.float(), grouped.transpose(1, 2))
+    norms = torch.linalg.vector_norm(transformed.view(batch, kv_heads, keys, heads // kv_heads, -1), dim=-1)
+    if out is None:
+        out = value.new_empty(batch, heads, keys, dtype=torch.float32)
+    # [b, kvh, k, n_rep] -> [b, kvh, n_rep, k], which is [b, h, k] (head g·n_rep + i)
+    out.view(batch, kv_heads, heads // kv_heads, keys).copy_(norms.transpose(2, 3))
+    return out
 
 
 class NormWeighting:
@@ -85,7 +123,7 @@ class NormWeighting:
     ) -> None:
         self.observers = list(observers)
         self.projections = dict(projections)
-        self._grams = {site: projection_gram(heads) for site, heads in self.projections.items()}  # once, [h, d, d]
+        self._factors = projection_factors(self.projections)  # site -> [h, d, d], once
         self.renormalise = renormalise
         #: with every wrapped observer reading blocks only during observe, the weighted block can live in a
         #: reused buffer and keep the core's leading-keys cut (see AttentionObserver)
@@ -99,7 +137,9 @@ class NormWeighting:
     ) -> None:
         projections = self.projections.get(site)
         self._site = site
-        self._norms = None if projections is None else value_norms(value, projections, gram=self._grams[site])
+        self._norms = None
+        if projections is not None:
+            self._norms = value_norms(value, projections, factor=self._factors[site])
         for observer in self.observers if query is not None else ():
             if getattr(observer, "accepts_inputs", False):
                 getattr(observer, "observe_inputs")(site, query, key, value, scaling)  # noqa: B009 (optional)

@@ -60,30 +60,34 @@ class _OnCoreWhileRunning:
             return
         self.check_loaded()
         implementations = [config._attn_implementation_internal for config in self._configs]
-        training = [(module, module.training) for module in self.model.modules()]
+        # only the modules in training mode are switched and restored (a model in eval mode, the usual case, is not
+        # walked again: setting every module's flag costs more than a short input's forward)
+        training = [module for module in self.model.modules() if module.training]
         self._depth = 1
         try:
             for config in self._configs:
                 config._attn_implementation_internal = ATTENTION_NAME
-            self.model.eval()
+            if training:
+                self.model.eval()
             yield
         finally:
             self._depth = 0
             for config, implementation in zip(self._configs, implementations):
                 config._attn_implementation_internal = implementation
-            for module, flag in training:
-                module.training = flag  # the flag itself: train()/eval() would also reset the children
+            for module in training:
+                module.training = True  # the flag itself: train() would also set the children
 
     def check_loaded(self) -> None:
         """Refuse a model whose weights are on the meta device (laid out, never loaded): nothing can run it."""
+        if not any(parameter.device.type == "meta" for parameter in self.model.parameters()):
+            return
         if offloaded(self.model):
             return  # accelerate's hooks load the offloaded weights for each forward
-        if any(parameter.device.type == "meta" for parameter in self.model.parameters()):
-            raise UnsupportedModelError(
-                f"the weights of {self.name} are on the meta device (a model laid out but not loaded): load them "
-                "first (from_pretrained without init_empty_weights, or model.to_empty(device=...) then "
-                "load_state_dict), then call attnviz again"
-            )
+        raise UnsupportedModelError(
+            f"the weights of {self.name} are on the meta device (a model laid out but not loaded): load them "
+            "first (from_pretrained without init_empty_weights, or model.to_empty(device=...) then "
+            "load_state_dict), then call attnviz again"
+        )
 
     def forward(self, batch: EncodedBatch, context: AttentionContext | None = None, *, logits: bool = False):
         with self.running():

@@ -31,9 +31,11 @@ from attnviz.core import AttentionSite
 from attnviz.core.kernel_calls import RowSummary
 from attnviz.core.stacks import is_causal_stack
 from attnviz.models.base import EncodedBatch
+from attnviz.stats import deferral
 from attnviz.stats.by_position import PositionSums, recent_share, summary_recent_share
 from attnviz.stats.definitions import STATISTIC_NAMES
 from attnviz.stats.geometry import BlockLayout, StackGeometry
+from attnviz.stats.kept_rows import SummarisedRows, blocks_side_by_side
 from attnviz.stats.row_values import (
     band_reach_needed,
     block_statistics,
@@ -42,67 +44,6 @@ from attnviz.stats.row_values import (
     summary_covers,
     summary_statistics,
 )
-
-#: devices on which the sites of a batch are reduced together at its end rather than one by one (see ``_flush``);
-#: on the CPU each site is reduced as soon as it is done, which keeps one site's summaries in memory, not a batch's
-DEFERRED_DEVICES: tuple[str, ...] = ("cuda",)
-#: the most the sites set aside may hold (bytes): past it they are reduced at once. Setting aside pays where a layer
-#: is short (the host launching operations is the cost); a long input's layer dwarfs its reduction anyway
-DEFERRED_BYTES = 256 * 2**20
-
-
-class _SummarisedRows:
-    """One site's blocks that came with a kernel summary, kept until the site's last block.
-
-    Reducing a whole layer at once takes a handful of operations where a block at a time takes
-    them for every block (about twenty blocks per layer at 2048 tokens): per block, only the
-    summary and two columns are copied. Memory: ``[4 + 2·r + 2, b, h, q]`` float32 per site.
-    """
-
-    def __init__(self, site: AttentionSite, stack_key: tuple, query_start: int) -> None:
-        self.site, self.stack_key, self.query_start = site, stack_key, query_start
-        self.next_start = query_start  # the first query of the block that would continue these
-        # [4 + 2·r, b, h, capacity], filled up to `filled`: one buffer grown by doubling, not a copy per block
-        # (hundreds of small copies per layer at 8k tokens leave the C heap fragmented: +0.3 GB resident)
-        self.summaries: Tensor | None = None
-        self.filled = 0
-        self.first: list[Tensor] = []  # each [b, h, blk]
-        self.special: list[Tensor | None] = []  # each [b, h, blk]; None: no special token in reach
-        self.sink_share: list[Tensor] = []  # each [b, h, blk]; empty: the site has no attention sinks
-
-    @property
-    def nbytes(self) -> int:
-        """The memory the kept rows take."""
-        kept = [self.summaries, *self.first, *self.special, *self.sink_share]
-        return sum(tensor.numel() * tensor.element_size() for tensor in kept if tensor is not None)
-
-    def add(self, summary: RowSummary, first: Tensor, special: Tensor | None, sink_share: Tensor | None) -> None:
-        values = summary.fields  # [4 + 2·r, b, h, blk]; the core reuses this buffer for the next block
-        end = self.filled + values.shape[-1]
-        if self.summaries is None or end > self.summaries.shape[-1]:
-            grown = values.new_empty(*values.shape[:-1], max(end, 2 * self.filled))
-            if self.summaries is not None:
-                grown[..., : self.filled] = self.summaries[..., : self.filled]
-            self.summaries = grown
-        self.summaries[..., self.filled : end] = values
-        self.filled = end
-        self.first.append(first.clone())
-        self.special.append(special)
-        if sink_share is not None:  # the core reuses this buffer too
-            self.sink_share.append(sink_share.clone())
-        self.next_start += summary.values.shape[-1]
-
-    def rows(self) -> tuple[RowSummary, Tensor, Tensor | None, Tensor | None]:
-        """(summary, first, special, sink share) of every query kept, ``[…, q]``; special is None if 0 throughout,
-        sink share None without sinks."""
-        special = None
-        if any(mass is not None for mass in self.special):
-            special = torch.cat(
-                [torch.zeros_like(first) if mass is None else mass for mass, first in zip(self.special, self.first)], -1
-            )
-        assert self.summaries is not None  # a pending site has at least one block
-        sink_share = torch.cat(self.sink_share, dim=-1) if self.sink_share else None
-        return RowSummary(self.summaries[..., : self.filled]), torch.cat(self.first, dim=-1), special, sink_share
 
 
 class StatisticsAccumulator:
@@ -134,14 +75,17 @@ class StatisticsAccumulator:
         self._window = local_window  # w used on the current batch: at most its longest sequence − 1 (the same sums)
         self._totals: dict[AttentionSite, Tensor] = {}  # site -> [2, S, h] float64: Σ value, Σ value² (counted queries)
         self._counts: dict[AttentionSite, Tensor] = {}  # site -> [S] float64: queries counted
+        # (sites, their heads) -> ([2, S, Σh], [S]): sums of sites reduced side by side, not yet split (see _fold)
+        self._grouped: dict[tuple[tuple[AttentionSite, ...], tuple[int, ...]], tuple[Tensor, Tensor]] = {}
         self.num_examples = 0
         self.num_tokens = 0  # real tokens of the first stack (source side)
         self._batch: EncodedBatch | None = None
         self._geometry: dict[tuple, StackGeometry] = {}  # per (stack, device), for the current batch
         self._layouts: dict[tuple, BlockLayout] = {}  # per ((stack, device), query_start, rows, width), current batch
         self._scratch: Tensor | None = None  # reused elementwise temporary (see block_statistics)
-        self._pending: _SummarisedRows | None = None  # summarised blocks of the site in progress
-        self._set_aside: list[_SummarisedRows] = []  # finished sites on a GPU, reduced together (see _flush)
+        self._pending: SummarisedRows | None = None  # summarised blocks of the site in progress
+        self._set_aside: list[SummarisedRows] = []  # finished sites on a GPU, reduced together (see _flush)
+        self._set_aside_bytes = 0  # what they hold
 
     @property
     def summary_band_reach(self) -> int:
@@ -160,12 +104,14 @@ class StatisticsAccumulator:
     def totals(self) -> dict[AttentionSite, Tensor]:
         """site -> ``[2, S, h]`` float64: sum and sum of squares of each statistic over the counted queries."""
         self._flush()
+        self._fold()
         return self._totals
 
     @property
     def counts(self) -> dict[AttentionSite, Tensor]:
         """site -> ``[S]`` float64: how many queries each statistic counted."""
         self._flush()
+        self._fold()
         return self._counts
 
     def begin_batch(self, batch: EncodedBatch) -> None:
@@ -191,9 +137,11 @@ class StatisticsAccumulator:
         scores: Tensor | None = None,
         summary: RowSummary | None = None,
         sink_share: Tensor | None = None,
+        owned: bool = False,
     ) -> None:
         """``pattern`` ``[b, h, blk, c]``, or None when ``summary`` holds key 0 and the special tokens;
-        ``sink_share`` ``[b, h, blk]``: each row's weight on its head's attention sink (None: no sinks)."""
+        ``sink_share`` ``[b, h, blk]``: each row's weight on its head's attention sink (None: no sinks);
+        ``owned``: the summary and sink shares are this observer's to keep (see :meth:`keeps_summary`)."""
         if site is None:
             return
         if self._batch is None:
@@ -206,17 +154,21 @@ class StatisticsAccumulator:
         geometry = self._geometry_of(site, stack_key, device)
         pending = self._pending
         if pending is not None and (pending.site != site or pending.next_start != query_start):
-            if pending.stack_key[1].type in DEFERRED_DEVICES:  # reduced with the batch's other sites, at its end
+            if deferral.defers(pending.stack_key[1]):  # reduced with the batch's other sites, at its end
                 self._set_aside.append(pending)
+                self._set_aside_bytes += pending.nbytes
                 self._pending = None
-                if sum(rows.nbytes for rows in self._set_aside) > DEFERRED_BYTES:
+                if self._set_aside_bytes > deferral.DEFERRED_BYTES:
                     self._flush()
             else:
                 self._flush()
         reach = self.by_position.reach if self.by_position else 0
         if summary is not None and summary_covers(summary, max(self._window, reach)):
             if self._pending is None:
-                self._pending = _SummarisedRows(site, stack_key, query_start)
+                self._pending = SummarisedRows(site, stack_key, query_start)
+            if owned and pattern is None:  # key 0 and the special tokens are read with the batch's other sites
+                self._pending.keep(summary, sink_share)
+                return
             if pattern is None:
                 first, special = summary_columns_mass(summary, geometry)
             else:
@@ -239,6 +191,11 @@ class StatisticsAccumulator:
         if self.by_position is not None:
             self.by_position.add(site, values, layout, recent_share(pattern, layout, self.by_position.reach))
 
+    def keeps_summary(self, device: torch.device) -> bool:
+        """Whether it keeps the summaries of calls on ``device`` until the batch ends (:mod:`attnviz.stats.deferral`):
+        the core then hands it tensors of its own."""
+        return deferral.defers(device)
+
     def _geometry_of(self, site: AttentionSite, stack_key: tuple, device: torch.device) -> StackGeometry:
         geometry = self._geometry.get(stack_key)
         if geometry is None:
@@ -255,30 +212,24 @@ class StatisticsAccumulator:
         the heads, so that a GPU pass launches one reduction per batch, not one per layer (on a GPU a short input's
         pass is bound by the host launching operations, layer after layer)."""
         waiting = self._set_aside + ([self._pending] if self._pending is not None else [])
-        self._pending, self._set_aside = None, []
-        groups: dict[tuple, list[_SummarisedRows]] = {}
+        self._pending, self._set_aside, self._set_aside_bytes = None, [], 0
+        groups: dict[tuple, list[SummarisedRows]] = {}
         for rows in waiting:
-            assert rows.summaries is not None  # a kept site has at least one block
-            shape = (rows.stack_key, rows.query_start, rows.filled, rows.summaries.shape[0], bool(rows.sink_share))
+            kept = rows.whole.values if rows.whole is not None else rows.summaries
+            assert kept is not None  # a kept site has at least one block
+            columns = rows.whole.columns if rows.whole is not None else None  # None: kept block by block
+            shape = (rows.stack_key, rows.query_start, rows.filled, kept.shape[0], bool(rows.sink_share), columns)
             groups.setdefault(shape, []).append(rows)
         for members in groups.values():
             self._reduce(members)
 
-    def _reduce(self, members: list[_SummarisedRows]) -> None:
+    def _reduce(self, members: list[SummarisedRows]) -> None:
         """Statistics of the kept rows of ``members`` (sites of one shape), added to each site's sums."""
-        parts = [rows.rows() for rows in members]  # (summary [F, b, h, q], first, special, sink share [b, h, q])
         first_member = members[0]
-        heads = [first.shape[1] for _, first, _, _ in parts]
-        if len(parts) == 1:
-            summary, first, special, sink_share = parts[0]
-        else:  # side by side along the heads: [F, b, Σh, q], then [b, Σh, q] each
-            summary = RowSummary(torch.cat([part[0].values for part in parts], dim=2))
-            first = torch.cat([part[1] for part in parts], dim=1)
-            special = None
-            if any(part[2] is not None for part in parts):
-                special = torch.cat([torch.zeros_like(f) if m is None else m for _, f, m, _ in parts], dim=1)
-            shares = [part[3] for part in parts if part[3] is not None]  # all or none: sites are grouped by it
-            sink_share = torch.cat(shares, dim=1) if shares else None
+        if first_member.whole is not None:  # whole calls: key 0 and the special tokens read side by side too
+            summary, first, special, sink_share, heads = self._whole_rows(members)
+        else:
+            summary, first, special, sink_share, heads = blocks_side_by_side(members)
         key = (first_member.stack_key, first_member.query_start, "rows", first.shape[-1])
         layout = self._layouts.get(key)
         if layout is None:
@@ -295,6 +246,19 @@ class StatisticsAccumulator:
                 self.by_position.add(rows.site, values[:, :, picked], layout, recent[:, picked])
                 start += count
 
+    def _whole_rows(
+        self, members: list[SummarisedRows]
+    ) -> tuple[RowSummary, Tensor, Tensor | None, Tensor | None, list[int]]:
+        """(summary ``[F, b, Σh, q]``, first, special, sink share ``[b, Σh, q]``, heads) of whole calls of one shape,
+        side by side along the heads."""
+        summaries = [rows.whole for rows in members if rows.whole is not None]
+        values = summaries[0].values if len(summaries) == 1 else torch.cat([kept.values for kept in summaries], dim=2)
+        summary = RowSummary(values, summaries[0].columns)
+        first, special = summary_columns_mass(summary, self._geometry[members[0].stack_key])
+        shares = [rows.sink_share[0] for rows in members if rows.sink_share]  # all or none: grouped by it
+        sink_share = None if not shares else shares[0] if len(shares) == 1 else torch.cat(shares, dim=1)
+        return summary, first, special, sink_share, [kept.values.shape[2] for kept in summaries]
+
     def _add(self, site: AttentionSite, values: Tensor, layout: BlockLayout) -> None:
         """Add per-query ``values`` ``[S, b, h, q]`` of the queries ``layout`` counts to ``site``'s sums."""
         self._add_sites([site], [values.shape[2]], values, layout)
@@ -305,12 +269,35 @@ class StatisticsAccumulator:
         values = torch.where(layout.counted, values, 0.0).double()  # padding rows may hold anything, even NaN
         sums = values.sum(dim=(1, 3))  # [S, Σh]
         all_totals = torch.stack((sums, values.square_().sum(dim=(1, 3))))  # [2, S, Σh]
-        for site, totals in zip(sites, all_totals.split(heads, dim=-1)):  # [2, S, h] each
-            if site in self._totals:
-                self._totals[site] += totals
-                self._counts[site] += layout.counts
-            else:
-                self._totals[site], self._counts[site] = totals.clone(), layout.counts.clone()
+        # summed per group of sites, as they came, and split per site only when read (_fold): two operations per
+        # batch for the group, not two per site
+        group = (tuple(sites), tuple(heads))
+        held = self._grouped.get(group)
+        if held is None:
+            self._grouped[group] = (all_totals, layout.counts.clone())
+        else:
+            held[0].add_(all_totals)
+            held[1].add_(layout.counts)
+
+    def _fold(self) -> None:
+        """Move the groups' sums into the per-site sums, on the host: one copy from the device for all of them (a
+        GPU's: one wait, not an operation per site)."""
+        if not self._grouped:
+            return
+        groups = list(self._grouped.items())
+        self._grouped = {}
+        device = groups[0][1][0].device
+        parts = [part.to(device).flatten() for _, held in groups for part in held]
+        host = torch.cat(parts).cpu().split([part.numel() for part in parts])
+        for number, ((sites, heads), (all_totals, _)) in enumerate(groups):
+            site_totals = host[2 * number].view(all_totals.shape).split(list(heads), dim=-1)  # [2, S, h] each
+            counts = host[2 * number + 1]  # [S]
+            for site, totals in zip(sites, site_totals):
+                if site in self._totals:
+                    self._totals[site] += totals
+                    self._counts[site] += counts
+                else:
+                    self._totals[site], self._counts[site] = totals.clone(), counts.clone()
 
     def merge_across(self, parallel: DataParallel, layout: Mapping[AttentionSite, int]) -> None:
         """Replace the local sums by the sums over every process of a data-parallel run (float64).
@@ -321,6 +308,7 @@ class StatisticsAccumulator:
         if not parallel.distributed:
             return
         self._flush()
+        self._fold()
         sites = sorted(layout)
         statistics = len(STATISTIC_NAMES)
         local = []

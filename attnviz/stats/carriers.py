@@ -26,8 +26,10 @@ from torch import Tensor
 from attnviz.common.parallel import DataParallel
 from attnviz.core import AttentionSite
 from attnviz.core.kernel_calls import RowSummary
-from attnviz.core.weighting import projection_gram, value_norms
+from attnviz.core.weighting import projection_factors, value_norms
 from attnviz.models.base import EncodedBatch
+from attnviz.stats import deferral
+from attnviz.stats.kept_rows import KeptCalls
 
 #: per-head fields, in JSON/CSV order
 CARRIER_FIELDS: tuple[str, ...] = (
@@ -86,13 +88,14 @@ class TokenCarriers:
 
     def __init__(self, projections: Mapping[AttentionSite, Tensor]) -> None:
         self.projections = dict(projections)
-        # site -> [4, h] and [4] float64, made now rather than during the pass, between one layer's tensors and the
-        # next (see _norms_buffer); the result names the sites seen
-        self._sums = {site: _zeros(len(CARRIER_FIELDS), heads.shape[0]) for site, heads in self.projections.items()}
+        self._sums: dict[AttentionSite, Tensor] = {}  # site -> [4, h] float64 on the host (see _fold)
         # rows counted per field, plain numbers (a tensor's += per layer costs more than the sums themselves)
         self._counts = {site: [0.0] * len(CARRIER_FIELDS) for site in self.projections}
+        # (sites, their heads, field) -> [2, Σh] float64: sums of sites reduced side by side, not yet split (_fold)
+        self._grouped: dict[tuple[tuple[AttentionSite, ...], tuple[int, ...], int], Tensor] = {}
+        self._kept = KeptCalls()  # on a GPU, the batch's norms and rows until it ends (attnviz.stats.deferral)
         self._seen: set[AttentionSite] = set()
-        self._grams = {site: projection_gram(heads) for site, heads in self.projections.items()}  # site -> [h, d, d]
+        self._factors = projection_factors(self.projections)  # site -> [h, d, d], once
         self._batch: EncodedBatch | None = None
         self._key_masks: dict[tuple, Tensor] = {}  # the batch's masks of real keys and real query rows, made once
         self._site: AttentionSite | None = None
@@ -104,6 +107,7 @@ class TokenCarriers:
         self._norms_buffer: Tensor | None = None
 
     def begin_batch(self, batch: EncodedBatch) -> None:
+        self._flush()  # with the previous batch's masks
         self._batch = batch
         self._key_masks = {}
 
@@ -114,16 +118,29 @@ class TokenCarriers:
         self._site, self._norms = site, None
         if projections is None or self._batch is None:
             return
-        out = self._norms_out(value, projections.shape[0])
-        norms = value_norms(value, projections, out, gram=self._grams[site])  # [b, h, k]
+        keeping = self.keeps_summary(value.device)  # the norms are kept until the batch ends: a tensor per call
+        out = None if keeping else self._norms_out(value, projections.shape[0])
+        norms = value_norms(value, projections, out, factor=self._factors[site])  # [b, h, k]
         self._norms = norms
-        keys = self._key_mask(site.stack, norms.device)[:, None, :]  # [b, 1, k] real keys
-        per_key = torch.where(keys, norms, 0.0).double().sum(0)  # [h, k]
-        sums = torch.stack((per_key[:, 0], per_key[:, 1:].sum(-1)))  # [2, h]: the first key, the others
         _, key_lengths = self._batch.query_key_lengths(site.stack)
         # counts from the lengths the host holds: reading them off the device would wait for the GPU at every layer
         others = sum(max(0, min(length, norms.shape[2]) - 1) for length in key_lengths)
-        self._add(site, 0, sums, (float(norms.shape[0]), float(others)))
+        self._count(site, 0, (float(norms.shape[0]), float(others)))
+        if keeping:
+            self._kept.add_norms(site, norms)
+            if self._kept.nbytes > deferral.DEFERRED_BYTES:
+                self._flush()
+            return
+        self._add_norm_sums([site], [norms])
+
+    def _add_norm_sums(self, sites: list[AttentionSite], norms: list[Tensor]) -> None:
+        """Add the first key's and the other real keys' norms of ``norms`` (``[b, h, k]`` each, one site's, of one
+        stack and shape) to fields 0 and 1."""
+        together = _side_by_side(norms)  # [b, Σh, k]
+        keys = self._key_mask(sites[0].stack, together.device)[:, None, :]  # [b, 1, k] real keys
+        per_key = torch.where(keys, together, 0.0).double().sum(0)  # [Σh, k]
+        sums = torch.stack((per_key[:, 0], per_key[:, 1:].sum(-1)))  # [2, Σh]: the first key, the others
+        self._add(sites, [part.shape[1] for part in norms], 0, sums)
 
     def _key_mask(self, stack: str, device: torch.device) -> Tensor:
         """The batch's ``[b, k]`` real-key mask of ``stack`` on ``device``, made once per batch."""
@@ -142,6 +159,11 @@ class TokenCarriers:
             buffer = self._norms_buffer = torch.empty(numel, dtype=torch.float32, device=value.device)
         return buffer[:numel].view(shape)
 
+    def keeps_summary(self, device: torch.device) -> bool:
+        """Whether it keeps the norms and rows of calls on ``device`` until the batch ends
+        (:mod:`attnviz.stats.deferral`)."""
+        return deferral.defers(device)
+
     def key_weights(self, site: AttentionSite) -> Tensor | None:
         """``‖f(x_j)‖`` ``[b, h, k]`` of the call in progress at ``site`` (what the core may weigh rows by)."""
         return self._norms if site == self._site else None
@@ -157,12 +179,19 @@ class TokenCarriers:
         query_start: int,
         weighted: Tensor | None = None,
         summary: RowSummary | None = None,
+        owned: bool = False,
         **_: object,
     ) -> None:
         """``pattern``: ``[b, h, blk, c]`` weights of queries ``query_start …`` (None when ``summary`` holds key 0);
         ``weighted``: the core's ``Σ_j α_ij ‖f(x_j)‖`` ``[b, h, blk]`` of these rows, when it summed them (else
-        computed here)."""
+        computed here); ``owned``: ``summary`` and ``weighted`` are this observer's to keep."""
         if site != self._site or self._norms is None or self._batch is None:
+            return
+        if owned and pattern is None and summary is not None and weighted is not None and 0 in summary.columns:
+            self._kept.add_rows(site, query_start, summary, weighted, self._norms)
+            self._count(site, 2, self._row_counts(site, query_start, summary))
+            if self._kept.nbytes > deferral.DEFERRED_BYTES:
+                self._flush()
             return
         if pattern is None:
             weight_share = summary.column(0) if summary is not None else None  # [b, h, blk]
@@ -175,13 +204,34 @@ class TokenCarriers:
             # than matmul's of a [c, 1] matrix
             moved = weighted if weighted is not None else torch.einsum("bhqk,bhk->bhq", pattern, norms)
             weight_share = pattern[..., 0]  # [b, h, blk]
-        rows = weight_share.shape[2]
-        norm_share = weight_share * self._norms[..., :1] / moved.clamp(min=_TINY)  # [b, h, blk]
+        self._add_share_sums([site], query_start, [weight_share], [moved], [self._norms])
+        self._count(site, 2, self._row_counts(site, query_start, weight_share))
+
+    def _row_counts(self, site: AttentionSite, query_start: int, rows: Tensor | RowSummary) -> tuple[float, float]:
+        """How many real queries the rows ``query_start …`` of ``rows`` (``[…, blk]``) hold, for fields 2 and 3."""
+        assert self._batch is not None
+        count = (rows.values if isinstance(rows, RowSummary) else rows).shape[-1]
         query_lengths = self._batch.query_key_lengths(site.stack)[0]
-        real = self._real_rows(site.stack, query_start, rows, weight_share.device)  # [b, 1, blk]
-        count = float(sum(max(0, min(length, query_start + rows) - query_start) for length in query_lengths))
-        shares = torch.stack((weight_share, norm_share))  # [2, b, h, blk]
-        self._add(site, 2, torch.where(real, shares, 0.0).double().sum(dim=(1, 3)), (count, count))
+        real = float(sum(max(0, min(length, query_start + count) - query_start) for length in query_lengths))
+        return real, real
+
+    def _add_share_sums(
+        self,
+        sites: list[AttentionSite],
+        query_start: int,
+        weight_shares: list[Tensor],
+        moved: list[Tensor],
+        norms: list[Tensor],
+    ) -> None:
+        """Add the weight and norm shares of key 0 (fields 2 and 3) of sites of one stack and shape: each site's
+        ``α_i0`` and ``Σ_j α_ij ‖f(x_j)‖`` ``[b, h, blk]`` and its norms ``[b, h, k]``."""
+        weight_share = _side_by_side(weight_shares)  # [b, Σh, blk]
+        first_norms = _side_by_side([part[..., :1] for part in norms])  # [b, Σh, 1]
+        norm_share = weight_share * first_norms / _side_by_side(moved).clamp(min=_TINY)  # [b, Σh, blk]
+        real = self._real_rows(sites[0].stack, query_start, weight_share.shape[2], weight_share.device)  # [b, 1, blk]
+        shares = torch.stack((weight_share, norm_share))  # [2, b, Σh, blk]
+        sums = torch.where(real, shares, 0.0).double().sum(dim=(1, 3))  # [2, Σh]
+        self._add(sites, [part.shape[1] for part in weight_shares], 2, sums)
 
     def _real_rows(self, stack: str, query_start: int, rows: int, device: torch.device) -> Tensor:
         """``[b, 1, rows]`` bool: which of the queries ``query_start …`` are real (not padding), made once per batch."""
@@ -193,28 +243,67 @@ class TokenCarriers:
             self._key_masks[key] = (positions[None, :] < lengths[:, None])[:, None, :].to(device)
         return self._key_masks[key]
 
-    def _add(self, site: AttentionSite, field: int, sums: Tensor, counts: tuple[float, float]) -> None:
-        """Add ``sums`` ``[2, h]`` to fields ``field`` and ``field + 1`` of ``site`` (``counts``: their rows)."""
-        # the sums stay on the model's device until the result (a copy to the host would wait for the GPU)
-        if site not in self._sums:
-            self._sums[site] = _zeros(len(CARRIER_FIELDS), sums.shape[1])
+    def _add(self, sites: list[AttentionSite], heads: list[int], field: int, sums: Tensor) -> None:
+        """Add ``sums`` ``[2, Σh]`` (``sites`` side by side, ``heads`` each) to fields ``field`` and ``field + 1``."""
+        # summed per group of sites as they came, split per site in the result (_fold): one operation per group.
+        # The sums stay on the model's device until the result (a copy to the host would wait for the GPU)
+        group = (tuple(sites), tuple(heads), field)
+        if group in self._grouped:
+            self._grouped[group].add_(sums)
+        else:
+            self._grouped[group] = sums
+
+    def _count(self, site: AttentionSite, field: int, counts: tuple[float, float]) -> None:
+        """Count ``counts`` more rows in fields ``field`` and ``field + 1`` of ``site``."""
+        if site not in self._counts:
             self._counts[site] = [0.0] * len(CARRIER_FIELDS)
-        if self._sums[site].device != sums.device:
-            self._sums[site] = self._sums[site].to(sums.device)
         self._seen.add(site)
-        self._sums[site][field : field + 2].add_(sums)
         self._counts[site][field] += counts[0]
         self._counts[site][field + 1] += counts[1]
 
+    def _flush(self) -> None:
+        """Reduce the calls kept (on a GPU: the batch's), sites of one stack and shape side by side."""
+        norm_groups, row_groups = self._kept.take()
+        for norms in norm_groups:
+            self._add_norm_sums([site for site, _ in norms], [tensor for _, tensor in norms])
+        for query_start, rows in row_groups:
+            shares = [summary.column(0) for _, summary, _, _ in rows]  # [b, h, q] each (kept only with key 0)
+            self._add_share_sums(
+                [site for site, _, _, _ in rows],
+                query_start,
+                [share for share in shares if share is not None],
+                [weighted for _, _, weighted, _ in rows],
+                [norms for _, _, _, norms in rows],
+            )
+
+    def _fold(self) -> None:
+        """Move the groups' sums into the per-site sums, on the host: one copy from the device for all of them (a
+        GPU's: one wait, not an operation per site)."""
+        self._flush()
+        if not self._grouped:
+            return
+        groups = list(self._grouped.items())
+        self._grouped = {}
+        device = groups[0][1].device
+        host = torch.cat([sums.to(device) for _, sums in groups], dim=1).cpu()  # [2, Σ over groups of Σh]
+        start = 0
+        for (sites, heads, field), _ in groups:
+            for site, count in zip(sites, heads):
+                if site not in self._sums:
+                    self._sums[site] = _zeros(len(CARRIER_FIELDS), count)
+                self._sums[site][field : field + 2] += host[:, start : start + count]
+                start += count
+
     def merge_across(self, parallel: DataParallel, layout: Mapping[AttentionSite, int]) -> None:
         """Sum over the processes of a data-parallel run (sites in ``layout`` order, zeros where unseen)."""
+        self._fold()
         if not parallel.distributed:
             return
         sites = sorted(site for site in layout if site in self.projections)
         local = []
         for site in sites:
             sums = self._sums.get(site)
-            local.append(sums.cpu() if sums is not None else _zeros(len(CARRIER_FIELDS), layout[site]))
+            local.append(sums if sums is not None else _zeros(len(CARRIER_FIELDS), layout[site]))
             local.append(torch.tensor(self._counts.get(site, [0.0] * len(CARRIER_FIELDS)), dtype=torch.float64))
         merged = parallel.sum(local)
         self._sums = {site: merged[2 * n] for n, site in enumerate(sites)}
@@ -222,16 +311,22 @@ class TokenCarriers:
         self._seen = set(sites)
 
     def result(self) -> CarrierStatistics:
+        self._fold()
         order = sorted(self._seen)
         if not order:
             return CarrierStatistics({})
         # every site at once, brought to the host in one copy (a GPU's sums: not one wait per layer)
         heads = [self._sums[site].shape[1] for site in order]
-        sums = torch.cat([self._sums[site].to(self._sums[order[0]].device) for site in order], dim=1).cpu()  # [4, Σh]
+        sums = torch.cat([self._sums[site] for site in order], dim=1)  # [4, Σh], on the host (see _fold)
         counts = torch.tensor([self._counts[site] for site in order], dtype=torch.float64)  # [sites, 4]
         per_head = counts.repeat_interleave(torch.tensor(heads), dim=0).T  # [4, Σh]
         means = torch.where(per_head > 0, sums / per_head.clamp(min=1), math.nan).split(heads, dim=1)
         return CarrierStatistics({site: mean.clone() for site, mean in zip(order, means)})
+
+
+def _side_by_side(parts: list[Tensor]) -> Tensor:
+    """``[b, Σh, …]``: tensors ``[b, h, …]`` of several sites along the heads (the one itself, uncopied)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 def _zeros(*shape: int) -> Tensor:

@@ -143,3 +143,29 @@ def test_stats_of_norm_weighting_are_those_of_renormalised_norm_rows(tiny_models
     assert plain.weighting == "weights"
     assert torch.allclose(plain.carriers.matrix("first_token_norm_share"), carriers.matrix("first_token_norm_share"))
     assert torch.allclose(plain.matrix("first_token"), carriers.matrix("first_token_weight_share"), atol=1e-6)
+
+
+def test_value_norms_equal_the_norms_of_the_transformed_values_for_every_head_and_rank():
+    """‖v W_h‖ through the [d, d] factor equals the direct product, for grouped heads and for slices without a
+    Cholesky factor: a pruned (zero) head, and one of rank below d (an output narrower than the head)."""
+    from attnviz.core.weighting import projection_factor, value_norms
+
+    generator = torch.Generator().manual_seed(0)
+    batch, kv_heads, n_rep, keys, head_dim = 2, 2, 3, 7, 8
+    value = torch.randn(batch, kv_heads, keys, head_dim, generator=generator)  # [b, kvh, k, d]
+    for hidden in (32, 5):  # 5 < d: every Gram matrix is singular
+        projections = torch.randn(kv_heads * n_rep, head_dim, hidden, generator=generator)  # [h, d, hidden]
+        projections[4] = 0.0  # a pruned head
+        expected = torch.stack(
+            [
+                (value[:, head // n_rep].double() @ projections[head].double()).norm(dim=-1)
+                for head in range(kv_heads * n_rep)
+            ],
+            dim=1,
+        )  # [b, h, k]
+        got = value_norms(value, projections, factor=projection_factor(projections))
+        assert got.shape == (batch, kv_heads * n_rep, keys)
+        assert float((got.double() - expected).abs().max()) <= 1e-5 * float(expected.max()), hidden
+        assert float(got[:, 4].abs().max()) == 0.0
+        out = torch.full((batch, kv_heads * n_rep, keys), float("nan"))
+        assert value_norms(value, projections, out) is out and torch.equal(out, value_norms(value, projections))
