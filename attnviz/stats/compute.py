@@ -157,7 +157,8 @@ def compute_statistics(
     # progress steps are attention layers passed (a long text is one forward pass of minutes): batches × sites
     sites = len(loaded.layout()) if progress and parallel.is_main else 0
     start = time.perf_counter()
-    with _progress(progress and parallel.is_main) as bar:
+    # a model the user wrapped switches onto the core once for the whole pass, not once per batch
+    with _progress(progress and parallel.is_main) as bar, loaded.running():
         steps = None if batch_count is None else batch_count * sites
         task = bar.add_task(f"statistics · {loaded.name} · layers", total=steps, status="")
         if sites:
