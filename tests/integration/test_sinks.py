@@ -18,7 +18,7 @@ from sink_models import LATENT_FAMILIES, SINK_FAMILIES, build_sink_model
 import attnviz
 from attnviz.captures.attention_capture import PatternRecorder
 from attnviz.core import AttentionSite, blocks, kernel, kernel_calls
-from attnviz.stats import STATISTIC_NAMES, compute_statistics
+from attnviz.stats import STATISTIC_NAMES, compute_statistics, deferral
 
 TEXTS = ["The cat sat on the mat because it was tired after the long day.", "A dog ran home."]
 FAMILIES = SINK_FAMILIES + LATENT_FAMILIES
@@ -167,7 +167,10 @@ def test_statistics_equal_a_hand_computation_on_torch_and_in_kernel_tiles(
     with kernel.kernel_suspended():
         on_torch = compute_statistics(loaded, TEXTS, progress=False)
     assert len(tiles) == 2
-    for stats in (in_tiles, on_torch):
+    monkeypatch.setattr(deferral, "DEFERRED_DEVICES", ("cuda", "cpu"))  # the layers kept, then reduced together
+    kept = compute_statistics(loaded, TEXTS, progress=False)
+    assert len(tiles) == 4
+    for stats in (in_tiles, on_torch, kept):
         for name in STATISTIC_NAMES:
             torch.testing.assert_close(stats.matrix(name), expected[name], rtol=0, atol=1e-5, msg=name)
     if family in SINK_FAMILIES:
