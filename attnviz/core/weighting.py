@@ -49,22 +49,31 @@ def projection_factors(projections: Mapping[Key, Tensor]) -> dict[Key, Tensor]:
     the roots of its eigenvalues give one (``G = U Λ Uᵀ = (U √Λ)(U √Λ)ᵀ``). Every site at once: which factors
     failed is read back from the device once, not once per site.
     """
-    if not projections:
-        return {}
-    grams, lowers, failures = {}, {}, []
+    grams = {}
     for site, heads in projections.items():
         weights = heads.to(torch.float64)  # [h, d, hidden]
         grams[site] = torch.matmul(weights, weights.transpose(1, 2))  # [h, d, d]
-        lowers[site], failed = torch.linalg.cholesky_ex(grams[site])  # [h, d, d], [h] (nonzero: not definite)
-        failures.append(failed)
-    device = failures[0].device
-    any_failed = torch.stack([failed.to(device).ne(0).any() for failed in failures]).tolist()  # one read
+    # one factorisation for all the sites of a shape and device (a call per site costs more than its work)
+    groups: dict[tuple, list[Key]] = {}
+    for site, gram in grams.items():
+        groups.setdefault((tuple(gram.shape[1:]), gram.device), []).append(site)
+    lowers: dict[Key, Tensor] = {}
+    failures: dict[Key, Tensor] = {}  # site -> [h] nonzero where the Gram matrix is not positive definite
+    for sites in groups.values():
+        stacked = grams[sites[0]] if len(sites) == 1 else torch.cat([grams[site] for site in sites])  # [Σh, d, d]
+        lower, failed = torch.linalg.cholesky_ex(stacked)
+        head_counts = [grams[site].shape[0] for site in sites]
+        lowers.update(zip(sites, lower.split(head_counts)))
+        failures.update(zip(sites, failed.split(head_counts)))
+    flags = [failed.ne(0).any() for failed in failures.values()]
+    any_failed = dict(zip(failures, torch.stack([flag.cpu() for flag in flags]).tolist())) if flags else {}  # one read
     factors = {}
-    for (site, lower), failed, fallback in zip(lowers.items(), failures, any_failed):
-        if fallback:
+    for site in projections:
+        lower = lowers[site]
+        if any_failed[site]:
             values, vectors = torch.linalg.eigh(grams[site])  # [h, d], [h, d, d]
             scaled = vectors * values.clamp(min=0).sqrt()[:, None, :]  # [h, d, d]: U √Λ
-            lower = torch.where((failed != 0)[:, None, None], scaled, lower)
+            lower = torch.where((failures[site] != 0)[:, None, None], scaled, lower)
         factors[site] = lower.transpose(1, 2).contiguous().float()  # [h, d, d]
     return factors
 

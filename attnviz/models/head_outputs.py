@@ -68,9 +68,10 @@ class OutputProjection:
         return held_weight(self.module, "bias")
 
     def slices(self) -> Tensor:
-        """``[h, dv, width]`` float32: head ``h``'s ``W_O^h`` (``concat(z) W = Σ_h z_h W_O^h``)."""
+        """``[h, dv, width]`` float32: head ``h``'s ``W_O^h`` (``concat(z) W = Σ_h z_h W_O^h``), a view of a float32
+        weight (no copy)."""
         by_input = self.matrix().float().t()  # [h·dv, width]
-        return by_input.reshape(self.heads, self.head_dim, by_input.shape[1]).contiguous()
+        return by_input.reshape(self.heads, self.head_dim, by_input.shape[1])
 
 
 def is_linear(module: nn.Module) -> bool:

@@ -148,7 +148,7 @@ def test_stats_of_norm_weighting_are_those_of_renormalised_norm_rows(tiny_models
 def test_value_norms_equal_the_norms_of_the_transformed_values_for_every_head_and_rank():
     """‖v W_h‖ through the [d, d] factor equals the direct product, for grouped heads and for slices without a
     Cholesky factor: a pruned (zero) head, and one of rank below d (an output narrower than the head)."""
-    from attnviz.core.weighting import projection_factor, value_norms
+    from attnviz.core.weighting import projection_factor, projection_factors, value_norms
 
     generator = torch.Generator().manual_seed(0)
     batch, kv_heads, n_rep, keys, head_dim = 2, 2, 3, 7, 8
@@ -169,3 +169,17 @@ def test_value_norms_equal_the_norms_of_the_transformed_values_for_every_head_an
         assert float(got[:, 4].abs().max()) == 0.0
         out = torch.full((batch, kv_heads * n_rep, keys), float("nan"))
         assert value_norms(value, projections, out) is out and torch.equal(out, value_norms(value, projections))
+    # several sites factorised together: shapes grouped, a site without a Cholesky factor beside ones with
+    sites = {
+        "wide": torch.randn(6, head_dim, 32, generator=generator),
+        "narrow": torch.randn(6, head_dim, 5, generator=generator),
+        "wide again": torch.randn(6, head_dim, 32, generator=generator),
+        "fewer heads": torch.randn(2, head_dim, 32, generator=generator),
+    }
+    factors = projection_factors(sites)
+    assert list(factors) == list(sites)
+    for name, projections in sites.items():
+        alone = projection_factor(projections)
+        got = value_norms(value, projections, factor=factors[name])
+        expected = value_norms(value, projections, factor=alone)
+        assert torch.allclose(got, expected, rtol=1e-6, atol=0), name
