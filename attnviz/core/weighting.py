@@ -65,8 +65,9 @@ def projection_factors(projections: Mapping[Key, Tensor]) -> dict[Key, Tensor]:
         head_counts = [grams[site].shape[0] for site in sites]
         lowers.update(zip(sites, lower.split(head_counts)))
         failures.update(zip(sites, failed.split(head_counts)))
-    flags = [failed.ne(0).any() for failed in failures.values()]
-    any_failed = dict(zip(failures, torch.stack([flag.cpu() for flag in flags]).tolist())) if flags else {}  # one read
+    device = next(iter(failures.values())).device if failures else None
+    flags = [failed.ne(0).any().to(device) for failed in failures.values()]
+    any_failed = dict(zip(failures, torch.stack(flags).tolist())) if flags else {}  # one read back
     factors = {}
     for site in projections:
         lower = lowers[site]

@@ -75,8 +75,9 @@ class StatisticsAccumulator:
         self._window = local_window  # w used on the current batch: at most its longest sequence − 1 (the same sums)
         self._totals: dict[AttentionSite, Tensor] = {}  # site -> [2, S, h] float64: Σ value, Σ value² (counted queries)
         self._counts: dict[AttentionSite, Tensor] = {}  # site -> [S] float64: queries counted
-        # (sites, their heads) -> ([2, S, Σh], [S]): sums of sites reduced side by side, not yet split (see _fold)
-        self._grouped: dict[tuple[tuple[AttentionSite, ...], tuple[int, ...]], tuple[Tensor, Tensor]] = {}
+        # (sites, their heads, "totals"|"counts") -> [2, S, Σh] | [S]: sums of sites reduced side by side, not yet
+        # split per site (see _fold)
+        self._grouped = deferral.GroupSums()
         self.num_examples = 0
         self.num_tokens = 0  # real tokens of the first stack (source side)
         self._batch: EncodedBatch | None = None
@@ -271,33 +272,19 @@ class StatisticsAccumulator:
         all_totals = torch.stack((sums, values.square_().sum(dim=(1, 3))))  # [2, S, Σh]
         # summed per group of sites, as they came, and split per site only when read (_fold): two operations per
         # batch for the group, not two per site
-        group = (tuple(sites), tuple(heads))
-        held = self._grouped.get(group)
-        if held is None:
-            self._grouped[group] = (all_totals, layout.counts.clone())
-        else:
-            held[0].add_(all_totals)
-            held[1].add_(layout.counts)
+        self._grouped.add((tuple(sites), tuple(heads), "totals"), all_totals)
+        self._grouped.add((tuple(sites), tuple(heads), "counts"), layout.counts.clone())
 
     def _fold(self) -> None:
-        """Move the groups' sums into the per-site sums, on the host: one copy from the device for all of them (a
-        GPU's: one wait, not an operation per site)."""
-        if not self._grouped:
-            return
-        groups = list(self._grouped.items())
-        self._grouped = {}
-        device = groups[0][1][0].device
-        parts = [part.to(device).flatten() for _, held in groups for part in held]
-        host = torch.cat(parts).cpu().split([part.numel() for part in parts])
-        for number, ((sites, heads), (all_totals, _)) in enumerate(groups):
-            site_totals = host[2 * number].view(all_totals.shape).split(list(heads), dim=-1)  # [2, S, h] each
-            counts = host[2 * number + 1]  # [S]
-            for site, totals in zip(sites, site_totals):
-                if site in self._totals:
-                    self._totals[site] += totals
-                    self._counts[site] += counts
+        """Move the groups' sums into the per-site sums, on the host."""
+        for (sites, heads, kind), sums in self._grouped.take_to_host():
+            parts = sums.split(list(heads), dim=-1) if kind == "totals" else [sums] * len(sites)  # [2, S, h] | [S]
+            held = self._totals if kind == "totals" else self._counts
+            for site, part in zip(sites, parts):
+                if site in held:
+                    held[site] += part
                 else:
-                    self._totals[site], self._counts[site] = totals.clone(), counts.clone()
+                    held[site] = part.clone()
 
     def merge_across(self, parallel: DataParallel, layout: Mapping[AttentionSite, int]) -> None:
         """Replace the local sums by the sums over every process of a data-parallel run (float64).

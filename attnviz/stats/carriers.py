@@ -92,7 +92,7 @@ class TokenCarriers:
         # rows counted per field, plain numbers (a tensor's += per layer costs more than the sums themselves)
         self._counts = {site: [0.0] * len(CARRIER_FIELDS) for site in self.projections}
         # (sites, their heads, field) -> [2, Σh] float64: sums of sites reduced side by side, not yet split (_fold)
-        self._grouped: dict[tuple[tuple[AttentionSite, ...], tuple[int, ...], int], Tensor] = {}
+        self._grouped = deferral.GroupSums()
         self._kept = KeptCalls()  # on a GPU, the batch's norms and rows until it ends (attnviz.stats.deferral)
         self._seen: set[AttentionSite] = set()
         self._factors = projection_factors(self.projections)  # site -> [h, d, d], once
@@ -245,13 +245,8 @@ class TokenCarriers:
 
     def _add(self, sites: list[AttentionSite], heads: list[int], field: int, sums: Tensor) -> None:
         """Add ``sums`` ``[2, Σh]`` (``sites`` side by side, ``heads`` each) to fields ``field`` and ``field + 1``."""
-        # summed per group of sites as they came, split per site in the result (_fold): one operation per group.
-        # The sums stay on the model's device until the result (a copy to the host would wait for the GPU)
-        group = (tuple(sites), tuple(heads), field)
-        if group in self._grouped:
-            self._grouped[group].add_(sums)
-        else:
-            self._grouped[group] = sums
+        # summed per group of sites as they came, split per site in the result (_fold): one operation per group
+        self._grouped.add((tuple(sites), tuple(heads), field), sums)
 
     def _count(self, site: AttentionSite, field: int, counts: tuple[float, float]) -> None:
         """Count ``counts`` more rows in fields ``field`` and ``field + 1`` of ``site``."""
@@ -277,22 +272,13 @@ class TokenCarriers:
             )
 
     def _fold(self) -> None:
-        """Move the groups' sums into the per-site sums, on the host: one copy from the device for all of them (a
-        GPU's: one wait, not an operation per site)."""
+        """Move the groups' sums into the per-site sums, on the host."""
         self._flush()
-        if not self._grouped:
-            return
-        groups = list(self._grouped.items())
-        self._grouped = {}
-        device = groups[0][1].device
-        host = torch.cat([sums.to(device) for _, sums in groups], dim=1).cpu()  # [2, Σ over groups of Σh]
-        start = 0
-        for (sites, heads, field), _ in groups:
-            for site, count in zip(sites, heads):
+        for (sites, heads, field), sums in self._grouped.take_to_host():
+            for site, part in zip(sites, sums.split(list(heads), dim=1)):  # [2, h] each
                 if site not in self._sums:
-                    self._sums[site] = _zeros(len(CARRIER_FIELDS), count)
-                self._sums[site][field : field + 2] += host[:, start : start + count]
-                start += count
+                    self._sums[site] = _zeros(len(CARRIER_FIELDS), part.shape[1])
+                self._sums[site][field : field + 2] += part
 
     def merge_across(self, parallel: DataParallel, layout: Mapping[AttentionSite, int]) -> None:
         """Sum over the processes of a data-parallel run (sites in ``layout`` order, zeros where unseen)."""

@@ -163,3 +163,24 @@ def test_alignment_and_similarity_of_a_wrapped_model_equal_those_of_the_loaded_o
     ours = attnviz.head_similarity(attnviz.wrap(model, tokenizer), texts=TEXTS[:2])
     theirs = attnviz.head_similarity(attnviz.load_model(str(directory), device="cpu"), texts=TEXTS[:2])
     assert torch.allclose(ours.divergence, theirs.divergence, atol=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["eval", "mixed"])
+def test_statistics_over_several_batches_leave_every_module_mode_as_it_was(tiny_model_dirs, mode):
+    """A pass of several batches switches a wrapped model onto the core once; a model in eval mode, or one whose
+    modules are in mixed modes, ends with every module's flag as it began, and the statistics equal a loaded copy's."""
+    model, tokenizer = user_model(tiny_model_dirs["llama"])
+    if mode == "eval":
+        model.eval()
+    else:
+        model.model.layers[0].eval()  # the rest stays in training mode
+    flags = [module.training for module in model.modules()]
+    loaded = attnviz.wrap(model, tokenizer)
+    stats = attnviz.compute_statistics(loaded, TEXTS[:4], batch_size=1, progress=False)
+    assert [module.training for module in model.modules()] == flags
+    assert model.config._attn_implementation == "sdpa"
+    reference = attnviz.compute_statistics(
+        attnviz.load_model(str(tiny_model_dirs["llama"])), TEXTS[:4], batch_size=1, progress=False
+    )
+    for name in ("entropy", "first_token"):
+        torch.testing.assert_close(stats.matrix(name), reference.matrix(name), rtol=0, atol=1e-6)
