@@ -39,7 +39,10 @@ SHAPES = {
 
 
 #: launches tried by --tune: (block_m, block_n, num_warps, num_stages)
-CANDIDATES = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 8, 2), (128, 32, 8, 2)]
+CANDIDATES = [
+    (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 8, 2), (128, 32, 8, 2),
+    (128, 128, 8, 2),
+]  # fmt: skip
 
 
 def tune(shape: str, dtype: torch.dtype, length: int) -> None:

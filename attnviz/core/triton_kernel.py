@@ -4,7 +4,9 @@ Each program takes one head's ``BLOCK_M`` queries and walks the keys in tiles of
 tiles before and after the interior are *checked* (an additive mask, padding, causality, a window: which keys each
 query may weigh is worked out per element), the interior tiles, whose every key every query of the block may weigh,
 are not. In the interior the mean distance also comes cheaper: there every key ``j`` is at most the query ``i``, so
-``Σ p_j |i − j| = i Σ p_j − Σ p_j j``.
+``Σ p_j |i − j| = i Σ p_j − Σ p_j j``. The interior stops before the band's first key (``i − r`` of the block's
+first query), so its loop holds no code for the band: in registers and instructions per tile it stays close to plain
+attention (``benchmarks/bench_kernel_compiled.py`` counts them for a GPU without one).
 
 Logits are kept in base 2 (multiplied by ``log2 e``, so ``exp2`` stands for ``exp``): the running maximum ``m``, the
 band's and the columns' logits and the sink. The entropy's sum ``T = Σ p_j (s_j − m)`` is then in bits, and turned
@@ -29,28 +31,24 @@ def key_tile(
     q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
     CHECKED: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
     PADDED: tl.constexpr, SUMMARY: tl.constexpr, REACH: tl.constexpr, COLUMNS: tl.constexpr,
-    WEIGHTS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    WEIGHTS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, EVEN_D: tl.constexpr, SINKS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """One tile of ``BLOCK_N`` keys from ``start``: the running sums updated (see the module docstring)."""
     keys = start + tl.arange(0, BLOCK_N)  # [N] key positions
+    key_ok = keys < k_len
+    k_ptrs = K + b * skb + kvh * skh + keys[None, :] * skn + dims[:, None] * skd  # [D, N]
     if CHECKED:
-        key_ok = keys < k_len
-        k = tl.load(
-            K + b * skb + kvh * skh + keys[None, :] * skn + dims[:, None] * skd,
-            mask=key_ok[None, :] & (dims[:, None] < head_dim),
-            other=0.0,
-        )  # [D, N]
-    else:  # an interior tile lies wholly inside the keys
-        k = tl.load(
-            K + b * skb + kvh * skh + keys[None, :] * skn + dims[:, None] * skd,
-            mask=dims[:, None] < head_dim,
-            other=0.0,
-        )  # [D, N]
+        k = tl.load(k_ptrs, mask=key_ok[None, :] & (dims[:, None] < head_dim), other=0.0)
+    elif EVEN_D:  # an interior tile lies wholly inside the keys, and the head fills the block: no mask at all
+        k = tl.load(k_ptrs)
+    else:
+        k = tl.load(k_ptrs, mask=dims[:, None] < head_dim, other=0.0)
     if UPCAST:
         k = k.to(tl.float32)
-    s = tl.dot(q, k, input_precision=PRECISION, out_dtype=tl.float32) * qk_scale  # [M, N], base-2 logits
+    raw = tl.dot(q, k, input_precision=PRECISION, out_dtype=tl.float32)  # [M, N], unscaled
     if CHECKED:
+        s = raw * qk_scale  # base-2 logits
         if HAS_MASK:
             additive = tl.load(
                 Mask + b * smb + h * smh + rows[:, None] * smm + keys[None, :] * smn,
@@ -68,21 +66,48 @@ def key_tile(
         if WINDOWED:
             visible &= keys[None, :] > rows[:, None] + offset - window
         visible &= s != float("-inf")  # a key the mask hides with -inf (or a lowest value that overflowed)
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        s = tl.where(visible, s, float("-inf"))  # a hidden key's logit is -inf: its band or column weight is 0
+        logit_scale = 1.0
+    else:
+        # the band and the columns read raw logits here and scale the ones they pick: a scaled copy of the tile
+        # would hold [M, N] more registers
+        s = raw
+        logit_scale = qk_scale
+    if SUMMARY:
+        # the band and the chosen columns first, while the tile's weights do not yet take registers; the band's keys
+        # i − r … i + r lie in few tiles, each chosen column in one: the others skip this
+        if CHECKED and (start <= block_start + BLOCK_M - 1 + REACH) & (start + BLOCK_N - 1 >= block_start - REACH):
+            for slot in tl.static_range(2 * REACH + 1):
+                at = rows - (slot - REACH)  # [M] the key i − o of each query, o = slot − r
+                value_at = tl.sum(tl.where(keys[None, :] == at[:, None], s, 0.0), 1) * logit_scale
+                hit = (at >= start) & (at < start + BLOCK_N)
+                band = tl.where((band_slots[None, :] == slot) & hit[:, None], value_at[:, None], band)
+        for slot in tl.static_range(COLUMNS):
+            column = tl.load(Columns + slot)
+            if (column >= start) & (column < start + BLOCK_N):
+                value_at = tl.sum(tl.where(keys[None, :] == column, s, 0.0), 1) * logit_scale  # [M]
+                picked = tl.where(column_slots[None, :] == slot, value_at[:, None], picked)
+    if CHECKED:
+        tile_max = tl.max(s, 1)
+        m_new = tl.maximum(m_i, tile_max)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no visible key yet
         centred = tl.where(visible, s - m_safe[:, None], 0.0)
         p = tl.where(visible, tl.exp2(centred), 0.0)  # [M, N]
     else:
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # the scale is positive, so the largest scaled logit is the largest raw one scaled, and scaling and centring
+        # fuse into one multiply-add per element
+        tile_max = tl.max(raw, 1) * qk_scale
+        m_new = tl.maximum(m_i, tile_max)
         m_safe = m_new
-        centred = s - m_new[:, None]
+        centred = raw * qk_scale - m_new[:, None]
         p = tl.exp2(centred)  # [M, N]
-    key_max = tl.maximum(key_max, tl.max(s, 1))
+    if SINKS:
+        key_max = tl.maximum(key_max, tile_max)
     alpha = tl.where(m_i == float("-inf"), 0.0, tl.exp2(m_i - m_safe))
-    shift = tl.where(m_i == float("-inf"), 0.0, m_i - m_safe)
     tile_sum = tl.sum(p, 1)
-    t_i = alpha * (t_i + shift * l_i) + tl.sum(p * centred, 1)
+    if SUMMARY:
+        shift = tl.where(m_i == float("-inf"), 0.0, m_i - m_safe)
+        t_i = alpha * (t_i + shift * l_i) + tl.sum(p * centred, 1)
     l_i = alpha * l_i + tile_sum
     if SUMMARY:
         if CHECKED:
@@ -90,45 +115,23 @@ def key_tile(
             d_i = alpha * d_i + tl.sum(p * gap, 1)
         else:  # every key j ≤ query i: Σ p_j (i − j)
             d_i = alpha * d_i + rows.to(tl.float32) * tile_sum - tl.sum(p * keys.to(tl.float32)[None, :], 1)
-        # the band's keys i − r … i + r lie in few tiles, each chosen column in one: skip the others
-        if (start <= block_start + BLOCK_M - 1 + REACH) & (start + BLOCK_N - 1 >= block_start - REACH):
-            for slot in tl.static_range(2 * REACH + 1):
-                at = keys[None, :] == rows[:, None] - (slot - REACH)  # key i − o, o = slot − r
-                if CHECKED:
-                    at &= visible
-                value_at = tl.sum(tl.where(at, s, 0.0), 1)
-                hit = tl.sum(at.to(tl.int32), 1) > 0
-                band = tl.where((band_slots[None, :] == slot) & hit[:, None], value_at[:, None], band)
-        for slot in tl.static_range(COLUMNS):
-            column = tl.load(Columns + slot)
-            if (column >= start) & (column < start + BLOCK_N):
-                at = (keys[None, :] == column) & (rows[:, None] >= 0)  # [M, N]
-                if CHECKED:
-                    at &= visible
-                value_at = tl.sum(tl.where(at, s, 0.0), 1)
-                hit = tl.sum(at.to(tl.int32), 1) > 0
-                picked = tl.where((column_slots[None, :] == slot) & hit[:, None], value_at[:, None], picked)
     if WEIGHTS:
         if CHECKED:
             key_weight = tl.load(KeyWeights + b * swb + h * swh + keys * swn, mask=key_ok, other=0.0)
         else:
             key_weight = tl.load(KeyWeights + b * swb + h * swh + keys * swn)
         w_i = alpha * w_i + tl.sum(p * key_weight[None, :], 1)
+    v_ptrs = V + b * svb + kvh * svh + keys[:, None] * svn + vdims[None, :] * svd  # [N, DV]
     if CHECKED:
-        v = tl.load(
-            V + b * svb + kvh * svh + keys[:, None] * svn + vdims[None, :] * svd,
-            mask=key_ok[:, None] & (vdims[None, :] < value_dim),
-            other=0.0,
-        )  # [N, DV]
+        v = tl.load(v_ptrs, mask=key_ok[:, None] & (vdims[None, :] < value_dim), other=0.0)
+    elif EVEN_D:
+        v = tl.load(v_ptrs)
     else:
-        v = tl.load(
-            V + b * svb + kvh * svh + keys[:, None] * svn + vdims[None, :] * svd,
-            mask=vdims[None, :] < value_dim,
-            other=0.0,
-        )  # [N, DV]
+        v = tl.load(v_ptrs, mask=vdims[None, :] < value_dim, other=0.0)
     if UPCAST:
         v = v.to(tl.float32)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32)
+    # the running output is rescaled and handed to the product as its accumulator (added to in place)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION, out_dtype=tl.float32)
     return acc, m_new, l_i, t_i, d_i, w_i, band, picked, key_max
 
 
@@ -149,7 +152,7 @@ def attend_rows_kernel(
     SUMMARY: tl.constexpr, REACH: tl.constexpr, BAND_P2: tl.constexpr,
     COLUMNS: tl.constexpr, COLUMNS_P2: tl.constexpr, WEIGHTS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    UPCAST: tl.constexpr, SINKS: tl.constexpr, SHARE: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, SINKS: tl.constexpr, SHARE: tl.constexpr, PRECISION: tl.constexpr, EVEN_D: tl.constexpr,
 ):  # fmt: skip
     # the longest causal blocks (the last queries) first, so that short ones fill the GPU's tail
     block_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -185,6 +188,8 @@ def attend_rows_kernel(
         last = tl.minimum(last, block_start + BLOCK_M + offset)
     if CAUSAL or SUMMARY:  # interior keys j ≤ every query i (and ≤ i + offset): the cheap distance holds
         inner_last = tl.minimum(inner_last, tl.minimum(block_start, block_start + offset + 1) // BLOCK_N * BLOCK_N)
+    if SUMMARY:  # the band's keys i − r … i + r lie after the interior: its tiles are not where nearly all time goes
+        inner_last = tl.minimum(inner_last, tl.maximum(block_start - REACH, 0) // BLOCK_N * BLOCK_N)
     if WINDOWED:
         first = tl.maximum(first, block_start + offset - window + 1)
         inner_first = tl.maximum(inner_first, block_start + BLOCK_M + offset - window)
@@ -217,6 +222,7 @@ def attend_rows_kernel(
             skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
             q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
             True, HAS_MASK, CAUSAL, WINDOWED, PADDED, SUMMARY, REACH, COLUMNS, WEIGHTS, UPCAST, PRECISION,
+            EVEN_D, SINKS,
             BLOCK_M, BLOCK_N,
         )  # fmt: skip
     for start in range(inner_first, inner_last, BLOCK_N):
@@ -227,6 +233,7 @@ def attend_rows_kernel(
             skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
             q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
             False, HAS_MASK, CAUSAL, WINDOWED, PADDED, SUMMARY, REACH, COLUMNS, WEIGHTS, UPCAST, PRECISION,
+            EVEN_D, SINKS,
             BLOCK_M, BLOCK_N,
         )  # fmt: skip
     for start in range(inner_last, last, BLOCK_N):
@@ -237,6 +244,7 @@ def attend_rows_kernel(
             skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
             q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
             True, HAS_MASK, CAUSAL, WINDOWED, PADDED, SUMMARY, REACH, COLUMNS, WEIGHTS, UPCAST, PRECISION,
+            EVEN_D, SINKS,
             BLOCK_M, BLOCK_N,
         )  # fmt: skip
     seen = l_i > 0

@@ -86,9 +86,10 @@ def triton_applies(query: Tensor) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _columns_on(columns: tuple[int, ...], device: torch.device) -> Tensor:
-    """The key columns as an int64 tensor on ``device``, made once: a copy from the host at every layer would make
-    the host wait for the GPU each time (a copy from pageable memory follows the work queued before it)."""
-    return torch.tensor(columns, dtype=torch.int64, device=device)
+    """The key columns as an int32 tensor on ``device`` (the kernel compares them with 32-bit key positions), made
+    once: a copy from the host at every layer would make the host wait for the GPU each time (a copy from pageable
+    memory follows the work queued before it)."""
+    return torch.tensor(columns, dtype=torch.int32, device=device)
 
 
 def _power_of_two(value: int, least: int = 1) -> int:
@@ -146,6 +147,7 @@ def attend_rows_triton(
     summary_values = summary.values if summary is not None else None
     launch = launch or launch_config(query.dtype, max(head_dim, value_dim))
     grid = (triton.cdiv(query_len, launch.block_m), batch * heads)
+    block_d, block_dv = _power_of_two(head_dim, 16), _power_of_two(value_dim, 16)
     from attnviz.core.triton_kernel import attend_rows_kernel
 
     attend_rows_kernel[grid](
@@ -168,11 +170,13 @@ def attend_rows_triton(
         SUMMARY=summary is not None, REACH=reach, BAND_P2=_power_of_two(2 * reach + 1),
         COLUMNS=len(columns), COLUMNS_P2=_power_of_two(len(columns)), WEIGHTS=key_weights is not None,
         BLOCK_M=launch.block_m, BLOCK_N=launch.block_n,
-        BLOCK_D=_power_of_two(head_dim, 16), BLOCK_DV=_power_of_two(value_dim, 16),
+        BLOCK_D=block_d, BLOCK_DV=block_dv, EVEN_D=block_d == head_dim and block_dv == value_dim,
         # Triton's interpreter multiplies half-precision tiles wrongly (it reads their bits as integers)
         UPCAST=interpreting() and query.dtype != torch.float32,
         SINKS=sinks is not None, SHARE=sinks is not None and sink_share is not None,
         # float32 products in full precision (a GPU would otherwise round their inputs to TF32's 10-bit mantissa)
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         num_warps=launch.num_warps, num_stages=launch.num_stages,
+        # scaling and centring each logit as one multiply-add, whatever the installed Triton's default
+        enable_fp_fusion=True,
     )  # fmt: skip

@@ -299,3 +299,23 @@ def test_long_causal_rows_through_interior_tiles(past, sinks):
         assert difference <= 3e-5 * scale, (name, difference)
     if sinks:
         assert float((sink_share.cpu().double() - share).abs().max()) <= 2e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_output_alone_through_interior_tiles(dtype):
+    """No summary, no carriers (the kernel a plain forward runs): heads that fill their block (no mask on the head
+    dimension) and a causal pass long enough for interior tiles, against float64 from the definition."""
+    generator = torch.Generator().manual_seed(2)
+    queries, heads, kv_heads, dim = 90, 3, 1, 16
+    query, key, value = (
+        torch.randn(1, count, queries, dim, generator=generator) * 2 for count in (heads, kv_heads, kv_heads)
+    )  # [b, h|kvh, q, d]
+    query, key, value = (tensor.to(dtype).float() for tensor in (query, key, value))  # the rounded inputs
+    logits = query.double() @ key.double().transpose(-1, -2) * dim**-0.5  # [1, h, q, k] (one key/value head)
+    logits = logits.masked_fill(torch.ones(queries, queries, dtype=torch.bool).triu(1), float("-inf"))
+    expected = (torch.softmax(logits, -1) @ value.double()).transpose(1, 2)  # [1, q, h, d]
+    output = torch.empty(1, queries, heads, dim, dtype=dtype, device=DEVICE)
+    moved = [tensor.to(DEVICE, dtype) for tensor in (query, key, value)]
+    attend_rows_triton(*moved, dim**-0.5, output, causal=True, launch=TINY_TILES)
+    tolerance = {torch.float32: 2e-5, torch.bfloat16: 4e-2}[dtype]  # outputs up to ~6; stored in the input dtype
+    assert float((output.double().cpu() - expected).abs().max()) <= tolerance
