@@ -93,8 +93,8 @@ def value_norms(
     ``[h, d, hidden]``, each query head's slice of the output projection. Query head ``h`` reads
     key/value head ``h // (h_total / kvh)`` (as :func:`attnviz.core.attention.repeat_kv`). ``out``: a float32
     ``[b, h, k]`` tensor to write the norms into (a buffer the caller reuses across layers), else a new one.
-    ``factor``: :func:`projection_factor` of ``projections``, when the caller keeps it across calls. Three
-    operations on the values (a product, a norm, a copy into place), none per head.
+    ``factor``: :func:`projection_factor` of ``projections``, when the caller keeps it across calls. Two
+    operations on the values (a product, and a norm written in place), none per head.
     """
     batch, kv_heads, keys, _ = value.shape
     heads = projections.shape[0]
@@ -103,11 +103,15 @@ def value_norms(
     # [b, kvh, k, d] @ [kvh, d, n_rep·r] -> [b, kvh, k, n_rep·r]: every head of a group against its shared values,
     # its r outputs innermost (a norm over an inner dimension runs 5× faster on the CPU than over an outer one)
     transformed = torch.matmul(value.float(), grouped.transpose(1, 2))
-    norms = torch.linalg.vector_norm(transformed.view(batch, kv_heads, keys, heads // kv_heads, -1), dim=-1)
+    transformed = transformed.view(batch, kv_heads, keys, heads // kv_heads, -1)  # [b, kvh, k, n_rep, r]
     if out is None:
         out = value.new_empty(batch, heads, keys, dtype=torch.float32)
-    # [b, kvh, k, n_rep] -> [b, kvh, n_rep, k], which is [b, h, k] (head g·n_rep + i)
-    out.view(batch, kv_heads, heads // kv_heads, keys).copy_(norms.transpose(2, 3))
+    # [b, h, k] (head g·n_rep + i) seen as [b, kvh, k, n_rep]: the norms are written in place through its strides
+    in_place = out.view(batch, kv_heads, heads // kv_heads, keys).transpose(2, 3)
+    if transformed.requires_grad:  # a norm's out= has no gradient: a copy into place has
+        in_place.copy_(torch.linalg.vector_norm(transformed, dim=-1))
+    else:
+        torch.linalg.vector_norm(transformed, dim=-1, out=in_place)
     return out
 
 

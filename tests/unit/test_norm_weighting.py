@@ -183,3 +183,20 @@ def test_value_norms_equal_the_norms_of_the_transformed_values_for_every_head_an
         got = value_norms(value, projections, factor=factors[name])
         expected = value_norms(value, projections, factor=alone)
         assert torch.allclose(got, expected, rtol=1e-6, atol=0), name
+
+
+def test_value_norms_written_in_place_keep_their_gradient():
+    """Values that require a gradient (an attribution pass): the norms equal those without, and their gradient
+    equals the direct ‖v W_h‖'s, though the norms are written into a buffer."""
+    from attnviz.core.weighting import value_norms
+
+    generator = torch.Generator().manual_seed(1)
+    value = torch.randn(1, 2, 5, 4, generator=generator, dtype=torch.float64).float()  # [b, kvh, k, d]
+    projections = torch.randn(4, 4, 6, generator=generator)  # [h, d, hidden], two heads per value head
+    leaf = value.clone().requires_grad_(True)
+    norms = value_norms(leaf, projections, torch.empty(1, 4, 5))
+    assert torch.allclose(norms.detach(), value_norms(value, projections), rtol=1e-6, atol=0)
+    norms.sum().backward()
+    direct = value.clone().requires_grad_(True)
+    sum((direct[:, head // 2] @ projections[head]).norm(dim=-1).sum() for head in range(4)).backward()
+    assert leaf.grad is not None and torch.allclose(leaf.grad, direct.grad, rtol=1e-4, atol=1e-6)
