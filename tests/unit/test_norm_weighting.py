@@ -148,7 +148,7 @@ def test_stats_of_norm_weighting_are_those_of_renormalised_norm_rows(tiny_models
 def test_value_norms_equal_the_norms_of_the_transformed_values_for_every_head_and_rank():
     """‖v W_h‖ through the [d, d] factor equals the direct product, for grouped heads and for slices without a
     Cholesky factor: a pruned (zero) head, and one of rank below d (an output narrower than the head)."""
-    from attnviz.core.weighting import projection_factor, projection_factors, value_norms
+    from attnviz.core.weighting import grams_of, projection_factor, projection_factors, value_norms
 
     generator = torch.Generator().manual_seed(0)
     batch, kv_heads, n_rep, keys, head_dim = 2, 2, 3, 7, 8
@@ -176,6 +176,9 @@ def test_value_norms_equal_the_norms_of_the_transformed_values_for_every_head_an
         "wide again": torch.randn(6, head_dim, 32, generator=generator),
         "fewer heads": torch.randn(2, head_dim, 32, generator=generator),
     }
+    sites["wide again"][1] = 0.0  # a pruned head in a group whose other sites factorise
+    parts = [sites["wide"], sites["wide again"]]  # the Gram matrices in one product (a GPU's way) or one per site
+    assert torch.allclose(grams_of(parts, together=True), grams_of(parts, together=False), rtol=1e-12, atol=0)
     factors = projection_factors(sites)
     assert list(factors) == list(sites)
     for name, projections in sites.items():
@@ -183,6 +186,11 @@ def test_value_norms_equal_the_norms_of_the_transformed_values_for_every_head_an
         got = value_norms(value, projections, factor=factors[name])
         expected = value_norms(value, projections, factor=alone)
         assert torch.allclose(got, expected, rtol=1e-6, atol=0), name
+        per_value_head = projections.shape[0] // kv_heads
+        direct = [
+            (value[:, head // per_value_head] @ projections[head]).norm(dim=-1) for head in range(len(projections))
+        ]
+        assert torch.allclose(got, torch.stack(direct, 1), rtol=1e-4, atol=1e-6), name
 
 
 def test_value_norms_written_in_place_keep_their_gradient():
