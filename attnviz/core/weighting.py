@@ -90,7 +90,7 @@ def grams_of(parts: Sequence[Tensor], *, together: bool) -> Tensor:
     if not together:
         products = [torch.matmul(weights, weights.transpose(1, 2)) for weights in (p.double() for p in parts)]
         return products[0] if len(products) == 1 else torch.cat(products)
-    weights = (parts[0] if len(parts) == 1 else torch.cat(parts)).to(torch.float64)  # [Σh, d, hidden]
+    weights = (parts[0] if len(parts) == 1 else torch.cat(list(parts))).to(torch.float64)  # [Σh, d, hidden]
     return torch.matmul(weights, weights.transpose(1, 2))
 
 
