@@ -97,9 +97,11 @@ def compile_kernel(
     statistics: tuple[int, int, bool] | None,
     launch: tuple[int, int, int, int],
     arch: int = 90,
+    **variant: object,
 ) -> Compiled:
     """Compile ``kernel`` for a causal pass (no mask tensor) of ``dtype`` heads of ``head_dim`` with ``statistics``
-    (see :data:`STATISTICS`) and ``launch`` ``(block_m, block_n, num_warps, num_stages)`` for ``sm_<arch>``."""
+    (see :data:`STATISTICS`) and ``launch`` ``(block_m, block_n, num_warps, num_stages)`` for ``sm_<arch>``;
+    ``variant``: other values of the kernel's constants (``HAS_MASK=True``, ``CAUSAL=False``, ``SINKS=True``…)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -115,6 +117,7 @@ def compile_kernel(
     }  # fmt: skip
     if "EVEN_D" in kernel.arg_names:  # an older kernel may not have it
         constants["EVEN_D"] = True
+    constants |= variant  # e.g. HAS_MASK=True, PADDED=True, WINDOWED=True, SINKS=True, SHARE=True
     constants |= dict.fromkeys(UNIT_STRIDES, 1)
     signature, attributes = {}, {}
     for index, name in enumerate(kernel.arg_names):

@@ -93,6 +93,49 @@ def tune(shape: str, dtype: torch.dtype, length: int) -> None:
         )
         print(f"  tune {shape} {str(dtype)[6:]}: fastest {best[1]}; without statistics {plain:.3f} ms")
         triton_rows.LAUNCH_CONFIGS[(dtype, max(16, head_dim))] = best[1]
+        if dtype == torch.float32:
+            compare_tf32x3(shape, (query, key, value, head_dim**-0.5, output), statistics, best)
+
+
+def compare_tf32x3(shape: str, inputs: tuple, statistics: dict, best: tuple) -> None:
+    """The fastest float32 launch again with its products as three TF32 tensor-core products: its time, and how far
+    its output and statistics lie from the full-precision ones (the launch is kept as it was)."""
+    import dataclasses
+
+    import triton.testing
+
+    from attnviz.core import triton_rows
+
+    launch = dataclasses.replace(best[1], float32_products="tf32x3")
+    gaps = precision_gaps(inputs, statistics, best[1], launch)
+    run = functools.partial(triton_rows.attend_rows_triton, *inputs, causal=True, launch=launch, **statistics)
+    milliseconds = triton.testing.do_bench(run)
+    print(
+        f"  tune {shape} float32 as three TF32 products: {milliseconds:.3f} ms against {best[0]:.3f} ms; largest "
+        "differences from full precision: " + ", ".join(f"{name} {gap:.1e}" for name, gap in gaps.items())
+    )
+
+
+def precision_gaps(inputs: tuple, statistics: dict, exact, other) -> dict[str, float]:
+    """The largest differences of the output and of each statistic between the launches ``exact`` and ``other``
+    on ``inputs`` (query, key, value, scaling, output), causal, with ``statistics`` (summary, key weights, weighted)."""
+    from attnviz.core import triton_rows
+    from attnviz.core.kernel_calls import RowSummary
+
+    output, summary, weighted = inputs[4], statistics["summary"], statistics["weighted"]
+    results = []
+    for launch in (exact, other):
+        triton_rows.attend_rows_triton(*inputs, causal=True, launch=launch, **statistics)
+        results.append((output.clone(), RowSummary(summary.values.clone(), summary.columns), weighted.clone()))
+    (output_0, fields_0, weighted_0), (output_1, fields_1, weighted_1) = results
+    gaps = {
+        "output": output_1.float() - output_0.float(),
+        "max weight": fields_1.max_weight - fields_0.max_weight,
+        "entropy": fields_1.entropy - fields_0.entropy,
+        "distance": fields_1.distance - fields_0.distance,
+        "weighted": weighted_1 - weighted_0,
+    }
+    return {name: float(gap.abs().max()) for name, gap in gaps.items()}
 
 
 def build(shape: str, layers: int, dtype: torch.dtype, positions: int, device: str):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -40,12 +41,19 @@ from attnviz.core.kernel_calls import RowSummary
 @dataclass(frozen=True)
 class LaunchConfig:
     """How the kernel is launched: ``block_m`` queries per program, keys in tiles of ``block_n``, and Triton's
-    ``num_warps`` and ``num_stages`` (software pipelining of the key/value loads)."""
+    ``num_warps`` and ``num_stages`` (software pipelining of the key/value loads).
+
+    ``float32_products``: how float32 inputs are multiplied. ``"ieee"`` (the default) in full float32 precision on
+    the GPU's CUDA cores, so that float32 statistics equal the CPU's; ``"tf32x3"`` as three TF32 products on its
+    tensor cores (each input split into a TF32 part and the rest; about float32's precision, not all of it), which
+    ``benchmarks/bench_stats_gpu.py --tune`` times and compares beside it.
+    """
 
     block_m: int = 64
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 2
+    float32_products: Literal["ieee", "tf32x3"] = "ieee"
 
 
 #: the launch per input dtype and head size (a power of two ≥ 16), where the default is not the fastest; measured
@@ -174,8 +182,9 @@ def attend_rows_triton(
         # Triton's interpreter multiplies half-precision tiles wrongly (it reads their bits as integers)
         UPCAST=interpreting() and query.dtype != torch.float32,
         SINKS=sinks is not None, SHARE=sinks is not None and sink_share is not None,
-        # float32 products in full precision (a GPU would otherwise round their inputs to TF32's 10-bit mantissa)
-        PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
+        # float32 products as the launch says: by default in full precision (a GPU would otherwise round their inputs
+        # to TF32's 10-bit mantissa)
+        PRECISION=launch.float32_products if query.dtype == torch.float32 else "tf32",
         num_warps=launch.num_warps, num_stages=launch.num_stages,
         # scaling and centring each logit as one multiply-add, whatever the installed Triton's default
         enable_fp_fusion=True,

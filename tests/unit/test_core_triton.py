@@ -73,7 +73,7 @@ def on_device(**tensors):
     return {name: None if tensor is None else tensor.to(DEVICE) for name, tensor in tensors.items()}
 
 
-def run(query, key, value, key_weights, dtype=torch.float32, **where):
+def run(query, key, value, key_weights, dtype=torch.float32, launch=SMALL_TILES, **where):
     output = torch.empty(BATCH, QUERIES, HEADS, V_DIM, dtype=dtype, device=DEVICE)
     shape = RowSummary.buffer_shape(BATCH, HEADS, QUERIES, REACH, len(COLUMNS))
     summary = RowSummary(torch.zeros(shape, device=DEVICE), COLUMNS)
@@ -82,7 +82,7 @@ def run(query, key, value, key_weights, dtype=torch.float32, **where):
     where = {name: value.to(DEVICE) if isinstance(value, torch.Tensor) else value for name, value in where.items()}
     attend_rows_triton(
         *cast, QK_DIM**-0.5, output, summary=summary, key_weights=key_weights.to(DEVICE), weighted=weighted,
-        launch=SMALL_TILES, **where,
+        launch=launch, **where,
     )  # fmt: skip
     summary = RowSummary(summary.values.cpu(), COLUMNS)
     return {
@@ -151,6 +151,13 @@ def test_half_precision_inputs_give_float32_statistics(inputs, dtype):
     output_tolerance = {torch.bfloat16: 2e-2, torch.float16: 3e-3}[dtype]  # the output is stored in the input's dtype
     assert (computed.pop("output") - expected.pop("output")).abs().max() <= output_tolerance
     assert_close(computed, expected, tolerance=1e-4)
+
+
+def test_float32_through_three_tf32_products(inputs):
+    """The launch that multiplies float32 inputs as three TF32 tensor-core products: every output and statistic
+    within 3e-5 of float64 (on a GPU: what "about float32's precision" means; the interpreter multiplies in float32)."""
+    launch = LaunchConfig(block_m=32, block_n=16, float32_products="tf32x3")
+    assert_close(run(*inputs, launch=launch, causal=True), reference(*inputs, causal()))
 
 
 def test_equals_the_cpu_tile_kernel(inputs):
