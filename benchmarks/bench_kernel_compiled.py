@@ -36,6 +36,16 @@ os.environ["TRITON_INTERPRET"] = "0"
 
 #: statistic sets: (band reach, chosen key columns, the carriers' weighted sums)
 STATISTICS = {"output": None, "summary": (1, 2, False), "summary+carriers": (1, 2, True)}
+#: the kernel's other variants (``--variants``): how its keys are hidden, and attention sinks
+VARIANTS = {
+    "additive mask": {"HAS_MASK": True},
+    "mask, not causal": {"HAS_MASK": True, "CAUSAL": False},
+    "padding": {"PADDED": True},
+    "sliding window": {"WINDOWED": True},
+    "sinks": {"SINKS": True, "SHARE": True},
+    "sinks, window, mask": {"SINKS": True, "SHARE": True, "WINDOWED": True, "HAS_MASK": True},
+    "head not filling its block": {"EVEN_D": False},
+}
 #: strides that are 1 when attnviz launches the kernel (the innermost axis of each tensor): Triton's JIT makes an
 #: integer argument equal to 1 a constant, so the compiled kernel knows them
 UNIT_STRIDES = ("sqd", "skd", "svd", "smn", "sod", "ssm", "swn", "sxm", "szm")
@@ -194,6 +204,7 @@ def main() -> None:
     parser.add_argument("--head-dims", default="64,128")
     parser.add_argument("--all-launches", action="store_true", help="every launch bench_stats_gpu.py --tune tries")
     parser.add_argument("--json", action="store_true", help="one JSON object per kernel compiled, for scripts")
+    parser.add_argument("--variants", action="store_true", help="also every statistic with masks, windows, sinks…")
     options = parser.parse_args()
 
     import torch
@@ -214,11 +225,15 @@ def main() -> None:
             launches = [(chosen.block_m, chosen.block_n, chosen.num_warps, chosen.num_stages)]
             launches += [launch for launch in CANDIDATES if options.all_launches and launch not in launches]
             for launch in launches:
-                for statistics_name, statistics in STATISTICS.items():
+                builds = [(name, statistics, {}) for name, statistics in STATISTICS.items()]
+                if options.variants:
+                    full = STATISTICS["summary+carriers"]
+                    builds += [(f"every one, {name}", full, variant) for name, variant in VARIANTS.items()]
+                for statistics_name, statistics, variant in builds:
                     cells = []
                     for kernel_name, kernel in kernels.items():
                         try:
-                            c = compile_kernel(kernel, dtype, head_dim, statistics, launch, options.arch)
+                            c = compile_kernel(kernel, dtype, head_dim, statistics, launch, options.arch, **variant)
                         except Exception as error:  # noqa: BLE001  # a launch the architecture cannot hold
                             cells.append(f"{kernel_name}: {type(error).__name__}")
                             found = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
