@@ -64,10 +64,13 @@ LAUNCH_CONFIGS: dict[tuple[torch.dtype, int], LaunchConfig] = {
 }
 
 
+_DEFAULT_LAUNCH = LaunchConfig()
+
+
 def launch_config(dtype: torch.dtype, head_dim: int) -> LaunchConfig:
     """The launch for inputs of ``dtype`` and ``head_dim`` (value size included): :data:`LAUNCH_CONFIGS` or the
     default."""
-    return LAUNCH_CONFIGS.get((dtype, _power_of_two(head_dim, 16)), LaunchConfig())
+    return LAUNCH_CONFIGS.get((dtype, _power_of_two(head_dim, 16)), _DEFAULT_LAUNCH)
 
 
 @functools.cache
@@ -100,6 +103,14 @@ def _columns_on(columns: tuple[int, ...], device: torch.device) -> Tensor:
     return torch.tensor(columns, dtype=torch.int32, device=device)
 
 
+@functools.lru_cache(maxsize=16)
+def _placeholder_on(device: torch.device) -> Tensor:
+    """A float32 tensor of one element on ``device``, passed where the kernel reads nothing (no mask, no sinks…),
+    made once per device rather than allocated at every layer."""
+    return torch.zeros(1, dtype=torch.float32, device=device)
+
+
+@functools.lru_cache(maxsize=256)
 def _power_of_two(value: int, least: int = 1) -> int:
     return max(least, 1 << max(0, value - 1).bit_length())
 
@@ -137,8 +148,6 @@ def attend_rows_triton(
     then receives each row's weight on it. A row that may weigh no key gets zeros (with a sink: all on the sink).
     ``launch``: tile sizes and warps (default: :func:`launch_config` of the inputs).
     """
-    import triton
-
     batch, heads, query_len, head_dim = query.shape
     kv_heads, key_len, value_dim = key.shape[1], key.shape[2], value.shape[-1]
     if heads % kv_heads:
@@ -149,12 +158,13 @@ def attend_rows_triton(
         mask = mask.expand(batch, heads, query_len, mask.shape[-1])[..., :key_len]  # stride 0 where broadcast
     reach = 0 if summary is None else summary.band_reach
     columns = () if summary is None else summary.columns
-    dummy = query.new_empty(1, dtype=torch.float32)
+    dummy = _placeholder_on(query.device)
     column_tensor = _columns_on(tuple(columns) or (0,), query.device)
     strides_of = lambda tensor, count: tensor.stride() if tensor is not None else (0,) * count
     summary_values = summary.values if summary is not None else None
     launch = launch or launch_config(query.dtype, max(head_dim, value_dim))
-    grid = (triton.cdiv(query_len, launch.block_m), batch * heads)
+    # (triton.cdiv is a jitted function: called from the host it costs several microseconds a launch)
+    grid = (-(-query_len // launch.block_m), batch * heads)
     block_d, block_dv = _power_of_two(head_dim, 16), _power_of_two(value_dim, 16)
     from attnviz.core.triton_kernel import attend_rows_kernel
 
@@ -180,7 +190,7 @@ def attend_rows_triton(
         BLOCK_M=launch.block_m, BLOCK_N=launch.block_n,
         BLOCK_D=block_d, BLOCK_DV=block_dv, EVEN_D=block_d == head_dim and block_dv == value_dim,
         # Triton's interpreter multiplies half-precision tiles wrongly (it reads their bits as integers)
-        UPCAST=interpreting() and query.dtype != torch.float32,
+        UPCAST=query.dtype != torch.float32 and interpreting(),
         SINKS=sinks is not None, SHARE=sinks is not None and sink_share is not None,
         # float32 products as the launch says: by default in full precision (a GPU would otherwise round their inputs
         # to TF32's 10-bit mantissa)
