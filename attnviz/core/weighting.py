@@ -49,6 +49,8 @@ def projection_factors(projections: Mapping[Key, Tensor]) -> dict[Key, Tensor]:
     the roots of its eigenvalues give one (``G = U Λ Uᵀ = (U √Λ)(U √Λ)ᵀ``). Every site at once: which factors
     failed is read back from the device once, not once per site.
     """
+    if not projections:  # a model whose output projections are all unknown
+        return {}
     # the sites of one shape and device side by side along the heads: each step below is then one operation for
     # all of them (a call per site costs more than its work)
     groups: dict[tuple, list[Key]] = {}

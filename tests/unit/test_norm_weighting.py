@@ -181,6 +181,7 @@ def test_value_norms_equal_the_norms_of_the_transformed_values_for_every_head_an
     assert torch.allclose(grams_of(parts, together=True), grams_of(parts, together=False), rtol=1e-12, atol=0)
     factors = projection_factors(sites)
     assert list(factors) == list(sites)
+    assert projection_factors({}) == {}  # a model with no known output projection
     for name, projections in sites.items():
         alone = projection_factor(projections)
         got = value_norms(value, projections, factor=factors[name])
