@@ -49,8 +49,6 @@ VARIANTS = {
 #: strides that are 1 when attnviz launches the kernel (the innermost axis of each tensor): Triton's JIT makes an
 #: integer argument equal to 1 a constant, so the compiled kernel knows them
 UNIT_STRIDES = ("sqd", "skd", "svd", "smn", "sod", "ssm", "swn", "sxm", "szm")
-#: integer arguments that are multiples of 16 for the shapes measured here (Triton's JIT tells the compiler so)
-MULTIPLES_OF_16 = {"q_len", "k_len", "head_dim", "value_dim"}
 POINTER_TYPES = {"Columns": "i32", "KeyStart": "i64", "KeyStop": "i64"}  # the rest: the input dtype or float32
 INPUT_POINTERS = ("Q", "K", "V", "Out")
 TRITON_TYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -118,15 +116,16 @@ def compile_kernel(
 
     reach, columns, weights = statistics or (0, 0, False)
     block_m, block_n, warps, stages = launch
+    block = 1 << (head_dim - 1).bit_length()  # the head's block: a power of two, as the launch rounds it
     constants: dict[str, object] = {
         "HAS_MASK": False, "CAUSAL": True, "WINDOWED": False, "PADDED": False, "SUMMARY": statistics is not None,
         "REACH": reach, "BAND_P2": 1 << (2 * reach).bit_length(), "COLUMNS": columns,
         "COLUMNS_P2": max(1, 1 << max(0, columns - 1).bit_length()), "WEIGHTS": weights, "BLOCK_M": block_m,
-        "BLOCK_N": block_n, "BLOCK_D": head_dim, "BLOCK_DV": head_dim, "UPCAST": False, "SINKS": False,
+        "BLOCK_N": block_n, "BLOCK_D": block, "BLOCK_DV": block, "UPCAST": False, "SINKS": False,
         "SHARE": False, "PRECISION": "ieee" if dtype == "float32" else "tf32",
     }  # fmt: skip
     if "EVEN_D" in kernel.arg_names:  # an older kernel may not have it
-        constants["EVEN_D"] = True
+        constants["EVEN_D"] = block == head_dim
     constants |= variant  # e.g. HAS_MASK=True, PADDED=True, WINDOWED=True, SINKS=True, SHARE=True
     constants |= dict.fromkeys(UNIT_STRIDES, 1)
     signature, attributes = {}, {}
@@ -139,7 +138,9 @@ def compile_kernel(
             attributes[(index,)] = [["tt.divisibility", 16]]  # torch's allocations are 16-byte aligned
         else:
             signature[name] = "fp32" if name == "scaling" else "i32"
-            if name in MULTIPLES_OF_16 or name[0] == "s":  # the other strides: products of sizes that are too
+            # the lengths are; the head sizes and the other strides (products of them) where the head's size is
+            head_sized = name in ("head_dim", "value_dim") or name[0] == "s"
+            if name in ("q_len", "k_len") or (head_sized and head_dim % 16 == 0):
                 attributes[(index,)] = [["tt.divisibility", 16]]
     source = ASTSource(kernel, signature, constants, attributes)
     options = {"num_warps": warps, "num_stages": stages}
@@ -206,6 +207,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per kernel compiled, for scripts")
     parser.add_argument("--variants", action="store_true", help="also every statistic with masks, windows, sinks…")
     options = parser.parse_args()
+    unknown = [dtype for dtype in options.dtypes.split(",") if dtype not in TRITON_TYPES]
+    if unknown:
+        parser.error(f"--dtypes: {', '.join(unknown)}: choose among {', '.join(TRITON_TYPES)}")
+    if not all(size.isdigit() and int(size) >= 16 for size in options.head_dims.split(",")):
+        parser.error(f"--head-dims: {options.head_dims}: whole numbers of at least 16, comma-separated")
 
     import torch
 
