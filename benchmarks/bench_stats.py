@@ -2,9 +2,10 @@
 
 Prints, measured side by side in one process on SmolLM2-135M (the ``smollm2`` model):
 
-1. attnviz stats time ÷ sdpa forward time, at 512 and 2048 tokens (target ≤ 1.2× at both), with the
+1. attnviz stats time ÷ sdpa forward time, at 512 and 2048 tokens (target ≤ 1.1× at both), with the
    attention core's fused softmax kernel (``attnviz.core.kernel``, the default once built; its build/load
-   time is printed separately) and on torch's operations (the fallback);
+   time is printed separately) and on torch's operations (the fallback); and of a process's first call on the
+   model, which also factorises the output projections for the value norms (kept for later calls);
 2. attnviz stats time ÷ (HF eager + output_attentions + vectorised statistics) (target ≥ 2× faster);
 3. attnviz peak memory vs the output_attentions approach (target: ≤ weights + two layers of patterns);
 4. a naive per-head Python loop vs attnviz, on the shipped corpus (target ≥ 100×).
@@ -105,6 +106,12 @@ def interleaved(contenders: dict, rounds: int) -> Timings:
     return Timings(best, history)
 
 
+FIRST_CALL = (
+    "a process's first call on the model, which also factorises its output projections for the value norms "
+    "(kept for later calls while the weights are unchanged)"
+)
+
+
 # -- inputs ------------------------------------------------------------------------------------------------------
 
 
@@ -127,8 +134,11 @@ def corpus_batch(loaded, length: int, offset: int = 0) -> EncodedBatch:
 # -- the contenders ----------------------------------------------------------------------------------------------
 
 
-def attnviz_statistics(loaded, batch, fused: bool = True) -> HeadStatistics:
-    """attnviz stats on one batch: with the fused kernel (the default) or on torch's operations (``fused=False``)."""
+def attnviz_statistics(loaded, batch, fused: bool = True, first_call: bool = False) -> HeadStatistics:
+    """attnviz stats on one batch: with the fused kernel (the default) or on torch's operations (``fused=False``);
+    ``first_call``: as a process's first call on the model, without the norms' factors of an earlier one."""
+    if first_call:
+        loaded.factor_cache.clear()
     if fused:
         return compute_statistics(loaded, batches=[batch], progress=False)
     with kernel.kernel_suspended():
@@ -227,7 +237,7 @@ def ratios_only(loaded, sdpa_model, lengths, rounds) -> None:
     """Section 1 without the eager contender: sdpa, attnviz (fused kernel) and attnviz on torch's operations."""
     print(
         f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'torch ops':>10} {'attnviz÷sdpa':>13} {'per round':>18} "
-        f"{'torch÷sdpa':>11} {'max |Δ|':>9}"
+        f"{'torch÷sdpa':>11} {'max |Δ|':>9} {'':>36}{'first÷sdpa':>11}"
     )
     for length in lengths:
         batch = corpus_batch(loaded, length)
@@ -235,6 +245,7 @@ def ratios_only(loaded, sdpa_model, lengths, rounds) -> None:
             "sdpa": lambda batch=batch: sdpa_forward(sdpa_model, batch),
             "attnviz": lambda batch=batch: attnviz_statistics(loaded, batch),
             "torch": lambda batch=batch: attnviz_statistics(loaded, batch, fused=False),
+            "first": lambda batch=batch: attnviz_statistics(loaded, batch, first_call=True),
         }
         for fn in contenders.values():  # warm-up (first touch of the buffers)
             fn()
@@ -246,10 +257,12 @@ def ratios_only(loaded, sdpa_model, lengths, rounds) -> None:
             f"{length:>7} {times['sdpa']:>8.2f} {times['attnviz']:>9.2f} {times['torch']:>10.2f} "
             f"{times['attnviz'] / times['sdpa']:>12.2f}× {times.round_ratios('attnviz', 'sdpa'):>18} "
             f"{times['torch'] / times['sdpa']:>10.2f}× "
-            f"{deltas[worst]:>9.1e} ({worst}; others ≤ {max(v for n, v in deltas.items() if n != worst):.1e})",
+            f"{deltas[worst]:>9.1e} ({worst}; others ≤ {max(v for n, v in deltas.items() if n != worst):.1e}) "
+            f"{times['first'] / times['sdpa']:>11.2f}×",
             flush=True,
         )
     print("attnviz: the fused kernel; torch ops: the same core on torch's operations; max |Δ|: between the two")
+    print(f"first÷sdpa: {FIRST_CALL}")
     print("attnviz÷sdpa: fastest ÷ fastest; per round: median (min–max) of each round's own ratio")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
@@ -311,6 +324,7 @@ def main() -> None:
             "attnviz": lambda batch=batch: attnviz_statistics(loaded, batch),
             "torch": lambda batch=batch: attnviz_statistics(loaded, batch, fused=False),
             "eager+attentions": lambda batch=batch: eager_output_attentions_statistics(eager_model, batch),
+            "first": lambda batch=batch: attnviz_statistics(loaded, batch, first_call=True),
         }
         for fn in contenders.values():  # warm-up (first touch of the buffers)
             fn()
@@ -331,15 +345,16 @@ def main() -> None:
     print("1-2. time: one sequence of N tokens (the corpus run together), seconds")
     print(
         f"{'tokens':>7} {'sdpa':>8} {'attnviz':>9} {'eager+att':>10} {'attnviz÷sdpa':>13} {'per round':>18} "
-        f"{'eager+att÷attnviz':>18} {'max |Δ|':>9}"
+        f"{'eager+att÷attnviz':>18} {'max |Δ|':>9} {'first÷sdpa':>26}"
     )
     for length, times, _, agreement, _ in rows:
         print(
             f"{length:>7} {times['sdpa']:>8.2f} {times['attnviz']:>9.2f} {times['eager+attentions']:>10.2f} "
             f"{times['attnviz'] / times['sdpa']:>12.2f}× {times.round_ratios('attnviz', 'sdpa'):>18} "
             f"{times['eager+attentions'] / times['attnviz']:>17.2f}× "
-            f"{agreement:>9.1e} ({worst_statistic[length]})"
+            f"{agreement:>9.1e} {'(' + worst_statistic[length] + ')':<15} {times['first'] / times['sdpa']:>10.2f}×"
         )
+    print(f"   first÷sdpa: {FIRST_CALL}")
     print("\n1b. the same core on torch's operations (ATTNVIZ_KERNEL=0, or no C++ compiler), same rounds")
     print(f"{'tokens':>7} {'attnviz':>9} {'torch ops':>10} {'torch÷sdpa':>11} {'max |Δ|':>9}")
     for length, times, _, _, plain_agreement in rows:

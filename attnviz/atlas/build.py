@@ -135,7 +135,12 @@ def example_captures(
     recorder = PatternRecorder()
     projections = loaded.head_output_projections() if weighting == "norm" else None
     with torch.no_grad():
-        loaded.forward(batch, loaded.context(weighted_observers([recorder], weighting, projections, renormalise=True)))
+        loaded.forward(
+            batch,
+            loaded.context(
+                weighted_observers([recorder], weighting, projections, renormalise=True, cache=loaded.factor_cache)
+            ),
+        )
     return captures_from_patterns(recorder.patterns, batch, loaded.name, loaded.causal)
 
 

@@ -236,7 +236,9 @@ def capture_encoded(
     projections = loaded.head_output_projections() if weighting == "norm" else None
     recorder = PatternRecorder(recording.sites, recording.lengths(batch))
     with torch.no_grad():
-        loaded.forward(batch, loaded.context(weighted_observers([recorder], weighting, projections)))
+        loaded.forward(
+            batch, loaded.context(weighted_observers([recorder], weighting, projections, cache=loaded.factor_cache))
+        )
     captures = captures_from_patterns(recorder, batch, loaded.name, loaded.causal, recording.layer_counts)
     for result in captures:
         result.identity = recording.identity

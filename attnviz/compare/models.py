@@ -111,7 +111,11 @@ def compare_models(
     ]
     observers_a, observers_b = (
         weighted_observers(
-            observers, weighting, model.head_output_projections() if weighting == "norm" else None, renormalise=True
+            observers,
+            weighting,
+            model.head_output_projections() if weighting == "norm" else None,
+            renormalise=True,
+            cache=model.factor_cache,
         )
         for model, observers in sides
     )

@@ -38,7 +38,7 @@ Key = TypeVar("Key")
 _TINY = 1e-30
 
 
-def projection_factors(projections: Mapping[Key, Tensor]) -> dict[Key, Tensor]:
+def projection_factors(projections: Mapping[Key, Tensor], *, cache: FactorCache | None = None) -> dict[Key, Tensor]:
     """Per site, ``[h, d, d]`` float32 ``F`` with ``‖v W_h‖ = ‖F_h vᵀ‖`` for every ``v``: each head's
     output-projection slice (``projections[site]`` ``[h, d, hidden]``) reduced to ``d`` outputs with the same norms.
 
@@ -48,6 +48,9 @@ def projection_factors(projections: Mapping[Key, Tensor]) -> dict[Key, Tensor]:
     whose slice has rank below ``d`` (a pruned head, all zeros) has no Cholesky factor: its eigenvectors scaled by
     the roots of its eigenvalues give one (``G = U Λ Uᵀ = (U √Λ)(U √Λ)ᵀ``). Every site at once: which factors
     failed is read back from the device once, not once per site.
+
+    ``cache``: factors kept from an earlier call on the same model, reused where the projections have not changed
+    (:class:`FactorCache`); computed without gradient then.
     """
     if not projections:  # a model whose output projections are all unknown
         return {}
@@ -56,8 +59,20 @@ def projection_factors(projections: Mapping[Key, Tensor]) -> dict[Key, Tensor]:
     groups: dict[tuple, list[Key]] = {}
     for site, heads in projections.items():
         groups.setdefault((tuple(heads.shape[1:]), heads.device), []).append(site)
+    if cache is None:
+        factors = _factors_of(projections, list(groups.values()))
+    else:
+        with torch.no_grad():
+            factors = cache.factors(projections, list(groups.values()))
+    return {site: factors[site] for site in projections}
+
+
+def _factors_of(projections: Mapping[Key, Tensor], groups: Sequence[Sequence[Key]]) -> dict[Key, Tensor]:
+    """:func:`projection_factors` of every site of ``groups`` (sites of one shape and device each)."""
+    if not groups:
+        return {}
     grams, lowers, failed_heads = [], [], []
-    for sites in groups.values():
+    for sites in groups:
         parts = [projections[site] for site in sites]
         gram = grams_of(parts, together=parts[0].device.type != "cpu")  # [Σh, d, d]
         lower, failed = torch.linalg.cholesky_ex(gram)  # failed [Σh]: nonzero where not positive definite
@@ -68,7 +83,7 @@ def projection_factors(projections: Mapping[Key, Tensor]) -> dict[Key, Tensor]:
     failed_lists = torch.cat([failed.ne(0).to(failed_heads[0].device) for failed in failed_heads]).tolist()
     factors: dict[Key, Tensor] = {}
     at = 0
-    for sites, gram, lower in zip(groups.values(), grams, lowers):
+    for sites, gram, lower in zip(groups, grams, lowers):
         head_counts = [projections[site].shape[0] for site in sites]
         failed_here = failed_lists[at : at + gram.shape[0]]
         at += gram.shape[0]
@@ -80,7 +95,62 @@ def projection_factors(projections: Mapping[Key, Tensor]) -> dict[Key, Tensor]:
         # Lᵀ in float32, made contiguous by the conversion itself; each site's heads are a contiguous part of it
         factor = lower.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)  # [Σh, d, d]
         factors.update(zip(sites, factor.split(head_counts)))
-    return {site: factors[site] for site in projections}
+    return factors
+
+
+class FactorCache:
+    """The :func:`projection_factors` of one model kept across calls, each reused while its projections are unchanged.
+
+    Unchanged is decided by content, not by identity: weights edited in place through ``.data`` keep their
+    tensor, storage and version counter. Each group of sites (one shape and device) keeps a fingerprint, its
+    projections times a fixed random vector (``[Σh, d]``: one matrix–vector product, ``d`` times fewer operations
+    than the Gram matrix, in float32 rather than float64); a later call reuses the group's factors only where its
+    fingerprint is equal bit for bit. An edit that left it so would have to be orthogonal to that vector in every row
+    of every head, or below float32's rounding of the product (and so of the norms). Only the latest call's groups
+    are kept: one model's factors (``4·h·d²`` bytes a site).
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple, tuple[Tensor, dict]] = {}  # group key -> (fingerprint [Σh, d], site -> factor)
+        self._probes: dict[tuple[int, torch.device], Tensor] = {}  # (hidden, device) -> [hidden] float32
+
+    def factors(self, projections: Mapping[Key, Tensor], groups: Sequence[Sequence[Key]]) -> dict[Key, Tensor]:
+        """The factors of every site of ``groups``, reused where kept and unchanged, computed (and kept) otherwise."""
+        kept: dict[tuple, tuple[Tensor, dict]] = {}
+        factors: dict[Key, Tensor] = {}
+        missing = []
+        for sites in groups:
+            parts = [projections[site] for site in sites]
+            key = (tuple(sites), tuple(part.shape for part in parts), parts[0].device, parts[0].dtype)
+            fingerprint = self._fingerprint(parts)  # [Σh, d]
+            before = self._kept.get(key)
+            if before is not None and torch.equal(before[0], fingerprint):  # one read back per group
+                kept[key] = before
+                factors.update(before[1])
+            else:
+                missing.append((key, sites, fingerprint))
+        computed = _factors_of(projections, [sites for _, sites, _ in missing])
+        for key, sites, fingerprint in missing:
+            kept[key] = (fingerprint, {site: computed[site] for site in sites})
+        factors.update(computed)
+        self._kept = kept
+        return factors
+
+    def clear(self) -> None:
+        """Forget every kept factor (the next call computes them again)."""
+        self._kept = {}
+
+    def _fingerprint(self, parts: Sequence[Tensor]) -> Tensor:
+        """``[Σh, d]``: every part (``[h, d, hidden]``) times the probe of its width and device."""
+        width, device = parts[0].shape[-1], parts[0].device
+        probe = self._probes.get((width, device))
+        if probe is None:
+            generator = torch.Generator().manual_seed(width)  # a generator of its own: the global one is the user's
+            probe = torch.randn(width, generator=generator).to(device)
+            self._probes[(width, device)] = probe
+        if device.type == "cpu":  # one product per part: a copy of every part first costs more than the products
+            return torch.cat([torch.matmul(part.float(), probe) for part in parts])
+        return torch.matmul(torch.cat([part.float() for part in parts]), probe)
 
 
 def grams_of(parts: Sequence[Tensor], *, together: bool) -> Tensor:
@@ -137,7 +207,8 @@ class NormWeighting:
 
     ``projections``: site -> ``[h, d, hidden]`` output-projection slices (see :func:`value_norms`);
     a site without one is not passed on. ``renormalise``: divide each row by its sum (rows then sum
-    to 1, what distribution statistics need); otherwise the values are the norms themselves.
+    to 1, what distribution statistics need); otherwise the values are the norms themselves. ``cache``: the
+    model's :class:`FactorCache`, to reuse the factors of an earlier call.
     """
 
     accepts_inputs = True
@@ -151,10 +222,11 @@ class NormWeighting:
         projections: Mapping[AttentionSite, Tensor],
         *,
         renormalise: bool = False,
+        cache: FactorCache | None = None,
     ) -> None:
         self.observers = list(observers)
         self.projections = dict(projections)
-        self._factors = projection_factors(self.projections)  # site -> [h, d, d], once
+        self._factors = projection_factors(self.projections, cache=cache)  # site -> [h, d, d], once
         self.renormalise = renormalise
         #: with every wrapped observer reading blocks only during observe, the weighted block can live in a
         #: reused buffer and keep the core's leading-keys cut (see AttentionObserver)
@@ -199,13 +271,15 @@ def weighted_observers(
     projections: Mapping[AttentionSite, Tensor] | None,
     *,
     renormalise: bool = False,
+    cache: FactorCache | None = None,
 ) -> list[AttentionObserver]:
-    """``observers`` as they are for ``"weights"``, wrapped in one :class:`NormWeighting` for ``"norm"``."""
+    """``observers`` as they are for ``"weights"``, wrapped in one :class:`NormWeighting` for ``"norm"`` (its
+    factors from ``cache`` where kept)."""
     check_weighting(weighting)
     if weighting == "weights":
         return list(observers)
     assert projections is not None  # the caller asked the model for them
-    return [NormWeighting(observers, projections, renormalise=renormalise)]
+    return [NormWeighting(observers, projections, renormalise=renormalise, cache=cache)]
 
 
 def check_weighting(weighting: str) -> Weighting:

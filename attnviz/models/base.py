@@ -23,6 +23,7 @@ from attnviz.common.errors import InputError, ModelSpecError, UnsupportedModelEr
 from attnviz.common.parallel import SINGLE_PROCESS, DataParallel
 from attnviz.common.resources import batch_memory, require_memory
 from attnviz.core import AttentionContext, AttentionSite
+from attnviz.core.weighting import FactorCache
 from attnviz.models.encoded_batch import EncodedBatch
 from attnviz.models.placement import input_device
 from attnviz.models.probing import ProbeBatch
@@ -210,6 +211,15 @@ class LoadedModel(ABC):
                     f"the weights of model {self.name!r} hold NaN or infinite values ({name}): the checkpoint is "
                     "damaged or was saved from a diverged run; give a healthy checkpoint"
                 )
+
+    @property
+    def factor_cache(self) -> FactorCache:
+        """The value norms' factors of this model's output projections, kept from one call to the next and reused
+        while the weights are unchanged (:class:`attnviz.core.weighting.FactorCache`)."""
+        cache = self.__dict__.get("_factor_cache")
+        if cache is None:
+            cache = self.__dict__["_factor_cache"] = FactorCache()
+        return cache
 
     def head_output_projections(self) -> dict[AttentionSite, Tensor]:
         """Every site's output-projection slice of each query head, ``[h, d, hidden]`` float32 (see

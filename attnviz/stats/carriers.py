@@ -26,7 +26,7 @@ from torch import Tensor
 from attnviz.common.parallel import DataParallel
 from attnviz.core import AttentionSite
 from attnviz.core.kernel_calls import RowSummary
-from attnviz.core.weighting import projection_factors, value_norms
+from attnviz.core.weighting import FactorCache, projection_factors, value_norms
 from attnviz.models.base import EncodedBatch
 from attnviz.stats import deferral
 from attnviz.stats.kept_rows import KeptCalls
@@ -73,7 +73,9 @@ class CarrierStatistics:
 
 
 class TokenCarriers:
-    """Attention observer that sums :data:`CARRIER_FIELDS` per head; call :meth:`begin_batch` before each pass."""
+    """Attention observer that sums :data:`CARRIER_FIELDS` per head; call :meth:`begin_batch` before each pass.
+    ``cache``: the model's :class:`~attnviz.core.weighting.FactorCache`, to reuse the norms' factors of an earlier
+    call."""
 
     accepts_inputs = True
     accepts_key_prefix = True  # reads each block during observe only; later keys have weight 0
@@ -86,7 +88,7 @@ class TokenCarriers:
     #: attention, value ``[b, h, k, d]``)
     accepts_values_only = True
 
-    def __init__(self, projections: Mapping[AttentionSite, Tensor]) -> None:
+    def __init__(self, projections: Mapping[AttentionSite, Tensor], *, cache: FactorCache | None = None) -> None:
         self.projections = dict(projections)
         self._sums: dict[AttentionSite, Tensor] = {}  # site -> [4, h] float64 on the host (see _fold)
         # rows counted per field, plain numbers (a tensor's += per layer costs more than the sums themselves)
@@ -95,7 +97,7 @@ class TokenCarriers:
         self._grouped = deferral.GroupSums()
         self._kept = KeptCalls()  # on a GPU, the batch's norms and rows until it ends (attnviz.stats.deferral)
         self._seen: set[AttentionSite] = set()
-        self._factors = projection_factors(self.projections)  # site -> [h, d, d], once
+        self._factors = projection_factors(self.projections, cache=cache)  # site -> [h, d, d], once
         self._batch: EncodedBatch | None = None
         self._key_masks: dict[tuple, Tensor] = {}  # the batch's masks of real keys and real query rows, made once
         self._site: AttentionSite | None = None

@@ -209,3 +209,73 @@ def test_value_norms_written_in_place_keep_their_gradient():
     direct = value.clone().requires_grad_(True)
     sum((direct[:, head // 2] @ projections[head]).norm(dim=-1).sum() for head in range(4)).backward()
     assert leaf.grad is not None and torch.allclose(leaf.grad, direct.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_factor_cache_reuses_unchanged_factors_and_recomputes_edited_ones():
+    """Factors kept across calls: reused (the same tensors) while the projections are unchanged, recomputed where
+    they were edited in place through ``.data`` (same tensor, storage and version) or had two heads swapped; equal
+    to uncached ones either way; no gradient kept; the global random state untouched."""
+    from attnviz.core.weighting import FactorCache, projection_factors
+
+    generator = torch.Generator().manual_seed(2)
+    weights = {
+        "a": torch.randn(4, 8, 32, generator=generator, requires_grad=True),
+        "b": torch.randn(4, 8, 32, generator=generator, requires_grad=True),
+        "narrow": torch.randn(2, 8, 16, generator=generator, requires_grad=True),  # a group of its own
+    }
+    cache = FactorCache()
+    state = torch.random.get_rng_state()
+    first = projection_factors(weights, cache=cache)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert list(first) == list(weights)
+    plain = projection_factors(weights)
+    assert all(torch.equal(first[site], plain[site]) for site in weights)
+    assert not any(factor.requires_grad for factor in first.values())
+    again = projection_factors(weights, cache=cache)
+    assert all(again[site] is first[site] for site in weights)  # reused, not recomputed
+
+    weights["a"].data[1, 3, 5] += 0.25  # one weight, in place, invisible to the version counter
+    edited = projection_factors(weights, cache=cache)
+    assert edited["narrow"] is first["narrow"]  # its group is unchanged
+    assert not torch.equal(edited["a"][1], first["a"][1])
+    assert torch.equal(edited["a"], projection_factors(weights)["a"])
+
+    weights["b"].data[[0, 2]] = weights["b"].data[[2, 0]].clone()  # two heads swapped: same values, other places
+    swapped = projection_factors(weights, cache=cache)
+    assert torch.equal(swapped["b"][0], edited["b"][2]) and torch.equal(swapped["b"][2], edited["b"][0])
+    assert torch.equal(swapped["b"], projection_factors(weights)["b"])
+
+    fewer = {"a": weights["a"][:3]}  # a pruned model's site: other shapes, a group of another key
+    assert torch.equal(projection_factors(fewer, cache=cache)["a"], projection_factors(fewer)["a"])
+
+
+def test_statistics_after_an_in_place_weight_edit_use_the_edited_weights(tiny_dirs, monkeypatch):
+    """Two stats calls on one model reuse its norms' factors; an edit of the output projection through ``.data``
+    between calls (what a user ablating a head by hand does) changes the carriers as a fresh model's would."""
+    from attnviz.core import weighting
+    from attnviz.models.specs import load_model
+    from attnviz.stats import compute_statistics
+
+    computed: list[int] = []  # sites factorised by each call of the factorisation
+    factors_of = weighting._factors_of
+    monkeypatch.setattr(
+        weighting, "_factors_of", lambda p, groups: computed.append(sum(map(len, groups))) or factors_of(p, groups)
+    )
+    loaded = load_model(str(tiny_dirs["llama"]), device="cpu")  # its own copy: the edit must not reach other tests
+    before = compute_statistics(loaded, TEXTS[:2], progress=False, weighting="norm").carriers
+    assert computed == [len(before.means), 0]  # the carriers factorise; norm weighting reuses theirs
+    again = compute_statistics(loaded, TEXTS[:2], progress=False, weighting="norm").carriers
+    assert computed[2:] == [0, 0]
+    site = next(iter(before.means))
+    assert torch.equal(again.means[site], before.means[site])
+    output = loaded.model.model.layers[0].self_attn.o_proj.weight  # [hidden, h·d]
+    head_dim = loaded.model.config.head_dim
+    output.data[:, head_dim : 2 * head_dim] *= 3.0  # head 1 of layer 0: its outputs three times larger
+    after = compute_statistics(loaded, TEXTS[:2], progress=False).carriers
+    fresh = compute_statistics(loaded.with_model(loaded.model), TEXTS[:2], progress=False).carriers  # no cache
+    first_layer = next(s for s in before.means if s.layer == 0)
+    norms_before = before.means[first_layer][0]  # first_value_norm, [h]
+    assert torch.allclose(after.means[first_layer][0][1], 3 * norms_before[1], rtol=1e-5)
+    assert torch.equal(after.means[first_layer][0][0], norms_before[0])
+    for name in after.means:
+        assert torch.allclose(after.means[name], fresh.means[name], rtol=1e-6, atol=0, equal_nan=True)
