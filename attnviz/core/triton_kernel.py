@@ -4,7 +4,7 @@ Each program takes one head's ``BLOCK_M`` queries and walks the keys in tiles of
 tiles before and after the interior are *checked* (an additive mask, padding, causality, a window: which keys each
 query may weigh is worked out per element), the interior tiles, whose every key every query of the block may weigh,
 are not. In the interior the mean distance also comes cheaper: there every key ``j`` is at most the query ``i``, so
-``Σ p_j |i − j| = i Σ p_j − Σ p_j j``. The interior stops before the band's first key (``i − r`` of the block's
+``Σ p_j |i − j| = (i − s) Σ p_j − Σ p_j (j − s)`` for the tile's first key ``s``. The interior stops before the band's first key (``i − r`` of the block's
 first query), so its loop holds no code for the band: in registers and instructions per tile it stays close to plain
 attention (``benchmarks/bench_kernel_compiled.py`` counts them for a GPU without one).
 
@@ -113,8 +113,11 @@ def key_tile(
         if CHECKED:
             gap = tl.abs(rows[:, None] - keys[None, :]).to(tl.float32)
             d_i = alpha * d_i + tl.sum(p * gap, 1)
-        else:  # every key j ≤ query i: Σ p_j (i − j)
-            d_i = alpha * d_i + rows.to(tl.float32) * tile_sum - tl.sum(p * keys.to(tl.float32)[None, :], 1)
+        else:
+            # every key j ≤ query i: Σ p_j (i − j) = (i − start) Σ p_j − Σ p_j (j − start), where j − start is the
+            # key's lane, the same in every tile (no conversion per key), and the terms are smaller than i and j
+            lanes = tl.arange(0, BLOCK_N).to(tl.float32)  # [N]
+            d_i = alpha * d_i + (rows - start).to(tl.float32) * tile_sum - tl.sum(p * lanes[None, :], 1)
     if WEIGHTS:
         if CHECKED:
             key_weight = tl.load(KeyWeights + b * swb + h * swh + keys * swn, mask=key_ok, other=0.0)
