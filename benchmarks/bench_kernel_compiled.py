@@ -206,6 +206,12 @@ def main() -> None:
     parser.add_argument("--all-launches", action="store_true", help="every launch bench_stats_gpu.py --tune tries")
     parser.add_argument("--json", action="store_true", help="one JSON object per kernel compiled, for scripts")
     parser.add_argument("--variants", action="store_true", help="also every statistic with masks, windows, sinks…")
+    parser.add_argument(
+        "--float32-products",
+        choices=("auto", "ieee", "tf32x3"),
+        default="auto",
+        help="how float32 inputs are multiplied (LaunchConfig.float32_products; auto: as a launch would by default)",
+    )
     options = parser.parse_args()
     unknown = [dtype for dtype in options.dtypes.split(",") if dtype not in TRITON_TYPES]
     if unknown:
@@ -215,7 +221,7 @@ def main() -> None:
 
     import torch
 
-    from attnviz.core.triton_rows import launch_config
+    from attnviz.core.triton_rows import float32_precision, launch_config
 
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_stats_gpu import CANDIDATES
@@ -225,6 +231,8 @@ def main() -> None:
         kernels[options.against] = load_kernel(options.against)
     if not options.json:
         print(f"sm_{options.arch}; per thread: registers, spilled bytes, programs per SM; interior loop: instructions")
+        if "float32" in options.dtypes.split(","):
+            print(f"float32 products: {float32_precision(options.float32_products)}")
     for dtype in options.dtypes.split(","):
         for head_dim in map(int, options.head_dims.split(",")):
             chosen = launch_config(getattr(torch, dtype), head_dim)
@@ -236,6 +244,8 @@ def main() -> None:
                     full = STATISTICS["summary+carriers"]
                     builds += [(f"every one, {name}", full, variant) for name, variant in VARIANTS.items()]
                 for statistics_name, statistics, variant in builds:
+                    if dtype == "float32":
+                        variant = {"PRECISION": float32_precision(options.float32_products)} | variant
                     cells = []
                     for kernel_name, kernel in kernels.items():
                         try:

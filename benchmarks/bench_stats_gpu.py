@@ -94,25 +94,27 @@ def tune(shape: str, dtype: torch.dtype, length: int) -> None:
         print(f"  tune {shape} {str(dtype)[6:]}: fastest {best[1]}; without statistics {plain:.3f} ms")
         triton_rows.LAUNCH_CONFIGS[(dtype, max(16, head_dim))] = best[1]
         if dtype == torch.float32:
-            compare_tf32x3(shape, (query, key, value, head_dim**-0.5, output), statistics, best)
+            compare_full_precision(shape, (query, key, value, head_dim**-0.5, output), statistics, best)
 
 
-def compare_tf32x3(shape: str, inputs: tuple, statistics: dict, best: tuple) -> None:
-    """The fastest float32 launch again with its products as three TF32 tensor-core products: its time, and how far
-    its output and statistics lie from the full-precision ones (the launch is kept as it was)."""
+def compare_full_precision(shape: str, inputs: tuple, statistics: dict, best: tuple) -> None:
+    """The fastest float32 launch again with the other arithmetic of its products (full precision where the default
+    is three TF32 products, and the reverse): its time, and how far the output and statistics lie apart."""
     import dataclasses
 
     import triton.testing
 
     from attnviz.core import triton_rows
 
-    launch = dataclasses.replace(best[1], float32_products="tf32x3")
+    default = triton_rows.float32_precision(best[1].float32_products)
+    other = "ieee" if default == "tf32x3" else "tf32x3"
+    launch = dataclasses.replace(best[1], float32_products=other)
     gaps = precision_gaps(inputs, statistics, best[1], launch)
     run = functools.partial(triton_rows.attend_rows_triton, *inputs, causal=True, launch=launch, **statistics)
     milliseconds = triton.testing.do_bench(run)
     print(
-        f"  tune {shape} float32 as three TF32 products: {milliseconds:.3f} ms against {best[0]:.3f} ms; largest "
-        "differences from full precision: " + ", ".join(f"{name} {gap:.1e}" for name, gap in gaps.items())
+        f"  tune {shape} float32 products as {other} instead of {default}: {milliseconds:.3f} ms against "
+        f"{best[0]:.3f} ms; largest differences: " + ", ".join(f"{name} {gap:.1e}" for name, gap in gaps.items())
     )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,23 +44,27 @@ class LaunchConfig:
     """How the kernel is launched: ``block_m`` queries per program, keys in tiles of ``block_n``, and Triton's
     ``num_warps`` and ``num_stages`` (software pipelining of the key/value loads).
 
-    ``float32_products``: how float32 inputs are multiplied. ``"ieee"`` (the default) in full float32 precision on
-    the GPU's CUDA cores, so that float32 statistics equal the CPU's; ``"tf32x3"`` as three TF32 products on its
-    tensor cores (each input split into a TF32 part and the rest; about float32's precision, not all of it), which
-    ``benchmarks/bench_stats_gpu.py --tune`` times and compares beside it.
+    ``float32_products``: how float32 inputs are multiplied. ``"tf32x3"`` as three TF32 products on the GPU's
+    tensor cores: each input split into a TF32 part (10 of float32's 23 mantissa bits) and the rest, and
+    ``big·big + (small·big + big·small)`` summed in float32, which keeps float32's precision (as sdpa's
+    memory-efficient float32 kernel does: CUTLASS's "fast F32"); ``"ieee"`` in float32 on the CUDA cores, nearly
+    four times the instructions. ``"auto"`` (the default) is ``"tf32x3"`` where the installed Triton adds the remainders' products
+    apart from the running sum (3.2 and later, :func:`precise_tf32x3`), else ``"ieee"``.
+    ``benchmarks/bench_stats_gpu.py --tune`` times both and prints how far apart they lie.
     """
 
     block_m: int = 64
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 2
-    float32_products: Literal["ieee", "tf32x3"] = "ieee"
+    float32_products: Literal["auto", "ieee", "tf32x3"] = "auto"
 
 
 #: the launch per input dtype and head size (a power of two ≥ 16), where the default is not the fastest; measured
 #: on an H100-class GPU by ``benchmarks/bench_stats_gpu.py --tune`` (a tuning run may set entries for its own use)
 LAUNCH_CONFIGS: dict[tuple[torch.dtype, int], LaunchConfig] = {
-    # LLaMA-8B's heads of 128 in float32, on an H200: 117.8 ms a layer at 8,192 tokens against 147.4 by default
+    # LLaMA-8B's heads of 128 in float32 (full-precision products), on an H200: 117.8 ms a layer at 8,192 tokens
+    # against 147.4 by default
     (torch.float32, 128): LaunchConfig(block_m=64, block_n=32, num_warps=4, num_stages=3),
 }
 
@@ -82,6 +87,24 @@ def triton_available() -> bool:
     except (ImportError, RuntimeError, OSError):  # not installed, or a Triton that cannot find its compiler
         return False
     return True
+
+
+def precise_tf32x3(version: str) -> bool:
+    """Whether Triton ``version`` sums TF32×3's two remainder products apart from the running sum and adds them to it
+    with the main product (3.2 and later; earlier ones add them into the running sum first, where an attention
+    output's large running sum rounds away much of what they carry)."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return found is not None and (int(found[1]), int(found[2])) >= (3, 2)
+
+
+@functools.cache
+def float32_precision(choice: Literal["auto", "ieee", "tf32x3"] = "auto") -> Literal["ieee", "tf32x3"]:
+    """The arithmetic of float32 products that a launch's ``float32_products`` stands for with the installed Triton."""
+    if choice != "auto":
+        return choice
+    import triton
+
+    return "tf32x3" if precise_tf32x3(triton.__version__) else "ieee"
 
 
 def interpreting() -> bool:
@@ -192,9 +215,9 @@ def attend_rows_triton(
         # Triton's interpreter multiplies half-precision tiles wrongly (it reads their bits as integers)
         UPCAST=query.dtype != torch.float32 and interpreting(),
         SINKS=sinks is not None, SHARE=sinks is not None and sink_share is not None,
-        # float32 products as the launch says: by default in full precision (a GPU would otherwise round their inputs
-        # to TF32's 10-bit mantissa)
-        PRECISION=launch.float32_products if query.dtype == torch.float32 else "tf32",
+        # float32 products as the launch says (by default three TF32 products: one would round their inputs to
+        # TF32's 10-bit mantissa)
+        PRECISION=float32_precision(launch.float32_products) if query.dtype == torch.float32 else "tf32",
         num_warps=launch.num_warps, num_stages=launch.num_stages,
         # scaling and centring each logit as one multiply-add, whatever the installed Triton's default
         enable_fp_fusion=True,

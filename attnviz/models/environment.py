@@ -104,7 +104,7 @@ def describe_environment() -> Environment:
 def _kernels_per_device(state: str, why: str, cuda: bool) -> dict[str, str]:
     """What computes the statistics pass on each device (see :mod:`attnviz.core.triton_rows` for the GPU's)."""
     from attnviz.core.kernel import kernel_disabled
-    from attnviz.core.triton_rows import triton_available
+    from attnviz.core.triton_rows import float32_precision, triton_available
 
     if state in ("loaded", "built"):
         cpu = "fused tile kernel"
@@ -117,7 +117,8 @@ def _kernels_per_device(state: str, why: str, cuda: bool) -> dict[str, str]:
         if kernel_disabled():
             gpu = "torch operations (fused kernels disabled by ATTNVIZ_KERNEL=0)"
         elif triton_available():
-            gpu = "Triton tile kernel"
+            products = {"tf32x3": "three TF32 products", "ieee": "full precision"}[float32_precision()]
+            gpu = f"Triton tile kernel (float32 products: {products})"
         else:
             gpu = "torch operations (Triton is not installed: pip install triton)"
         kernels["cuda"] = gpu

@@ -69,6 +69,18 @@ def test_env_names_versions_device_kernel_and_caches(capsys, monkeypatch, tmp_pa
     assert "statistics on cpu: " in text  # which kernel each device's statistics pass runs
 
 
+def test_env_says_how_a_gpu_multiplies_float32(monkeypatch):
+    """On a machine with CUDA, the GPU's line names the Triton kernel and the arithmetic of its float32 products."""
+    pytest.importorskip("triton", reason="Triton is not installed")
+    from attnviz.core import triton_rows
+    from attnviz.models.environment import _kernels_per_device
+
+    monkeypatch.delenv("ATTNVIZ_KERNEL", raising=False)
+    expected = {"tf32x3": "three TF32 products", "ieee": "full precision"}[triton_rows.float32_precision()]
+    assert _kernels_per_device("loaded", "", cuda=True)["cuda"] == f"Triton tile kernel (float32 products: {expected})"
+    assert "cuda" not in _kernels_per_device("loaded", "", cuda=False)
+
+
 @pytest.fixture
 def fresh_kernel(monkeypatch, tmp_path):
     """prepare_kernel as in a new process, over an extension cache of its own, with a stand-in for the compiler

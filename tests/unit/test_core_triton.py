@@ -153,11 +153,78 @@ def test_half_precision_inputs_give_float32_statistics(inputs, dtype):
     assert_close(computed, expected, tolerance=1e-4)
 
 
-def test_float32_through_three_tf32_products(inputs):
-    """The launch that multiplies float32 inputs as three TF32 tensor-core products: every output and statistic
-    within 3e-5 of float64 (on a GPU: what "about float32's precision" means; the interpreter multiplies in float32)."""
-    launch = LaunchConfig(block_m=32, block_n=16, float32_products="tf32x3")
-    assert_close(run(*inputs, launch=launch, causal=True), reference(*inputs, causal()))
+@pytest.fixture
+def tf32_products(monkeypatch):
+    """In the interpreter, float32 products rounded as a GPU's tensor cores round them (the interpreter itself
+    multiplies in float32 whatever precision a product asks for): a TF32 operand keeps 10 of float32's 23 mantissa
+    bits (``cvt.rna``: to nearest, ties away from zero), and TF32×3 adds each side's remainder's products,
+    ``big·big + (small·big + big·small)``, as Triton lowers it. Yields ``{"TF32x3": …}``, the arithmetic a
+    TF32×3 product is given (a test may make it ``"TF32"``, one product); None on a GPU, whose hardware rounds."""
+    if not interpreting():
+        yield None
+        return
+    import numpy as np
+    from triton.runtime import interpreter
+
+    def tf32(values):
+        bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+        return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)  # round half away, truncate
+
+    given = {"TF32x3": "TF32x3", "TF32": "TF32"}
+    builder = interpreter.InterpreterBuilder
+    plain = builder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        arithmetic = given.get(getattr(input_precision, "name", ""))
+        if arithmetic is None or a.data.dtype != np.float32 or b.data.dtype != np.float32:
+            return plain(self, a, b, d, input_precision, max_num_imprecise_acc)
+        a_big, b_big = tf32(a.data), tf32(b.data)
+        product = np.matmul(a_big, b_big)
+        if arithmetic == "TF32x3":
+            a_small, b_small = tf32(a.data - a_big), tf32(b.data - b_big)
+            product += np.matmul(a_small, b_big) + np.matmul(a_big, b_small)
+        return interpreter.TensorHandle(product.astype(d.data.dtype) + d.data, d.dtype.scalar)
+
+    monkeypatch.setattr(builder, "create_dot", create_dot)
+    yield given
+
+
+def test_float32_through_three_tf32_products(inputs, tf32_products):
+    """Float32 inputs multiplied as three TF32 tensor-core products (the default where Triton sums them precisely):
+    every output and statistic within 3e-5 of float64, what "float32's precision" means here. In the interpreter,
+    with the tensor cores' rounding emulated, one TF32 product alone lies outside that tolerance, and so does the
+    default launch when its products are made single ones; full precision stays inside."""
+    import triton
+
+    from attnviz.core.triton_rows import float32_precision, precise_tf32x3
+
+    expected = reference(*inputs, causal())
+    three = LaunchConfig(block_m=32, block_n=16, float32_products="tf32x3")
+    assert_close(run(*inputs, launch=three, causal=True), expected)
+    assert_close(run(*inputs, causal=True), expected)  # the default launch, whichever its products
+    assert float32_precision() == ("tf32x3" if precise_tf32x3(triton.__version__) else "ieee")
+    if tf32_products is None:  # on a GPU: the hardware rounds, nothing is emulated
+        return
+    tf32_products["TF32x3"] = "TF32"  # one product
+    with pytest.raises(AssertionError):
+        assert_close(run(*inputs, launch=three, causal=True), expected)
+    if float32_precision() == "tf32x3":
+        with pytest.raises(AssertionError):
+            assert_close(run(*inputs, causal=True), expected)
+    full = LaunchConfig(block_m=32, block_n=16, float32_products="ieee")
+    assert_close(run(*inputs, launch=full, causal=True), expected)
+
+
+@pytest.mark.parametrize(
+    ("version", "precise"),
+    [("3.0.0", False), ("3.1.0", False), ("3.2.0", True), ("3.7.1", True), ("3.10.0", True), ("4.0.0+git1a2b", True)],
+)
+def test_tf32x3_is_the_default_from_the_triton_that_sums_its_remainders_apart(version, precise):
+    """Triton 3.1 and earlier add TF32×3's remainder products into the running sum before the main product (seen in
+    their compiled code); 3.2 and later sum them apart."""
+    from attnviz.core.triton_rows import precise_tf32x3
+
+    assert precise_tf32x3(version) is precise
 
 
 def test_equals_the_cpu_tile_kernel(inputs):
