@@ -314,10 +314,11 @@ def band_weights(pattern: torch.Tensor, offset: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("past", [0, 19], ids=["same-length", "past-keys"])
 @pytest.mark.parametrize("sinks", [False, True], ids=["no-sinks", "sinks"])
-def test_long_causal_rows_through_interior_tiles(past, sinks):
+def test_long_causal_rows_through_interior_tiles(past, sinks, tf32_products):
     """A causal pass of 100 queries over 100 (+19 past) keys in 16-wide tiles, no mask tensor: most tiles are
     interior (every key visible to every query of the block, the distance from the cheaper formula), the band and the
-    columns cross tile boundaries; against float64 from the definition, each head's sink as one more softmax term."""
+    columns cross tile boundaries; against float64 from the definition, each head's sink as one more softmax term.
+    The float32 products are the default launch's, rounded as a GPU's tensor cores would (see ``tf32_products``)."""
     generator = torch.Generator().manual_seed(1)
     queries, keys, heads, kv_heads, dim = 100, 100 + past, 4, 2, 32
     query = torch.randn(1, heads, queries, dim, generator=generator) * 2
