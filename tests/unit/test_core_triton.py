@@ -156,39 +156,14 @@ def test_half_precision_inputs_give_float32_statistics(inputs, dtype):
 
 @pytest.fixture(autouse=True)
 def tf32_products(monkeypatch):
-    """In the interpreter, float32 products rounded as a GPU's tensor cores round them, in every test (the
-    interpreter itself multiplies in float32 whatever precision a product asks for): a TF32 operand keeps 10 of
-    float32's 23 mantissa bits (``cvt.rna``: to nearest, ties away from zero), and TF32×3 adds each side's
-    remainder's products, ``big·big + (small·big + big·small)``, as Triton lowers it. Yields ``{"TF32x3": …}``,
-    the arithmetic a TF32×3 product is given (a test may make it ``"TF32"``, one product); None on a GPU, whose
-    hardware rounds."""
+    """In every test run by the interpreter, float32 products rounded as a GPU's tensor cores round them
+    (:mod:`tensor_cores`); yields the arithmetic each precision is given, None on a GPU, whose hardware rounds."""
     if not interpreting():
         yield None
         return
-    import numpy as np
-    from triton.runtime import interpreter
+    from tensor_cores import round_as_tensor_cores
 
-    def tf32(values):
-        bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-        return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)  # round half away, truncate
-
-    given = {"TF32x3": "TF32x3", "TF32": "TF32"}
-    builder = interpreter.InterpreterBuilder
-    plain = builder.create_dot
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        arithmetic = given.get(getattr(input_precision, "name", ""))
-        if arithmetic is None or a.data.dtype != np.float32 or b.data.dtype != np.float32:
-            return plain(self, a, b, d, input_precision, max_num_imprecise_acc)
-        a_big, b_big = tf32(a.data), tf32(b.data)
-        product = np.matmul(a_big, b_big)
-        if arithmetic == "TF32x3":
-            a_small, b_small = tf32(a.data - a_big), tf32(b.data - b_big)
-            product += np.matmul(a_small, b_big) + np.matmul(a_big, b_small)
-        return interpreter.TensorHandle(product.astype(d.data.dtype) + d.data, d.dtype.scalar)
-
-    monkeypatch.setattr(builder, "create_dot", create_dot)
-    yield given
+    yield round_as_tensor_cores(monkeypatch)
 
 
 def test_float32_through_three_tf32_products(inputs, tf32_products):
