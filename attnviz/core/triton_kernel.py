@@ -4,9 +4,10 @@ Each program takes one head's ``BLOCK_M`` queries and walks the keys in tiles of
 tiles before and after the interior are *checked* (an additive mask, padding, causality, a window: which keys each
 query may weigh is worked out per element), the interior tiles, whose every key every query of the block may weigh,
 are not. In the interior the mean distance also comes cheaper: there every key ``j`` is at most the query ``i``, so
-``Σ p_j |i − j| = (i − s) Σ p_j − Σ p_j (j − s)`` for the tile's first key ``s``. The interior stops before the band's first key (``i − r`` of the block's
-first query), so its loop holds no code for the band: in registers and instructions per tile it stays close to plain
-attention (``benchmarks/bench_kernel_compiled.py`` counts them for a GPU without one).
+``Σ p_j |i − j| = (i − s) Σ p_j − Σ p_j (j − s)`` for the tile's first key ``s``. The interior stops before the
+band's first key (``i − r`` of the block's first query), so its loop holds no code for the band: in registers and
+instructions per tile it stays close to plain attention (``benchmarks/bench_kernel_compiled.py`` counts them for a
+GPU without one).
 
 Logits are kept in base 2 (multiplied by ``log2 e``, so ``exp2`` stands for ``exp``): the running maximum ``m``, the
 band's and the columns' logits and the sink. The entropy's sum ``T = Σ p_j (s_j − m)`` is then in bits, and turned

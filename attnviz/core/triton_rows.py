@@ -48,8 +48,8 @@ class LaunchConfig:
     tensor cores: each input split into a TF32 part (10 of float32's 23 mantissa bits) and the rest, and
     ``big·big + (small·big + big·small)`` summed in float32, which keeps float32's precision (as sdpa's
     memory-efficient float32 kernel does: CUTLASS's "fast F32"); ``"ieee"`` in float32 on the CUDA cores, nearly
-    four times the instructions. ``"auto"`` (the default) is ``"tf32x3"`` where the installed Triton adds the remainders' products
-    apart from the running sum (3.2 and later, :func:`precise_tf32x3`), else ``"ieee"``.
+    four times the instructions. ``"auto"`` (the default) is ``"tf32x3"`` where the installed Triton adds the
+    remainders' products apart from the running sum (3.2 and later, :func:`precise_tf32x3`), else ``"ieee"``.
     ``benchmarks/bench_stats_gpu.py --tune`` times both and prints how far apart they lie.
     """
 

@@ -148,7 +148,7 @@ def compute_statistics(
     accumulator = StatisticsAccumulator(causal=loaded.causal, local_window=local_window, by_position=positions)
     projections = _output_projections(loaded, required=weighting == "norm")
     # the norms' factors depend on the weights alone: a later call on the same model reuses them (a fixed cost per
-    # call of ~25 ms on SmolLM2 on the CPU, seconds on an 8B model)
+    # call of ~25 ms on SmolLM2 on the CPU, growing with layers · heads · head size² · width)
     cache = loaded.factor_cache
     carriers = TokenCarriers(projections, cache=cache) if projections is not None else None
     observers = weighted_observers([accumulator], weighting, projections, renormalise=True, cache=cache)

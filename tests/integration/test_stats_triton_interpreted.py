@@ -29,8 +29,11 @@ FAMILIES = ("qwen2", "gpt_oss", "deepseek_v3")
 TOLERANCE = {"mean_distance": 2e-4}
 
 
-def _through_triton(query, key, value, mask, scaling, stops, summary, output, key_weights, weighted, sinks, share, causal):  # fmt: skip
-    """The CPU kernel's call (:func:`attnviz.core.kernel_calls.attend_rows_`) made by the GPU's kernel instead."""
+def _through_triton(
+    query, key, value, mask, scaling, stops, summary, output, key_weights, weighted, sinks, share, causal
+):  # fmt: skip
+    """The CPU kernel's call (:func:`attnviz.core.kernel_calls.attend_rows_`, the same arguments, ``stops`` unused:
+    the GPU's kernel finds each block's keys itself) made by the GPU's kernel instead."""
     attend_rows_triton(
         query, key, value, scaling, output, mask=mask, summary=summary, key_weights=key_weights, weighted=weighted,
         sinks=sinks, sink_share=share, causal=causal, launch=SMALL_TILES,
