@@ -16,6 +16,10 @@ memory (1.05 → 1.54 GB): this script tells them apart. Target: the command's o
 
     python benchmarks/bench_memory.py                    # 2,048 tokens
     python benchmarks/bench_memory.py --tokens 2048,8192
+    python benchmarks/bench_memory.py --tokens 8192 --padded   # a batch of that text and one of half its length
+
+``--padded`` batches the text with its first half, so the shorter one is padded: transformers' sdpa then builds a
+boolean ``[b, 1, q, k]`` mask (it cannot say padding to torch's sdpa otherwise); attnviz describes it without one.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ def child(mode: str, data: Path, length: int) -> dict:
 
         with tempfile.TemporaryDirectory() as scratch:
             sys.argv = ["attnviz", "stats", "smollm2", "--data", str(data), "--max-length", str(length)]
+            sys.argv += ["--batch-size", "2", "--max-tokens-per-batch", str(2 * length)]
             sys.argv += ["--json", str(Path(scratch) / "stats.json"), "--no-table"]
             try:
                 cli()
@@ -61,13 +66,25 @@ def child(mode: str, data: Path, length: int) -> dict:
     from attnviz.models.specs import load_model
 
     loaded = load_model("smollm2", device="cpu")
-    batch = loaded.encode([data.read_text(encoding="utf-8")], max_length=length)
+    batch = loaded.encode(data.read_text(encoding="utf-8").splitlines(), max_length=length)
     path = loaded.model.config._name_or_path
     del loaded  # only the sdpa model stays resident
     model = transformers.AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
     with torch.no_grad():
         model.model(**batch.inputs, use_cache=False)
     return _peaks()
+
+
+def _first_tokens(text: str, count: int) -> str:
+    """The text of ``text``'s first ``count`` tokens in SmolLM2's tokenizer."""
+    import transformers
+
+    from attnviz.models.specs import load_model
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(
+        load_model("smollm2", device="cpu").model.config._name_or_path
+    )
+    return tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"][:count])
 
 
 def measure(mode: str, data: Path, length: int) -> dict:
@@ -81,6 +98,7 @@ def measure(mode: str, data: Path, length: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", default="2048", help="comma-separated lengths (default 2048)")
+    parser.add_argument("--padded", action="store_true", help="batch the text with its first half (padding)")
     parser.add_argument("--child", choices=["forward", "stats"], help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -93,14 +111,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(scratch) / "long.txt"
         text = " ".join(default_corpus_path().read_text(encoding="utf-8").split("\n"))
-        data.write_text(" ".join([text] * (1 + max(lengths) // 3000)) + "\n", encoding="utf-8")
-        print(f"SmolLM2-135M, one text; peak resident memory of each process (GB); load {os.getloadavg()[0]:.1f}")
+        long = " ".join([text] * (1 + max(lengths) // 3000))
+        what = "the text and its first half, one padded batch" if args.padded else "one text"
+        print(f"SmolLM2-135M, {what}; peak resident memory of each process (GB); load {os.getloadavg()[0]:.1f}")
         print(f"{'tokens':>7} {'forward':>8} {'stats':>8} {'stats÷fwd':>10} {'stats children':>15}  target")
         for length in lengths:
+            lines = [long]
+            if args.padded:  # the first half of the tokens beside it: padded in the batch
+                lines.append(_first_tokens(long, length // 2))
+            data.write_text("\n".join(lines) + "\n", encoding="utf-8")
             forward = measure("forward", data, length)
             stats = measure("stats", data, length)
             own = stats["own_bytes"] / GB
-            verdict = f"≤ {TARGET_GB} GB: {'yes' if own <= TARGET_GB else 'NO'}" if length == 2048 else ""
+            verdict = (
+                f"≤ {TARGET_GB} GB: {'yes' if own <= TARGET_GB else 'NO'}" if length == 2048 and not args.padded else ""
+            )
             print(
                 f"{length:>7} {forward['own_bytes'] / GB:>8.2f} {own:>8.2f} "
                 f"{stats['own_bytes'] / forward['own_bytes']:>9.2f}× {stats['children_bytes'] / GB:>15.2f}  {verdict}",

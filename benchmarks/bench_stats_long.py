@@ -18,8 +18,13 @@ Every length runs with each thread count of ``--threads`` (default: torch's defa
 printed per thread count: a pass that scales worse than sdpa with more threads shows there.
 Targets: stats ≤ 1.2× sdpa at 2,048 and 8,192 tokens at every thread count; peak RSS ≤ 2.5 GB.
 
+``--window W`` runs both contenders on SmolLM2's weights in Mistral's architecture with a sliding window of ``W``
+keys (LLaMA's layers, each query reading only its last ``W`` keys): transformers' sdpa then builds a boolean
+``[q, k]`` mask and reads every key; attnviz's tile kernel reads only the tiles inside the window.
+
     python benchmarks/bench_stats_long.py                          # 2048,4096,8192 tokens, 3 rounds each
     python benchmarks/bench_stats_long.py --tokens 2048 --rounds 2 --threads 2,1
+    python benchmarks/bench_stats_long.py --tokens 8192 --window 512 --modes sdpa,stats
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +46,23 @@ MODES = ("sdpa", "stats", "by-position")
 GB = 1024**3
 
 
-def child(mode: str, length: int) -> dict:
+def windowed_model(window: int, directory: Path) -> Path:
+    """SmolLM2-135M's weights saved in ``directory`` as a Mistral model with a sliding window of ``window`` keys."""
+    import transformers
+
+    from attnviz.models.specs import load_model
+
+    llama = load_model("smollm2", device="cpu").model
+    fields = {key: value for key, value in llama.config.to_dict().items() if key not in ("architectures", "model_type")}
+    config = transformers.MistralConfig(**{**fields, "sliding_window": window})
+    mistral = transformers.MistralForCausalLM(config)
+    mistral.load_state_dict(llama.state_dict())  # the same parameter names: LLaMA's layers
+    mistral.save_pretrained(directory)
+    transformers.AutoTokenizer.from_pretrained(llama.config._name_or_path).save_pretrained(directory)
+    return directory
+
+
+def child(mode: str, length: int, model: str = "smollm2") -> dict:
     """Time ``mode`` once on one ``length``-token sequence, after a short warm-up; its time and peak RSS."""
     import torch
 
@@ -50,7 +72,7 @@ def child(mode: str, length: int) -> dict:
     from attnviz.models.specs import load_model
     from attnviz.stats import compute_statistics
 
-    loaded = load_model("smollm2", device="cpu")
+    loaded = load_model(model, device="cpu")
     batch, warm_up = corpus_batch(loaded, length), corpus_batch(loaded, 256)
     if mode == "sdpa":
         import transformers
@@ -75,9 +97,9 @@ def child(mode: str, length: int) -> dict:
     return {"mode": mode, "tokens": length, "seconds": seconds, "peak_bytes": peak_kib * 1024}
 
 
-def measure(mode: str, length: int, threads: int | None) -> dict:
+def measure(mode: str, length: int, threads: int | None, model: str = "smollm2") -> dict:
     """:func:`child` in a fresh process."""
-    command = [sys.executable, __file__, "--child", mode, "--tokens", str(length)]
+    command = [sys.executable, __file__, "--child", mode, "--tokens", str(length), "--model", model]
     if threads:
         command += ["--threads", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -96,7 +118,9 @@ def main() -> None:
         help="comma list of torch threads in the children; 0 is torch's default (default 0,1)",
     )
     parser.add_argument("--modes", default=",".join(MODES), help=f"contenders to run (default {','.join(MODES)})")
+    parser.add_argument("--window", type=int, help="SmolLM2 as Mistral with a sliding window of this many keys")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--model", default="smollm2", help=argparse.SUPPRESS)
     args = parser.parse_args()
     lengths = [int(value) for value in args.tokens.split(",")]
     thread_counts = [int(value) for value in args.threads.split(",")]
@@ -105,11 +129,19 @@ def main() -> None:
             import torch
 
             torch.set_num_threads(thread_counts[0])
-        print(json.dumps(child(args.child, lengths[0])))
+        print(json.dumps(child(args.child, lengths[0], args.model)))
         return
+    with tempfile.TemporaryDirectory() as scratch:
+        model = str(windowed_model(args.window, Path(scratch))) if args.window else "smollm2"
+        _compare(args, lengths, thread_counts, model)
+
+
+def _compare(args: argparse.Namespace, lengths: list[int], thread_counts: list[int], model: str) -> None:
     modes = [mode for mode in MODES if mode in args.modes.split(",")]
+    what = f"as Mistral with a sliding window of {args.window} keys" if args.window else ""
     print(
-        f"SmolLM2-135M, one sequence per length; fastest of {args.rounds} interleaved round(s); {os.cpu_count()} CPUs"
+        f"SmolLM2-135M {what}, one sequence per length; fastest of {args.rounds} interleaved round(s); "
+        f"{os.cpu_count()} CPUs"
     )
     header = f"{'tokens':>7} {'threads':>7}" + "".join(f" {mode + ' s':>14} {'peak GB':>8}" for mode in modes)
     header += f" {'stats÷sdpa':>11} {'by-pos÷stats':>13} {'load':>14}"
@@ -119,7 +151,7 @@ def main() -> None:
         runs: dict[str, list[dict]] = {mode: [] for mode in modes}
         for _ in range(args.rounds):
             for mode in modes:
-                runs[mode].append(measure(mode, length, threads))
+                runs[mode].append(measure(mode, length, threads, model))
         results = {
             mode: {
                 "best": min(run["seconds"] for run in done),

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from attnviz.core.blocks import _workspace, attend_in_buffers  # noqa: F401 (re-exported)
-from attnviz.core.key_range import causal_mask, key_stops  # noqa: F401 (re-exported)
+from attnviz.core.key_range import KeyLayout, causal_mask, key_stops  # noqa: F401 (re-exported)
 from attnviz.core.patching import HeadEditor
 from attnviz.core.sdpa_rows import attend_observing_rows
 from attnviz.core.softmax import SoftmaxPattern, softmax_pattern, softmax_with_sinks  # noqa: F401 (re-exported)
@@ -214,7 +214,7 @@ def attend(
     key: Tensor,
     value: Tensor,
     *,
-    mask: Tensor | None = None,
+    mask: Tensor | KeyLayout | None = None,
     causal: bool = False,
     scaling: float | None = None,
     pattern_fn: PatternFunction | None = None,
@@ -230,9 +230,10 @@ def attend(
         key, value: ``[b, kvh, k, d]`` and ``[b, kvh, k, dv]``, ``h`` a multiple of ``kvh`` (grouped-query
             attention); ``dv`` may differ from ``d`` (multi-head latent attention).
         mask: additive ``[b|1, 1|h, q, k]`` mask, 0 where a query may look and a large
-            negative number where it may not (causal future, padding keys).
-        causal: without ``mask``, query ``i`` sees keys ``j ≤ i`` only (``q == k``): the causal triangle without a
-            ``[q, k]`` tensor. The no-gradient path applies it block by block; the others build the mask.
+            negative number where it may not (causal future, padding keys); or a :class:`KeyLayout`, a causal mask
+            (with a sliding window, with padding) said without a ``[q, k]`` tensor: the tile kernels apply it by
+            position, the other paths build one block of its rows at a time.
+        causal: without ``mask``, query ``i`` sees keys ``j ≤ i`` only (``q == k``): ``mask=KeyLayout()``.
         scaling: score scale, ``d ** -0.5`` by default. Ignored when ``pattern_fn`` is given.
         pattern_fn: computes the pattern from a block of queries; default scaled dot-product.
         dropout, training: attention dropout probability, applied only when training.
@@ -251,6 +252,10 @@ def attend(
     key_len = key.shape[2]
     if pattern_fn is None:
         pattern_fn = softmax_pattern(head_dim**-0.5 if scaling is None else scaling)
+    if causal and mask is None:
+        mask = KeyLayout()
+    if isinstance(mask, KeyLayout) and query_len != key_len:
+        raise ValueError(f"a causal key layout needs as many queries as keys, not {query_len} and {key_len}")
 
     # observers file what they see by site: a module the hook could not place has none to see
     observers = context.observers if context is not None and site is not None else ()
@@ -277,25 +282,29 @@ def attend(
         # sdpa has no sinks: a call with them takes the block path below
         plain = bias is None and pattern_fn.softcap is None and sinks is None
         if rows is not None and plain and not (dropout and training):
-            if causal and mask is None:
-                mask = causal_mask(query_len, key_len, query.dtype, query.device)
+            if isinstance(mask, KeyLayout):  # sdpa reads a tensor (the plain triangle: its own is_causal)
+                mask = mask.additive_rows(0, query_len, key_len, query.dtype, query.device)
             output = attend_observing_rows(query, key, value, mask, pattern_fn, rows, observers, site, head_mask)
             return output if editor is None or site is None else editor.edit_output(site, output)
         fused = context is not None and context.fused_softmax
         output = attend_in_buffers(
-            query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training, fused, causal
+            query, key, value, mask, pattern_fn, block, observers, site, head_mask, dropout, training, fused
         )
         return output if editor is None or site is None else editor.edit_output(site, output)
 
-    if causal and mask is None:  # the paths below read the mask as a tensor
-        mask = causal_mask(query_len, key_len, query.dtype, query.device)
+    layout = mask if isinstance(mask, KeyLayout) else None  # the paths below read the mask block by block
     n_rep = heads // key.shape[1]
     key = repeat_kv(key, n_rep)  # [b, h, k, d]
     value = repeat_kv(value, n_rep)  # [b, h, k, d]
     outputs = []
     for start in range(0, query_len, block):
         stop = min(start + block, query_len)
-        mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
+        if layout is not None:
+            mask_block = layout.additive_rows(start, stop - start, key_len, query.dtype, query.device)
+        elif isinstance(mask, Tensor):
+            mask_block = mask[:, :, start:stop] if mask.shape[2] > 1 else mask
+        else:
+            mask_block = None
         sink_share = None  # [b, h, blk]: each row's weight on its head's sink, where there are sinks
         if isinstance(pattern_fn, SoftmaxPattern):
             pattern, sink_share = pattern_fn.pattern_and_sink_share(query[:, :, start:stop], key, mask_block, start)
@@ -320,5 +329,5 @@ def attend(
     return output if editor is None or site is None else editor.edit_output(site, output)
 
 
-def _needs_grad(*tensors: Tensor | None) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+def _needs_grad(*tensors: Tensor | KeyLayout | None) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in tensors)

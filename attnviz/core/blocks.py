@@ -29,7 +29,7 @@ from attnviz.core.kernel_calls import (
     kernel_applies,
     sink_logits,
 )
-from attnviz.core.key_range import causal_mask, causal_stops, key_stops
+from attnviz.core.key_range import KeyLayout, key_stops
 from attnviz.core.triton_rows import attend_rows_triton, triton_applies
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def attend_in_buffers(
     query: Tensor,
     key: Tensor,
     value: Tensor,
-    mask: Tensor | None,
+    mask: Tensor | KeyLayout | None,
     pattern_fn: SoftmaxPattern,
     block: int,
     observers: Sequence[AttentionObserver],
@@ -76,13 +76,13 @@ def attend_in_buffers(
     dropout: float,
     training: bool,
     fused: bool = False,
-    causal: bool = False,
 ) -> Tensor:
     """The softmax path of :func:`attend` without gradients: in place, in reused buffers.
 
-    ``causal`` (without ``mask``): the causal triangle, applied by the tile kernels themselves or through a mask of
-    one block's rows at a time, never a ``[q, k]`` tensor."""
-    causal = causal and mask is None
+    A :class:`KeyLayout` ``mask`` (a causal mask said in words) is applied by the tile kernels themselves or
+    through a mask of one block's rows at a time, never a ``[q, k]`` tensor."""
+    layout = mask if isinstance(mask, KeyLayout) else None
+    mask = mask if isinstance(mask, Tensor) else None
     batch, heads, query_len, head_dim = query.shape
     kv_heads, key_len, value_dim = key.shape[1], key.shape[2], value.shape[3]
     n_rep = heads // kv_heads
@@ -105,7 +105,7 @@ def attend_in_buffers(
     # per-head sink logits [h] as the kernels read them (float32), or None: the model has no attention sinks
     sinks = sink_logits(pattern_fn.sinks)
     summary_only = all(getattr(observer, "accepts_summary_only", False) for observer in observers)
-    tiles = (mask, causal, pattern_fn.scaling, sinks, observers, site, output)  # what the tile passes read
+    tiles = (mask, layout, pattern_fn.scaling, sinks, observers, site, output)  # what the tile passes read
     if whole_block and summary_only:
         return _attend_in_tiles(query, key.contiguous(), value.contiguous(), *tiles)
     if (
@@ -126,7 +126,7 @@ def attend_in_buffers(
         # at long lengths the cache-sized block holds few rows (28 at 8,192 keys for 9 heads); a task's two
         # products repack all of its keys per call, so each head gets two tasks of ROWS_PER_TASK rows at least
         block = min(query_len, max(block, 2 * ROWS_PER_TASK))
-    stops = causal_stops(block, query_len, key_len) if causal else key_stops(mask, block, query_len, key_len)
+    stops = layout.key_spans(block, query_len, key_len)[1] if layout else key_stops(mask, block, query_len, key_len)
     prefix_observers = [observer for observer in observers if getattr(observer, "accepts_key_prefix", False)]
     # scores stand for the pattern's logarithm only without a sink (whose weight they lack)
     keep_scores = (
@@ -150,8 +150,8 @@ def attend_in_buffers(
         # key/value head become extra rows of one matmul against it (head h = g·n_rep + r).
         scores = _workspace.get("scores", (batch, kv_heads, n_rep * rows, width), query.dtype, query.device)
         mask_block = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
-        if causal:  # [1, 1, blk, c]: the triangle's rows of this block only
-            mask_block = causal_mask(rows, width, query.dtype, query.device, query_start=start)
+        if layout is not None:  # [b|1, 1, blk, c]: the layout's rows of this block only
+            mask_block = layout.additive_rows(start, rows, width, query.dtype, query.device)
         if not whole_block:
             query_block = query[:, :, start:stop].reshape(
                 batch, kv_heads, n_rep * rows, head_dim
@@ -258,7 +258,7 @@ def _attend_in_tiles(
     key: Tensor,
     value: Tensor,
     mask: Tensor | None,
-    causal: bool,
+    layout: KeyLayout | None,
     scaling: float,
     sinks: Tensor | None,
     observers: Sequence[AttentionObserver],
@@ -299,26 +299,30 @@ def _attend_in_tiles(
         # the keys each run of TILE_ROWS queries can weigh (TILE_ROWS read at the call, as attend_rows_ reads it);
         # the GPU's kernel finds them itself (reading a mask's stops back from a GPU would wait for it)
         rows_per_tile = kernel_calls.TILE_ROWS
-        if causal:
-            stops = [_rounded_width(stop, key_len) for stop in causal_stops(rows_per_tile, query_len, key_len)]
+        if layout is not None:
+            starts, stops = layout.key_spans(rows_per_tile, query_len, key_len)
         else:
-            stops = [_rounded_width(stop, key_len) for stop in key_stops(mask, rows_per_tile, query_len, key_len)]
+            stops = key_stops(mask, rows_per_tile, query_len, key_len)
+            starts = [0] * len(stops)
         attend_rows_(
             query,
             key,
             value,
             mask,  # [b|1, h|1, q|1, k]: the kernel reads a broadcast dimension with stride 0
             scaling,
-            torch.tensor(stops, dtype=torch.int64),
+            torch.tensor([_rounded_width(stop, key_len) for stop in stops], dtype=torch.int64),
             summary,
             output,
             key_weights,
             weighted,
             sinks,
             sink_share,
-            causal,
+            layout,
+            # rounded down to the 32 keys of the kernel's key panels (the keys before a start weigh 0 for its rows)
+            torch.tensor([start // 32 * 32 for start in starts], dtype=torch.int64),
         )
     else:
+        layout = layout.to(query.device) if layout is not None else None  # its key ranges where the kernel reads them
         attend_rows_triton(
             query,
             key,
@@ -331,7 +335,10 @@ def _attend_in_tiles(
             weighted=weighted,
             sinks=sinks,
             sink_share=sink_share,
-            causal=causal,
+            causal=layout is not None,
+            window=layout.window if layout is not None else None,
+            key_start=layout.key_start if layout is not None else None,
+            key_stop=layout.key_stop if layout is not None else None,
         )
     for observer in observers:
         assert site is not None  # attend() passes observers only for a known site

@@ -11,15 +11,15 @@ Registration is explicit: call :func:`register_attention` (the loader does).
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Hashable, Iterable, Iterator
-from typing import Any, cast
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import Tensor, nn
 
 from attnviz.common.errors import UnsupportedModelError
 from attnviz.core.attention import AttentionContext, AttentionSite, attend, softmax_pattern
+from attnviz.core.hf_mask import LayoutMask, core_mask
+from attnviz.core.key_range import KeyLayout
 from attnviz.core.stacks import stack_of
 
 #: The name under which attnviz's core is registered. It must not contain
@@ -72,6 +72,13 @@ def hf_attention_forward(
     pattern_fn = softmax_pattern(
         scale, bias=kwargs.get("position_bias"), softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux")
     )
+    layout: KeyLayout | None = None  # the mask said in words (a LayoutMask of this call's shape)
+    if isinstance(attention_mask, LayoutMask):
+        shaped = tuple(attention_mask.shape[-2:]) == (query.shape[2], key.shape[2])
+        if attention_mask.described and shaped and attention_mask.shape[0] in (1, query.shape[0]):
+            layout, attention_mask = attention_mask.key_layout.to(query.device), None
+        else:
+            attention_mask = attention_mask.dense()
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         # Some families hand over a boolean mask (True = may attend); make it additive.
         attention_mask = (~attention_mask).to(query.dtype) * torch.finfo(query.dtype).min
@@ -82,8 +89,9 @@ def hf_attention_forward(
         query,
         key,
         value,
-        mask=attention_mask,
-        causal=_causal_without_mask(module, query, key, attention_mask, kwargs.get("is_causal"), site),
+        mask=layout if layout is not None else attention_mask,
+        causal=layout is None
+        and _causal_without_mask(module, query, key, attention_mask, kwargs.get("is_causal"), site),
         pattern_fn=pattern_fn,
         dropout=dropout,
         training=module.training,
@@ -110,34 +118,6 @@ def _causal_without_mask(
     if site is not None and stack_of(site.stack).always_causal:
         return True
     return bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
-
-
-def core_mask(*args: Any, allow_is_causal_skip: bool = False, **kwargs: Any) -> Tensor | None:
-    """The mask transformers builds for attnviz's attention: ``None`` where the mask would be the plain causal
-    triangle (as many keys as queries, no padding, no window: the core then applies causality itself without a
-    ``[q, k]`` tensor, 268 MB at 8,192 tokens), else transformers' additive ``eager_mask``, called as transformers
-    called this function (its arguments changed across transformers 5 releases)."""
-    from transformers import masking_utils
-
-    if allow_is_causal_skip and not args and _supports_sdpa(kwargs.get("config")) and _plain_triangle(kwargs):
-        return None
-    return masking_utils.eager_mask(*args, **kwargs)
-
-
-def _plain_triangle(arguments: dict[str, Any]) -> bool:
-    """Whether the mask transformers asks for is exactly the causal triangle over all of its keys: as many keys as
-    queries from position 0, every key a real token (no padding), no window shorter than the input."""
-    queries, offset = arguments.get("q_length"), arguments.get("q_offset", 0)
-    positions = arguments.get("cache_position")  # earlier transformers 5 releases say it by positions
-    if queries is None and isinstance(positions, Tensor) and positions.numel():
-        queries, offset = positions.numel(), int(positions[0])
-    keys, window = arguments.get("kv_length"), arguments.get("local_size")
-    if not isinstance(queries, int) or queries != keys or queries <= 1 or offset != 0 or arguments.get("kv_offset", 0):
-        return False
-    padding = arguments.get("attention_mask")  # [b, k] booleans (True: a token), or None
-    if padding is not None and (padding.shape[-1] != keys or not bool(padding.all())):
-        return False
-    return window is None or keys < window
 
 
 @contextlib.contextmanager
@@ -168,22 +148,3 @@ def register_attention() -> str:
         AttentionMaskInterface.register(ATTENTION_NAME, core_mask)
         _registered = True
     return ATTENTION_NAME
-
-
-@functools.cache
-def _family_supports_sdpa(config_class: Hashable) -> bool:
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING
-
-    try:
-        found: Any = MODEL_MAPPING[cast(Any, config_class)]
-    except (KeyError, ValueError, ImportError, AttributeError):  # a config transformers' auto classes do not map
-        return False
-    model_class = found[0] if isinstance(found, (tuple, list)) else found
-    return bool(getattr(model_class, "_supports_sdpa", False))
-
-
-def _supports_sdpa(config: object) -> bool:
-    """Whether the family of ``config`` runs on sdpa in transformers, and so keeps its attention modules' ``is_causal``
-    true to their masks (a family without sdpa, such as NLLB-MoE, may mark a causal decoder ``is_causal=False`` and
-    rely on the mask alone: its mask is never left out)."""
-    return config is not None and _family_supports_sdpa(cast(Hashable, type(config)))

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from attnviz.core import kernel
+from attnviz.core.key_range import KeyLayout
 
 
 def _loaded():
@@ -187,17 +188,20 @@ def attend_rows_(
     weighted: Tensor | None = None,
     sinks: Tensor | None = None,
     sink_share: Tensor | None = None,
-    causal: bool = False,
+    layout: KeyLayout | None = None,
+    starts: Tensor | None = None,
 ) -> None:
     """Attention of every query of a call, tile by tile of keys, without writing the pattern (flash attention).
 
     ``query`` ``[b, h, q, d]`` (last dim stride 1), ``key`` ``[b, kvh, k, d]`` and ``value`` ``[b, kvh, k, dv]``
-    contiguous, all float32 on the CPU, ``mask`` additive ``[b|1, h|1, q|1, ≥k]`` or None; ``stops`` int64 ``[⌈q / TILE_ROWS⌉]``, the keys
-    each run of TILE_ROWS queries can weigh (later ones must be masked for them). ``output`` ``[b, q, h, dv]``
+    contiguous, all float32 on the CPU, ``mask`` additive ``[b|1, h|1, q|1, ≥k]`` or None; ``stops`` (and ``starts``, zeros if None) int64 ``[⌈q / TILE_ROWS⌉]``: the keys
+    ``[start, stop)`` each run of TILE_ROWS queries can weigh (the others must be masked for them; starts a multiple
+    of 32). ``output`` ``[b, q, h, dv]``
     receives ``pattern V``; ``summary`` (a buffer of :meth:`RowSummary.buffer_shape` with its ``columns``) the
     rows' summary; ``weighted`` ``[b, h, q]`` the rows' ``Σ_j pattern_ij · key_weights_j`` (``key_weights``
     ``[b, h, ≥k]``). ``sinks``, ``sink_share`` (``[b, h, q]``): as :func:`fused_softmax_`; each row's running max
-    and sum start from its sink. ``causal``: query ``i`` sees keys ``j ≤ i`` only (with or instead of ``mask``).
+    and sum start from its sink. ``layout`` (instead of ``mask``): the causal mask said in words, applied by
+    position (a row that may weigh no key weighs every key alike; with a sink, only the sink).
     Call only where :func:`block_kernel_applies` holds.
     """
     assert _loaded() is not None  # block_kernel_applies said so
@@ -210,6 +214,7 @@ def attend_rows_(
         mask,
         float(scaling),
         0,
+        torch.zeros_like(stops) if starts is None else starts,
         stops,
         empty if summary is None else summary.values,
         0 if summary is None else summary.band_reach,
@@ -221,8 +226,17 @@ def attend_rows_(
         empty if weighted is None else weighted,
         sinks,
         sink_share,
-        causal,
+        layout is not None,
+        0 if layout is None or layout.window is None else layout.window,
+        _key_ranges(layout),
     )
+
+
+def _key_ranges(layout: KeyLayout | None) -> Tensor | None:
+    """int64 ``[b, 2]``: each sequence's keys ``[start, stop)`` as the CPU kernel reads them, or None (no padding)."""
+    if layout is None or layout.key_start is None or layout.key_stop is None:
+        return None
+    return torch.stack((layout.key_start, layout.key_stop), 1).to(torch.int64).contiguous()
 
 
 def block_kernel_applies(query: Tensor, value: Tensor, mask: Tensor | None) -> bool:

@@ -27,7 +27,7 @@ import triton.language as tl
 def key_tile(
     acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max,
     q, K, V, Mask, KeyWeights, Columns, KeyStart, KeyStop,
-    b, h, kvh, rows, block_start, start, dims, vdims, band_slots, column_slots,
+    b, h, kvh, rows, blind, block_start, start, dims, vdims, band_slots, column_slots,
     skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
     q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
     CHECKED: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
@@ -66,6 +66,9 @@ def key_tile(
             visible &= keys[None, :] <= rows[:, None] + offset
         if WINDOWED:
             visible &= keys[None, :] > rows[:, None] + offset - window
+        if PADDED and not SINKS:  # a row that may weigh no key weighs every key alike (equal logits)
+            s = tl.where(blind[:, None], 0.0, s)
+            visible = tl.where(blind[:, None], key_ok[None, :], visible)
         visible &= s != float("-inf")  # a key the mask hides with -inf (or a lowest value that overflowed)
         s = tl.where(visible, s, float("-inf"))  # a hidden key's logit is -inf: its band or column weight is 0
         logit_scale = 1.0
@@ -203,6 +206,22 @@ def attend_rows_kernel(
         inner_first = last
     inner_first = tl.minimum(tl.maximum(inner_first, first), last)
     inner_last = tl.maximum(tl.minimum(inner_last, last), inner_first)
+    # rows that may weigh no key (left padding under causality): softmax of a row of equal (lowest) logits weighs
+    # every key alike, so such a block reads every key, all checked. With a sink the sink takes all the weight.
+    blind = rows < 0  # [M]
+    if PADDED and not SINKS:
+        row_first = tl.zeros([BLOCK_M], tl.int32) + tl.load(KeyStart + b).to(tl.int32)
+        row_last = tl.zeros([BLOCK_M], tl.int32) + tl.load(KeyStop + b).to(tl.int32)
+        if CAUSAL:
+            row_last = tl.minimum(row_last, rows + offset + 1)
+        if WINDOWED:
+            row_first = tl.maximum(row_first, rows + offset - window + 1)
+        blind = (row_first >= row_last) & row_ok
+        if tl.max(blind.to(tl.int32), 0) > 0:
+            first = first * 0
+            last = first + k_len
+            inner_first = last
+            inner_last = last
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     key_max = tl.full([BLOCK_M], float("-inf"), tl.float32)  # the largest logit of a key (the sink's may be larger)
@@ -222,7 +241,7 @@ def attend_rows_kernel(
         acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max = key_tile(
             acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max,
             q, K, V, Mask, KeyWeights, Columns, KeyStart, KeyStop,
-            b, h, kvh, rows, block_start, start, dims, vdims, band_slots, column_slots,
+            b, h, kvh, rows, blind, block_start, start, dims, vdims, band_slots, column_slots,
             skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
             q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
             True, HAS_MASK, CAUSAL, WINDOWED, PADDED, SUMMARY, REACH, COLUMNS, WEIGHTS, UPCAST, PRECISION,
@@ -233,7 +252,7 @@ def attend_rows_kernel(
         acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max = key_tile(
             acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max,
             q, K, V, Mask, KeyWeights, Columns, KeyStart, KeyStop,
-            b, h, kvh, rows, block_start, start, dims, vdims, band_slots, column_slots,
+            b, h, kvh, rows, blind, block_start, start, dims, vdims, band_slots, column_slots,
             skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
             q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
             False, HAS_MASK, CAUSAL, WINDOWED, PADDED, SUMMARY, REACH, COLUMNS, WEIGHTS, UPCAST, PRECISION,
@@ -244,7 +263,7 @@ def attend_rows_kernel(
         acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max = key_tile(
             acc, m_i, l_i, t_i, d_i, w_i, band, picked, key_max,
             q, K, V, Mask, KeyWeights, Columns, KeyStart, KeyStop,
-            b, h, kvh, rows, block_start, start, dims, vdims, band_slots, column_slots,
+            b, h, kvh, rows, blind, block_start, start, dims, vdims, band_slots, column_slots,
             skb, skh, skn, skd, svb, svh, svn, svd, smb, smh, smm, smn, swb, swh, swn,
             q_len, k_len, head_dim, value_dim, qk_scale, offset, window,
             True, HAS_MASK, CAUSAL, WINDOWED, PADDED, SUMMARY, REACH, COLUMNS, WEIGHTS, UPCAST, PRECISION,

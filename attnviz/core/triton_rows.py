@@ -168,7 +168,9 @@ def attend_rows_triton(
     ``[b, h, q]``) each row's ``Σ_j pattern_ij · key_weights_j`` (``key_weights`` ``[b, h, ≥k]``).
     ``sinks`` (``[h]`` logits, or None): each head's attention sink, one more softmax term without a value (its
     running max and sum start from it; the summary's entropy counts it); ``sink_share`` (float32 ``[b, h, q]``)
-    then receives each row's weight on it. A row that may weigh no key gets zeros (with a sink: all on the sink).
+    then receives each row's weight on it. A row that ``key_start``/``key_stop`` leave no key (left padding
+    under causality) weighs every key alike, as softmax does on transformers' mask, whose row then holds the lowest
+    value on every key; under a mask of ``-inf`` such a row gets zeros; with a sink, it puts all weight on the sink.
     ``launch``: tile sizes and warps (default: :func:`launch_config` of the inputs).
     """
     batch, heads, query_len, head_dim = query.shape

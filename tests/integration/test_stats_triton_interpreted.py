@@ -30,13 +30,14 @@ TOLERANCE = {"mean_distance": 2e-4}
 
 
 def _through_triton(
-    query, key, value, mask, scaling, stops, summary, output, key_weights, weighted, sinks, share, causal
+    query, key, value, mask, scaling, stops, summary, output, key_weights, weighted, sinks, share, layout, starts
 ):  # fmt: skip
-    """The CPU kernel's call (:func:`attnviz.core.kernel_calls.attend_rows_`, the same arguments, ``stops`` unused:
-    the GPU's kernel finds each block's keys itself) made by the GPU's kernel instead."""
+    """The CPU kernel's call (:func:`attnviz.core.kernel_calls.attend_rows_`, the same arguments, ``stops`` and
+    ``starts`` unused: the GPU's kernel finds each block's keys itself) made by the GPU's kernel instead."""
     attend_rows_triton(
         query, key, value, scaling, output, mask=mask, summary=summary, key_weights=key_weights, weighted=weighted,
-        sinks=sinks, sink_share=share, causal=causal, launch=SMALL_TILES,
+        sinks=sinks, sink_share=share, causal=layout is not None, window=layout and layout.window,
+        key_start=layout and layout.key_start, key_stop=layout and layout.key_stop, launch=SMALL_TILES,
     )  # fmt: skip
     _through_triton.calls += 1
 
@@ -51,8 +52,8 @@ def test_a_pass_through_the_gpu_kernel_equals_the_cpu_kernel(tmp_path, monkeypat
     if not kernel.prepare_kernel():
         pytest.skip(f"the CPU kernel is not available here: {kernel.kernel_status()}")
     loaded = attnviz.load_model(str(build(family, tmp_path / family)), device="cpu", dtype="float32")
-    # a batch of ~100 tokens alone (no mask tensor: causal, interior tiles) and one of two short texts (padding: an
-    # additive mask, every tile checked)
+    # a batch of ~100 tokens alone (causal, interior tiles) and one of two short texts (padding, described by key
+    # ranges; with gpt-oss's window of 4 the shorter text's last queries see no key)
     texts = [" ".join(TEXTS[:7]), TEXTS[0], TEXTS[1]]
     plan = {"batch_size": 2, "max_tokens_per_batch": 110}
     reference = attnviz.compute_statistics(loaded, texts, progress=False, **plan)

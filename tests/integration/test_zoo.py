@@ -33,6 +33,8 @@ from tiny_vision import sample_images
 from zoo_known import KNOWN, UNBUILDABLE, VISION_KNOWN, VISION_UNBUILDABLE
 
 TEXT = "the cat sat on the mat because it was tired"
+#: a shorter text batched with TEXT: padded after its tokens (with a sliding window of 4 its last queries see none)
+SHORT_TEXT = "the cat sat"
 TARGET = "a cat sat down"
 CLEAN = "mary and john went out, john gave it to"
 CORRUPT = "mary and john went out, mary gave it to"
@@ -215,9 +217,19 @@ def _checks(family: str, directory, model) -> list:
         scale = max(float(m.abs().max()) for maps in reference.values() for m in maps)
         return _compare_stacks({s: _layers_of(capture, s) for s in capture.stacks}, reference) / max(1.0, scale)
 
+    def padded():
+        # the outputs of a padded batch at every position, padding included, against eager's on the same inputs
+        texts = [TEXT, SHORT_TEXT]
+        padded_batch = loaded.encode(texts, targets=None if target is None else [target, target])
+        with torch.no_grad():
+            mine = loaded.forward(padded_batch, logits=True).logits
+            theirs = model(**dict(padded_batch.inputs), use_cache=False).logits
+        return _largest([(mine, theirs)])
+
     return [
         ("patterns", patterns, PATTERN_TOLERANCE),
         ("outputs", outputs, OUTPUT_TOLERANCE),
+        ("padded", padded, OUTPUT_TOLERANCE),
         ("statistics", lambda: _check_statistics(loaded, [TEXT], expected), STAT_TOLERANCE),
         ("patching", lambda: _check_patching(loaded, model, family), OUTPUT_TOLERANCE),
         ("norm", norm, PATTERN_TOLERANCE),

@@ -23,6 +23,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
 
 from attnviz.core.kernel_calls import RowSummary
+from attnviz.core.key_range import KeyLayout
 from attnviz.core.triton_rows import LaunchConfig, attend_rows_triton, interpreting
 
 if not interpreting() and not torch.cuda.is_available():
@@ -127,12 +128,16 @@ def test_an_additive_mask_with_left_padding(inputs):
     assert_close(run(*inputs, mask=mask), reference(*inputs, mask.double()))
 
 
-def test_padding_and_causality_described_without_a_tensor_equal_the_mask(inputs):
-    mask = torch.zeros(BATCH, 1, QUERIES, KEYS, dtype=torch.float64)
-    mask[1, :, :, :5] = float("-inf")
-    computed = run(*inputs, causal=True, key_start=torch.tensor([0, 5]), key_stop=torch.tensor([KEYS, KEYS]))
-    # queries 5… of the second sequence see keys; the padding queries before them are never read
-    assert_close(computed, reference(*inputs, mask + causal()), rows=slice(5, None))
+@pytest.mark.parametrize("window", [None, 6], ids=["causal", "window"])
+def test_padding_and_causality_described_without_a_tensor_equal_the_mask(inputs, window):
+    # the first sequence padded on the right, the second on the left: the second's first five queries see no key,
+    # and with the window so do the first's last two (keys 30 … 35 and 31 … 36 are all padding)
+    layout = KeyLayout(window, torch.tensor([0, 5]), torch.tensor([30, KEYS]))
+    mask = layout.additive_rows(0, QUERIES, KEYS, torch.float32, torch.device("cpu")).double()  # eager's mask
+    computed = run(*inputs, causal=True, window=window, key_start=layout.key_start, key_stop=layout.key_stop)
+    # every row, those that see no key uniform over every key as softmax makes them under eager's mask
+    assert_close(computed, reference(*inputs, mask))
+    assert torch.allclose(computed["max_weight"][1, :, :5], torch.tensor(1 / KEYS, dtype=torch.float32))
 
 
 def test_a_sliding_window(inputs):

@@ -156,18 +156,23 @@ struct OnlineRow {
 // query:   float32 [b, h, q, d], last dim stride 1; query row i is at position query_start + i.
 // key, value: float32 [b, kvh, k, d] and [b, kvh, k, dv] contiguous, h a multiple of kvh.
 // mask:    as softmax_rows_, over all q rows, or None.
-// stops:   int64 [⌈q/rows_per_task⌉]: the keys each task's rows can weigh (the mask hides every later one).
+// starts, stops: int64 [⌈q/rows_per_task⌉]: the keys [start, stop) each task's rows can weigh (the mask or the
+//          layout hides every other one; starts a multiple of KEY_PADDING, so a tile reads whole key panels).
 // summary: float32 [4 + 2·reach + G, b, h, q] (softmax_rows_'s fields, then the weight on each of `columns`), or empty.
 // columns: int64 [G] key positions whose weights go to the summary.
 // output:  float32 [b, q, h, dv] contiguous: pattern·V.
 // key_weights, weighted: as attend_block_ (weighted [b, h, q]).
 // sinks, sink_share: as softmax_rows_ (sink_share [b, h, q]): each row's running max and sum start with its sink.
-// causal:  query position p sees keys ≤ p only (the causal triangle without a mask tensor; with a mask, both apply).
+// causal:  query position p sees keys ≤ p only (the causal triangle without a mask tensor; with a mask, both apply);
+// window:  (> 0) and only the last `window` of them, keys > p − window;
+// key_ranges: int64 [b, 2] or None: and only its sequence's keys [start, stop) (padding outside). With no mask, a
+//          row that may weigh no key weighs every key alike (as softmax does on a row of equal lowest scores), or
+//          with a sink, only its sink.
 void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optional<at::Tensor> mask_opt,
-                  double scaling, int64_t query_start, at::Tensor stops, at::Tensor summary, int64_t reach,
-                  at::Tensor columns, at::Tensor output, int64_t rows_per_task, int64_t key_tile,
+                  double scaling, int64_t query_start, at::Tensor starts, at::Tensor stops, at::Tensor summary,
+                  int64_t reach, at::Tensor columns, at::Tensor output, int64_t rows_per_task, int64_t key_tile,
                   at::Tensor key_weights, at::Tensor weighted, OptionalTensor sinks, OptionalTensor sink_share,
-                  bool causal) {
+                  bool causal, int64_t window, OptionalTensor key_ranges) {
   const Operands io(query, key, value, output);
   TORCH_CHECK(rows_per_task > 0 && key_tile > 0 && reach >= 0);
   // own register-blocked products where both head sizes are multiples of the block (64, 128, …), else BLAS
@@ -182,11 +187,24 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
   const int64_t n_rep = heads / kv_heads, chunks = (rows + rows_per_task - 1) / rows_per_task;
   TORCH_CHECK(stops.scalar_type() == at::kLong && stops.is_contiguous() && stops.numel() == chunks);
   TORCH_CHECK(columns.scalar_type() == at::kLong && columns.is_contiguous() && columns.dim() == 1);
+  TORCH_CHECK(starts.scalar_type() == at::kLong && starts.is_contiguous() && starts.numel() == chunks);
   const int64_t* stop_of = stops.data_ptr<int64_t>();
-  for (int64_t c = 0; c < chunks; ++c) TORCH_CHECK(stop_of[c] >= 0 && stop_of[c] <= key_len);
+  const int64_t* start_of = starts.data_ptr<int64_t>();
+  for (int64_t c = 0; c < chunks; ++c)
+    TORCH_CHECK(stop_of[c] >= 0 && stop_of[c] <= key_len && start_of[c] >= 0 && start_of[c] % KEY_PADDING == 0);
+  TORCH_CHECK(window >= 0);
+  const int64_t* range_of = nullptr;  // [b, 2]: each sequence's keys [start, stop)
+  if (given(key_ranges)) {
+    TORCH_CHECK(key_ranges->scalar_type() == at::kLong && key_ranges->is_contiguous() &&
+                    key_ranges->numel() == 2 * batch,
+                "key_ranges must be int64 [b, 2]");
+    range_of = key_ranges->data_ptr<int64_t>();
+  }
+  const bool ranged = causal || window > 0 || range_of != nullptr;
   const int64_t gathered = columns.numel(), band = 2 * reach + 1, kept_width = band + gathered;
   const int64_t* column_of = columns.data_ptr<int64_t>();
   const MaskView mask(mask_opt, key_len);
+  TORCH_CHECK(!(mask.data && (window > 0 || range_of)), "a window or key ranges replace the mask: give one of them");
   const int64_t total_rows = batch * heads * rows;
   TORCH_CHECK(summary.numel() == 0 || (summary.scalar_type() == at::kFloat && summary.is_contiguous() &&
                                        summary.numel() == (3 + band + gathered) * total_rows));
@@ -220,12 +238,15 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
   std::vector<int64_t> order(tasks);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return stop_of[a % chunks] > stop_of[b % chunks]; });
+                   [&](int64_t a, int64_t b) {
+                     return stop_of[a % chunks] - start_of[a % chunks] > stop_of[b % chunks] - start_of[b % chunks];
+                   });
   std::atomic<int64_t> next{0};
 
   auto run = [&](int64_t task, float* tile, float* kept, OnlineRow* state) {
     const int64_t chunk = task % chunks, bh = task / chunks, hd = bh % heads, bt = bh / heads;
     const int64_t first = chunk * rows_per_task, n = std::min(rows_per_task, rows - first), stop = stop_of[chunk];
+    const int64_t begin = start_of[chunk];
     const float* q = io.q + bt * query.stride(0) + hd * query.stride(1) + first * query.stride(2);
     const int64_t kv = (bt * kv_heads + hd / n_rep) * key_len * head_dim;  // [k, d] of kv head hd / n_rep
     const int64_t group = bt * kv_heads + hd / n_rep;
@@ -245,7 +266,7 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
       }
     }
     std::fill(kept, kept + n * kept_width, lowest);
-    for (int64_t key0 = 0; key0 < stop; key0 += key_tile) {
+    for (int64_t key0 = begin; key0 < stop; key0 += key_tile) {
       const int64_t width = std::min(key_tile, stop - key0);
       // tile[n, width] = q[n, d]·k[key0 : key0 + width, d]ᵀ (rows tile_stride floats apart)
       if (own_products) {
@@ -258,8 +279,20 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
         float* x = tile + i * tile_stride;
         const int64_t position = query_start + first + i;
         const float* mrow = mask.at(bt, hd, first + i);
-        if (causal && key0 + width - 1 > position)  // keys after the query's own position: weight 0 (−inf scores)
-          std::fill(x + std::max<int64_t>(0, position + 1 - key0), x + width, lowest);
+        if (ranged) {  // the keys [lo, hi) the row may weigh; the others get weight 0 (−inf scores)
+          int64_t lo = window > 0 ? position - window + 1 : 0, hi = causal ? position + 1 : key_len;
+          if (range_of) {
+            lo = std::max(lo, range_of[2 * bt]);
+            hi = std::min(hi, range_of[2 * bt + 1]);
+          }
+          if (lo >= hi && !sink_logit && !mrow) {  // weighs no key: every key alike, as softmax of equal scores
+            TORCH_CHECK(begin == 0 && stop == key_len, "a row that weighs no key needs every key of its task");
+            std::fill(x, x + width, 0.0f);
+          } else {
+            if (key0 < lo) std::fill(x, x + std::min(width, lo - key0), lowest);
+            if (key0 + width > hi) std::fill(x + std::clamp<int64_t>(hi - key0, 0, width), x + width, lowest);
+          }
+        }
         const float tile_top =
             mrow ? scaled_max<true>(x, mrow + key0, width, scale) : scaled_max<false>(x, nullptr, width, scale);
         float* row_kept = kept + i * kept_width;  // scaled scores of the band's keys, then of `columns`
@@ -342,9 +375,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("output"), py::arg("rows_per_task"), py::arg("key_weights"), py::arg("weighted"),
         py::arg("sinks") = py::none(), py::arg("sink_share") = py::none());
   m.def("attend_rows_", &attend_rows_, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("mask"),
-        py::arg("scaling"), py::arg("query_start"), py::arg("stops"), py::arg("summary"), py::arg("reach"),
+        py::arg("scaling"), py::arg("query_start"), py::arg("starts"), py::arg("stops"), py::arg("summary"), py::arg("reach"),
         py::arg("columns"), py::arg("output"), py::arg("rows_per_task"), py::arg("key_tile"),
         py::arg("key_weights"), py::arg("weighted"), py::arg("sinks") = py::none(),
-        py::arg("sink_share") = py::none(), py::arg("causal") = false);
+        py::arg("sink_share") = py::none(), py::arg("causal") = false, py::arg("window") = 0,
+        py::arg("key_ranges") = py::none());
   m.def("block_kernel_available", &block_kernel_available);
 }
