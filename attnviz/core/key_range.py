@@ -9,7 +9,7 @@ and padding without a ``[q, k]`` tensor (268 MB at 8,192 tokens in float32, per 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -29,6 +29,10 @@ class KeyLayout:
     window: int | None = None
     key_start: Tensor | None = None  # int64 [b]: each sequence's first real key
     key_stop: Tensor | None = None  # int64 [b]: one past its last real key
+    #: (block, q, k) -> key_spans: computed once per layout (one per forward pass), read by every layer
+    _spans: dict[tuple[int, int, int], tuple[list[int], list[int]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if (self.key_start is None) != (self.key_stop is None):
@@ -43,7 +47,7 @@ class KeyLayout:
 
     def to(self, device: torch.device | str) -> KeyLayout:
         """The same layout with its per-sequence ranges on ``device``."""
-        if self.key_start is None or self.key_stop is None:
+        if self.key_start is None or self.key_stop is None or self.key_start.device == torch.device(device):
             return self
         return KeyLayout(self.window, self.key_start.to(device), self.key_stop.to(device))
 
@@ -73,7 +77,14 @@ class KeyLayout:
     def key_spans(self, block: int, query_len: int, key_len: int) -> tuple[list[int], list[int]]:
         """For each block of ``block`` queries: the first key any of its queries may weigh and one past the last
         (every key where one of its queries weighs none: that row weighs them all)."""
-        lo, hi = self.visible_range(0, query_len, torch.device("cpu"))  # [b|1, q]
+        if self.key_start is None:  # no padding: every row sees a key, the window's first and the diagonal's last
+            firsts = range(0, query_len, block)
+            starts = [max(0, first - self.window + 1) if self.window else 0 for first in firsts]
+            return starts, [min(key_len, first + block) for first in firsts]
+        cached = self._spans.get((block, query_len, key_len))
+        if cached is not None:  # transformers hands one mask to every layer
+            return cached
+        lo, hi = self.visible_range(0, query_len, torch.device("cpu"))  # [b, q]
         blocks = -(-query_len // block)
         padding = blocks * block - query_len
         blind = torch.nn.functional.pad((lo >= hi).any(0), (0, padding))  # [blocks·block]: a row weighing no key
@@ -82,6 +93,7 @@ class KeyLayout:
         blind_block = blind.view(blocks, block).any(-1)  # [blocks]
         starts = torch.where(blind_block, 0, first.clamp(0, key_len)).tolist()
         stops = torch.where(blind_block, key_len, last.clamp(0, key_len)).tolist()
+        self._spans[(block, query_len, key_len)] = (starts, stops)
         return starts, stops
 
 

@@ -259,3 +259,24 @@ def test_statistics_of_a_padded_batch_equal_those_with_eager_mask(tmp_path, monk
     assert described.carriers is not None and with_mask.carriers is not None
     for site, means in with_mask.carriers.means.items():
         assert torch.allclose(described.carriers.means[site], means, rtol=1e-5, atol=1e-6, equal_nan=True), site
+
+
+@pytest.mark.parametrize("layout_name", [*LAYOUTS, "causal"])
+def test_key_spans_equal_a_hand_count(layout_name):
+    """The keys each block of queries reads: from its first visible key to its last, all of them where a row of the
+    block sees none (that row weighs every key)."""
+    layout = LAYOUTS.get(layout_name, KeyLayout())
+    lowest = torch.finfo(torch.float32).min
+    visible = layout.additive_rows(0, LENGTH, LENGTH, torch.float32, torch.device("cpu"))[:, 0] > lowest  # [b|1, q, k]
+    for block in (1, 7, 16, LENGTH):
+        starts, stops = layout.key_spans(block, LENGTH, LENGTH)
+        expected = []
+        for first in range(0, LENGTH, block):
+            rows = visible[:, first : first + block]  # [b|1, r, k]
+            if not rows.any(-1).all():
+                expected.append((0, LENGTH))
+            else:
+                keys = rows.any(0).any(0).nonzero()[:, 0]
+                expected.append((int(keys.min()), int(keys.max()) + 1))
+        assert list(zip(starts, stops, strict=True)) == expected, block
+        assert layout.key_spans(block, LENGTH, LENGTH) == (starts, stops)
