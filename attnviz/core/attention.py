@@ -231,8 +231,8 @@ def attend(
             attention); ``dv`` may differ from ``d`` (multi-head latent attention).
         mask: additive ``[b|1, 1|h, q, k]`` mask, 0 where a query may look and a large
             negative number where it may not (causal future, padding keys); or a :class:`KeyLayout`, a causal mask
-            (with a sliding window, with padding) said without a ``[q, k]`` tensor: the tile kernels apply it by
-            position, the other paths build one block of its rows at a time.
+            (with a sliding window, with padding) or padding alone, said without a ``[q, k]`` tensor: the tile
+            kernels apply it by position, the other paths build one block of its rows at a time.
         causal: without ``mask``, query ``i`` sees keys ``j ≤ i`` only (``q == k``): ``mask=KeyLayout()``.
         scaling: score scale, ``d ** -0.5`` by default. Ignored when ``pattern_fn`` is given.
         pattern_fn: computes the pattern from a block of queries; default scaled dot-product.
@@ -254,7 +254,9 @@ def attend(
         pattern_fn = softmax_pattern(head_dim**-0.5 if scaling is None else scaling)
     if causal and mask is None:
         mask = KeyLayout()
-    if isinstance(mask, KeyLayout) and query_len != key_len:
+    if isinstance(mask, KeyLayout) and mask.masks_nothing:
+        mask = None
+    if isinstance(mask, KeyLayout) and mask.causal and query_len != key_len:
         raise ValueError(f"a causal key layout needs as many queries as keys, not {query_len} and {key_len}")
 
     # observers file what they see by site: a module the hook could not place has none to see

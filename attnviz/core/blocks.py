@@ -335,7 +335,7 @@ def _attend_in_tiles(
             weighted=weighted,
             sinks=sinks,
             sink_share=sink_share,
-            causal=layout is not None,
+            causal=layout is not None and layout.causal,
             window=layout.window if layout is not None else None,
             key_start=layout.key_start if layout is not None else None,
             key_stop=layout.key_stop if layout is not None else None,

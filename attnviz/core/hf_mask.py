@@ -2,8 +2,8 @@
 
 transformers asks the mask function registered beside the attention function (:func:`core_mask`) for each forward
 pass's masks. Where the mask is the plain causal triangle it gets none (the core applies causality itself); where it
-is causal with a sliding window or with padding (:class:`~attnviz.core.key_range.KeyLayout`) it gets a
-:class:`LayoutMask`, a tensor that holds that description and builds its values only if something other than the
+is causal with a sliding window or with padding, or bidirectional with padding (an encoder's, or a decoder's over the
+encoder's keys), it gets a :class:`LayoutMask` (of a :class:`~attnviz.core.key_range.KeyLayout`), a tensor that holds that description and builds its values only if something other than the
 core reads them. Anything else gets transformers' own ``eager_mask``.
 """
 
@@ -37,8 +37,9 @@ class LayoutMask(Tensor):
     _dense: Tensor | None
 
     @staticmethod
-    def __new__(cls, layout: KeyLayout, batch: int, length: int, dtype: torch.dtype, device: torch.device):
-        mask = Tensor._make_wrapper_subclass(cls, (batch, 1, length, length), dtype=dtype, device=device)
+    def __new__(cls, layout: KeyLayout, shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device):
+        batch, queries, keys = shape
+        mask = Tensor._make_wrapper_subclass(cls, (batch, 1, queries, keys), dtype=dtype, device=device)
         mask.key_layout = layout
         mask._dense = None
         return mask
@@ -51,12 +52,17 @@ class LayoutMask(Tensor):
         code holding them, or a view of them, may write into them, and they become the mask)."""
         return self._dense is None
 
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        """``(b, q, k)``."""
+        return self.shape[0], self.shape[2], self.shape[3]
+
     def dense(self) -> Tensor:
         """The mask's values ``[b, 1, q, k]`` (built on first use, then kept)."""
         if self._dense is None:
-            batch, _, length, _ = self.shape
-            rows = self.key_layout.additive_rows(0, length, length, self.dtype, self.device)  # [b|1, 1, q, k]
-            self._dense = rows.expand(batch, 1, length, length).contiguous()
+            batch, _, queries, keys = self.shape
+            rows = self.key_layout.additive_rows(0, queries, keys, self.dtype, self.device)  # [b|1, 1, q, k]
+            self._dense = rows.expand(batch, 1, queries, keys).contiguous()
         return self._dense
 
     def __repr__(self) -> str:  # type: ignore[override]
@@ -70,11 +76,9 @@ class LayoutMask(Tensor):
         moved = described and func is torch.ops.aten._to_copy.default
         if moved and kwargs.get("dtype", source.dtype) == source.dtype:  # a move: still a layout
             device = torch.device(kwargs.get("device") or source.device)
-            batch, _, length, _ = source.shape
-            return LayoutMask(source.key_layout.to(device), batch, length, source.dtype, device)
+            return LayoutMask(source.key_layout.to(device), source.dims, source.dtype, device)
         if described and func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
-            batch, _, length, _ = source.shape
-            return LayoutMask(source.key_layout, batch, length, source.dtype, source.device)
+            return LayoutMask(source.key_layout, source.dims, source.dtype, source.device)
         return func(*tree_map(_values, args), **tree_map(_values, kwargs))
 
 
@@ -86,8 +90,8 @@ def _values(item: Any) -> Any:
 def core_mask(*args: Any, allow_is_causal_skip: bool = False, **kwargs: Any) -> Tensor | None:
     """The mask transformers builds for attnviz's attention: ``None`` where it would be the plain causal triangle
     (as many keys as queries, no padding, no window: the core then applies causality itself without a ``[q, k]``
-    tensor, 268 MB at 8,192 tokens), a :class:`LayoutMask` where it is causal with a sliding window or padding,
-    else transformers' additive ``eager_mask``, called as transformers called this function (its arguments
+    tensor, 268 MB at 8,192 tokens), a :class:`LayoutMask` where it is causal with a sliding window or padding, or
+    bidirectional with padding at most (an encoder's), else transformers' additive ``eager_mask``, called as transformers called this function (its arguments
     changed across transformers 5 releases).
 
     ``allow_is_causal_skip`` is transformers' word that the mask is its standard causal or sliding-window one with
@@ -101,6 +105,9 @@ def core_mask(*args: Any, allow_is_causal_skip: bool = False, **kwargs: Any) -> 
         described = _layout_mask(kwargs)
         if described is not None:
             return described
+    described = None if args else _padding_mask(kwargs)  # transformers' bidirectional mask (padding at most)
+    if described is not None:
+        return described
     return masking_utils.eager_mask(*args, **kwargs)
 
 
@@ -154,7 +161,35 @@ def _layout_mask(arguments: dict[str, Any]) -> LayoutMask | None:
         key_start, key_stop = spans
         batch = padding.shape[0]
     layout = KeyLayout(window if window is not None and window < length else None, key_start, key_stop)
-    return LayoutMask(layout, batch, length, arguments.get("dtype", torch.float32), device)
+    return LayoutMask(layout, (batch, length, length), arguments.get("dtype", torch.float32), device)
+
+
+def _padding_mask(arguments: dict[str, Any]) -> LayoutMask | None:
+    """The :class:`LayoutMask` of transformers' bidirectional mask (an encoder's, or a decoder's over the encoder's
+    keys): each sequence's tokens, one run each, for every query; None where the mask is something else."""
+    from transformers import masking_utils
+
+    queries, keys = arguments.get("q_length"), arguments.get("kv_length")
+    if (
+        arguments.get("mask_function") is not masking_utils.bidirectional_mask_function  # an overlay wraps it
+        or arguments.get("use_vmap")
+        or not isinstance(queries, int)
+        or not isinstance(keys, int)
+        or arguments.get("q_offset", 0)
+        or arguments.get("kv_offset", 0)
+        or arguments.get("local_size") is not None
+    ):
+        return None
+    padding = arguments.get("attention_mask")  # [b, k] booleans (True: a token), or None
+    if padding is None or bool(padding.all()):  # eager's own answer: None, or a mask of zeros if it may not skip
+        return None
+    spans = _token_spans(padding, keys)
+    if spans is None:
+        return None
+    batch = padding.shape[0]
+    layout = KeyLayout(None, *spans, causal=False)
+    device = torch.device(arguments.get("device") or "cpu")
+    return LayoutMask(layout, (batch, queries, keys), arguments.get("dtype", torch.float32), device)
 
 
 def _token_spans(padding: Tensor, length: int) -> tuple[Tensor, Tensor] | None:

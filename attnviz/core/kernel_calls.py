@@ -226,7 +226,7 @@ def attend_rows_(
         empty if weighted is None else weighted,
         sinks,
         sink_share,
-        layout is not None,
+        layout is not None and layout.causal,
         0 if layout is None or layout.window is None else layout.window,
         _key_ranges(layout),
     )

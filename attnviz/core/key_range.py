@@ -18,10 +18,11 @@ from torch.utils.weak import WeakTensorKeyDictionary
 
 @dataclass(frozen=True, eq=False)
 class KeyLayout:
-    """A causal mask said without a ``[q, k]`` tensor: query ``i`` (as many queries as keys, from position 0) may
+    """A mask said without a ``[q, k]`` tensor. Causal (as many queries as keys, from position 0): query ``i`` may
     weigh keys ``j ≤ i``; with ``window``, only the last ``window`` of them (``j > i − window``, transformers'
-    sliding window); with ``key_start``/``key_stop`` (int64 ``[b]``), only its sequence's real tokens
-    ``[start, stop)`` (padding on the left or the right). A query that may weigh no key (a left-padding position)
+    sliding window). With ``key_start``/``key_stop`` (int64 ``[b]``), only its sequence's real tokens
+    ``[start, stop)`` (padding on the left or the right). ``causal=False`` (an encoder's padding, any number of
+    queries): every query may weigh its sequence's tokens. A query that may weigh no key (a left-padding position)
     weighs every key alike, as softmax does under transformers' eager mask, which holds the dtype's lowest value on
     every key of its row. ``KeyLayout()`` is the plain causal triangle.
     """
@@ -29,6 +30,7 @@ class KeyLayout:
     window: int | None = None
     key_start: Tensor | None = None  # int64 [b]: each sequence's first real key
     key_stop: Tensor | None = None  # int64 [b]: one past its last real key
+    causal: bool = True
     #: (block, q, k) -> key_spans: computed once per layout (one per forward pass), read by every layer
     _spans: dict[tuple[int, int, int], tuple[list[int], list[int]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -39,24 +41,26 @@ class KeyLayout:
             raise ValueError("give key_start and key_stop together")
         if self.window is not None and self.window < 1:
             raise ValueError(f"a sliding window holds at least one key, not {self.window}")
+        if self.window is not None and not self.causal:
+            raise ValueError("a sliding window is described only under causality")
 
     @property
-    def plain(self) -> bool:
-        """Whether this is the causal triangle alone (no window, no padding)."""
-        return self.window is None and self.key_start is None
+    def masks_nothing(self) -> bool:
+        """Whether every query may weigh every key (not causal, no padding)."""
+        return not self.causal and self.key_start is None
 
     def to(self, device: torch.device | str) -> KeyLayout:
         """The same layout with its per-sequence ranges on ``device``."""
         if self.key_start is None or self.key_stop is None or self.key_start.device == torch.device(device):
             return self
-        return KeyLayout(self.window, self.key_start.to(device), self.key_stop.to(device))
+        return KeyLayout(self.window, self.key_start.to(device), self.key_stop.to(device), self.causal)
 
-    def visible_range(self, query_start: int, rows: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    def visible_range(self, query_start: int, rows: int, key_len: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """The keys ``[lo, hi)`` each query ``query_start … query_start + rows − 1`` may weigh, as int64
         ``[b|1, rows]`` each (``lo ≥ hi``: none)."""
         positions = torch.arange(query_start, query_start + rows, device=device)[None, :]  # [1, rows]
         lo = positions - self.window + 1 if self.window is not None else torch.zeros_like(positions)
-        hi = positions + 1
+        hi = positions + 1 if self.causal else torch.full_like(positions, key_len)
         if self.key_start is not None and self.key_stop is not None:
             lo = torch.maximum(lo, self.key_start.to(device)[:, None])  # [b, rows]
             hi = torch.minimum(hi, self.key_stop.to(device)[:, None])
@@ -68,7 +72,7 @@ class KeyLayout:
         """The rows ``query_start …`` of the additive mask ``[b|1, 1, rows, key_len]``, as transformers' ``eager_mask``
         builds them: 0 on the keys a query may weigh, the dtype's lowest value on the others (on every key of a row
         that may weigh none)."""
-        lo, hi = self.visible_range(query_start, rows, device)
+        lo, hi = self.visible_range(query_start, rows, key_len, device)
         keys = torch.arange(key_len, device=device)  # [k]
         visible = (keys >= lo[..., None]) & (keys < hi[..., None])  # [b|1, rows, k]
         hidden = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=device)
@@ -80,11 +84,11 @@ class KeyLayout:
         if self.key_start is None:  # no padding: every row sees a key, the window's first and the diagonal's last
             firsts = range(0, query_len, block)
             starts = [max(0, first - self.window + 1) if self.window else 0 for first in firsts]
-            return starts, [min(key_len, first + block) for first in firsts]
+            return starts, [min(key_len, first + block) if self.causal else key_len for first in firsts]
         cached = self._spans.get((block, query_len, key_len))
         if cached is not None:  # transformers hands one mask to every layer
             return cached
-        lo, hi = self.visible_range(0, query_len, torch.device("cpu"))  # [b, q]
+        lo, hi = self.visible_range(0, query_len, key_len, torch.device("cpu"))  # [b, q]
         blocks = -(-query_len // block)
         padding = blocks * block - query_len
         blind = torch.nn.functional.pad((lo >= hi).any(0), (0, padding))  # [blocks·block]: a row weighing no key

@@ -71,17 +71,24 @@ DESCRIBED = {
     "a sequence of padding only": {"attention_mask": _padding((0, 0), (0, 12))},
     "window": {"window": 4},
     "window and padding on both sides": {"window": 4, "attention_mask": _padding((2, 12), (0, 6))},
+    # transformers' bidirectional mask: an encoder's padding, and a decoder's queries over the encoder's keys
+    "encoder padding": {"bidirectional": True, "attention_mask": _padding((0, 9), (0, 12))},
+    "cross-attention padding": {"bidirectional": True, "q_length": 5, "attention_mask": _padding((0, 12), (0, 4))},
 }
 
 
 @pytest.mark.parametrize("case", DESCRIBED)
 def test_described_masks_hold_eager_masks_values(case):
-    from transformers.masking_utils import eager_mask, sliding_window_causal_mask_function
+    from transformers.masking_utils import bidirectional_mask_function, eager_mask, sliding_window_causal_mask_function
 
     settings = dict(DESCRIBED[case])
     window = settings.pop("window", None)
     if window is not None:
         settings.update(mask_function=sliding_window_causal_mask_function(window), local_size=window)
+    if settings.pop("bidirectional", False):  # as create_bidirectional_mask calls it
+        settings.update(
+            mask_function=bidirectional_mask_function, allow_is_causal_skip=False, allow_is_bidirectional_skip=True
+        )
     arguments = _arguments(**settings)
     described = core_mask(**arguments)
     assert isinstance(described, LayoutMask)
@@ -97,14 +104,19 @@ def test_described_masks_hold_eager_masks_values(case):
     assert torch.equal(described + 1.0, expected + 1.0) and torch.equal(described == 0, expected == 0)
     assert not isinstance(described.to(torch.float16), LayoutMask)  # a new dtype: eager's values, cast
     fresh = core_mask(**arguments)
-    fresh[0, 0, 5, 2] = 1.5  # written in place (as a model's own code might): the attention reads what was written
-    expected[0, 0, 5, 2] = 1.5
+    fresh[0, 0, 3, 2] = 1.5  # written in place (as a model's own code might): the attention reads what was written
+    expected[0, 0, 3, 2] = 1.5
     assert not fresh.described and torch.equal(fresh.dense(), expected)
     assert isinstance(fresh.to("meta"), LayoutMask) is False  # a move of written values moves the values
 
 
 def test_other_masks_stay_tensors():
-    from transformers.masking_utils import chunked_causal_mask_function, sliding_window_causal_mask_function
+    from transformers.masking_utils import (
+        bidirectional_mask_function,
+        chunked_causal_mask_function,
+        sliding_window_bidirectional_mask_function,
+        sliding_window_causal_mask_function,
+    )
 
     left = torch.zeros(2, dtype=torch.long)
     cases = {
@@ -116,10 +128,17 @@ def test_other_masks_stay_tensors():
         "custom overlays (vmap)": _arguments(attention_mask=_padding((3, 12), (0, 12)), use_vmap=True),
         "queries after a cache": _arguments(q_length=4, q_offset=8, attention_mask=_padding((3, 12), (0, 12))),
         "transformers said no": _arguments(attention_mask=_padding((3, 12), (0, 12)), allow_is_causal_skip=False),
+        "a bidirectional window": _arguments(
+            mask_function=sliding_window_bidirectional_mask_function(3), local_size=3, allow_is_causal_skip=False
+        ),
     }
     for name, arguments in cases.items():
         built = core_mask(**arguments)
         assert type(built) is torch.Tensor, name
+    # a bidirectional mask without padding is eager's too: None where transformers may skip it
+    unpadded = _arguments(mask_function=bidirectional_mask_function, allow_is_causal_skip=False)
+    assert core_mask(**unpadded, allow_is_bidirectional_skip=True) is None
+    assert type(core_mask(**unpadded, allow_is_bidirectional_skip=False)) is torch.Tensor
 
 
 @pytest.fixture
@@ -137,6 +156,8 @@ LAYOUTS = {
     # the first padded on the right; with the window its last queries see no key either
     "window and padding": KeyLayout(7, torch.tensor([0, 9]), torch.tensor([25, LENGTH])),
     "window": KeyLayout(5),
+    # an encoder's padding on the right, the second sequence empty: its queries weigh every key alike
+    "encoder padding": KeyLayout(None, torch.tensor([0, 0]), torch.tensor([31, 0]), causal=False),
 }
 
 
@@ -280,3 +301,36 @@ def test_key_spans_equal_a_hand_count(layout_name):
                 expected.append((int(keys.min()), int(keys.max()) + 1))
         assert list(zip(starts, stops, strict=True)) == expected, block
         assert layout.key_spans(block, LENGTH, LENGTH) == (starts, stops)
+
+
+@pytest.mark.parametrize("family", ["bert", "t5"])
+def test_encoder_padding_equals_eager_without_building_its_mask(tmp_path, monkeypatch, family):
+    """An encoder's padded batch (BERT), and an encoder-decoder's (T5: the encoder's padding, and the decoder's
+    queries over it): outputs equal eager's at every position, and no mask of ``[q, k]`` values is built."""
+    from zoo import build, tiny_config
+
+    path = build(family, tmp_path / family)
+    loaded = attnviz.load_model(str(path), device="cpu")
+    texts = [TEXTS[0], TEXTS[1] + " " + TEXTS[2]]
+    targets = ["a cat", "a cat sat on the mat"] if family == "t5" else None
+    inputs = dict(loaded.encode(texts, targets=targets).inputs)
+    assert not inputs["attention_mask"].all()
+    model_class, _ = tiny_config(family)
+    eager = model_class.from_pretrained(path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        reference = eager(**inputs)
+    monkeypatch.setattr(LayoutMask, "dense", lambda self: pytest.fail("a [q, k] mask was built"))
+    described = []
+
+    def spy(*args, **kwargs):
+        built = core_mask(*args, **kwargs)
+        described.append(type(built))
+        return built
+
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    monkeypatch.setitem(ALL_MASK_ATTENTION_FUNCTIONS._global_mapping, "attnviz", spy)
+    with torch.no_grad():
+        output = loaded.model(**inputs)
+    assert LayoutMask in described
+    torch.testing.assert_close(output.logits, reference.logits, atol=1e-4, rtol=0)  # a masked LM's, T5's decoder's

@@ -36,7 +36,7 @@ def _through_triton(
     ``starts`` unused: the GPU's kernel finds each block's keys itself) made by the GPU's kernel instead."""
     attend_rows_triton(
         query, key, value, scaling, output, mask=mask, summary=summary, key_weights=key_weights, weighted=weighted,
-        sinks=sinks, sink_share=share, causal=layout is not None, window=layout and layout.window,
+        sinks=sinks, sink_share=share, causal=layout is not None and layout.causal, window=layout and layout.window,
         key_start=layout and layout.key_start, key_stop=layout and layout.key_stop, launch=SMALL_TILES,
     )  # fmt: skip
     _through_triton.calls += 1
