@@ -45,6 +45,7 @@ VARIANTS = {
     "sinks": {"SINKS": True, "SHARE": True},
     "sinks, window, mask": {"SINKS": True, "SHARE": True, "WINDOWED": True, "HAS_MASK": True},
     "head not filling its block": {"EVEN_D": False},
+    "encoder: padding, two-sided window": {"CAUSAL": False, "PADDED": True, "WINDOWED": True},
 }
 #: strides that are 1 when attnviz launches the kernel (the innermost axis of each tensor): Triton's JIT makes an
 #: integer argument equal to 1 a constant, so the compiled kernel knows them

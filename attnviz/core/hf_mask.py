@@ -10,7 +10,7 @@ core reads them. Anything else gets transformers' own ``eager_mask``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, cast
 
 import torch
@@ -149,7 +149,11 @@ def _layout_mask(arguments: dict[str, Any]) -> LayoutMask | None:
     window = arguments.get("local_size")
     if mask_function is masking_utils.causal_mask_function:
         window = None
-    elif not isinstance(window, int) or window < 1 or not _is_sliding_window(mask_function, window, length, device):
+    elif (
+        not isinstance(window, int)
+        or window < 1
+        or not _evaluates_as(mask_function, _causal_window(window), length, device)
+    ):
         return None
     key_start = key_stop = None
     padding = arguments.get("attention_mask")  # [b, k] booleans (True: a token), or None
@@ -170,25 +174,34 @@ def _padding_mask(arguments: dict[str, Any]) -> LayoutMask | None:
     from transformers import masking_utils
 
     queries, keys = arguments.get("q_length"), arguments.get("kv_length")
+    mask_function, reach = arguments.get("mask_function"), arguments.get("local_size")
     if (
-        arguments.get("mask_function") is not masking_utils.bidirectional_mask_function  # an overlay wraps it
-        or arguments.get("use_vmap")
+        arguments.get("use_vmap")
         or not isinstance(queries, int)
         or not isinstance(keys, int)
         or arguments.get("q_offset", 0)
         or arguments.get("kv_offset", 0)
-        or arguments.get("local_size") is not None
     ):
         return None
-    padding = arguments.get("attention_mask")  # [b, k] booleans (True: a token), or None
-    if padding is None or bool(padding.all()):  # eager's own answer: None, or a mask of zeros if it may not skip
-        return None
-    spans = _token_spans(padding, keys)
-    if spans is None:
-        return None
-    batch = padding.shape[0]
-    layout = KeyLayout(None, *spans, causal=False)
     device = torch.device(arguments.get("device") or "cpu")
+    window = None  # keys less than `window` positions from the query, on either side
+    if mask_function is not masking_utils.bidirectional_mask_function:  # an overlay wraps it, or a window
+        if not isinstance(reach, int) or reach < 0 or queries != keys:
+            return None
+        if not _evaluates_as(mask_function, _two_sided_window(reach), keys, device):
+            return None
+        window = reach + 1 if reach + 1 < keys else None
+    padding = arguments.get("attention_mask")  # [b, k] booleans (True: a token), or None
+    batch, spans = int(arguments.get("batch_size") or 1), None
+    if padding is not None and not bool(padding.all()):
+        spans = _token_spans(padding, keys)
+        if spans is None:
+            return None
+        batch = padding.shape[0]
+    if spans is None and window is None:  # eager's own answer: None, or a mask of zeros if it may not skip
+        return None
+    key_start, key_stop = spans if spans is not None else (None, None)
+    layout = KeyLayout(window, key_start, key_stop, causal=False)
     return LayoutMask(layout, (batch, queries, keys), arguments.get("dtype", torch.float32), device)
 
 
@@ -206,9 +219,21 @@ def _token_spans(padding: Tensor, length: int) -> tuple[Tensor, Tensor] | None:
     return start.to(torch.int64), stop.to(torch.int64)
 
 
-def _is_sliding_window(mask_function: Any, window: int, length: int, device: torch.device) -> bool:
-    """Whether transformers' index-based ``mask_function`` is exactly the causal sliding window of ``window`` keys
-    on a ``length``-token square: evaluated row block by row block, as ``sdpa_mask`` evaluates it."""
+def _causal_window(window: int) -> Callable[[Tensor, Tensor], Tensor]:
+    """transformers' causal sliding window of ``window`` keys, over query and key positions."""
+    return lambda queries, keys: (keys <= queries) & (keys > queries - window)
+
+
+def _two_sided_window(reach: int) -> Callable[[Tensor, Tensor], Tensor]:
+    """transformers' bidirectional window: keys at most ``reach`` positions from the query."""
+    return lambda queries, keys: (keys - queries).abs() <= reach
+
+
+def _evaluates_as(
+    mask_function: Any, expected: Callable[[Tensor, Tensor], Tensor], length: int, device: torch.device
+) -> bool:
+    """Whether transformers' index-based ``mask_function`` is exactly ``expected`` on a ``length``-token square:
+    evaluated row block by row block, as ``sdpa_mask`` evaluates it."""
     batch_index = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
     head_index = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
     keys = torch.arange(length, device=device)[None, None, None, :]  # [1, 1, 1, k]
@@ -218,8 +243,8 @@ def _is_sliding_window(mask_function: Any, window: int, length: int, device: tor
             given = mask_function(batch_index, head_index, queries, keys)
         except (IndexError, RuntimeError, TypeError, ValueError):  # it reads more than indices: no plain window
             return False
-        expected = (keys <= queries) & (keys > queries - window)  # [1, 1, r, k]
-        if not isinstance(given, Tensor) or not torch.equal(given.expand_as(expected), expected):
+        wanted = expected(queries, keys)  # [1, 1, r, k]
+        if not isinstance(given, Tensor) or not torch.equal(given.expand_as(wanted), wanted):
             return False
     return True
 

@@ -22,7 +22,9 @@ class KeyLayout:
     weigh keys ``j ≤ i``; with ``window``, only the last ``window`` of them (``j > i − window``, transformers'
     sliding window). With ``key_start``/``key_stop`` (int64 ``[b]``), only its sequence's real tokens
     ``[start, stop)`` (padding on the left or the right). ``causal=False`` (an encoder's padding, any number of
-    queries): every query may weigh its sequence's tokens. A query that may weigh no key (a left-padding position)
+    queries): every query may weigh its sequence's tokens; with ``window`` (as many queries as keys), those less than
+    ``window`` positions away on either side (``|i − j| < window``: transformers' bidirectional window ``W`` is
+    ``window = W + 1``). A query that may weigh no key (a left-padding position)
     weighs every key alike, as softmax does under transformers' eager mask, which holds the dtype's lowest value on
     every key of its row. ``KeyLayout()`` is the plain causal triangle.
     """
@@ -41,13 +43,11 @@ class KeyLayout:
             raise ValueError("give key_start and key_stop together")
         if self.window is not None and self.window < 1:
             raise ValueError(f"a sliding window holds at least one key, not {self.window}")
-        if self.window is not None and not self.causal:
-            raise ValueError("a sliding window is described only under causality")
 
     @property
     def masks_nothing(self) -> bool:
-        """Whether every query may weigh every key (not causal, no padding)."""
-        return not self.causal and self.key_start is None
+        """Whether every query may weigh every key (not causal, no window, no padding)."""
+        return not self.causal and self.window is None and self.key_start is None
 
     def to(self, device: torch.device | str) -> KeyLayout:
         """The same layout with its per-sequence ranges on ``device``."""
@@ -60,7 +60,12 @@ class KeyLayout:
         ``[b|1, rows]`` each (``lo ≥ hi``: none)."""
         positions = torch.arange(query_start, query_start + rows, device=device)[None, :]  # [1, rows]
         lo = positions - self.window + 1 if self.window is not None else torch.zeros_like(positions)
-        hi = positions + 1 if self.causal else torch.full_like(positions, key_len)
+        if self.causal:
+            hi = positions + 1
+        elif self.window is not None:
+            hi = (positions + self.window).clamp(max=key_len)
+        else:
+            hi = torch.full_like(positions, key_len)
         if self.key_start is not None and self.key_stop is not None:
             lo = torch.maximum(lo, self.key_start.to(device)[:, None])  # [b, rows]
             hi = torch.minimum(hi, self.key_stop.to(device)[:, None])
@@ -84,7 +89,10 @@ class KeyLayout:
         if self.key_start is None:  # no padding: every row sees a key, the window's first and the diagonal's last
             firsts = range(0, query_len, block)
             starts = [max(0, first - self.window + 1) if self.window else 0 for first in firsts]
-            return starts, [min(key_len, first + block) if self.causal else key_len for first in firsts]
+            if self.causal:
+                return starts, [min(key_len, first + block) for first in firsts]
+            reach = self.window - 1 if self.window else key_len  # the farthest key after a query
+            return starts, [min(key_len, min(first + block, query_len) - 1 + reach + 1) for first in firsts]
         cached = self._spans.get((block, query_len, key_len))
         if cached is not None:  # transformers hands one mask to every layer
             return cached

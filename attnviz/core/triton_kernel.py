@@ -66,6 +66,8 @@ def key_tile(
             visible &= keys[None, :] <= rows[:, None] + offset
         if WINDOWED:
             visible &= keys[None, :] > rows[:, None] + offset - window
+        if WINDOWED and not CAUSAL:  # a window on both sides
+            visible &= keys[None, :] < rows[:, None] + offset + window
         if PADDED and not SINKS:  # a row that may weigh no key weighs every key alike (equal logits)
             s = tl.where(blind[:, None], 0.0, s)
             visible = tl.where(blind[:, None], key_ok[None, :], visible)
@@ -200,6 +202,9 @@ def attend_rows_kernel(
     if WINDOWED:
         first = tl.maximum(first, block_start + offset - window + 1)
         inner_first = tl.maximum(inner_first, block_start + BLOCK_M + offset - window)
+    if WINDOWED and not CAUSAL:  # and keys before i + window
+        last = tl.minimum(last, block_start + BLOCK_M - 1 + offset + window)
+        inner_last = tl.minimum(inner_last, (block_start + offset + window) // BLOCK_N * BLOCK_N)
     first = tl.maximum(first, 0) // BLOCK_N * BLOCK_N
     inner_first = (tl.maximum(inner_first, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     if HAS_MASK:  # an additive mask may hide any key
@@ -216,6 +221,8 @@ def attend_rows_kernel(
             row_last = tl.minimum(row_last, rows + offset + 1)
         if WINDOWED:
             row_first = tl.maximum(row_first, rows + offset - window + 1)
+        if WINDOWED and not CAUSAL:
+            row_last = tl.minimum(row_last, rows + offset + window)
         blind = (row_first >= row_last) & row_ok
         if tl.max(blind.to(tl.int32), 0) > 0:
             first = first * 0

@@ -162,10 +162,11 @@ def attend_rows_triton(
     ``query`` ``[b, h, q, d]``, ``key`` ``[b, kvh, k, d]``, ``value`` ``[b, kvh, k, dv]`` (``h`` a multiple of
     ``kvh``: grouped-query heads read their key/value head without a copy); ``output`` ``[b, q, h, dv]`` receives
     ``pattern V`` in its dtype. Which keys each query weighs: ``mask`` (additive ``[b|1, h|1, q|1, k]``), ``causal``,
-    ``window`` (the last ``window`` keys up to the diagonal), ``key_start``/``key_stop`` (int ``[b]``: each
-    sequence's keys ``[start, stop)``, its padding outside). ``summary`` receives the rows'
-    :class:`~attnviz.core.kernel_calls.RowSummary` (float32 ``[4 + 2r + G, b, h, q]``), ``weighted`` (float32
-    ``[b, h, q]``) each row's ``Σ_j pattern_ij · key_weights_j`` (``key_weights`` ``[b, h, ≥k]``).
+    ``window`` (the last ``window`` keys up to the diagonal; without ``causal``, the keys less than ``window`` away),
+    ``key_start``/``key_stop`` (int ``[b]``: each sequence's keys ``[start, stop)``, its padding outside).
+    ``summary`` receives the rows' :class:`~attnviz.core.kernel_calls.RowSummary` (float32 ``[4 + 2r + G, b, h, q]``),
+    ``weighted`` (float32 ``[b, h, q]``) each row's ``Σ_j pattern_ij · key_weights_j`` (``key_weights``
+    ``[b, h, ≥k]``).
     ``sinks`` (``[h]`` logits, or None): each head's attention sink, one more softmax term without a value (its
     running max and sum start from it; the summary's entropy counts it); ``sink_share`` (float32 ``[b, h, q]``)
     then receives each row's weight on it. A row that ``key_start``/``key_stop`` leave no key (left padding

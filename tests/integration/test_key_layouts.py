@@ -74,12 +74,20 @@ DESCRIBED = {
     # transformers' bidirectional mask: an encoder's padding, and a decoder's queries over the encoder's keys
     "encoder padding": {"bidirectional": True, "attention_mask": _padding((0, 9), (0, 12))},
     "cross-attention padding": {"bidirectional": True, "q_length": 5, "attention_mask": _padding((0, 12), (0, 4))},
+    # transformers' bidirectional window (ModernBERT's local attention): keys at most 3 positions away
+    "two-sided window": {"two_sided": 3},
+    "two-sided window and padding": {"two_sided": 3, "attention_mask": _padding((0, 9), (0, 12))},
 }
 
 
 @pytest.mark.parametrize("case", DESCRIBED)
 def test_described_masks_hold_eager_masks_values(case):
-    from transformers.masking_utils import bidirectional_mask_function, eager_mask, sliding_window_causal_mask_function
+    from transformers.masking_utils import (
+        bidirectional_mask_function,
+        eager_mask,
+        sliding_window_bidirectional_mask_function,
+        sliding_window_causal_mask_function,
+    )
 
     settings = dict(DESCRIBED[case])
     window = settings.pop("window", None)
@@ -88,6 +96,14 @@ def test_described_masks_hold_eager_masks_values(case):
     if settings.pop("bidirectional", False):  # as create_bidirectional_mask calls it
         settings.update(
             mask_function=bidirectional_mask_function, allow_is_causal_skip=False, allow_is_bidirectional_skip=True
+        )
+    reach = settings.pop("two_sided", None)
+    if reach is not None:  # as create_bidirectional_sliding_window_mask calls it
+        settings.update(
+            mask_function=sliding_window_bidirectional_mask_function(reach),
+            local_size=reach,
+            allow_is_causal_skip=False,
+            allow_is_bidirectional_skip=True,
         )
     arguments = _arguments(**settings)
     described = core_mask(**arguments)
@@ -128,8 +144,8 @@ def test_other_masks_stay_tensors():
         "custom overlays (vmap)": _arguments(attention_mask=_padding((3, 12), (0, 12)), use_vmap=True),
         "queries after a cache": _arguments(q_length=4, q_offset=8, attention_mask=_padding((3, 12), (0, 12))),
         "transformers said no": _arguments(attention_mask=_padding((3, 12), (0, 12)), allow_is_causal_skip=False),
-        "a bidirectional window": _arguments(
-            mask_function=sliding_window_bidirectional_mask_function(3), local_size=3, allow_is_causal_skip=False
+        "a bidirectional window other than the one said": _arguments(
+            mask_function=sliding_window_bidirectional_mask_function(2), local_size=3, allow_is_causal_skip=False
         ),
     }
     for name, arguments in cases.items():
@@ -158,6 +174,9 @@ LAYOUTS = {
     "window": KeyLayout(5),
     # an encoder's padding on the right, the second sequence empty: its queries weigh every key alike
     "encoder padding": KeyLayout(None, torch.tensor([0, 0]), torch.tensor([31, 0]), causal=False),
+    # keys less than 6 positions away on either side, the first sequence padded after 30 tokens
+    "two-sided window and padding": KeyLayout(6, torch.tensor([0, 0]), torch.tensor([30, LENGTH]), causal=False),
+    "two-sided window": KeyLayout(6, causal=False),
 }
 
 

@@ -140,6 +140,23 @@ def test_padding_and_causality_described_without_a_tensor_equal_the_mask(inputs,
     assert torch.allclose(computed["max_weight"][1, :, :5], torch.tensor(1 / KEYS, dtype=torch.float32))
 
 
+ENCODER_LAYOUTS = {
+    # keys less than 6 positions away on either side (ModernBERT's local attention), the first sequence padded
+    "two-sided window and padding": KeyLayout(6, torch.tensor([0, 0]), torch.tensor([30, KEYS]), causal=False),
+    # padding on both sides of the first sequence; the second holds no token: each of its rows weighs every key alike
+    "padding": KeyLayout(None, torch.tensor([5, 0]), torch.tensor([30, 0]), causal=False),
+    "two-sided window": KeyLayout(6, causal=False),
+}
+
+
+@pytest.mark.parametrize("name", ENCODER_LAYOUTS)
+def test_an_encoders_padding_and_two_sided_window_without_a_tensor(inputs, name):
+    layout = ENCODER_LAYOUTS[name]
+    mask = layout.additive_rows(0, QUERIES, KEYS, torch.float32, torch.device("cpu")).double()  # eager's mask
+    computed = run(*inputs, window=layout.window, key_start=layout.key_start, key_stop=layout.key_stop)
+    assert_close(computed, reference(*inputs, mask))
+
+
 def test_a_sliding_window(inputs):
     assert_close(run(*inputs, causal=True, window=8), reference(*inputs, causal(window=8)))
 

@@ -164,7 +164,7 @@ struct OnlineRow {
 // key_weights, weighted: as attend_block_ (weighted [b, h, q]).
 // sinks, sink_share: as softmax_rows_ (sink_share [b, h, q]): each row's running max and sum start with its sink.
 // causal:  query position p sees keys ≤ p only (the causal triangle without a mask tensor; with a mask, both apply);
-// window:  (> 0) and only the last `window` of them, keys > p − window;
+// window:  (> 0) and only the last `window` of them, keys > p − window (without causality also keys < p + window);
 // key_ranges: int64 [b, 2] or None: and only its sequence's keys [start, stop) (padding outside). With no mask, a
 //          row that may weigh no key weighs every key alike (as softmax does on a row of equal lowest scores), or
 //          with a sink, only its sink.
@@ -280,7 +280,8 @@ void attend_rows_(at::Tensor query, at::Tensor key, at::Tensor value, c10::optio
         const int64_t position = query_start + first + i;
         const float* mrow = mask.at(bt, hd, first + i);
         if (ranged) {  // the keys [lo, hi) the row may weigh; the others get weight 0 (−inf scores)
-          int64_t lo = window > 0 ? position - window + 1 : 0, hi = causal ? position + 1 : key_len;
+          int64_t lo = window > 0 ? position - window + 1 : 0;
+          int64_t hi = causal ? position + 1 : window > 0 ? std::min(key_len, position + window) : key_len;
           if (range_of) {
             lo = std::max(lo, range_of[2 * bt]);
             hi = std::min(hi, range_of[2 * bt + 1]);
