@@ -145,6 +145,7 @@ def _layout_mask(arguments: dict[str, Any]) -> LayoutMask | None:
     if length is None or arguments.get("use_vmap"):
         return None
     device = torch.device(arguments.get("device") or "cpu")
+    batch = int(arguments.get("batch_size") or 1)
     mask_function = arguments.get("mask_function", masking_utils.causal_mask_function)
     window = arguments.get("local_size")
     if mask_function is masking_utils.causal_mask_function:
@@ -152,12 +153,11 @@ def _layout_mask(arguments: dict[str, Any]) -> LayoutMask | None:
     elif (
         not isinstance(window, int)
         or window < 1
-        or not _evaluates_as(mask_function, _causal_window(window), length, device)
+        or not _evaluates_as(mask_function, _causal_window(window), batch, length, device)
     ):
         return None
     key_start = key_stop = None
     padding = arguments.get("attention_mask")  # [b, k] booleans (True: a token), or None
-    batch = int(arguments.get("batch_size") or 1)
     if padding is not None:
         spans = _token_spans(padding, length)
         if spans is None:
@@ -184,15 +184,16 @@ def _padding_mask(arguments: dict[str, Any]) -> LayoutMask | None:
     ):
         return None
     device = torch.device(arguments.get("device") or "cpu")
+    batch = int(arguments.get("batch_size") or 1)
     window = None  # keys less than `window` positions from the query, on either side
     if mask_function is not masking_utils.bidirectional_mask_function:  # an overlay wraps it, or a window
         if not isinstance(reach, int) or reach < 0 or queries != keys:
             return None
-        if not _evaluates_as(mask_function, _two_sided_window(reach), keys, device):
+        if not _evaluates_as(mask_function, _two_sided_window(reach), batch, keys, device):
             return None
         window = reach + 1 if reach + 1 < keys else None
     padding = arguments.get("attention_mask")  # [b, k] booleans (True: a token), or None
-    batch, spans = int(arguments.get("batch_size") or 1), None
+    spans = None
     if padding is not None and not bool(padding.all()):
         spans = _token_spans(padding, keys)
         if spans is None:
@@ -230,21 +231,27 @@ def _two_sided_window(reach: int) -> Callable[[Tensor, Tensor], Tensor]:
 
 
 def _evaluates_as(
-    mask_function: Any, expected: Callable[[Tensor, Tensor], Tensor], length: int, device: torch.device
+    mask_function: Any, expected: Callable[[Tensor, Tensor], Tensor], batch: int, length: int, device: torch.device
 ) -> bool:
-    """Whether transformers' index-based ``mask_function`` is exactly ``expected`` on a ``length``-token square:
-    evaluated row block by row block, as ``sdpa_mask`` evaluates it."""
-    batch_index = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
+    """Whether transformers' index-based ``mask_function`` is exactly ``expected`` for each of ``batch`` sequences on
+    a ``length``-token square: evaluated row block by row block, as ``sdpa_mask`` evaluates it."""
+    batch_index = torch.arange(batch, device=device)[:, None, None, None]  # [b, 1, 1, 1]
     head_index = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
     keys = torch.arange(length, device=device)[None, None, None, :]  # [1, 1, 1, k]
     for first in range(0, length, _CHECK_ROWS):
         queries = torch.arange(first, min(first + _CHECK_ROWS, length), device=device)[None, None, :, None]
         try:
-            given = mask_function(batch_index, head_index, queries, keys)
+            given = mask_function(batch_index, head_index, queries, keys)  # [b|1, 1, r, k]
         except (IndexError, RuntimeError, TypeError, ValueError):  # it reads more than indices: no plain window
             return False
         wanted = expected(queries, keys)  # [1, 1, r, k]
-        if not isinstance(given, Tensor) or not torch.equal(given.expand_as(wanted), wanted):
+        if not isinstance(given, Tensor):
+            return False
+        try:  # every sequence's rows (a function may read the batch index)
+            shape = torch.broadcast_shapes(given.shape, (batch, *wanted.shape[1:]))
+        except RuntimeError:
+            return False
+        if not torch.equal(given.expand(shape), wanted.expand(shape)):
             return False
     return True
 

@@ -144,6 +144,10 @@ def test_other_masks_stay_tensors():
         "custom overlays (vmap)": _arguments(attention_mask=_padding((3, 12), (0, 12)), use_vmap=True),
         "queries after a cache": _arguments(q_length=4, q_offset=8, attention_mask=_padding((3, 12), (0, 12))),
         "transformers said no": _arguments(attention_mask=_padding((3, 12), (0, 12)), allow_is_causal_skip=False),
+        # a window of 4 keys for the first sequence, 3 for the second: right for the first sequence alone
+        "a window that depends on the sequence": _arguments(
+            mask_function=lambda b, h, q, k: (k <= q) & (k > q - torch.tensor([4, 3])[b]), local_size=4
+        ),
         "a bidirectional window other than the one said": _arguments(
             mask_function=sliding_window_bidirectional_mask_function(2), local_size=3, allow_is_causal_skip=False
         ),
