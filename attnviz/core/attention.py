@@ -284,8 +284,6 @@ def attend(
         # sdpa has no sinks: a call with them takes the block path below
         plain = bias is None and pattern_fn.softcap is None and sinks is None
         if rows is not None and plain and not (dropout and training):
-            if isinstance(mask, KeyLayout):  # sdpa reads a tensor (the plain triangle: its own is_causal)
-                mask = mask.additive_rows(0, query_len, key_len, query.dtype, query.device)
             output = attend_observing_rows(query, key, value, mask, pattern_fn, rows, observers, site, head_mask)
             return output if editor is None or site is None else editor.edit_output(site, output)
         fused = context is not None and context.fused_softmax

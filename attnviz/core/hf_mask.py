@@ -2,9 +2,10 @@
 
 transformers asks the mask function registered beside the attention function (:func:`core_mask`) for each forward
 pass's masks. Where the mask is the plain causal triangle it gets none (the core applies causality itself); where it
-is causal with a sliding window or with padding, or bidirectional with padding (an encoder's, or a decoder's over the
-encoder's keys), it gets a :class:`LayoutMask` (of a :class:`~attnviz.core.key_range.KeyLayout`), a tensor that holds that description and builds its values only if something other than the
-core reads them. Anything else gets transformers' own ``eager_mask``.
+is causal with a sliding window or with padding, or bidirectional with padding or a two-sided window (an encoder's,
+or a decoder's over the encoder's keys), it gets a :class:`LayoutMask` (of a
+:class:`~attnviz.core.key_range.KeyLayout`), a tensor that holds that description and builds its values only if
+something other than the core reads them. Anything else gets transformers' own ``eager_mask``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ class LayoutMask(Tensor):
     attnviz's attention reads :attr:`key_layout` and never the values. Any other use (a model slicing its mask, a hook
     comparing it) is handed the values, built then with :meth:`dense` as ``eager_mask`` builds them (and kept), so
     it sees what it would have seen; from then on attnviz's attention reads the values too (they may have been
-    written into). Moving it to another device keeps it a layout (accelerate moves arguments to
-    each layer's device).
+    written into). Moving it to another device keeps it a layout (accelerate moves arguments to each layer's
+    device).
     """
 
     key_layout: KeyLayout
@@ -91,8 +92,8 @@ def core_mask(*args: Any, allow_is_causal_skip: bool = False, **kwargs: Any) -> 
     """The mask transformers builds for attnviz's attention: ``None`` where it would be the plain causal triangle
     (as many keys as queries, no padding, no window: the core then applies causality itself without a ``[q, k]``
     tensor, 268 MB at 8,192 tokens), a :class:`LayoutMask` where it is causal with a sliding window or padding, or
-    bidirectional with padding at most (an encoder's), else transformers' additive ``eager_mask``, called as transformers called this function (its arguments
-    changed across transformers 5 releases).
+    bidirectional with padding or a two-sided window (an encoder's), else transformers' additive ``eager_mask``,
+    called as transformers called this function (its arguments changed across transformers 5 releases).
 
     ``allow_is_causal_skip`` is transformers' word that the mask is its standard causal or sliding-window one with
     padding at most (no packed sequences, no bidirectional blocks, no custom overlays); only then is it described.

@@ -2,9 +2,10 @@
 
 A key receives exactly zero weight where the additive mask holds its dtype's lowest value (or ``-inf``), so a block
 of queries under a causal mask needs only the keys up to its last query (about half the work of the full square);
-:func:`key_stops` reads that from a mask, :meth:`KeyLayout.key_spans` knows it without one, and :func:`causal_mask`
-builds the triangle's rows where a path needs them as a tensor. :class:`KeyLayout` says a causal mask with a sliding window
-and padding without a ``[q, k]`` tensor (268 MB at 8,192 tokens in float32, per sequence of the batch).
+:func:`key_stops` reads that from a mask, :meth:`KeyLayout.key_spans` knows it without one, and
+:meth:`KeyLayout.additive_rows` builds a block of its rows where a path needs them as a tensor. :class:`KeyLayout`
+says a causal mask with a sliding window and padding, or an encoder's padding and two-sided window, without a
+``[q, k]`` tensor (268 MB at 8,192 tokens in float32, per sequence of the batch).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ class KeyLayout:
     ``[start, stop)`` (padding on the left or the right). ``causal=False`` (an encoder's padding, any number of
     queries): every query may weigh its sequence's tokens; with ``window`` (as many queries as keys), those less than
     ``window`` positions away on either side (``|i − j| < window``: transformers' bidirectional window ``W`` is
-    ``window = W + 1``). A query that may weigh no key (a left-padding position)
-    weighs every key alike, as softmax does under transformers' eager mask, which holds the dtype's lowest value on
-    every key of its row. ``KeyLayout()`` is the plain causal triangle.
+    ``window = W + 1``). A query that may weigh no key (a left-padding position) weighs every key alike, as softmax
+    does under transformers' eager mask, which holds the dtype's lowest value on every key of its row.
+    ``KeyLayout()`` is the plain causal triangle.
     """
 
     window: int | None = None
@@ -43,6 +44,11 @@ class KeyLayout:
             raise ValueError("give key_start and key_stop together")
         if self.window is not None and self.window < 1:
             raise ValueError(f"a sliding window holds at least one key, not {self.window}")
+
+    @property
+    def triangle_only(self) -> bool:
+        """Whether this is the plain causal triangle (no window, no padding): sdpa's ``is_causal``."""
+        return self.causal and self.window is None and self.key_start is None
 
     @property
     def masks_nothing(self) -> bool:
@@ -91,8 +97,8 @@ class KeyLayout:
             starts = [max(0, first - self.window + 1) if self.window else 0 for first in firsts]
             if self.causal:
                 return starts, [min(key_len, first + block) for first in firsts]
-            reach = self.window - 1 if self.window else key_len  # the farthest key after a query
-            return starts, [min(key_len, min(first + block, query_len) - 1 + reach + 1) for first in firsts]
+            after = self.window if self.window else key_len  # keys before (last query of the block) + after
+            return starts, [min(key_len, min(first + block, query_len) - 1 + after) for first in firsts]
         cached = self._spans.get((block, query_len, key_len))
         if cached is not None:  # transformers hands one mask to every layer
             return cached
@@ -112,10 +118,7 @@ class KeyLayout:
 def causal_mask(query_len: int, key_len: int, dtype: torch.dtype, device: torch.device, query_start: int = 0) -> Tensor:
     """The additive causal mask ``[1, 1, q, k]`` of queries ``query_start …`` as transformers' ``eager_mask``
     builds it: 0 on keys ``j ≤ i``, the dtype's lowest value after them."""
-    queries = torch.arange(query_start, query_start + query_len, device=device)[:, None]  # [q, 1]
-    keys = torch.arange(key_len, device=device)[None, :]  # [1, k]
-    hidden = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=device)
-    return torch.where(keys <= queries, torch.zeros((), dtype=dtype, device=device), hidden)[None, None]
+    return KeyLayout().additive_rows(query_start, query_len, key_len, dtype, torch.device(device))
 
 
 def key_stops(mask: Tensor | None, block: int, query_len: int, key_len: int) -> list[int]:

@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from attnviz.core.key_range import KeyLayout
+
 if TYPE_CHECKING:
     from attnviz.core.attention import AttentionObserver, AttentionSite, SoftmaxPattern
 
@@ -67,7 +69,7 @@ def attend_observing_rows(
     query: Tensor,
     key: Tensor,
     value: Tensor,
-    mask: Tensor | None,
+    mask: Tensor | KeyLayout | None,
     pattern_fn: SoftmaxPattern,
     rows: range,
     observers: Sequence[AttentionObserver],
@@ -76,8 +78,9 @@ def attend_observing_rows(
 ) -> Tensor:
     """Attention whose output comes from torch's sdpa; observers receive only the pattern of ``rows``.
 
-    ``query`` ``[b, h, q, d]``, ``key``/``value`` ``[b, kvh, k, d]``, ``mask`` additive ``[b|1, 1|h, q, k]`` or
-    None, ``head_mask`` ``[1, h, 1, 1]`` or None. Observers see one block, ``[b, h, len(rows ∩ 0…q−1), k]``
+    ``query`` ``[b, h, q, d]``, ``key``/``value`` ``[b, kvh, k, d]``, ``mask`` additive ``[b|1, 1|h, q, k]``, a
+    :class:`~attnviz.core.key_range.KeyLayout` (the plain causal triangle goes to sdpa as ``is_causal``, without a
+    tensor) or None, ``head_mask`` ``[1, h, 1, 1]`` or None. Observers see one block, ``[b, h, len(rows ∩ 0…q−1), k]``
     (fresh, full width) at ``query_start = rows.start``, or nothing when no chosen row exists here.
     Returns ``[b, q, h, d]`` (contiguous).
     """
@@ -85,7 +88,11 @@ def attend_observing_rows(
     n_rep = query.shape[1] // key.shape[1]
     start, stop = max(rows.start, 0), min(rows.stop, query_len)
     if observers and start < stop:
-        mask_rows = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
+        mask_rows: Tensor | None
+        if isinstance(mask, KeyLayout):
+            mask_rows = mask.additive_rows(start, stop - start, key_len, query.dtype, query.device)
+        else:
+            mask_rows = None if mask is None else mask[:, :, start:stop] if mask.shape[2] > 1 else mask
         # the differentiable path's operations on the chosen queries and every key: eager's numbers
         pattern = pattern_fn(query[:, :, start:stop], _repeated(key, n_rep), mask_rows, start)  # [b, h, r, k]
         for observer in observers:
@@ -93,13 +100,18 @@ def attend_observing_rows(
             observer.observe(site, pattern, start)
     # as transformers' sdpa attention calls it on this device: is_causal and shared key/value heads when the
     # mask is the plain causal one (no padding), else the mask with the key/value heads repeated
-    if is_causal_mask(mask, query_len, key_len):
+    if isinstance(mask, KeyLayout):  # the triangle needs no tensor; sdpa reads padding and windows from one
+        full = None if mask.triangle_only else mask.additive_rows(0, query_len, key_len, query.dtype, query.device)
+        causal = mask.triangle_only
+    else:
+        full, causal = mask, is_causal_mask(mask, query_len, key_len)
+    if causal:
         output = torch.nn.functional.scaled_dot_product_attention(
             query, key, value, scale=pattern_fn.scaling, is_causal=True, enable_gqa=n_rep > 1
         )  # [b, h, q, d]
     else:
         output = torch.nn.functional.scaled_dot_product_attention(
-            query, _repeated(key, n_rep), _repeated(value, n_rep), attn_mask=mask, scale=pattern_fn.scaling
+            query, _repeated(key, n_rep), _repeated(value, n_rep), attn_mask=full, scale=pattern_fn.scaling
         )  # [b, h, q, d]
     if head_mask is not None:
         output = output * head_mask  # a head's output is linear in its weights

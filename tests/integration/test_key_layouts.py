@@ -357,3 +357,34 @@ def test_encoder_padding_equals_eager_without_building_its_mask(tmp_path, monkey
         output = loaded.model(**inputs)
     assert LayoutMask in described
     torch.testing.assert_close(output.logits, reference.logits, atol=1e-4, rtol=0)  # a masked LM's, T5's decoder's
+
+
+@pytest.mark.parametrize("layout_name", [*LAYOUTS, "causal"])
+def test_the_path_of_a_few_observed_rows_equals_the_mask_tensor(qkv, monkeypatch, layout_name):
+    """``observed_queries`` (one query's strip): sdpa for the output, the chosen rows' pattern apart. The plain
+    triangle goes to sdpa as ``is_causal``: no ``[q, k]`` rows are built for it, only the observed ones."""
+    query, key, value = qkv
+    layout = LAYOUTS.get(layout_name, KeyLayout())
+    mask = layout.additive_rows(0, LENGTH, LENGTH, torch.float32, torch.device("cpu")).expand(2, 1, LENGTH, LENGTH)
+    built: list[int] = []
+    additive_rows = KeyLayout.additive_rows
+
+    def counted(self, query_start, rows, *args):
+        built.append(rows)
+        return additive_rows(self, query_start, rows, *args)
+
+    results = []
+    for described in (mask.contiguous(), layout):
+        recorder = PatternRecorder()
+        context = AttentionContext(observers=[recorder], observed_queries=range(LENGTH - 2, LENGTH))
+        monkeypatch.setattr(KeyLayout, "additive_rows", counted)
+        with torch.no_grad():
+            output = attend(query, key, value, mask=described, site=SITE, context=context)
+        monkeypatch.setattr(KeyLayout, "additive_rows", additive_rows)
+        results.append((output, recorder.patterns[SITE]))
+    (expected, expected_rows), (output, rows) = results
+    torch.testing.assert_close(output, expected, atol=2e-6, rtol=0)
+    torch.testing.assert_close(rows, expected_rows, atol=1e-6, rtol=0)
+    assert rows.shape[2] == 2
+    if layout_name == "causal":
+        assert built == [2]  # the two observed rows only
