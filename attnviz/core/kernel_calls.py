@@ -194,9 +194,9 @@ def attend_rows_(
     """Attention of every query of a call, tile by tile of keys, without writing the pattern (flash attention).
 
     ``query`` ``[b, h, q, d]`` (last dim stride 1), ``key`` ``[b, kvh, k, d]`` and ``value`` ``[b, kvh, k, dv]``
-    contiguous, all float32 on the CPU, ``mask`` additive ``[b|1, h|1, q|1, ≥k]`` or None; ``stops`` (and ``starts``, zeros if None) int64 ``[⌈q / TILE_ROWS⌉]``: the keys
-    ``[start, stop)`` each run of TILE_ROWS queries can weigh (the others must be masked for them; starts a multiple
-    of 32). ``output`` ``[b, q, h, dv]``
+    contiguous, all float32 on the CPU, ``mask`` additive ``[b|1, h|1, q|1, ≥k]`` or None; ``stops`` (and
+    ``starts``, zeros if None) int64 ``[⌈q / TILE_ROWS⌉]``: the keys ``[start, stop)`` each run of TILE_ROWS queries
+    can weigh (the others must be masked for them; starts a multiple of 32). ``output`` ``[b, q, h, dv]``
     receives ``pattern V``; ``summary`` (a buffer of :meth:`RowSummary.buffer_shape` with its ``columns``) the
     rows' summary; ``weighted`` ``[b, h, q]`` the rows' ``Σ_j pattern_ij · key_weights_j`` (``key_weights``
     ``[b, h, ≥k]``). ``sinks``, ``sink_share`` (``[b, h, q]``): as :func:`fused_softmax_`; each row's running max

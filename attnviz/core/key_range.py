@@ -80,9 +80,9 @@ class KeyLayout:
     def additive_rows(
         self, query_start: int, rows: int, key_len: int, dtype: torch.dtype, device: torch.device
     ) -> Tensor:
-        """The rows ``query_start …`` of the additive mask ``[b|1, 1, rows, key_len]``, as transformers' ``eager_mask``
-        builds them: 0 on the keys a query may weigh, the dtype's lowest value on the others (on every key of a row
-        that may weigh none)."""
+        """The rows ``query_start …`` of the additive mask ``[b|1, 1, rows, key_len]``, as transformers'
+        ``eager_mask`` builds them: 0 on the keys a query may weigh, the dtype's lowest value on the others (on every
+        key of a row that may weigh none)."""
         lo, hi = self.visible_range(query_start, rows, key_len, device)
         keys = torch.arange(key_len, device=device)  # [k]
         visible = (keys >= lo[..., None]) & (keys < hi[..., None])  # [b|1, rows, k]

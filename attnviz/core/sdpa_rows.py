@@ -80,8 +80,9 @@ def attend_observing_rows(
 
     ``query`` ``[b, h, q, d]``, ``key``/``value`` ``[b, kvh, k, d]``, ``mask`` additive ``[b|1, 1|h, q, k]``, a
     :class:`~attnviz.core.key_range.KeyLayout` (the plain causal triangle goes to sdpa as ``is_causal``, without a
-    tensor) or None, ``head_mask`` ``[1, h, 1, 1]`` or None. Observers see one block, ``[b, h, len(rows ∩ 0…q−1), k]``
-    (fresh, full width) at ``query_start = rows.start``, or nothing when no chosen row exists here.
+    tensor) or None, ``head_mask`` ``[1, h, 1, 1]`` or None. Observers see one block,
+    ``[b, h, len(rows ∩ 0…q−1), k]`` (fresh, full width) at ``query_start = rows.start``, or nothing when no chosen
+    row exists here.
     Returns ``[b, q, h, d]`` (contiguous).
     """
     query_len, key_len = query.shape[2], key.shape[2]

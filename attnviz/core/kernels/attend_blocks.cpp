@@ -376,7 +376,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("output"), py::arg("rows_per_task"), py::arg("key_weights"), py::arg("weighted"),
         py::arg("sinks") = py::none(), py::arg("sink_share") = py::none());
   m.def("attend_rows_", &attend_rows_, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("mask"),
-        py::arg("scaling"), py::arg("query_start"), py::arg("starts"), py::arg("stops"), py::arg("summary"), py::arg("reach"),
+        py::arg("scaling"), py::arg("query_start"), py::arg("starts"), py::arg("stops"), py::arg("summary"),
+        py::arg("reach"),
         py::arg("columns"), py::arg("output"), py::arg("rows_per_task"), py::arg("key_tile"),
         py::arg("key_weights"), py::arg("weighted"), py::arg("sinks") = py::none(),
         py::arg("sink_share") = py::none(), py::arg("causal") = false, py::arg("window") = 0,
