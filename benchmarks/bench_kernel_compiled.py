@@ -204,7 +204,11 @@ def main() -> None:
     parser.add_argument("--arch", type=int, default=90, help="compute capability ×10: 90 Hopper, 80 Ampere")
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--head-dims", default="64,128")
-    parser.add_argument("--all-launches", action="store_true", help="every launch bench_stats_gpu.py --tune tries")
+    parser.add_argument(
+        "--all-launches",
+        action="store_true",
+        help="every launch a GPU times on first use (attnviz.core.triton_launch.CANDIDATE_LAUNCHES)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per kernel compiled, for scripts")
     parser.add_argument("--variants", action="store_true", help="also every statistic with masks, windows, sinks…")
     parser.add_argument(
@@ -222,10 +226,8 @@ def main() -> None:
 
     import torch
 
+    from attnviz.core.triton_launch import CANDIDATE_LAUNCHES
     from attnviz.core.triton_rows import float32_precision, launch_config
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_stats_gpu import CANDIDATES
 
     kernels = {"this tree": load_kernel(None)}
     if options.against:
@@ -238,7 +240,8 @@ def main() -> None:
         for head_dim in map(int, options.head_dims.split(",")):
             chosen = launch_config(getattr(torch, dtype), head_dim)
             launches = [(chosen.block_m, chosen.block_n, chosen.num_warps, chosen.num_stages)]
-            launches += [launch for launch in CANDIDATES if options.all_launches and launch not in launches]
+            candidates = [(c.block_m, c.block_n, c.num_warps, c.num_stages) for c in CANDIDATE_LAUNCHES]
+            launches += [launch for launch in candidates if options.all_launches and launch not in launches]
             for launch in launches:
                 builds = [(name, statistics, {}) for name, statistics in STATISTICS.items()]
                 if options.variants:

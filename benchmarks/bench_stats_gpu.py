@@ -11,9 +11,11 @@ Builds LLaMA-architecture models with random weights (no download) in two layer 
 
 and prints the ratio with each one's peak GPU memory. Targets: stats ≤ 1.3× sdpa at 2,048–32,768 tokens.
 
-``--tune`` first times the kernel alone, one layer's heads at ``--tune-tokens``, against torch's
-``scaled_dot_product_attention`` (causal, same dtype), for each launch in :data:`CANDIDATES`, and runs the
-model-level comparison with the fastest (to be written into ``attnviz.core.triton_rows.LAUNCH_CONFIGS``).
+The pass chooses its kernel's launch itself: the first call of each kind times the candidate launches on the GPU
+(:mod:`attnviz.core.triton_launch`; the fastest of the rounds is reported, so that first call is not), and the
+script prints what it chose with every candidate's time. ``--tune`` first times the kernel alone, one layer's heads
+at ``--tune-tokens``, against torch's ``scaled_dot_product_attention`` (causal, same dtype), for each candidate,
+and in float32 the fastest with the other arithmetic of its products.
 
     python benchmarks/bench_stats_gpu.py                                   # both shapes, 2k–32k, fp32 and bf16
     python benchmarks/bench_stats_gpu.py --shapes smollm2 --tokens 2048,8192 --dtypes bfloat16 --tune
@@ -38,20 +40,14 @@ SHAPES = {
 }
 
 
-#: launches tried by --tune: (block_m, block_n, num_warps, num_stages)
-CANDIDATES = [
-    (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (64, 32, 4, 3), (64, 64, 8, 2), (128, 32, 8, 2),
-    (128, 128, 8, 2),
-]  # fmt: skip
-
-
 def tune(shape: str, dtype: torch.dtype, length: int) -> None:
-    """Time the tile kernel alone (every statistic on: band, two key columns, a carrier's weights) for each launch
-    in :data:`CANDIDATES` against sdpa on one layer's heads, and keep the fastest in ``LAUNCH_CONFIGS``."""
+    """Time the tile kernel alone (every statistic on: band, two key columns, a carrier's weights) for each candidate
+    launch against sdpa on one layer's heads."""
     import triton.testing
 
     from attnviz.core import triton_rows
     from attnviz.core.kernel_calls import RowSummary
+    from attnviz.core.triton_launch import CANDIDATE_LAUNCHES
 
     heads, kv_heads = SHAPES[shape]["num_attention_heads"], SHAPES[shape]["num_key_value_heads"]
     head_dim = SHAPES[shape]["hidden_size"] // heads
@@ -68,8 +64,7 @@ def tune(shape: str, dtype: torch.dtype, length: int) -> None:
     )
     statistics = {"summary": summary, "key_weights": key_weights, "weighted": weighted}
     best = None
-    for block_m, block_n, warps, stages in CANDIDATES:
-        launch = triton_rows.LaunchConfig(block_m, block_n, warps, stages)
+    for launch in CANDIDATE_LAUNCHES:
         run = functools.partial(
             triton_rows.attend_rows_triton, query, key, value, head_dim**-0.5, output, causal=True, launch=launch,
             **statistics,
@@ -80,7 +75,7 @@ def tune(shape: str, dtype: torch.dtype, length: int) -> None:
             print(f"  tune {shape} {dtype} {launch}: {type(error).__name__}: {str(error)[:120]}")
             continue
         print(
-            f"  tune {shape} {str(dtype)[6:]} {length} tokens {block_m}x{block_n} w{warps} s{stages}: "
+            f"  tune {shape} {str(dtype)[6:]} {length} tokens {launch.label}: "
             f"sdpa {sdpa:.3f} ms  kernel with statistics {milliseconds:.3f} ms ({milliseconds / sdpa:.2f}x)"
         )
         if best is None or milliseconds < best[0]:
@@ -91,8 +86,7 @@ def tune(shape: str, dtype: torch.dtype, length: int) -> None:
                 triton_rows.attend_rows_triton, query, key, value, head_dim**-0.5, output, causal=True, launch=best[1]
             )
         )
-        print(f"  tune {shape} {str(dtype)[6:]}: fastest {best[1]}; without statistics {plain:.3f} ms")
-        triton_rows.LAUNCH_CONFIGS[(dtype, max(16, head_dim))] = best[1]
+        print(f"  tune {shape} {str(dtype)[6:]}: fastest {best[1].label}; without statistics {plain:.3f} ms")
         if dtype == torch.float32:
             compare_full_precision(shape, (query, key, value, head_dim**-0.5, output), statistics, best)
 
@@ -198,6 +192,23 @@ def main() -> None:
             measure_shape(shape, dtype_name, lengths, args)
             if args.device == "cuda":
                 torch.cuda.empty_cache()
+    if args.device == "cuda":
+        report_launches()
+
+
+def report_launches() -> None:
+    """The launch the pass chose for each kind of call it timed in this process, and every candidate's time."""
+    from attnviz.core.triton_launch import shared_tuner
+
+    tuner = shared_tuner()
+    print(f"launches (kept in {tuner.path}):")
+    for kind, launch in tuner.chosen.items():
+        times = ", ".join(
+            f"{label} {'failed' if ms is None else f'{ms:.3f} ms'}" for label, ms in tuner.timings[kind].items()
+        )
+        print(
+            f"  {kind.dtype} d{kind.head_size} {kind.keys_shown} q{kind.queries} x{kind.programs}: {launch.label} ({times})"
+        )
 
 
 def measure_shape(shape: str, dtype_name: str, lengths: list[int], args: argparse.Namespace) -> None:

@@ -23,7 +23,7 @@ def models() -> None:
     from rich.table import Table
 
     from attnviz.cli.console import product_console
-    from attnviz.models.gguf import cache_root
+    from attnviz.common.cache import cache_root
     from attnviz.models.inventory import (
         conversion_cache_entries,
         directory_size,
@@ -64,8 +64,8 @@ def clear() -> None:
       attnviz cache clear
     """
     from attnviz.cli.console import console
+    from attnviz.common.cache import cache_root
     from attnviz.common.wording import plural
-    from attnviz.models.gguf import cache_root
     from attnviz.models.inventory import clear_conversion_cache, human_size
 
     folders, freed = clear_conversion_cache()

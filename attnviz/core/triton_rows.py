@@ -30,52 +30,27 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
 from attnviz.core.kernel_calls import RowSummary
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    """How the kernel is launched: ``block_m`` queries per program, keys in tiles of ``block_n``, and Triton's
-    ``num_warps`` and ``num_stages`` (software pipelining of the key/value loads).
-
-    ``float32_products``: how float32 inputs are multiplied. ``"tf32x3"`` as three TF32 products on the GPU's
-    tensor cores: each input split into a TF32 part (10 of float32's 23 mantissa bits) and the rest, and
-    ``big·big + (small·big + big·small)`` summed in float32, which keeps float32's precision (as sdpa's
-    memory-efficient float32 kernel does: CUTLASS's "fast F32"); ``"ieee"`` in float32 on the CUDA cores, nearly
-    four times the instructions. ``"auto"`` (the default) is ``"tf32x3"`` where the installed Triton adds the
-    remainders' products apart from the running sum (3.2 and later, :func:`precise_tf32x3`), else ``"ieee"``.
-    ``benchmarks/bench_stats_gpu.py --tune`` times both and prints how far apart they lie.
-    """
-
-    block_m: int = 64
-    block_n: int = 64
-    num_warps: int = 4
-    num_stages: int = 2
-    float32_products: Literal["auto", "ieee", "tf32x3"] = "auto"
-
-
-#: the launch per input dtype and head size (a power of two ≥ 16), where the default is not the fastest; measured
-#: on an H100-class GPU by ``benchmarks/bench_stats_gpu.py --tune`` (a tuning run may set entries for its own use)
-LAUNCH_CONFIGS: dict[tuple[torch.dtype, int], LaunchConfig] = {
-    # LLaMA-8B's heads of 128 in float32 (full-precision products), on an H200: 117.8 ms a layer at 8,192 tokens
-    # against 147.4 by default
-    (torch.float32, 128): LaunchConfig(block_m=64, block_n=32, num_warps=4, num_stages=3),
-}
-
-
-_DEFAULT_LAUNCH = LaunchConfig()
+from attnviz.core.triton_launch import (
+    LaunchConfig,
+    LaunchTuner,
+    call_kind,
+    may_time,
+    shared_tuner,
+    table_launch,
+    tuning_enabled,
+)
 
 
 def launch_config(dtype: torch.dtype, head_dim: int) -> LaunchConfig:
-    """The launch for inputs of ``dtype`` and ``head_dim`` (value size included): :data:`LAUNCH_CONFIGS` or the
-    default."""
-    return LAUNCH_CONFIGS.get((dtype, _power_of_two(head_dim, 16)), _DEFAULT_LAUNCH)
+    """The launch for inputs of ``dtype`` and ``head_dim`` (value size included) where none has been timed on the
+    GPU: :data:`~attnviz.core.triton_launch.LAUNCH_CONFIGS` or the default."""
+    return table_launch(dtype, _power_of_two(head_dim, 16))
 
 
 @functools.cache
@@ -156,6 +131,7 @@ def attend_rows_triton(
     sinks: Tensor | None = None,
     sink_share: Tensor | None = None,
     launch: LaunchConfig | None = None,
+    tuner: LaunchTuner | None = None,
 ) -> None:
     """Attention of every query, key tile by key tile, with the rows' summary; nothing of ``[q, k]`` is written.
 
@@ -172,7 +148,9 @@ def attend_rows_triton(
     then receives each row's weight on it. A row that ``key_start``/``key_stop`` leave no key (left padding
     under causality) weighs every key alike, as softmax does on transformers' mask, whose row then holds the lowest
     value on every key; under a mask of ``-inf`` such a row gets zeros; with a sink, it puts all weight on the sink.
-    ``launch``: tile sizes and warps (default: :func:`launch_config` of the inputs).
+    ``launch``: tile sizes and warps. Without one, ``tuner`` gives the launch for this kind of call, timing the
+    candidates the first time (by default, on a CUDA GPU, the tuner that keeps them in attnviz's cache:
+    :mod:`attnviz.core.triton_launch`); else :func:`launch_config` of the inputs.
     """
     batch, heads, query_len, head_dim = query.shape
     kv_heads, key_len, value_dim = key.shape[1], key.shape[2], value.shape[-1]
@@ -188,40 +166,67 @@ def attend_rows_triton(
     column_tensor = _columns_on(tuple(columns) or (0,), query.device)
     strides_of = lambda tensor, count: tensor.stride() if tensor is not None else (0,) * count
     summary_values = summary.values if summary is not None else None
-    launch = launch or launch_config(query.dtype, max(head_dim, value_dim))
-    # (triton.cdiv is a jitted function: called from the host it costs several microseconds a launch)
-    grid = (-(-query_len // launch.block_m), batch * heads)
     block_d, block_dv = _power_of_two(head_dim, 16), _power_of_two(value_dim, 16)
     from attnviz.core.triton_kernel import attend_rows_kernel
 
-    attend_rows_kernel[grid](
-        query, key, value,
-        mask if mask is not None else dummy,
-        output,
-        summary_values if summary_values is not None else dummy,
-        column_tensor,
-        key_weights if key_weights is not None else dummy,
-        weighted if weighted is not None else dummy,
-        key_start if key_start is not None else column_tensor,
-        key_stop if key_stop is not None else column_tensor,
-        sinks if sinks is not None else dummy,
-        sink_share if sink_share is not None else dummy,
-        *query.stride(), *key.stride(), *value.stride(), *strides_of(mask, 4), *output.stride(),
-        *strides_of(summary_values, 4), *strides_of(key_weights, 3), *strides_of(weighted, 3),
-        *strides_of(sink_share, 3),
-        heads, heads // kv_heads, query_len, key_len, head_dim, value_dim, float(scaling), int(window or 0),
-        HAS_MASK=mask is not None, CAUSAL=causal, WINDOWED=bool(window), PADDED=key_start is not None,
-        SUMMARY=summary is not None, REACH=reach, BAND_P2=_power_of_two(2 * reach + 1),
-        COLUMNS=len(columns), COLUMNS_P2=_power_of_two(len(columns)), WEIGHTS=key_weights is not None,
-        BLOCK_M=launch.block_m, BLOCK_N=launch.block_n,
-        BLOCK_D=block_d, BLOCK_DV=block_dv, EVEN_D=block_d == head_dim and block_dv == value_dim,
-        # Triton's interpreter multiplies half-precision tiles wrongly (it reads their bits as integers)
-        UPCAST=query.dtype != torch.float32 and interpreting(),
-        SINKS=sinks is not None, SHARE=sinks is not None and sink_share is not None,
-        # float32 products as the launch says (by default three TF32 products: one would round their inputs to
-        # TF32's 10-bit mantissa)
-        PRECISION=float32_precision(launch.float32_products) if query.dtype == torch.float32 else "tf32",
-        num_warps=launch.num_warps, num_stages=launch.num_stages,
-        # scaling and centring each logit as one multiply-add, whatever the installed Triton's default
-        enable_fp_fusion=True,
-    )  # fmt: skip
+    def run(chosen: LaunchConfig) -> None:
+        # (triton.cdiv is a jitted function: called from the host it costs several microseconds a launch)
+        attend_rows_kernel[(-(-query_len // chosen.block_m), batch * heads)](
+            query, key, value,
+            mask if mask is not None else dummy,
+            output,
+            summary_values if summary_values is not None else dummy,
+            column_tensor,
+            key_weights if key_weights is not None else dummy,
+            weighted if weighted is not None else dummy,
+            key_start if key_start is not None else column_tensor,
+            key_stop if key_stop is not None else column_tensor,
+            sinks if sinks is not None else dummy,
+            sink_share if sink_share is not None else dummy,
+            *query.stride(), *key.stride(), *value.stride(), *strides_of(mask, 4), *output.stride(),
+            *strides_of(summary_values, 4), *strides_of(key_weights, 3), *strides_of(weighted, 3),
+            *strides_of(sink_share, 3),
+            heads, heads // kv_heads, query_len, key_len, head_dim, value_dim, float(scaling), int(window or 0),
+            HAS_MASK=mask is not None, CAUSAL=causal, WINDOWED=bool(window), PADDED=key_start is not None,
+            SUMMARY=summary is not None, REACH=reach, BAND_P2=_power_of_two(2 * reach + 1),
+            COLUMNS=len(columns), COLUMNS_P2=_power_of_two(len(columns)), WEIGHTS=key_weights is not None,
+            BLOCK_M=chosen.block_m, BLOCK_N=chosen.block_n,
+            BLOCK_D=block_d, BLOCK_DV=block_dv, EVEN_D=block_d == head_dim and block_dv == value_dim,
+            # Triton's interpreter multiplies half-precision tiles wrongly (it reads their bits as integers)
+            UPCAST=query.dtype != torch.float32 and interpreting(),
+            SINKS=sinks is not None, SHARE=sinks is not None and sink_share is not None,
+            # float32 products as the launch says (by default three TF32 products: one would round their inputs to
+            # TF32's 10-bit mantissa)
+            PRECISION=float32_precision(chosen.float32_products) if query.dtype == torch.float32 else "tf32",
+            num_warps=chosen.num_warps, num_stages=chosen.num_stages,
+            # scaling and centring each logit as one multiply-add, whatever the installed Triton's default
+            enable_fp_fusion=True,
+        )  # fmt: skip
+
+    if launch is None:
+        head_size = max(block_d, block_dv)
+        launch = table_launch(query.dtype, head_size)
+        if tuner is None and tuning_enabled() and not interpreting() and query.device.type == "cuda":
+            tuner = shared_tuner()
+        if tuner is not None:
+            kind = call_kind(
+                query, key, head_size, statistics=summary is not None or key_weights is not None,
+                keys_shown=_keys_shown(mask is not None, causal, window, key_start is not None, sinks is not None),
+            )  # fmt: skip
+            known = tuner.known(kind)
+            if known is not None:
+                launch = known
+            elif query.device.type != "cuda":  # a tuner given for CPU tensors (Triton's interpreter, in tests)
+                launch = tuner.launch_for(kind, run, fallback=launch)
+            elif may_time(query.device, batch * heads * query_len * key_len):
+                with torch.cuda.device(query.device):  # timed on that GPU's current stream
+                    launch = tuner.launch_for(kind, run, fallback=launch)
+    run(launch)
+
+
+@functools.lru_cache(maxsize=64)
+def _keys_shown(masked: bool, causal: bool, window: int | None, padded: bool, sinks: bool) -> str:
+    """Which keys each query weighs, in a few words (part of a call's kind: each compiles its own code)."""
+    words = ["mask" if masked else "causal" if causal else "all"]
+    words += [word for word, present in (("window", window), ("padding", padded), ("sinks", sinks)) if present]
+    return "+".join(words)

@@ -57,9 +57,10 @@ def describe_environment() -> Environment:
     """Versions of attnviz and what it runs on, the device, the fused kernel's state and why, the caches."""
     import torch
 
+    from attnviz.common.cache import cache_root
     from attnviz.common.parallel import physical_cores
     from attnviz.core.kernel import describe_kernel
-    from attnviz.outputs.files import cache_root
+    from attnviz.core.triton_launch import launches_path
 
     cuda = torch.cuda.is_available()
     device: dict[str, Any] = {
@@ -82,6 +83,7 @@ def describe_environment() -> Environment:
         "attnviz": str(cache_root()),
         "converted GGUF models": str(cache_root() / "gguf"),
         "kernel builds": str(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()),
+        "GPU kernel launches": str(launches_path()),
         "Hugging Face hub": hub_cache,
     }
     variables = {
@@ -104,6 +106,7 @@ def describe_environment() -> Environment:
 def _kernels_per_device(state: str, why: str, cuda: bool) -> dict[str, str]:
     """What computes the statistics pass on each device (see :mod:`attnviz.core.triton_rows` for the GPU's)."""
     from attnviz.core.kernel import kernel_disabled
+    from attnviz.core.triton_launch import tuning_enabled
     from attnviz.core.triton_rows import float32_precision, triton_available
 
     if state in ("loaded", "built"):
@@ -118,7 +121,8 @@ def _kernels_per_device(state: str, why: str, cuda: bool) -> dict[str, str]:
             gpu = "torch operations (fused kernels disabled by ATTNVIZ_KERNEL=0)"
         elif triton_available():
             products = {"tf32x3": "three TF32 products", "ieee": "full precision"}[float32_precision()]
-            gpu = f"Triton tile kernel (float32 products: {products})"
+            launches = "timed on the GPU on first use" if tuning_enabled() else "from attnviz's table"
+            gpu = f"Triton tile kernel (float32 products: {products}; launches {launches})"
         else:
             gpu = "torch operations (Triton is not installed: pip install triton)"
         kernels["cuda"] = gpu

@@ -18,12 +18,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from attnviz.common.cache import cache_root
 from attnviz.common.errors import AttnvizError, ModelSpecError, OutputError
 from attnviz.common.progress import progress_bar, quiet_third_party, status
 from attnviz.models.hf import first_line, load_hf_model
 from attnviz.models.placement import Placement
 from attnviz.outputs import staging
-from attnviz.outputs.files import cache_root
 
 __all__ = ["cache_root", "converted_gguf_dir"]
 #: conversion directories of attnviz versions before the shared temporary prefix (no owner recorded)

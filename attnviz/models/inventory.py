@@ -9,10 +9,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnviz.common.cache import cache_root
 from attnviz.common.errors import ModelSpecError, OutputError
 from attnviz.common.wording import layers_and_heads
 from attnviz.models.base import IMAGE_TASK_FILE
-from attnviz.models.gguf import cache_root
 from attnviz.models.lookup import hub_cache_dir
 from attnviz.models.specs import NAMED_MODELS, TOY_MARKER
 from attnviz.outputs import staging

@@ -18,19 +18,12 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from attnviz.common.cache import cache_root
 from attnviz.common.encoding import read_text
 from attnviz.common.errors import OutputError
 from attnviz.outputs import staging
 
 TEMP_PREFIX = staging.TEMP_PREFIX
-
-
-def cache_root() -> Path:
-    """attnviz's own cache: ``$ATTNVIZ_CACHE`` or ``$XDG_CACHE_HOME/attnviz`` (default ``~/.cache/attnviz``)."""
-    if os.environ.get("ATTNVIZ_CACHE"):
-        return Path(os.environ["ATTNVIZ_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "attnviz"
 
 
 @contextlib.contextmanager

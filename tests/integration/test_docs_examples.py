@@ -152,7 +152,7 @@ def check_file(path: Path) -> None:
 @pytest.fixture(scope="module")
 def attnviz_cache():
     """A hard-linked copy of attnviz's cache (converted GGUF models), removed afterwards."""
-    from attnviz.outputs.files import cache_root
+    from attnviz.common.cache import cache_root
 
     real = cache_root()
     real.parent.mkdir(parents=True, exist_ok=True)

@@ -69,16 +69,25 @@ def test_env_names_versions_device_kernel_and_caches(capsys, monkeypatch, tmp_pa
     assert "statistics on cpu: " in text  # which kernel each device's statistics pass runs
 
 
-def test_env_says_how_a_gpu_multiplies_float32(monkeypatch):
-    """On a machine with CUDA, the GPU's line names the Triton kernel and the arithmetic of its float32 products."""
+def test_env_says_how_a_gpu_multiplies_float32(monkeypatch, tmp_path):
+    """On a machine with CUDA, the GPU's line names the Triton kernel, the arithmetic of its float32 products and
+    where its launches come from; the file that keeps the timed ones is among the caches."""
     pytest.importorskip("triton", reason="Triton is not installed")
     from attnviz.core import triton_rows
-    from attnviz.models.environment import _kernels_per_device
+    from attnviz.models.environment import _kernels_per_device, describe_environment
 
     monkeypatch.delenv("ATTNVIZ_KERNEL", raising=False)
     expected = {"tf32x3": "three TF32 products", "ieee": "full precision"}[triton_rows.float32_precision()]
-    assert _kernels_per_device("loaded", "", cuda=True)["cuda"] == f"Triton tile kernel (float32 products: {expected})"
+    monkeypatch.delenv("ATTNVIZ_GPU_TUNING", raising=False)
+    assert _kernels_per_device("loaded", "", cuda=True)["cuda"] == (
+        f"Triton tile kernel (float32 products: {expected}; launches timed on the GPU on first use)"
+    )
+    monkeypatch.setenv("ATTNVIZ_GPU_TUNING", "0")
+    assert _kernels_per_device("loaded", "", cuda=True)["cuda"].endswith("; launches from attnviz's table)")
     assert "cuda" not in _kernels_per_device("loaded", "", cuda=False)
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "cache"))
+    described = describe_environment()
+    assert described.caches["GPU kernel launches"] == str(tmp_path / "cache" / "gpu-launches.json")
 
 
 @pytest.fixture
