@@ -204,7 +204,7 @@ def report_launches() -> None:
     print(f"launches (kept in {tuner.path}):")
     for kind, launch in tuner.chosen.items():
         times = ", ".join(
-            f"{label} {'failed' if ms is None else f'{ms:.3f} ms'}" for label, ms in tuner.timings[kind].items()
+            f"{label} {'failed' if ms is None else f'{ms:.3f} ms'}" for label, ms in tuner.timings.get(kind, {}).items()
         )
         print(
             f"  {kind.dtype} d{kind.head_size} {kind.keys_shown} q{kind.queries} x{kind.programs}: {launch.label} ({times})"

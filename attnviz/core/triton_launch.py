@@ -141,9 +141,9 @@ def _kind(
         head_size=head_size,
         statistics=statistics,
         keys_shown=keys_shown,
-        queries=_rounded_up(query_len),
-        keys=_rounded_up(key_len),
-        programs=_rounded_up(programs),
+        queries=power_of_two(query_len),
+        keys=power_of_two(key_len),
+        programs=power_of_two(programs),
     )
 
 
@@ -205,9 +205,10 @@ class LaunchTuner:
             return
         for record in _read_records(self.path).values():
             with contextlib.suppress(TypeError, ValueError, KeyError, AttributeError):
-                kind = CallKind(**record["kind"])
-                self.chosen.setdefault(kind, LaunchConfig(**record["launch"]))
-                self.timings.setdefault(kind, dict(record.get("milliseconds", {})))
+                kind, chosen = CallKind(**record["kind"]), LaunchConfig(**record["launch"])
+                timings = dict(record.get("milliseconds") or {})
+                self.chosen.setdefault(kind, chosen)
+                self.timings.setdefault(kind, timings)
 
     def _save(self, kind: CallKind, chosen: LaunchConfig, timings: dict[str, float | None]) -> None:
         """Add ``kind``'s launch to the file, atomically (best effort: an unwritable cache only costs timing again in
@@ -260,13 +261,14 @@ def gpu_milliseconds(call: Callable[[], None]) -> float:
 
 
 def shared_tuner() -> LaunchTuner:
-    """The tuner that keeps its launches in attnviz's cache (one per cache folder: ``ATTNVIZ_CACHE`` may change)."""
-    return _tuner_at(launches_path())
+    """The tuner that keeps its launches in attnviz's cache: one per cache folder, found by the variables that name
+    it (working the path out takes ~15 µs, too long for every layer's call)."""
+    return _tuner_for(*(os.environ.get(name) for name in ("ATTNVIZ_CACHE", "XDG_CACHE_HOME", "HOME")))
 
 
 @functools.lru_cache(maxsize=4)
-def _tuner_at(path: Path) -> LaunchTuner:
-    return LaunchTuner(path, gpu_milliseconds)
+def _tuner_for(*_variables: str | None) -> LaunchTuner:
+    return LaunchTuner(launches_path(), gpu_milliseconds)
 
 
 def may_time(device: torch.device, pairs: int) -> bool:
@@ -297,5 +299,6 @@ def _software() -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _rounded_up(value: int) -> int:
-    return 1 << max(0, value - 1).bit_length()
+def power_of_two(value: int, least: int = 1) -> int:
+    """The least power of two ≥ ``value`` and ≥ ``least``."""
+    return max(least, 1 << max(0, value - 1).bit_length())

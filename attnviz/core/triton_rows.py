@@ -41,6 +41,7 @@ from attnviz.core.triton_launch import (
     LaunchTuner,
     call_kind,
     may_time,
+    power_of_two,
     shared_tuner,
     table_launch,
     tuning_enabled,
@@ -50,7 +51,7 @@ from attnviz.core.triton_launch import (
 def launch_config(dtype: torch.dtype, head_dim: int) -> LaunchConfig:
     """The launch for inputs of ``dtype`` and ``head_dim`` (value size included) where none has been timed on the
     GPU: :data:`~attnviz.core.triton_launch.LAUNCH_CONFIGS` or the default."""
-    return table_launch(dtype, _power_of_two(head_dim, 16))
+    return table_launch(dtype, power_of_two(head_dim, 16))
 
 
 @functools.cache
@@ -108,11 +109,6 @@ def _placeholder_on(device: torch.device) -> Tensor:
     return torch.zeros(1, dtype=torch.float32, device=device)
 
 
-@functools.lru_cache(maxsize=256)
-def _power_of_two(value: int, least: int = 1) -> int:
-    return max(least, 1 << max(0, value - 1).bit_length())
-
-
 def attend_rows_triton(
     query: Tensor,
     key: Tensor,
@@ -166,7 +162,7 @@ def attend_rows_triton(
     column_tensor = _columns_on(tuple(columns) or (0,), query.device)
     strides_of = lambda tensor, count: tensor.stride() if tensor is not None else (0,) * count
     summary_values = summary.values if summary is not None else None
-    block_d, block_dv = _power_of_two(head_dim, 16), _power_of_two(value_dim, 16)
+    block_d, block_dv = power_of_two(head_dim, 16), power_of_two(value_dim, 16)
     from attnviz.core.triton_kernel import attend_rows_kernel
 
     def run(chosen: LaunchConfig) -> None:
@@ -188,8 +184,8 @@ def attend_rows_triton(
             *strides_of(sink_share, 3),
             heads, heads // kv_heads, query_len, key_len, head_dim, value_dim, float(scaling), int(window or 0),
             HAS_MASK=mask is not None, CAUSAL=causal, WINDOWED=bool(window), PADDED=key_start is not None,
-            SUMMARY=summary is not None, REACH=reach, BAND_P2=_power_of_two(2 * reach + 1),
-            COLUMNS=len(columns), COLUMNS_P2=_power_of_two(len(columns)), WEIGHTS=key_weights is not None,
+            SUMMARY=summary is not None, REACH=reach, BAND_P2=power_of_two(2 * reach + 1),
+            COLUMNS=len(columns), COLUMNS_P2=power_of_two(len(columns)), WEIGHTS=key_weights is not None,
             BLOCK_M=chosen.block_m, BLOCK_N=chosen.block_n,
             BLOCK_D=block_d, BLOCK_DV=block_dv, EVEN_D=block_d == head_dim and block_dv == value_dim,
             # Triton's interpreter multiplies half-precision tiles wrongly (it reads their bits as integers)

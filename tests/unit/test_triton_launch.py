@@ -251,3 +251,15 @@ def test_every_candidate_computes_what_the_default_launch_computes(candidate, sh
         results.append((output, summary.values, weighted))
     for default, other in zip(*results, strict=True):  # float32 sums in another order (distances reach ~150)
         torch.testing.assert_close(other, default, rtol=2e-6, atol=2e-6)
+
+
+def test_the_shared_tuner_follows_the_cache_folder(monkeypatch, tmp_path):
+    """One tuner per cache folder: setting ATTNVIZ_CACHE (or XDG_CACHE_HOME) moves where launches are kept."""
+    from attnviz.core.triton_launch import shared_tuner
+
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "één"))
+    first = shared_tuner()
+    assert first.path == tmp_path / "één" / "gpu-launches.json" and shared_tuner() is first
+    monkeypatch.delenv("ATTNVIZ_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert shared_tuner().path == tmp_path / "xdg" / "attnviz" / "gpu-launches.json"
