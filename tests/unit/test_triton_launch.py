@@ -220,10 +220,10 @@ def test_the_gpu_clock_warms_up_then_repeats_short_calls(monkeypatch, call_ms, c
 
 
 @pytest.mark.parametrize("candidate", CANDIDATE_LAUNCHES[1:], ids=lambda launch: launch.label)
-@pytest.mark.parametrize("shown", ["causal+padding", "window"])
+@pytest.mark.parametrize("shown", ["causal+padding", "window+sinks"])
 def test_every_candidate_computes_what_the_default_launch_computes(candidate, shown):
     """A GPU may choose any candidate: each must give the default's output, summary and carriers' sums. 150 queries
-    make partial blocks of 128 and 64 rows; padding, a window and grouped heads exercise every run of tiles."""
+    make partial blocks of 128 and 64 rows; padding, a window, sinks and grouped heads exercise every run of tiles."""
     pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
     from attnviz.core.kernel_calls import RowSummary
     from attnviz.core.triton_rows import attend_rows_triton, interpreting
@@ -237,18 +237,18 @@ def test_every_candidate_computes_what_the_default_launch_computes(candidate, sh
     key_weights = torch.rand(batch, heads, length, generator=generator)
     if shown == "causal+padding":
         where = {"causal": True, "key_start": torch.tensor([0, 37]), "key_stop": torch.tensor([150, 150])}
-    else:
-        where = {"window": 40}  # keys less than 40 away on either side
+    else:  # keys less than 40 away on either side, and each head's sink
+        where = {"window": 40, "sinks": torch.randn(heads, generator=generator)}
     results = []
     for launch in (DEFAULT_LAUNCH, candidate):
         output = torch.empty(batch, length, heads, size)  # [b, q, h, dv]
         summary = RowSummary(torch.empty(RowSummary.buffer_shape(batch, heads, length, 1, 2)), (0, 100))
-        weighted = torch.empty(batch, heads, length)
+        weighted, sink_share = torch.empty(batch, heads, length), torch.zeros(batch, heads, length)
         attend_rows_triton(
             query, key, value, size**-0.5, output, summary=summary, key_weights=key_weights, weighted=weighted,
-            launch=launch, **where,
+            sink_share=sink_share, launch=launch, **where,
         )  # fmt: skip
-        results.append((output, summary.values, weighted))
+        results.append((output, summary.values, weighted, sink_share))
     for default, other in zip(*results, strict=True):  # float32 sums in another order (distances reach ~150)
         torch.testing.assert_close(other, default, rtol=2e-6, atol=2e-6)
 
